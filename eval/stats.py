@@ -1,0 +1,52 @@
+"""Small statistics for evaluation summaries: means over scored values and percentile-bootstrap 95% intervals.
+
+`None` marks a value that could not be scored (a failed generator or judge call); it is left out, never counted
+as 0.
+
+>>> mean_ci([1.0, 0.0, None, 1.0, 1.0], n_resamples=200, seed=0)["mean"]
+0.75
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def scored(values: Sequence[float | None]) -> list[float]:
+    """The values that were scored (drops None and NaN)."""
+    return [float(v) for v in values if v is not None and not (isinstance(v, float) and np.isnan(v))]
+
+
+def bootstrap_ci(
+    values: Sequence[float], n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """Percentile-bootstrap interval of the mean of `values` (None when there is nothing to resample).
+
+    Resamples `len(values)` items with replacement `n_resamples` times; the interval is the
+    ((1 - confidence) / 2, (1 + confidence) / 2) quantiles of the resampled means.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(n_resamples, x.size))  # (R, N)
+    means = x[idx].mean(axis=1)  # (R,)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
+
+
+def mean_ci(values: Sequence[float | None], n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """{"mean", "ci95": [lo, hi], "n"} over the scored values; mean and ci95 are None when nothing was scored."""
+    xs = scored(values)
+    if not xs:
+        return {"mean": None, "ci95": None, "n": 0}
+    ci = bootstrap_ci(xs, n_resamples=n_resamples, seed=seed)
+    return {"mean": float(np.mean(xs)), "ci95": list(ci) if ci else None, "n": len(xs)}

@@ -1,0 +1,33 @@
+"""Config sections owned by the generator layer: [generator], [judge]."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from searcher.configbase import Section
+
+
+class LLMCallConfig(Section):
+    model: str = Field(
+        "local/qwen2.5-coder-0.5b-instruct",
+        description="litellm model string: 'local/<name>' (offline llama.cpp), 'openai/gpt-4o-mini', "
+        "'anthropic/claude-3-haiku-20240307', 'hosted_vllm/<name>' with api_base, ...",
+    )
+    api_base: str | None = Field(None, description="Base URL for served models (vLLM, llama.cpp server, proxies).")
+    api_key_env: str | None = Field(None, description="Name of the environment variable holding the key (never the key).")
+    temperature: float = Field(0.0, ge=0, description="Decoding temperature.")
+    max_tokens: int = Field(64, ge=1, description="Maximum answer tokens.")
+    concurrency: int = Field(8, ge=1, description="Calls in flight at once.")
+    timeout_s: float = Field(120.0, gt=0, description="Per-call timeout.")
+    max_retries: int = Field(3, ge=0, description="Retries on rate limits, timeouts, connection errors and 5xx.")
+    backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles each try.")
+    cache_path: str | None = Field(".s3cache/llm_cache.sqlite", description="sqlite response cache (None = off).")
+
+
+class GeneratorConfig(LLMCallConfig):
+    prompt: str = Field("s3_answer", description="'s3_answer' (the s3 paper's Figure 12) or a template with {context} and {question}.")
+
+
+class JudgeConfig(LLMCallConfig):
+    max_tokens: int = Field(4, ge=1, description="The judge answers 'yes' or 'no'.")
+    prompt: str = Field("s3_judge", description="'s3_judge' (Figure 13) or a template with {response} and {golden_answers}.")

@@ -1,0 +1,77 @@
+"""`s3` — one command line for data, indexes, retrieval, search, evaluation, training and the demo.
+
+Every command takes `--config FILE` and `--set section.key=value` (repeatable). Command modules live in
+s3/commands/; each exposes `register(subparsers, common)` and does its heavy imports inside its handlers, so
+`s3 --help` stays instant. Errors the toolkit raises on purpose (S3Error) print one clear line, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from searcher.errors import S3Error
+
+# Command modules, in help order. Each registers one or more subcommands.
+COMMAND_MODULES = [
+    "s3.commands.config_cmd",
+    "s3.commands.data",
+    "s3.commands.retrieval",
+    "s3.commands.search",
+    "s3.commands.evaluate",
+    "s3.commands.train",
+    "s3.commands.demo",
+]
+
+
+def _common_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=None, help="config file (default: ./config.toml, else built-in defaults)")
+    common.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+        help="override one config value (repeatable), e.g. --set searcher.max_turns=2",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="s3", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    common = _common_parser()
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name:  # command module not written yet
+                continue
+            raise
+        module.register(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 0
+    try:
+        from s3.config import load_config
+
+        cfg = load_config(args.config, args.overrides)
+        rc = args.handler(args, cfg)
+        return int(rc or 0)
+    except S3Error as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of `s3`: one module per area, each with `register(subparsers, common)`."""

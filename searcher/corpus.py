@@ -1,0 +1,124 @@
+"""Corpus and question files in the DPR / FlashRAG shapes, streamed line by line.
+
+Corpus lines: {"id", "contents"} with contents = `"Title"\\ntext`, or {"id", "title", "text"}.
+Question lines: {"id", "question", "golden_answers", "metadata"}.
+A 21M-passage corpus never has to fit in memory: `iter_corpus` yields one Document at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from searcher.errors import DataFormatError
+from searcher.types import Document, QAExample
+
+
+def _doc_from_obj(obj: Any, path: Path, lineno: int) -> Document:
+    if not isinstance(obj, dict):
+        raise DataFormatError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    if "id" not in obj:
+        raise DataFormatError(f"{path}:{lineno}: corpus line has no 'id'")
+    doc_id = str(obj["id"])
+    if "contents" in obj:
+        if not isinstance(obj["contents"], str):
+            raise DataFormatError(f"{path}:{lineno}: 'contents' must be a string")
+        return Document.from_contents(doc_id, obj["contents"])
+    if "text" in obj:
+        return Document(id=doc_id, title=str(obj.get("title", "") or ""), text=str(obj["text"]))
+    raise DataFormatError(f"{path}:{lineno}: corpus line needs 'contents' or 'title' + 'text' (keys: {sorted(obj)})")
+
+
+def iter_corpus(path: str | Path, check_unique: bool = True) -> Iterator[Document]:
+    """Stream a corpus jsonl. Raises DataFormatError naming the line on a malformed line or a duplicate id."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataFormatError(f"corpus file not found: {p}")
+    seen: set[str] = set()
+    with p.open("r", encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataFormatError(f"{p}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+            doc = _doc_from_obj(obj, p, lineno)
+            if check_unique:
+                if doc.id in seen:
+                    raise DataFormatError(f"{p}:{lineno}: duplicate document id {doc.id!r}")
+                seen.add(doc.id)
+            yield doc
+
+
+def read_corpus(path: str | Path) -> list[Document]:
+    return list(iter_corpus(path))
+
+
+def write_corpus(path: str | Path, docs: Iterable[Document], fmt: str = "contents") -> int:
+    """Write documents as jsonl ({"id","contents"} by default, or {"id","title","text"}); returns the count."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    tmp = p.with_name(p.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for d in docs:
+            row = {"id": d.id, "contents": d.contents} if fmt == "contents" else {"id": d.id, "title": d.title, "text": d.text}
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    tmp.replace(p)
+    return n
+
+
+def iter_questions(path: str | Path) -> Iterator[QAExample]:
+    """Stream a FlashRAG-shaped questions jsonl."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataFormatError(f"questions file not found: {p}")
+    with p.open("r", encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataFormatError(f"{p}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(obj, dict) or "question" not in obj:
+                raise DataFormatError(f"{p}:{lineno}: a question line needs at least 'question'")
+            answers = obj.get("golden_answers", obj.get("answers", []))
+            if isinstance(answers, str):
+                answers = [answers]
+            yield QAExample(
+                id=str(obj.get("id", lineno - 1)),
+                question=str(obj["question"]),
+                golden_answers=[str(a) for a in answers],
+                metadata=obj.get("metadata") or {},
+            )
+
+
+def read_questions(path: str | Path) -> list[QAExample]:
+    return list(iter_questions(path))
+
+
+def write_questions(path: str | Path, questions: Iterable[QAExample]) -> int:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    n = 0
+    with tmp.open("w", encoding="utf-8") as fh:
+        for q in questions:
+            fh.write(json.dumps(q.model_dump(mode="json"), ensure_ascii=False) + "\n")
+            n += 1
+    tmp.replace(p)
+    return n
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()

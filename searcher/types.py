@@ -1,0 +1,124 @@
+"""Typed records shared by every layer: documents, QA examples, search steps, results, trajectories.
+
+These are the stable data contracts of the toolkit. `searcher` owns them because it is the lowest layer:
+generator adapters, evaluation and training all import from here, never the other way round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Document(BaseModel):
+    """One retrievable passage. `contents` follows the DPR / FlashRAG convention `"Title"\\ntext`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(description="Stable passage id, unique within a corpus.")
+    title: str = Field(default="", description="Passage title (Wikipedia page title for wiki corpora).")
+    text: str = Field(default="", description="Passage body without the title.")
+    score: float | None = Field(default=None, description="Retrieval score, when the document came from a search.")
+
+    @property
+    def contents(self) -> str:
+        """The FlashRAG / Search-R1 `contents` string: `"Title"\\ntext`."""
+        return f'"{self.title}"\n{self.text}'
+
+    @classmethod
+    def from_contents(cls, id: str, contents: str, score: float | None = None) -> Document:
+        """Parse a `contents` string (`"Title"\\ntext`, quotes optional) into title and text."""
+        title, sep, text = contents.partition("\n")
+        if not sep:
+            return cls(id=id, title="", text=contents.strip(), score=score)
+        title = title.strip()
+        if len(title) >= 2 and title[0] == '"' and title[-1] == '"':
+            title = title[1:-1]
+        return cls(id=id, title=title, text=text.strip(), score=score)
+
+    def with_score(self, score: float | None) -> Document:
+        return self.model_copy(update={"score": score})
+
+
+class QAExample(BaseModel):
+    """A question in the FlashRAG shape: {"id", "question", "golden_answers", "metadata"}.
+
+    `metadata["supporting_ids"]` holds the gold supporting-paragraph ids where the source format has them.
+    """
+
+    id: str
+    question: str
+    golden_answers: list[str]
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def supporting_ids(self) -> list[str]:
+        return list(self.metadata.get("supporting_ids", []))
+
+
+class SearchStep(BaseModel):
+    """One turn of the search loop (turn 0 = begin-with-search on the question itself)."""
+
+    turn: int
+    query: str | None = Field(default=None, description="The query searched this turn (None if the action was invalid).")
+    retrieved_ids: list[str] = Field(default_factory=list)
+    selected_ids: list[str] = Field(default_factory=list)
+    selection_fallback: bool = Field(
+        default=False, description="True when no <important_info> was given and the A.5 rule admitted the whole window."
+    )
+    search_complete: bool | None = Field(default=None, description="The stop flag the policy emitted, if any.")
+    invalid_reason: str | None = Field(default=None, description="Why the policy's action was invalid, if it was.")
+    policy_text: str = Field(default="", description="What the policy wrote this turn.")
+    policy_seconds: float = 0.0
+    retrieval_seconds: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Trajectory(BaseModel):
+    """Token-level record of a rollout for trainable policies.
+
+    `mask[i] == 1` when token i was written by the policy, 0 when the environment inserted it (prompt, retrieved
+    documents, tool output). Retrieved-token loss masking multiplies the policy-gradient loss by this mask.
+    """
+
+    prompt_ids: list[int] = Field(default_factory=list, description="Tokens of the initial prompt (never trained on).")
+    response_ids: list[int] = Field(default_factory=list, description="Everything after the prompt, in order.")
+    mask: list[int] = Field(default_factory=list, description="Same length as response_ids: 1 = policy, 0 = environment.")
+    logprobs: list[float] = Field(
+        default_factory=list, description="Sampling log-probabilities of response tokens (0.0 where mask is 0)."
+    )
+
+    def append(self, ids: list[int], written_by_policy: bool, logprobs: list[float] | None = None) -> None:
+        """Append a span and record who wrote it: the only way tokens enter a trajectory."""
+        self.response_ids.extend(ids)
+        self.mask.extend([1 if written_by_policy else 0] * len(ids))
+        if logprobs is not None and len(logprobs) != len(ids):
+            raise ValueError(f"logprobs has {len(logprobs)} entries for {len(ids)} tokens")
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+
+class SearchResult(BaseModel):
+    """What a searcher returns for one question."""
+
+    question_id: str | None = None
+    question: str
+    documents: list[Document] = Field(default_factory=list, description="Final context D_s3, deduplicated, turn order.")
+    steps: list[SearchStep] = Field(default_factory=list)
+    answer: str | None = Field(default=None, description="Set by end-to-end agents (Search-R1) that answer themselves.")
+    trajectory: Trajectory | None = None
+    seconds: float = 0.0
+
+    @property
+    def turns(self) -> int:
+        """Search turns after begin-with-search (turn 0 does not count)."""
+        return sum(1 for s in self.steps if s.turn > 0)
+
+    @property
+    def retrieved_documents_ids(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for s in self.steps:
+            for i in s.retrieved_ids:
+                seen.setdefault(i, None)
+        return list(seen)

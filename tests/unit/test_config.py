@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from s3.config import S3Config, load_config
+from s3.configdoc import render_markdown, render_toml
+from searcher.configbase import parse_override
+from searcher.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_config_toml_equals_model_defaults() -> None:
+    assert load_config(ROOT / "config.toml").model_dump() == S3Config().model_dump()
+
+
+def test_generated_files_are_fresh() -> None:
+    assert (ROOT / "config.toml").read_text() == render_toml(), "run: python -m s3.configdoc toml > config.toml"
+    assert (ROOT / "docs/configuration.md").read_text() == render_markdown(), (
+        "run: python -m s3.configdoc markdown > docs/configuration.md"
+    )
+
+
+def test_override_types_and_nesting() -> None:
+    cfg = load_config(ROOT / "config.toml", ["searcher.max_turns=2", "retriever.bm25.k1=1.2", "searcher.policy=transformers"])
+    assert cfg.searcher.max_turns == 2
+    assert cfg.retriever.bm25.k1 == 1.2
+    assert cfg.searcher.policy == "transformers"
+    assert parse_override("generator.model=openai/gpt-4o-mini") == (["generator", "model"], "openai/gpt-4o-mini")
+    assert parse_override("eval.use_judge=false") == (["eval", "use_judge"], False)
+
+
+def test_unknown_key_names_it_and_the_valid_keys() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(ROOT / "config.toml", ["searcher.max_turn=2"])
+    msg = str(e.value)
+    assert "searcher.max_turn" in msg and "max_turns" in msg
+
+
+def test_unknown_section_and_bad_value() -> None:
+    with pytest.raises(ConfigError, match="unknown key 'retrieverr'"):
+        load_config(None, ["retrieverr.k=3"])
+    with pytest.raises(ConfigError, match="searcher.max_select"):
+        load_config(None, ["searcher.max_select=0"])
+    with pytest.raises(ConfigError, match="--set expects"):
+        load_config(None, ["searcher"])
+
+
+def test_cross_field_check_message_says_how_to_fix() -> None:
+    with pytest.raises(ConfigError, match="lower max_select or raise k"):
+        load_config(None, ["searcher.max_select=9", "searcher.k=8"])
+
+
+def test_relative_paths_resolve_against_config_file(tmp_path: Path) -> None:
+    cfgfile = tmp_path / "sub" / "my.toml"
+    cfgfile.parent.mkdir()
+    cfgfile.write_text('[retriever]\nindex = "idx"\n')
+    cfg = load_config(cfgfile)
+    assert cfg.resolve(cfg.retriever.index) == cfgfile.parent / "idx"
+
+
+def test_missing_config_file_is_clear() -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config("/nonexistent/config.toml")
+
+
+def test_cli_reports_config_errors_in_one_line() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "s3.cli", "config", "show", "--set", "searcher.nope=1"],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert r.returncode == 2
+    assert "unknown key 'searcher.nope'" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -1,0 +1,49 @@
+"""Config section owned by the training layer: [training]."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from searcher.configbase import Section
+
+
+class TrainingConfig(Section):
+    mode: Literal["s3", "search_r1"] = Field("s3", description="'s3' trains a searcher with a frozen generator; 'search_r1' end to end.")
+    algorithm: Literal["grpo", "ppo"] = Field("grpo", description="Policy-gradient algorithm.")
+    reward: Literal["gbr", "acc_plus_gbr", "em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated"] = Field(
+        "gbr", description="Reward function (training/rewards.py)."
+    )
+    base_model: str = Field("smollm2-135m", description="Trainable policy: an offline model name or a HF model dir.")
+    output_dir: str = Field("runs/train", description="Run directory: checkpoints, metrics.jsonl, TensorBoard, plots.")
+    train_data: str | None = Field(None, description="Prepared training directory (s3 prepare-training); built if missing.")
+    total_steps: int = Field(20, ge=1, description="Optimizer steps.")
+    batch_size: int = Field(4, ge=1, description="Questions per step.")
+    group_size: int = Field(4, ge=1, description="Rollouts per question (GRPO group; PPO uses 1 unless set).")
+    learning_rate: float = Field(1e-6, gt=0, description="Actor learning rate (s3 paper: 1e-6).")
+    critic_learning_rate: float = Field(1e-5, gt=0, description="Critic learning rate (PPO; s3 paper: 1e-5).")
+    clip_coef: float = Field(0.2, gt=0, description="PPO/GRPO ratio clip epsilon.")
+    value_clip_coef: float = Field(0.2, gt=0, description="PPO value-loss clip.")
+    kl_coef: float = Field(0.001, ge=0, description="KL-to-reference coefficient (low-variance k3 estimator).")
+    gamma: float = Field(1.0, ge=0, le=1, description="PPO discount.")
+    gae_lambda: float = Field(1.0, ge=0, le=1, description="GAE lambda.")
+    ppo_epochs: int = Field(1, ge=1, description="Update epochs per batch of rollouts.")
+    temperature: float = Field(0.6, gt=0, description="Rollout sampling temperature (s3 paper: 0.6).")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
+    lora: bool = Field(False, description="Train LoRA adapters (peft) instead of all weights.")
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    save_every: int = Field(10, ge=1, description="Checkpoint interval in steps (a final checkpoint is always written).")
+    seed: int = Field(0)
+    drop_yes_no: bool = Field(True, description="Drop yes/no and true/false questions when preparing training data.")
+    keep_baseline_zero: bool = Field(True, description="Keep only questions naive RAG gets wrong (s3 §3.2).")
+    confidence_beta: float = Field(0.4, ge=0, le=1, description="Search Wisely's beta for the confidence-gated reward.")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainingConfig:
+        if self.algorithm == "grpo" and self.group_size < 2:
+            raise ValueError("GRPO needs training.group_size >= 2 (the group is its baseline); set group_size or use ppo")
+        if self.mode == "search_r1" and self.reward not in ("em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated"):
+            raise ValueError(f"search_r1 mode answers itself: training.reward={self.reward!r} needs a generator; use 'em'")
+        return self
