@@ -17,6 +17,7 @@ class LLMCallConfig(Section):
     api_key_env: str | None = Field(None, description="Name of the environment variable holding the key (never the key).")
     temperature: float = Field(0.0, ge=0, description="Decoding temperature.")
     max_tokens: int = Field(64, ge=1, description="Maximum answer tokens.")
+    seed: int | None = Field(None, description="Sampling seed passed to the provider (None = provider default).")
     concurrency: int = Field(8, ge=1, description="Calls in flight at once.")
     timeout_s: float = Field(120.0, gt=0, description="Per-call timeout.")
     max_retries: int = Field(3, ge=0, description="Retries on rate limits, timeouts, connection errors and 5xx.")
@@ -26,6 +27,10 @@ class LLMCallConfig(Section):
 
 class GeneratorConfig(LLMCallConfig):
     prompt: str = Field("s3_answer", description="'s3_answer' (the s3 paper's Figure 12) or a template with {context} and {question}.")
+    prompt_no_context: str = Field(
+        "s3_no_context",
+        description="Prompt used without retrieval (contexts=None): 's3_no_context' or a template with {question}.",
+    )
 
 
 class JudgeConfig(LLMCallConfig):

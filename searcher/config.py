@@ -42,6 +42,7 @@ class DenseConfig(Section):
     ivf_nprobe: int = Field(32, ge=1, description="IVF lists probed per query.")
     pq_m: int = Field(16, ge=1, description="PQ sub-quantisers (must divide the embedding dimension).")
     pq_nbits: int = Field(8, ge=1, le=16, description="Bits per PQ code.")
+    threads: int = Field(2, ge=1, description="Upper bound on torch / faiss CPU threads (keep it polite on shared machines).")
 
 
 class RemoteConfig(Section):
@@ -77,6 +78,12 @@ class SearcherConfig(Section):
     max_select: int = Field(3, ge=1, description="Documents the policy may select per window (paper: 3).")
     max_turns: int = Field(3, ge=0, description="Search turns after begin-with-search (paper: 3).")
     doc_token_budget: int | None = Field(None, ge=8, description="Per-document token budget inside <information> (None = whole).")
+    min_turns: int = Field(
+        0,
+        ge=0,
+        description="Search turns required before <search_complete>True is accepted (0 = the paper); an earlier stop "
+        "becomes an invalid action whose observation asks for a query. Helps untrained zero-shot searchers.",
+    )
     no_selection: Literal["all", "drop"] = Field(
         "all", description="A window without <important_info>: 'all' admits every document (Appendix A.5), 'drop' none."
     )
@@ -111,6 +118,7 @@ class ServiceConfig(Section):
     max_queries_per_request: int = Field(512, ge=1, description="Limit on queries in one /retrieve request.")
     max_query_chars: int = Field(2000, ge=1, description="Limit on the length of one query or question.")
     max_topk: int = Field(100, ge=1, description="Limit on topk / k in a request.")
+    max_search_turns: int = Field(8, ge=0, description="Limit on max_turns in a /search request.")
     request_timeout_s: float = Field(120.0, gt=0, description="A request still running after this fails with 504.")
     batch_window_ms: float = Field(5.0, ge=0, description="How long concurrent requests are gathered into one batch.")
     max_batch: int = Field(256, ge=1, description="Largest gathered batch.")

@@ -88,9 +88,13 @@ def iter_questions(path: str | Path) -> Iterator[QAExample]:
                 raise DataFormatError(f"{p}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
             if not isinstance(obj, dict) or "question" not in obj:
                 raise DataFormatError(f"{p}:{lineno}: a question line needs at least 'question'")
-            answers = obj.get("golden_answers", obj.get("answers", []))
+            answers = obj.get("golden_answers", obj.get("answers")) or []
             if isinstance(answers, str):
                 answers = [answers]
+            if not isinstance(answers, list):
+                raise DataFormatError(f"{p}:{lineno}: 'golden_answers' must be a list of strings")
+            if not isinstance(obj.get("metadata") or {}, dict):
+                raise DataFormatError(f"{p}:{lineno}: 'metadata' must be a JSON object")
             yield QAExample(
                 id=str(obj.get("id", lineno - 1)),
                 question=str(obj["question"]),

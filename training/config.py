@@ -39,6 +39,23 @@ class TrainingConfig(Section):
     drop_yes_no: bool = Field(True, description="Drop yes/no and true/false questions when preparing training data.")
     keep_baseline_zero: bool = Field(True, description="Keep only questions naive RAG gets wrong (s3 §3.2).")
     confidence_beta: float = Field(0.4, ge=0, le=1, description="Search Wisely's beta for the confidence-gated reward.")
+    train_sources: list[str] = Field(
+        default_factory=lambda: [
+            "hotpotqa:../shared/data/train_hotpotqa_musique100/hotpotqa_train.json",
+            "musique:../shared/data/train_hotpotqa_musique100/musique_train.json",
+        ],
+        description="Raw QA files as 'format:path' (eval/datasets.py formats; paths relative to the config file); "
+        "their paragraphs form the training corpus. Used when train_data is missing.",
+    )
+    max_questions: int | None = Field(None, ge=1, description="Cap on questions taken from the sources (None = all).")
+    baseline_batch: int = Field(16, ge=1, description="Questions per batch of naive-RAG baseline generator calls (cached, resumable).")
+    max_new_tokens: int | None = Field(None, ge=8, description="Policy tokens per turn in rollouts (None = searcher.max_new_tokens).")
+    vf_coef: float = Field(1.0, ge=0, description="PPO value-loss weight.")
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
+    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward pass (gradient accumulation over the batch).")
+    keep_checkpoints: int = Field(2, ge=1, description="Newest checkpoints kept in output_dir/checkpoints.")
+    torch_threads: int = Field(2, ge=1, description="torch intra-op threads on CPU.")
+    heldout_questions: int = Field(0, ge=0, description="Questions held out of training (from the end of the prepared set) for `s3 train-eval`.")
 
     @model_validator(mode="after")
     def _check(self) -> TrainingConfig:

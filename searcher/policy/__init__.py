@@ -1,1 +1,73 @@
-"""searcher/policy"""
+"""Searcher policies: one `Policy` interface, three backends (litellm, transformers, vLLM) and a scripted policy.
+
+    from searcher.policy import load_policy
+    policy = load_policy(cfg.searcher)     # the [searcher] section: policy backend, model, policy_path, api_base
+
+Backends are imported lazily: importing this package never loads torch, transformers, vllm or litellm.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from searcher.errors import ConfigError
+from searcher.policy.base import (
+    Message,
+    Policy,
+    PolicyOutput,
+    PolicyPrompt,
+    TokenPolicy,
+    TokenPrompt,
+    uses_token_ids,
+)
+from searcher.policy.scripted import ScriptedPolicy
+
+if TYPE_CHECKING:
+    from searcher.config import SearcherConfig
+
+__all__ = [
+    "Message",
+    "Policy",
+    "PolicyOutput",
+    "PolicyPrompt",
+    "ScriptedPolicy",
+    "TokenPolicy",
+    "TokenPrompt",
+    "load_policy",
+    "uses_token_ids",
+]
+
+
+def load_policy(cfg: SearcherConfig, *, threads: int | None = None) -> Policy:
+    """Build the policy the [searcher] section describes.
+
+    - litellm: `cfg.model` through litellm (offline `local/...` by default; `api_base` for a served model). A trained
+      checkpoint (`policy_path`) must be served (e.g. `vllm serve PATH`) and reached with `api_base`: the served
+      name is then `policy_path`.
+    - transformers: `policy_path` (a checkpoint dir, full or LoRA) or else `cfg.model` (an offline model name such as
+      `local/qwen2.5-coder-0.5b-instruct`, a .gguf file, or an HF dir).
+    - vllm: the same specs as transformers, on a GPU.
+    """
+    if cfg.policy == "litellm":
+        from searcher.policy.litellm_policy import LiteLLMPolicy
+
+        model = cfg.model
+        if cfg.policy_path:
+            if not cfg.api_base:
+                raise ConfigError(
+                    f"searcher.policy_path={cfg.policy_path!r} with policy='litellm' needs the checkpoint served behind "
+                    "searcher.api_base (e.g. `vllm serve PATH`); or load it in-process with searcher.policy='transformers'"
+                )
+            model = f"hosted_vllm/{cfg.policy_path}"
+        return LiteLLMPolicy(model, api_base=cfg.api_base, concurrency=cfg.concurrency)
+    spec = cfg.policy_path or cfg.model
+    if cfg.policy == "transformers":
+        from searcher.policy.transformers_policy import TransformersPolicy
+
+        return TransformersPolicy.load(spec, threads=threads)
+    if cfg.policy == "vllm":
+        from searcher.policy.transformers_policy import resolve_checkpoint
+        from searcher.policy.vllm_policy import VLLMPolicy
+
+        return VLLMPolicy(str(resolve_checkpoint(spec)))
+    raise ConfigError(f"unknown searcher.policy {cfg.policy!r}: use litellm, transformers or vllm")

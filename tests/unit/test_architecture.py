@@ -16,3 +16,16 @@ def test_import_layers_contract() -> None:
     r = subprocess.run([exe, "--config", str(ROOT / "pyproject.toml")], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "KEPT" in r.stdout
+
+
+def test_contract_catches_an_upward_import(tmp_path: Path) -> None:
+    """The same contract on a copy of the tree with one wrong-way import must fail, naming it."""
+    for pkg in ("searcher", "generator_adapters", "eval", "training", "s3"):
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "searcher" / "_bad.py").write_text("import training.config  # wrong way\n")
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or "lint-imports"
+    r = subprocess.run([exe, "--config", "pyproject.toml", "--no-cache"], capture_output=True, text=True, cwd=tmp_path,
+                       env={"PYTHONPATH": str(tmp_path), "PATH": str(Path(sys.executable).parent)})
+    assert r.returncode != 0
+    assert "searcher._bad -> training.config" in r.stdout

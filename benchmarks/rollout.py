@@ -1,0 +1,95 @@
+"""Throughput of the lockstep search loop: a scripted policy of 20 ms per (batched) call + the real bm25s retriever.
+
+    nice -n 10 .venv/bin/python benchmarks/rollout.py [--questions 64] [--delay-ms 20]
+
+Every question does begin-with-search, two search turns and a final selection (3 policy calls, 3 retrieval calls
+per lockstep batch) in the paper profile (k0=3, k=8, max_select=3). Reports questions/s at batch 1, 8, 64, the split
+of wall time into policy / retrieval / the loop's own work, and the ratio against batch 1 measured in the same run.
+Target: the loop's own work <= 5% of the total at batch 64.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = Path(os.environ.get("S3_SHARED_DATA", ROOT.parent / "shared" / "data")) / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl"
+
+
+def script(prompt: str, _: int) -> str:
+    """Two searches built from the question's words, then select and stop (deterministic, format-perfect)."""
+    q = prompt.split("<question>\n")[-1].split("\n</question>")[0]
+    words = [w for w in re.findall(r"[A-Za-z][A-Za-z']+", q) if len(w) > 3]
+    windows = prompt.split("</question>")[-1].count("<information>\n")  # D0 + windows seen so far
+    if windows >= 3:
+        return "<important_info>[1, 2]</important_info>\n<search_complete>True</search_complete>"
+    half = words[windows::2] or words or ["wikipedia"]
+    return (
+        "<important_info>[1]</important_info>\n<search_complete>False</search_complete>\n"
+        f'<query>{{"query": "{" ".join(half[:6])}"}}</query>'
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--questions", type=int, default=64)
+    ap.add_argument("--delay-ms", type=float, default=20.0)
+    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--repeats", type=int, default=3, help="best of N runs per batch size")
+    args = ap.parse_args()
+
+    from eval.datasets import load
+    from searcher.agent import S3Searcher
+    from searcher.config import RetrieverConfig, SearcherConfig
+    from searcher.corpus import write_corpus
+    from searcher.policy import ScriptedPolicy
+    from searcher.retrieval import build_index, load_retriever
+
+    corpus, questions = load("hotpotqa", [DATA])
+    with tempfile.TemporaryDirectory() as tmp:
+        cpath = Path(tmp) / "corpus.jsonl"
+        write_corpus(cpath, corpus)
+        index = build_index(cpath, "bm25", Path(tmp) / "bm25", RetrieverConfig())
+        retriever = load_retriever(RetrieverConfig(), index)
+        qs = [q.question for q in questions][: args.questions]
+        cfg = SearcherConfig(profile="paper", k=8, max_select=3, max_turns=3)
+        rows = []
+        for b in [int(x) for x in args.batches.split(",")]:
+            best = None
+            for _ in range(args.repeats):
+                policy = ScriptedPolicy(script, delay_s=args.delay_ms / 1000, max_batch=b)
+                searcher = S3Searcher(policy, retriever, cfg, k0=3)
+                res = searcher.search(qs)
+                st = searcher.last_stats
+                assert all(r.turns == 2 for r in res), "every question should use 2 searches + the final reply"
+                if best is None or st.seconds < best.seconds:
+                    best = st
+            assert best is not None
+            rows.append((b, best))
+        base_qps = rows[0][1].questions / rows[0][1].seconds
+        print(f"{len(qs)} HotpotQA questions, bm25s over {len(corpus)} paragraphs, scripted policy {args.delay_ms:.0f} ms/call, "
+              f"paper profile (k0=3, k=8, 3 turns); best of {args.repeats}")
+        print()
+        print("| batch | questions/s | x batch 1 | policy s | retrieval s | loop's own s | loop's own share | policy calls | retrieval calls |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for b, st in rows:
+            qps = st.questions / st.seconds
+            print(
+                f"| {b} | {qps:.1f} | {qps / base_qps:.2f} | {st.policy_seconds:.3f} | {st.retrieval_seconds:.3f} | "
+                f"{st.other_seconds:.3f} | {st.other_seconds / st.seconds:.1%} | {st.policy_calls} | {st.retrieval_calls} |"
+            )
+        last = rows[-1][1]
+        share = last.other_seconds / last.seconds
+        print()
+        print(f"loop's own share at batch {rows[-1][0]}: {share:.1%} ({'OK' if share <= 0.05 else 'ABOVE'} the 5% target)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

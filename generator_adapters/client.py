@@ -1,0 +1,273 @@
+"""The call machinery shared by `Generator` and `Judge`: litellm, bounded concurrency, timeout, typed retries,
+the sqlite cache, usage, cost and latency. One failed call yields an `Answer` with `error` set: it is *missing*.
+
+`completion_fn` is the one narrow seam for tests: any `async (**litellm_kwargs) -> ModelResponse` (default
+`litellm.acompletion`). Unit tests pass a fake that raises litellm's real exception classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, Field
+
+from generator_adapters.cache import ResponseCache, cache_key
+from generator_adapters.config import LLMCallConfig
+from generator_adapters.errors import GeneratorError, map_exception
+from searcher.errors import ConfigError
+
+__all__ = ["Answer", "CompletionFn", "LLMClient", "run_sync"]
+
+CompletionFn = Callable[..., Awaitable[Any]]
+T = TypeVar("T")
+
+_LOOPBACK = ("http://127.0.0.1", "http://localhost", "http://[::1]")
+
+
+class Answer(BaseModel):
+    """One LLM answer, or why there is none. `text is None` (with `error` set) means MISSING, never wrong."""
+
+    text: str | None = Field(default=None, description="The model's answer (stripped); None when the call failed.")
+    error: str | None = Field(default=None, description="Why the call failed after its last retry.")
+    error_type: str | None = Field(default=None, description="Our error class name, e.g. 'ServerError'.")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = Field(default=0.0, description="Wall time of the call including retries (0 for a cache hit).")
+    cost_usd: float | None = Field(default=None, description="litellm's price where known, 0 for local, else None.")
+    cached: bool = False
+    attempts: int = Field(default=0, description="Provider calls made (0 for a cache hit).")
+    model: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.text is not None
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from sync code, also when this thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=target, name="s3-run-sync")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def _is_local(model: str) -> bool:
+    return model.startswith("local/")
+
+
+class LLMClient:
+    """Calls one configured model through litellm with concurrency, timeout, retries, cache and accounting."""
+
+    deadline_grace_s: float = 5.0  # outer deadline = timeout_s + max(grace, timeout_s / 2)
+
+    def __init__(
+        self,
+        cfg: LLMCallConfig,
+        cache: ResponseCache | None = None,
+        completion_fn: CompletionFn | None = None,
+        cache_path: str | None = None,
+    ) -> None:
+        self.cfg = cfg
+        path = cache_path if cache_path is not None else cfg.cache_path
+        self.cache = cache if cache is not None else (ResponseCache(path) if path else None)
+        self._api_key = self._read_key()
+        if _is_local(cfg.model) and completion_fn is None:
+            from searcher.llm_local import register_local_provider
+
+            register_local_provider()
+        if completion_fn is None:
+            # import litellm here, not inside the first call: its import takes seconds and would block the event
+            # loop while the first calls' timeouts are already running
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            import litellm
+
+            completion_fn = litellm.acompletion
+        self._completion_fn: CompletionFn = completion_fn
+        self._sem: asyncio.Semaphore | None = None
+        self._sem_loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def _read_key(self) -> str | None:
+        env = self.cfg.api_key_env
+        if env:
+            key = os.environ.get(env)
+            if not key:
+                raise ConfigError(f"api_key_env names {env!r}, but that environment variable is not set")
+            return key
+        if self.cfg.api_base and self.cfg.api_base.startswith(_LOOPBACK):
+            return "EMPTY"  # loopback OpenAI-compatible servers need some key; never a real one
+        return None
+
+    # ------------------------------------------------------------------ accounting
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[key] += n
+
+    def stats(self) -> dict[str, Any]:
+        """Calls, retries, failures by error type, cache hits/misses of this client."""
+        with self._lock:
+            counts = dict(self._counts)
+        out: dict[str, Any] = {
+            "requests": counts.pop("requests", 0),
+            "provider_calls": counts.pop("provider_calls", 0),
+            "retries": counts.pop("retries", 0),
+            "succeeded": counts.pop("succeeded", 0),
+            "failed": counts.pop("failed", 0),
+            "errors": {k.removeprefix("error:"): v for k, v in sorted(counts.items()) if k.startswith("error:")},
+        }
+        if self.cache is not None:
+            out["cache"] = self.cache.stats()
+        return out
+
+    # ------------------------------------------------------------------ calling
+
+    def decoding_params(self) -> dict[str, Any]:
+        """The decoding parameters that change an answer (part of the cache key and of run records)."""
+        p: dict[str, Any] = {"temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens}
+        if self.cfg.seed is not None:
+            p["seed"] = self.cfg.seed
+        return p
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._sem is None or self._sem_loop is not loop:
+            self._sem = asyncio.Semaphore(self.cfg.concurrency)
+            self._sem_loop = loop
+        return self._sem
+
+    def _kwargs(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        kw: dict[str, Any] = {
+            "model": self.cfg.model,
+            "messages": messages,
+            **self.decoding_params(),
+            "timeout": self.cfg.timeout_s,
+            "num_retries": 0,  # we retry ourselves, on typed errors only
+            "max_retries": 0,  # ...and the OpenAI SDK must not retry underneath us either
+        }
+        if self.cfg.api_base:
+            kw["api_base"] = self.cfg.api_base
+        if self._api_key is not None:
+            kw["api_key"] = self._api_key
+        return kw
+
+    def _deadline_s(self) -> float:
+        """Our outer deadline. The request timeout itself is litellm's (`timeout=`, it starts when the HTTP request
+        does); this safety net also covers providers that ignore it and litellm's slow first-call setup."""
+        return self.cfg.timeout_s + max(self.deadline_grace_s, 0.5 * self.cfg.timeout_s)
+
+    async def _call(self, kwargs: dict[str, Any]) -> Any:
+        return await self._completion_fn(**kwargs)
+
+    def _cost(self, response: Any) -> float | None:
+        """litellm's price for this response (it computes it once per call), 0 for local models, None if unknown."""
+        if _is_local(self.cfg.model):
+            return 0.0
+        hidden = getattr(response, "_hidden_params", None)
+        cost = hidden.get("response_cost") if isinstance(hidden, dict) else getattr(hidden, "response_cost", None)
+        return float(cost) if isinstance(cost, int | float) else None
+
+    async def complete(self, messages: list[dict[str, Any]]) -> Answer:
+        """One chat call: cache lookup, then up to 1 + max_retries provider calls. Never raises GeneratorError."""
+        self._count("requests")
+        key = None
+        if self.cache is not None:
+            key = cache_key(self.cfg.model, self.cfg.api_base, messages, self.decoding_params())
+            hit = self.cache.get(key)
+            if hit is not None:
+                self._count("succeeded")
+                return Answer(**{**hit, "cached": True, "latency_s": 0.0, "attempts": 0})
+        kwargs = self._kwargs(messages)
+        t0 = time.perf_counter()
+        attempts = 0
+        last: GeneratorError | None = None
+        for attempt in range(self.cfg.max_retries + 1):
+            if attempt:
+                self._count("retries")
+                delay = self.cfg.backoff_s * (2 ** (attempt - 1)) * (0.5 + random.random())
+                await asyncio.sleep(delay)
+            attempts += 1
+            self._count("provider_calls")
+            try:
+                async with self._semaphore():
+                    response = await asyncio.wait_for(self._call(kwargs), timeout=self._deadline_s())
+            except Exception as exc:
+                err = map_exception(exc)
+                if err is None:
+                    raise  # not a provider error: a bug, let it surface
+                last = err
+                self._count(f"error:{type(err).__name__}")
+                if not err.retryable:
+                    break
+                continue
+            answer = self._answer_from(response, time.perf_counter() - t0, attempts)
+            if not answer.ok:  # a 200 without content: missing, and never cached
+                self._count(f"error:{answer.error_type}")
+                self._count("failed")
+                return answer
+            self._count("succeeded")
+            if self.cache is not None and key is not None:
+                self.cache.put(
+                    key,
+                    answer.model_dump(include={"text", "prompt_tokens", "completion_tokens", "cost_usd", "model"}),
+                    model=self.cfg.model,
+                )
+            return answer
+        self._count("failed")
+        assert last is not None
+        return Answer(
+            error=str(last),
+            error_type=type(last).__name__,
+            latency_s=time.perf_counter() - t0,
+            attempts=attempts,
+            model=self.cfg.model,
+        )
+
+    def _answer_from(self, response: Any, latency: float, attempts: int) -> Answer:
+        try:
+            content = response.choices[0].message.content
+        except (AttributeError, IndexError, KeyError, TypeError):
+            content = None
+        usage = getattr(response, "usage", None)
+        if content is None:
+            return Answer(error="the provider returned no message content", error_type="EmptyResponse",
+                          latency_s=latency, attempts=attempts, model=self.cfg.model)
+        return Answer(
+            text=str(content).strip(),
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            latency_s=latency,
+            cost_usd=self._cost(response),
+            attempts=attempts,
+            model=self.cfg.model,
+        )
+
+    async def complete_many(self, batch: Sequence[list[dict[str, Any]]]) -> list[Answer]:
+        """Many calls at once (bounded by cfg.concurrency), answers in input order."""
+        return list(await asyncio.gather(*(self.complete(m) for m in batch)))
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()

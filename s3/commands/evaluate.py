@@ -1,0 +1,101 @@
+"""`s3 eval` (one resumable evaluation run) and `s3 leaderboard` (one table from many runs)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+_METHODS = ("no_retrieval", "naive_rag", "searcher", "search_r1", "search_r1_ret")
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "eval",
+        parents=[common],
+        help="evaluate a method with a frozen generator on a prepared dataset (resumable)",
+        description="Answer a prepared dataset's questions with the frozen generator, given contexts from a method; "
+        "rows go to RUN_DIR/results.jsonl as they finish, a re-run resumes (retrying failed rows), and "
+        "RUN_DIR/summary.json holds means over scored rows with bootstrap 95%% intervals.",
+    )
+    p.add_argument("--dataset", required=True, metavar="DIR", help="folder written by `s3 data prepare`")
+    p.add_argument("--method", required=True, choices=_METHODS)
+    p.add_argument("--index", default=None, metavar="DIR", help="retrieval index (default: retriever.index)")
+    p.add_argument("--contexts", default=None, metavar="FILE",
+                   help="searcher contexts jsonl {id, documents:[{id,...}]} (method searcher)")
+    p.add_argument("--generator", default=None, metavar="MODEL",
+                   help="litellm model string of the frozen generator (default: generator.model)")
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N questions")
+    p.add_argument("--batch-size", type=int, default=16, metavar="N", help="questions per batch (default 16)")
+    p.add_argument("--out", required=True, metavar="RUN_DIR", help="run folder (created; resumed if it exists)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(handler=_eval)
+
+    lb = sub.add_parser(
+        "leaderboard",
+        parents=[common],
+        help="one table (markdown, CSV, HTML, PNG) from many eval runs",
+        description="Rows = generator x method, columns = datasets, cells = GenAcc (EM), plus mean, "
+        "GBR (searcher - naive RAG), cost and latency. Refuses runs of the same method that differ in "
+        "retriever, k, corpus or prompt.",
+    )
+    lb.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (each with summary.json)")
+    lb.add_argument("--out", required=True, metavar="DIR", help="where leaderboard.{md,csv,html,png} go")
+    lb.set_defaults(handler=_leaderboard)
+
+
+def _eval(args: argparse.Namespace, cfg: Any) -> int:
+    from eval.harness import EvalOptions, build_run, run_eval, validate_options
+
+    given = {name for name in ("index", "contexts", "generator") if getattr(args, name) is not None}
+    opts = EvalOptions(
+        dataset=Path(args.dataset),
+        method=args.method,
+        out=Path(args.out),
+        index=Path(args.index) if args.index else None,
+        contexts=Path(args.contexts) if args.contexts else None,
+        generator=args.generator,
+        limit=args.limit,
+        batch_size=args.batch_size,
+        progress=not args.no_progress and sys.stderr.isatty(),
+        given=given,
+    )
+    validate_options(opts)
+    dataset, comp, config = build_run(cfg, opts)
+    summary = run_eval(opts, dataset, comp, config, n_resamples=cfg.eval.bootstrap_samples, seed=cfg.eval.seed)
+    _print_summary(summary, opts.out)
+    return 0
+
+
+def _fmt(m: dict[str, Any] | None) -> str:
+    if not m or m.get("mean") is None:
+        return "n/a"
+    ci = m.get("ci95") or [None, None]
+    return f"{100 * m['mean']:.1f} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def _print_summary(summary: dict[str, Any], out: Path) -> None:
+    m = summary["metrics"]
+    inv = summary.get("invocation", {})
+    print(f"run: {out}")
+    print(f"scored {summary['n_scored']}, failed {summary['n_failed']}, missing {summary['n_missing']}"
+          f" (this invocation: {inv.get('rows_written', 0)} rows, {inv.get('skipped_finished', 0)} skipped,"
+          f" {inv.get('retried_failed', 0)} retried; cache {inv.get('cache', {})})")
+    for key in ("genacc", "span", "em", "f1", "support_recall"):
+        if key in m:
+            print(f"  {key:<15} {_fmt(m[key])}")
+    t = summary.get("totals", {})
+    if t.get("mean_latency_s") is not None:
+        print(f"  mean latency    {t['mean_latency_s']:.2f} s/question, cost ${t.get('cost_usd', 0.0):.4f}")
+
+
+def _leaderboard(args: argparse.Namespace, cfg: Any) -> int:
+    from eval.leaderboard import build_leaderboard, write_leaderboard
+
+    board = build_leaderboard([Path(r) for r in args.runs])
+    paths = write_leaderboard(board, Path(args.out))
+    print(board.markdown())
+    for p in paths:
+        print(f"wrote {p}")
+    return 0

@@ -1,0 +1,173 @@
+"""`s3 index build|info`, `s3 retrieve`, `s3 serve-retriever`: build indexes, query them, serve /retrieve."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RECALL_KS = (1, 3, 5, 10)
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("index", help="build or describe a retrieval index", parents=[common])
+    isub = p.add_subparsers(dest="index_command", metavar="ACTION", required=True)
+    b = isub.add_parser("build", help="build an index directory from a corpus jsonl", parents=[common])
+    b.add_argument("--corpus", required=True, help="corpus jsonl ({id, contents} or {id, title, text})")
+    b.add_argument("--backend", default=None, help="bm25 | lucene | dense (default: retriever.backend)")
+    b.add_argument("--out", required=True, help="index directory to create")
+    b.add_argument("--overwrite", action="store_true", help="replace an existing index directory")
+    b.set_defaults(handler=_index_build)
+    i = isub.add_parser("info", help="print an index directory's manifest", parents=[common])
+    i.add_argument("--index", required=True)
+    i.set_defaults(handler=_index_info)
+
+    r = sub.add_parser("retrieve", help="query an index: one query, or a questions file", parents=[common])
+    r.add_argument("query", nargs="*", help="query text (omit when --questions is given)")
+    r.add_argument("--index", default=None, help="index directory (default: retriever.index)")
+    r.add_argument("--questions", default=None, help="questions jsonl (FlashRAG shape)")
+    r.add_argument("--k", type=int, default=None, help="documents per query (default: 10 with --questions, else retriever.k)")
+    r.add_argument("--out", default=None, help="write rankings jsonl: {id, documents: [{id, title, score}]}")
+    r.add_argument("--batch-size", type=int, default=64, help="queries per backend call with --questions")
+    r.set_defaults(handler=_retrieve)
+
+    s = sub.add_parser("serve-retriever", help="serve an index over the Search-R1 /retrieve contract", parents=[common])
+    s.add_argument("--index", default=None, help="index directory (default: retriever.index)")
+    s.add_argument("--host", default=None, help="bind address (default: service.host)")
+    s.add_argument("--port", type=int, default=None, help="port (default: service.port)")
+    s.set_defaults(handler=_serve)
+
+
+def _index_dir(args: argparse.Namespace, cfg: Any) -> Path | None:
+    if args.index:
+        return Path(args.index)
+    return cfg.resolve(cfg.retriever.index)
+
+
+def _open(args: argparse.Namespace, cfg: Any) -> Any:
+    from searcher.retrieval import load_retriever
+
+    return load_retriever(cfg.retriever, _index_dir(args, cfg))
+
+
+def _index_build(args: argparse.Namespace, cfg: Any) -> int:
+    from searcher.retrieval import build_index, read_manifest
+
+    backend = args.backend or cfg.retriever.backend
+    t0 = time.perf_counter()
+    out = build_index(args.corpus, backend, args.out, cfg.retriever, overwrite=args.overwrite, progress=True)
+    m = read_manifest(out)
+    print(f"built {backend} index of {m.doc_count} documents in {out} ({time.perf_counter() - t0:.1f}s)")
+    return 0
+
+
+def _index_info(args: argparse.Namespace, cfg: Any) -> int:
+    from searcher.retrieval import read_manifest
+
+    print(json.dumps(read_manifest(args.index).model_dump(mode="json"), indent=2))
+    return 0
+
+
+def _retrieve(args: argparse.Namespace, cfg: Any) -> int:
+    from searcher.errors import S3Error
+
+    if args.k is not None and args.k <= 0:
+        raise S3Error(f"--k must be positive, got {args.k}")
+    if args.questions and args.query:
+        raise S3Error("give either a query or --questions, not both")
+    if not args.questions and not args.query:
+        raise S3Error("nothing to retrieve: give a query or --questions FILE")
+    retriever = _open(args, cfg)
+    if args.questions:
+        return _retrieve_file(args, retriever)
+    return _retrieve_one(" ".join(args.query), args.k or cfg.retriever.k, retriever)
+
+
+def _retrieve_one(query: str, k: int, retriever: Any) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    (docs,) = retriever.search([query], k)
+    table = Table(title=f"top {k} for: {query}")
+    table.add_column("#", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("id")
+    table.add_column("title")
+    table.add_column("text")
+    for i, d in enumerate(docs, 1):
+        text = d.text if len(d.text) <= 80 else d.text[:77] + "..."
+        table.add_row(str(i), f"{d.score:.3f}" if d.score is not None else "", d.id, d.title, text)
+    Console().print(table)
+    if not docs:
+        print("no document matches the query", file=sys.stderr)
+    return 0
+
+
+def _retrieve_file(args: argparse.Namespace, retriever: Any) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from searcher.corpus import read_questions
+    from searcher.errors import IndexDirError, S3Error
+    from searcher.retrieval import support_recall
+
+    k = args.k or 10
+    questions = read_questions(args.questions)
+    if not questions:
+        raise S3Error(f"{args.questions}: no questions")
+    bs = max(1, args.batch_size)
+    t0 = time.perf_counter()
+    rankings: list[list[Any]] = []
+    for start in range(0, len(questions), bs):
+        rankings.extend(retriever.search([q.question for q in questions[start : start + bs]], k))
+    secs = time.perf_counter() - t0
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w", encoding="utf-8") as fh:
+            for q, docs in zip(questions, rankings, strict=True):
+                row = {"id": q.id, "documents": [{"id": d.id, "title": d.title, "score": d.score} for d in docs]}
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    console = Console()
+    console.print(f"{len(questions)} questions, k={k}: {secs:.2f}s ({len(questions) / secs:.0f} queries/s)"
+                  + (f"; rankings written to {args.out}" if args.out else ""))
+    gold = [q.supporting_ids for q in questions]
+    with_gold = [g for g in gold if g]
+    if not with_gold:
+        return 0
+    known = getattr(getattr(retriever, "store", None), "row_of", None)
+    if known is not None:
+        missing = sum(1 for g in with_gold for i in g if i not in known)
+        total = sum(len(g) for g in with_gold)
+        if missing == total:
+            raise IndexDirError(
+                "none of the questions' supporting ids is in the index: it was built from a different corpus"
+            )
+        if missing:
+            console.print(f"[yellow]warning: {missing} of {total} supporting ids are not in the index[/yellow]")
+    ks = [x for x in RECALL_KS if x <= k] or [k]
+    rec = support_recall([[d.id for d in docs] for docs in rankings], gold, ks)
+    table = Table(title=f"support recall ({len(with_gold)} questions with supporting ids)")
+    for col in ("k", "any gold in top-k", "all gold in top-k", "mean support recall"):
+        table.add_column(col, justify="right")
+    for kk, r in rec.items():
+        table.add_row(str(kk), f"{r.any_gold:.3f}", f"{r.all_gold:.3f}", f"{r.mean_recall:.3f}")
+    console.print(table)
+    return 0
+
+
+def _serve(args: argparse.Namespace, cfg: Any) -> int:
+    import uvicorn
+
+    from searcher.retrieval.server import create_retrieve_app
+
+    retriever = _open(args, cfg)
+    host = args.host or cfg.service.host
+    port = cfg.service.port if args.port is None else args.port
+    app = create_retrieve_app(retriever, cfg.service, default_topk=cfg.retriever.k)
+    print(f"serving {retriever!r} on http://{host}:{port}/retrieve", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+    return 0

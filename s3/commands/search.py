@@ -1,0 +1,317 @@
+"""`s3 search` (one question, or a questions file -> contexts.jsonl) and `s3 serve` (the /search HTTP service).
+
+    s3 search "who wrote the novel the film Blade Runner is based on?"
+    s3 search --index runs/index/hotpot --questions dev.jsonl --out runs/contexts.jsonl     # resumable
+    s3 serve --index runs/index/hotpot --policy runs/train/ckpt --port 8000
+
+The index and the searcher policy default to the config's ([retriever].index, [searcher] = the offline model);
+`--policy PATH` loads a trained checkpoint with the transformers backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from searcher.errors import DataFormatError, S3Error
+
+CONTEXTS_HELP = (
+    'one JSON line per question: {"id", "question", "documents": [{"id","title","score","turn"}], "turns", '
+    '"queries", "steps", "seconds"} (read by `s3 eval --contexts`)'
+)
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "search", parents=[common], help="run the searcher on a question (prints its trajectory) or a questions file",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("question", nargs="?", help="a question to search for (prints the trajectory)")
+    p.add_argument("--questions", type=Path, help="questions jsonl (FlashRAG shape) to run in batches")
+    p.add_argument("--out", type=Path, help="contexts jsonl to write (with --questions): " + CONTEXTS_HELP)
+    p.add_argument("--limit", type=int, default=None, help="only the first N questions of the file")
+    p.add_argument("--batch-size", type=int, default=8, help="questions advanced in lockstep per batch (default 8)")
+    p.add_argument("--json", action="store_true", help="print the single question's result as JSON")
+    _add_searcher_args(p)
+    p.set_defaults(handler=_search)
+
+    s = sub.add_parser(
+        "serve", parents=[common], help="serve /search, /retrieve and /health over HTTP (FastAPI)",
+        description="Serve the searcher: POST /search {question, k?, max_turns?}, POST /retrieve (Search-R1 "
+        "contract), GET /health. Host, port, limits and timeouts come from [service].",
+    )
+    _add_searcher_args(s)
+    s.add_argument("--host", default=None, help="bind address (default: service.host)")
+    s.add_argument("--port", type=int, default=None, help="port (default: service.port; 0 = a free one)")
+    s.set_defaults(handler=_serve)
+
+
+def _add_searcher_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--index", type=Path, default=None, help="index directory (default: retriever.index)")
+    p.add_argument(
+        "--policy", type=Path, default=None,
+        help="a trained searcher checkpoint (sets searcher.policy_path and the transformers backend)",
+    )
+
+
+# ------------------------------------------------------------------------------------------------------- loading
+
+
+def _apply_policy_arg(cfg: Any, policy: Path | None) -> None:
+    if policy is None:
+        return
+    if not policy.exists():
+        raise S3Error(f"--policy {policy}: no such checkpoint")
+    cfg.searcher.policy_path = str(policy.resolve())
+    cfg.searcher.policy = "transformers"
+
+
+def _index_dir(cfg: Any, index: Path | None) -> Path:
+    path = index if index is not None else cfg.resolve(cfg.retriever.index)
+    if path is None and cfg.retriever.backend != "remote" and not cfg.retriever.lucene.prebuilt_index:
+        raise S3Error("no index: pass --index DIR or set retriever.index (build one with `s3 index build`)")
+    return Path(path) if path is not None else Path()
+
+
+def build_searcher(cfg: Any, index: Path | None = None, policy: Path | None = None) -> tuple[Any, Any, str]:
+    """Load the retriever, the policy and the S3Searcher the config (plus --index / --policy) asks for.
+
+    Returns (searcher, retriever, index name)."""
+    _apply_policy_arg(cfg, policy)
+    index_dir = _index_dir(cfg, index)
+    from searcher.agent import S3Searcher
+    from searcher.policy import load_policy
+    from searcher.retrieval import load_retriever
+
+    retriever = load_retriever(cfg.retriever, index_dir)
+    pol = load_policy(cfg.searcher)
+    searcher = S3Searcher(pol, retriever, cfg.searcher, k0=cfg.retriever.k)
+    return searcher, retriever, str(index_dir)
+
+
+# ------------------------------------------------------------------------------------------------- contexts file
+
+
+def contexts_row(result: Any, question_id: str) -> dict[str, Any]:
+    """One contexts.jsonl row for a SearchResult (documents without text: the eval harness joins the corpus)."""
+    from searcher.service import summarize_result
+
+    summary = summarize_result(result)
+    return {
+        "id": question_id,
+        "question": result.question,
+        "documents": [{"id": d.id, "title": d.title, "score": d.score, "turn": d.turn} for d in summary.documents],
+        "turns": summary.trajectory.turns,
+        "queries": summary.trajectory.queries,
+        "steps": [
+            {
+                "turn": s.turn,
+                "query": s.query,
+                "retrieved_ids": s.retrieved_ids,
+                "selected_ids": s.selected_ids,
+                "selection_fallback": s.selection_fallback,
+                "search_complete": s.search_complete,
+                "invalid_reason": s.invalid_reason,
+            }
+            for s in summary.trajectory.steps
+        ],
+        "seconds": summary.trajectory.seconds,
+    }
+
+
+def read_done_ids(path: Path) -> set[str]:
+    """Ids already written to a contexts file. A torn last line (an interrupted run) is cut off the file;
+    a malformed line elsewhere is an error naming it."""
+    if not path.is_file():
+        return set()
+    done: set[str] = set()
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    good_bytes = 0
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            good_bytes += len(line.encode("utf-8"))
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict) or "id" not in row:
+                raise ValueError("no 'id'")
+        except ValueError as e:
+            if lineno == len(lines):  # torn tail of an interrupted run: drop it and redo that question
+                with path.open("r+b") as fh:
+                    fh.truncate(good_bytes)
+                break
+            raise DataFormatError(f"{path}:{lineno}: not a contexts row ({e}); fix or remove the line") from None
+        if not line.endswith("\n"):
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write("\n")
+        done.add(str(row["id"]))
+        good_bytes += len(line.encode("utf-8"))
+    return done
+
+
+def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+# ------------------------------------------------------------------------------------------------------ handlers
+
+
+def _search(args: argparse.Namespace, cfg: Any) -> int:
+    if args.question and args.questions:
+        raise S3Error("give a question or --questions FILE, not both")
+    if not args.question and not args.questions:
+        raise S3Error('give a question ("s3 search \\"who ...?\\"") or --questions FILE --out contexts.jsonl')
+    if args.questions and not args.out:
+        raise S3Error("--questions needs --out contexts.jsonl")
+    if args.batch_size < 1:
+        raise S3Error(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.question is not None and not args.question.strip():
+        raise S3Error("the question is empty")
+    if args.questions:
+        return _search_file(args, cfg)
+    searcher, retriever, _ = build_searcher(cfg, args.index, args.policy)
+    (result,) = searcher.search([args.question.strip()])
+    if args.json:
+        print(result.model_dump_json(indent=2, exclude={"trajectory"}))
+    else:
+        print_trajectory(result, retriever)
+    return 0
+
+
+def _search_file(args: argparse.Namespace, cfg: Any) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from searcher.corpus import read_questions
+
+    questions = read_questions(args.questions)
+    if args.limit is not None:
+        questions = questions[: args.limit]
+    seen: set[str] = set()
+    for q in questions:
+        if q.id in seen:
+            raise DataFormatError(f"{args.questions}: duplicate question id {q.id!r} (ids must be unique to resume)")
+        seen.add(q.id)
+    out: Path = args.out
+    done = read_done_ids(out)
+    todo = [q for q in questions if q.id not in done]
+    console = Console(stderr=True)
+    console.print(f"{len(questions)} questions, {len(questions) - len(todo)} already in {out}, {len(todo)} to search")
+    if not todo:
+        return 0
+    searcher, _, _ = build_searcher(cfg, args.index, args.policy)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    n_docs = n_turns = 0
+    with (
+        out.open("a", encoding="utf-8") as fh,
+        Progress(
+            TextColumn("search"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console,
+            transient=False,
+        ) as progress,
+    ):
+        task = progress.add_task("search", total=len(todo))
+        for batch in _batches(todo, args.batch_size):
+            results = searcher.search([q.question for q in batch])
+            if len(results) != len(batch):
+                raise S3Error(f"searcher returned {len(results)} results for {len(batch)} questions")
+            for q, r in zip(batch, results, strict=True):
+                fh.write(json.dumps(contexts_row(r, q.id), ensure_ascii=False) + "\n")
+                n_docs += len(r.documents)
+                n_turns += r.turns
+            fh.flush()
+            progress.advance(task, len(batch))
+    dt = time.perf_counter() - t0
+    n = len(todo)
+    console.print(
+        f"wrote {n} rows to {out} in {dt:.1f}s ({n / dt:.2f} questions/s); "
+        f"mean turns {n_turns / n:.2f}, mean documents {n_docs / n:.2f}"
+    )
+    return 0
+
+
+def _titles(result: Any, retriever: Any) -> dict[str, str]:
+    """Titles of every document the trajectory saw (final documents, plus the retriever's doc store)."""
+    titles = {d.id: d.title for d in result.documents}
+    missing = [i for i in result.retrieved_documents_ids if i not in titles]
+    get = getattr(retriever, "get", None)
+    if missing and callable(get):
+        with contextlib.suppress(S3Error):  # a remote retriever without a doc store: ids only
+            titles.update({d.id: d.title for d in get(missing)})
+    return titles
+
+
+def print_trajectory(result: Any, retriever: Any = None, file: Any = None) -> None:
+    """Print a SearchResult readably: per turn the query, retrieved titles (selected ones marked), stop flag,
+    then the final documents D_s3."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(file=file or sys.stdout, soft_wrap=False)
+    console.print(f"[bold]Question:[/bold] {escape(result.question)}")
+    titles = _titles(result, retriever)
+    for step in result.steps:
+        label = "begin-with-search" if step.turn == 0 else f"turn {step.turn}"
+        query = f"query: {escape(repr(step.query))}" if step.query is not None else "(no query)"
+        console.print(f"\n[bold cyan]{label}[/bold cyan]  {query}")
+        if step.invalid_reason:
+            console.print(f"  [red]invalid action:[/red] {escape(step.invalid_reason)}")
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        table.add_column("", width=2)
+        table.add_column("doc id")
+        table.add_column("title")
+        selected = set(step.selected_ids)
+        for doc_id in step.retrieved_ids:
+            mark = "✓" if doc_id in selected else ""
+            table.add_row(mark, escape(doc_id), escape(titles.get(doc_id, "")))
+        if step.retrieved_ids:
+            console.print(table)
+        how = " (no <important_info>: whole window admitted, A.5)" if step.selection_fallback else ""
+        console.print(f"  selected: {escape(', '.join(step.selected_ids)) or '-'}{how}")
+        if step.search_complete is not None:
+            console.print(f"  search_complete: {step.search_complete}")
+        console.print(f"  [dim]{step.policy_seconds:.2f}s policy, {step.retrieval_seconds:.3f}s retrieval[/dim]")
+    console.print(f"\n[bold]Final documents ({len(result.documents)}):[/bold]")
+    for i, d in enumerate(result.documents, start=1):
+        score = f"  score {d.score:.2f}" if d.score is not None else ""
+        console.print(f"  {i}. {escape(f'[{d.id}]')} {escape(d.title)}{score}")
+    if result.answer is not None:
+        console.print(f"\n[bold]Answer:[/bold] {escape(result.answer)}")
+    console.print(f"[dim]{result.turns} turns, {result.seconds:.2f}s[/dim]")
+
+
+def _serve(args: argparse.Namespace, cfg: Any) -> int:
+    import socket
+
+    import uvicorn
+
+    from searcher.service import create_search_app
+
+    host = args.host or cfg.service.host
+    port = cfg.service.port if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        raise S3Error(f"--port must be in 0..65535, got {port}")
+    searcher, retriever, index_name = build_searcher(cfg, args.index, args.policy)
+    app = create_search_app(searcher, retriever, cfg, index=index_name)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise S3Error(f"cannot bind {host}:{port}: {e.strerror}") from None
+    bound_port = sock.getsockname()[1]
+    print(f"s3 serve: http://{host}:{bound_port}  (POST /search, POST /retrieve, GET /health)", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server.run(sockets=[sock])
+    return 0

@@ -1,0 +1,72 @@
+"""Training commands: `s3 prepare-training`, `s3 train`, `s3 plot RUN_DIR`, `s3 export-policy`, `s3 train-eval`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("prepare-training", help="build the training set and cache the naive-RAG baseline", parents=[common])
+    p.add_argument("--out", default=None, help="training directory (default: training.train_data or OUTPUT_DIR/data)")
+    p.set_defaults(handler=_prepare)
+
+    p = sub.add_parser("train", help="train a searcher (GRPO/PPO; s3 or Search-R1 mode); resumes a run dir", parents=[common])
+    p.add_argument("--max-steps", type=int, default=None, help="stop after this many more steps (checkpointed)")
+    p.set_defaults(handler=_train)
+
+    p = sub.add_parser("plot", help="training curves of a run directory -> PNG", parents=[common])
+    p.add_argument("run_dir")
+    p.add_argument("--out", default=None)
+    p.set_defaults(handler=_plot)
+
+    p = sub.add_parser("export-policy", help="export a checkpoint (LoRA merged) as a plain Hugging Face dir", parents=[common])
+    p.add_argument("checkpoint", help="a checkpoint dir or a run dir (its latest checkpoint)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(handler=_export)
+
+    p = sub.add_parser("train-eval", help="held-out reward of a checkpoint vs the untrained policy", parents=[common])
+    p.add_argument("--policy", action="append", required=True, help="policy dir or base model name (repeatable)")
+    p.add_argument("--limit", type=int, default=None)
+    p.set_defaults(handler=_train_eval)
+
+
+def _prepare(args: argparse.Namespace, cfg: Any) -> int:
+    from pathlib import Path
+
+    from training.data import prepare_training
+
+    m = prepare_training(cfg, Path(args.out) if args.out else None)
+    print(json.dumps(m["counts"]))
+    return 0
+
+
+def _train(args: argparse.Namespace, cfg: Any) -> int:
+    from training.trainer import make_trainer
+
+    out = make_trainer(cfg).train(max_steps=args.max_steps)
+    print(json.dumps({k: v for k, v in out.items() if k != "last"}))
+    return 0
+
+
+def _plot(args: argparse.Namespace, cfg: Any) -> int:
+    from training.plots import plot_run
+
+    print(plot_run(args.run_dir, args.out))
+    return 0
+
+
+def _export(args: argparse.Namespace, cfg: Any) -> int:
+    from training.trainer import export_policy
+
+    print(export_policy(args.checkpoint, args.out, base_model=cfg.training.base_model))
+    return 0
+
+
+def _train_eval(args: argparse.Namespace, cfg: Any) -> int:
+    from training.evaluate import heldout_rewards
+
+    for row in heldout_rewards(cfg, args.policy, limit=args.limit):
+        print(json.dumps(row))
+    return 0

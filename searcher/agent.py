@@ -1,0 +1,438 @@
+"""The s3 searcher loop (batched, lockstep) and the Search-R1 end-to-end agent built on the same machinery.
+
+    searcher = S3Searcher(policy, retriever, cfg.searcher, k0=cfg.retriever.k)
+    results = searcher.search(["Who directed Garbage Warrior?", ...])
+    results[0].documents      # D_s3: selected documents, deduplicated, in turn order, at most cfg.max_contexts
+    results[0].steps          # SearchStep per window: query, retrieved ids, selected ids, stop flag, timing, tokens
+    results[0].trajectory     # token ids + mask (1 = policy, 0 = environment) for token policies, else None
+
+The loop, for every question of a batch at once (s3 paper §3.1, Table 7, Appendix A.5):
+
+    turn 0: D0 = top-k0 of the question (begin-with-search; k0 = the naive-RAG k, 3) shown in the first prompt
+    reply 0: <important_info> over D0 (optional), <search_complete>, <query>
+    turn t = 1..T: D_t = top-k of the query; reply t selects from D_t, stops or asks the next query
+    after the reply to D_T the loop ends (that last reply can still select from D_T; its query is not searched)
+
+Each step record pairs a window with the reply that judged it. All active questions advance in lockstep: ONE batched
+policy call and ONE batched retrieval call per turn; finished questions leave the batch. A window the reply left
+without `<important_info>` is admitted whole (Appendix A.5, `no_selection="all"`) or dropped (`"drop"`).
+An invalid reply becomes an observation telling the policy what was wrong; it uses up that turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from searcher.config import SearcherConfig
+from searcher.errors import ConfigError, S3Error
+from searcher.policy.base import Message, Policy, PolicyOutput, PolicyPrompt, TokenPrompt, uses_token_ids
+from searcher.protocol import (
+    S3_STOP,
+    SEARCH_R1_STOP,
+    build_s3_prompt,
+    build_search_r1_prompt,
+    information_observation,
+    invalid_observation,
+    parse_s3_reply,
+    parse_search_r1_reply,
+    render_information,
+    search_r1_invalid_observation,
+    search_required_observation,
+)
+from searcher.types import Document, QAExample, SearchResult, SearchStep, Trajectory
+
+__all__ = ["LoopStats", "S3Searcher", "SearchR1Agent", "SupportsSearch", "admission_stats"]
+
+
+class SupportsSearch(Protocol):
+    """The retriever contract the agent needs (searcher.retrieval.Retriever satisfies it)."""
+
+    def search(self, queries: list[str], k: int) -> list[list[Document]]: ...
+
+
+@dataclass
+class LoopStats:
+    """Wall-clock accounting of the last `search()` call (for benchmarks and the service)."""
+
+    questions: int = 0
+    seconds: float = 0.0
+    policy_seconds: float = 0.0
+    retrieval_seconds: float = 0.0
+    policy_calls: int = 0
+    retrieval_calls: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+
+    @property
+    def other_seconds(self) -> float:
+        """Time spent in the loop itself (prompts, parsing, bookkeeping): total - policy - retrieval."""
+        return max(self.seconds - self.policy_seconds - self.retrieval_seconds, 0.0)
+
+
+@dataclass
+class _Rollout:
+    """Mutable state of one question inside a lockstep batch."""
+
+    index: int
+    question: str
+    question_id: str | None
+    messages: list[Message] = field(default_factory=list)  # chat policies
+    ids: list[int] = field(default_factory=list)  # token policies: the full context so far
+    trajectory: Trajectory | None = None
+    window: list[Document] = field(default_factory=list)
+    step: SearchStep | None = None  # the step of the current window, completed by the next reply
+    steps: list[SearchStep] = field(default_factory=list)
+    docs: dict[str, Document] = field(default_factory=dict)  # D_s3 in admission order
+    content_keys: set[tuple[str, str]] = field(default_factory=set)
+    answer: str | None = None
+    done: bool = False
+    finished_at: float = 0.0
+
+
+@dataclass
+class _Decision:
+    query: str | None = None
+    done: bool = False
+    observation: str | None = None  # inserted when the action was invalid
+
+
+class S3Searcher:
+    """The s3 searcher: a policy LLM that queries `retriever`, selects documents and decides when to stop.
+
+    policy: any `Policy` (searcher.policy.load_policy(cfg) builds one from the config).
+    retriever: anything with `search(queries: list[str], k: int) -> list[list[Document]]`.
+    cfg: the [searcher] section (profile, k, max_select, max_turns, doc budget, no_selection, sampling).
+    k0: begin-with-search depth; must equal the naive-RAG k (retriever.k, 3) so that GBR compares like with like.
+    count_tokens: token counter for the per-document budget (default: whitespace words; token policies use their
+        tokenizer).
+    """
+
+    stop_strings: tuple[str, ...] = S3_STOP
+
+    def __init__(
+        self,
+        policy: Policy,
+        retriever: SupportsSearch,
+        cfg: SearcherConfig | None = None,
+        k0: int = 3,
+        *,
+        count_tokens: Callable[[str], int] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.retriever = retriever
+        self.cfg = cfg if cfg is not None else SearcherConfig.model_validate({})
+        if k0 < 1:
+            raise ConfigError(f"k0 (begin-with-search depth) must be >= 1, got {k0}; use the naive-RAG k (3)")
+        self.k0 = k0
+        self.token_mode = uses_token_ids(policy)
+        if count_tokens is None and self.token_mode:
+            encode = policy.encode  # type: ignore[attr-defined]
+
+            def count_tokens(s: str) -> int:
+                return len(encode(s))
+
+        self.count_tokens = count_tokens
+        self.last_stats = LoopStats()
+
+    # ------------------------------------------------------------------------------------------------ public API
+    @property
+    def max_turns(self) -> int:
+        return self.cfg.effective_max_turns
+
+    @property
+    def k(self) -> int:
+        return self.cfg.effective_k
+
+    @property
+    def max_contexts(self) -> int:
+        return self.cfg.max_contexts
+
+    def search_one(self, question: str | QAExample) -> SearchResult:
+        return self.search([question])[0]
+
+    def search(self, questions: Sequence[str | QAExample]) -> list[SearchResult]:
+        """Run the loop for every question; questions advance in lockstep batches of `policy.max_batch` (all at once
+        when None). Returns one SearchResult per question, in order."""
+        items: list[tuple[str, str | None]] = []
+        for i, q in enumerate(questions):
+            text, qid = (q.question, q.id) if isinstance(q, QAExample) else (q, None)
+            if not isinstance(text, str) or not text.strip():
+                raise S3Error(f"question {i} is empty: every question needs some text")
+            items.append((text.strip(), qid))
+        stats = LoopStats(questions=len(items))
+        self.last_stats = stats
+        t_start = time.perf_counter()
+        chunk = self.policy.max_batch or max(len(items), 1)
+        results: list[SearchResult] = []
+        for lo in range(0, len(items), chunk):
+            results.extend(self._run_batch(items[lo : lo + chunk], lo, stats))
+        stats.seconds = time.perf_counter() - t_start
+        return results
+
+    # --------------------------------------------------------------------------------------------- the lockstep loop
+    def _run_batch(self, items: list[tuple[str, str | None]], offset: int, stats: LoopStats) -> list[SearchResult]:
+        t0 = time.perf_counter()
+        states = [_Rollout(index=offset + i, question=q, question_id=qid) for i, (q, qid) in enumerate(items)]
+        self._begin(states, stats)
+        T = self.max_turns
+        for r in range(T + 1):
+            active = [st for st in states if not st.done]
+            if not active:
+                break
+            prompts: list[PolicyPrompt] = [TokenPrompt(list(st.ids)) if self.token_mode else list(st.messages) for st in active]
+            tp = time.perf_counter()
+            outs = self.policy.generate(
+                prompts,
+                stop=self.stop_strings,
+                max_new_tokens=self.cfg.max_new_tokens,
+                temperature=self.cfg.temperature,
+            )
+            dt = time.perf_counter() - tp
+            stats.policy_seconds += dt
+            stats.policy_calls += 1
+            stats.batch_sizes.append(len(active))
+            if len(outs) != len(active):
+                raise RuntimeError(f"policy {self.policy.name} returned {len(outs)} replies for {len(active)} prompts")
+            to_search: list[tuple[_Rollout, str]] = []
+            for st, out in zip(active, outs, strict=True):
+                self._record_reply(st, out, dt / len(active))
+                decision = self._decide(st, out, last_turn=(r == T))
+                assert st.step is not None
+                st.steps.append(st.step)
+                st.step = None
+                if decision.done:
+                    st.done = True
+                    st.finished_at = time.perf_counter() - t0
+                elif decision.query is not None:
+                    to_search.append((st, decision.query))
+                else:
+                    # invalid action: tell the policy what was wrong; this turn is used up, no window
+                    st.window = []
+                    st.step = SearchStep(turn=r + 1)
+                    self._insert(st, decision.observation or "")
+            if to_search:
+                tr = time.perf_counter()
+                windows = self.retriever.search([q for _, q in to_search], self._turn_k())
+                dr = time.perf_counter() - tr
+                stats.retrieval_seconds += dr
+                stats.retrieval_calls += 1
+                if len(windows) != len(to_search):
+                    raise RuntimeError(f"retriever returned {len(windows)} result lists for {len(to_search)} queries")
+                for (st, q), docs in zip(to_search, windows, strict=True):
+                    st.window = list(docs)
+                    st.step = SearchStep(
+                        turn=r + 1,
+                        query=q,
+                        retrieved_ids=[d.id for d in docs],
+                        retrieval_seconds=dr / len(to_search),
+                    )
+                    self._insert(st, self._window_observation(st.window))
+        now = time.perf_counter() - t0
+        results = []
+        for st in states:
+            if st.step is not None:  # a window nobody judged (cannot happen: the last reply judges the last window)
+                st.steps.append(st.step)
+            results.append(
+                SearchResult(
+                    question_id=st.question_id,
+                    question=st.question,
+                    documents=list(st.docs.values()),
+                    steps=st.steps,
+                    answer=st.answer,
+                    trajectory=st.trajectory,
+                    seconds=st.finished_at or now,
+                )
+            )
+        return results
+
+    def _begin(self, states: list[_Rollout], stats: LoopStats) -> None:
+        """Begin-with-search (one batched retrieval of every question) and the first prompt."""
+        d0: list[list[Document]] = [[] for _ in states]
+        dr = 0.0
+        if self._begins_with_search() and states:
+            tr = time.perf_counter()
+            d0 = [list(x) for x in self.retriever.search([st.question for st in states], self.k0)]
+            dr = time.perf_counter() - tr
+            stats.retrieval_seconds += dr
+            stats.retrieval_calls += 1
+            if len(d0) != len(states):
+                raise RuntimeError(f"retriever returned {len(d0)} result lists for {len(states)} queries")
+        for st, docs in zip(states, d0, strict=True):
+            st.window = docs
+            bws = self._begins_with_search()
+            st.step = SearchStep(
+                turn=0,
+                query=st.question if bws else None,
+                retrieved_ids=[d.id for d in docs],
+                retrieval_seconds=dr / len(states) if bws else 0.0,
+            )
+            prompt = self._first_prompt(st.question, docs if bws else None)
+            user: Message = {"role": "user", "content": prompt}
+            if self.token_mode:
+                ids = list(self.policy.encode_chat([user]))  # type: ignore[attr-defined]
+                st.trajectory = Trajectory(prompt_ids=list(ids))
+                st.ids = ids
+            else:
+                st.messages = [user]
+
+    def _record_reply(self, st: _Rollout, out: PolicyOutput, seconds: float) -> None:
+        """Append what the policy wrote: token ids with mask 1 (token mode) or an assistant message."""
+        if self.token_mode and st.trajectory is not None and out.token_ids is not None:
+            st.trajectory.append(list(out.token_ids), written_by_policy=True, logprobs=out.logprobs)
+            st.ids.extend(out.token_ids)
+        elif not self.token_mode:
+            st.messages.append({"role": "assistant", "content": out.text})
+        step = st.step if st.step is not None else SearchStep(turn=-1)
+        step.policy_text = out.text
+        step.policy_seconds = seconds
+        step.prompt_tokens = out.prompt_tokens
+        step.completion_tokens = out.completion_tokens
+        st.step = step
+
+    def _insert(self, st: _Rollout, text: str) -> None:
+        """Append what the environment inserts: token ids with mask 0 (token mode) or a user message."""
+        if not text:
+            return
+        if self.token_mode:
+            ids = list(self.policy.encode(text))  # type: ignore[attr-defined]
+            assert st.trajectory is not None
+            st.trajectory.append(ids, written_by_policy=False)
+            st.ids.extend(ids)
+        else:
+            st.messages.append({"role": "user", "content": text.strip("\n")})
+
+    def _admit(self, st: _Rollout, docs: Sequence[Document], cap: int | None) -> list[str]:
+        """Add documents to D_s3 (deduplicated by id and by content, turn order, at most `cap`); returns ids added."""
+        added = []
+        for d in docs:
+            if cap is not None and len(st.docs) >= cap:
+                break
+            key = (d.title, d.text)
+            if d.id in st.docs or key in st.content_keys:
+                continue
+            st.docs[d.id] = d
+            st.content_keys.add(key)
+            added.append(d.id)
+        return added
+
+    # --------------------------------------------------------------------------------- s3-specific hooks (overridable)
+    def _begins_with_search(self) -> bool:
+        return self.cfg.begin_with_search
+
+    def _turn_k(self) -> int:
+        return self.k
+
+    def _render(self, docs: Sequence[Document]) -> str:
+        return render_information(docs, self.cfg.effective_doc_token_budget, self.count_tokens)
+
+    def _first_prompt(self, question: str, d0: list[Document] | None) -> str:
+        return build_s3_prompt(question, self._render(d0) if d0 is not None else None, self.cfg.max_select)
+
+    def _window_observation(self, docs: list[Document]) -> str:
+        return information_observation(self._render(docs))
+
+    def _decide(self, st: _Rollout, out: PolicyOutput, last_turn: bool) -> _Decision:
+        step = st.step
+        assert step is not None
+        if out.error is not None:
+            step.invalid_reason = f"policy call failed: {out.error}"
+            return _Decision(done=True)
+        action = parse_s3_reply(out.text, len(st.window), self.cfg.max_select)
+        step.search_complete = action.search_complete
+        step.invalid_reason = action.invalid_reason
+        # selection over the current window (Appendix A.5 when there is no <important_info>)
+        if action.selected is not None:
+            chosen = [st.window[i - 1] for i in action.selected]
+            step.selected_ids = [d.id for d in chosen]
+            self._admit(st, chosen, self.max_contexts)
+        elif st.window and self.cfg.no_selection == "all":
+            step.selected_ids = [d.id for d in st.window]
+            step.selection_fallback = True
+            self._admit(st, st.window, self.max_contexts)
+        if last_turn:
+            return _Decision(done=True)
+        searched = sum(1 for s in st.steps if s.turn > 0 and s.query is not None) + (step.turn > 0 and step.query is not None)
+        if action.search_complete is True and searched < self.cfg.min_turns:
+            step.invalid_reason = f"search_complete before the minimum of {self.cfg.min_turns} search turn(s)"
+            return _Decision(observation=search_required_observation(self.cfg.min_turns))
+        if action.search_complete is True:
+            return _Decision(done=True)
+        if action.wants_search:
+            return _Decision(query=action.query)
+        return _Decision(observation=invalid_observation(action.invalid_reason or "no action"))
+
+
+class SearchR1Agent(S3Searcher):
+    """Search-R1 end to end (search-r1.md Table 1): the policy reasons in `<think>`, searches with
+    `<search>query</search>`, reads `<information>`, and answers in `<answer>`; `SearchResult.answer` is its answer.
+
+    Same lockstep batching and token masks as S3Searcher. No begin-with-search (the template starts from the bare
+    question); every search retrieves top-k0 (Search-R1's topk, 3); the result's `documents` are all retrieved
+    documents, deduplicated, in turn order (the paper's "Search-R1 (Ret)" context). After `max_turns` searches the
+    policy gets one last reply in which it can only answer.
+    """
+
+    stop_strings = SEARCH_R1_STOP
+
+    def _begins_with_search(self) -> bool:
+        return False
+
+    def _turn_k(self) -> int:
+        return self.k0
+
+    def _render(self, docs: Sequence[Document]) -> str:
+        return render_information(docs, self.cfg.effective_doc_token_budget, self.count_tokens, style="search_r1")
+
+    def _first_prompt(self, question: str, d0: list[Document] | None) -> str:
+        return build_search_r1_prompt(question)
+
+    def _window_observation(self, docs: list[Document]) -> str:
+        return f"\n\n<information>{self._render(docs).strip()}</information>\n\n"
+
+    def _decide(self, st: _Rollout, out: PolicyOutput, last_turn: bool) -> _Decision:
+        step = st.step
+        assert step is not None
+        if st.window:  # the documents the policy read count as its context
+            self._admit(st, st.window, None)
+        if out.error is not None:
+            step.invalid_reason = f"policy call failed: {out.error}"
+            return _Decision(done=True)
+        action = parse_search_r1_reply(out.text)
+        step.invalid_reason = action.invalid_reason
+        if action.answer is not None:
+            st.answer = action.answer
+            step.search_complete = True
+            return _Decision(done=True)
+        if last_turn:
+            if action.query is not None:
+                step.invalid_reason = "search budget exhausted before an <answer>"
+            return _Decision(done=True)
+        if action.query is not None:
+            step.search_complete = False
+            return _Decision(query=action.query)
+        return _Decision(observation=search_r1_invalid_observation(action.invalid_reason or "no action"))
+
+
+def admission_stats(result: SearchResult) -> dict[str, Any]:
+    """How the final context was built: documents admitted by explicit selection vs the Appendix A.5 fallback,
+    and the invalid replies.
+
+    >>> admission_stats(SearchResult(question="q"))["documents"]
+    0
+    """
+    final = {d.id for d in result.documents}
+    first_by: dict[str, bool] = {}
+    for s in result.steps:
+        for i in s.selected_ids:
+            first_by.setdefault(i, s.selection_fallback)
+    by_fallback = sum(1 for i in final if first_by.get(i, False))
+    return {
+        "documents": len(final),
+        "by_selection": len(final) - by_fallback,
+        "by_fallback": by_fallback,
+        "replies": len(result.steps),
+        "invalid_replies": sum(1 for s in result.steps if s.invalid_reason is not None),
+        "search_turns": sum(1 for s in result.steps if s.turn > 0 and s.query is not None),
+    }

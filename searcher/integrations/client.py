@@ -1,0 +1,146 @@
+"""Two ways to reach a searcher, one answer shape (`SearchResponse`): in process, or over HTTP (`s3 serve`).
+
+    backend = LocalSearch(searcher)                          # the Python API (S3Searcher)
+    backend = SearchClient("http://127.0.0.1:8000")          # a running `s3 serve`
+    response = backend.search("who wrote Hamlet?", k=4, max_turns=1)
+    [d.title for d in response.documents]
+
+The LangChain and LlamaIndex retrievers take either one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Protocol
+
+import httpx
+
+from searcher.errors import S3Error, ServiceError
+from searcher.service import SearchResponse, SearchSettings, run_search, summarize_result
+
+__all__ = ["LocalSearch", "SearchBackend", "SearchClient", "as_backend"]
+
+
+class SearchBackend(Protocol):
+    def search(self, question: str, k: int | None = None, max_turns: int | None = None) -> SearchResponse: ...
+
+    async def asearch(self, question: str, k: int | None = None, max_turns: int | None = None) -> SearchResponse: ...
+
+
+class LocalSearch:
+    """The in-process backend over an S3Searcher (`search(questions, k=, max_turns=)`).
+
+    Calls are serialised with a lock: one searcher, one batch at a time."""
+
+    def __init__(self, searcher: Any) -> None:
+        if not callable(getattr(searcher, "search", None)):
+            raise TypeError(f"LocalSearch needs a searcher with .search(questions), got {type(searcher).__name__}")
+        self.searcher = searcher
+        self._lock = threading.Lock()
+
+    def _settings(self, k: int | None, max_turns: int | None) -> SearchSettings | None:
+        if k is None and max_turns is None:
+            return None
+        cfg = getattr(self.searcher, "cfg", None)
+        dk = getattr(cfg, "effective_k", None)
+        dt = getattr(cfg, "effective_max_turns", None)
+        k = k if k is not None else dk
+        max_turns = max_turns if max_turns is not None else dt
+        if k is None or max_turns is None:
+            raise S3Error("per-call k / max_turns need both values (the searcher has no .cfg to take defaults from)")
+        return SearchSettings(k=k, max_turns=max_turns)
+
+    def search(self, question: str, k: int | None = None, max_turns: int | None = None) -> SearchResponse:
+        if not question.strip():
+            raise S3Error("question must not be empty")
+        settings = self._settings(k, max_turns)
+        with self._lock:
+            (result,) = run_search(self.searcher, [question], settings)
+        return summarize_result(result, settings)
+
+    async def asearch(self, question: str, k: int | None = None, max_turns: int | None = None) -> SearchResponse:
+        return await asyncio.to_thread(self.search, question, k, max_turns)
+
+
+def _error_detail(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:300]
+    detail = body.get("detail", body) if isinstance(body, dict) else body
+    return str(detail)[:500]
+
+
+class SearchClient:
+    """HTTP client of `POST /search` on a running `s3 serve` (sync and async).
+
+    Errors: a 4xx answer raises S3Error with the server's message (e.g. the limit a request broke); connection
+    failures, timeouts and 5xx raise ServiceError naming the URL."""
+
+    def __init__(self, url: str, timeout_s: float = 120.0, headers: dict[str, str] | None = None) -> None:
+        base = url.rstrip("/")
+        if base.endswith("/search"):
+            base = base[: -len("/search")]
+        if not base.startswith(("http://", "https://")):
+            raise S3Error(f"SearchClient: url must start with http:// or https://, got {url!r}")
+        self.base_url = base
+        self.timeout_s = timeout_s
+        self.headers = dict(headers or {})
+
+    @property
+    def search_url(self) -> str:
+        return f"{self.base_url}/search"
+
+    @staticmethod
+    def _body(question: str, k: int | None, max_turns: int | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"question": question}
+        if k is not None:
+            body["k"] = k
+        if max_turns is not None:
+            body["max_turns"] = max_turns
+        return body
+
+    def _parse(self, resp: httpx.Response) -> SearchResponse:
+        if resp.status_code >= 500:
+            raise ServiceError(f"{self.search_url} answered {resp.status_code}: {_error_detail(resp)}")
+        if resp.status_code >= 400:
+            raise S3Error(f"{self.search_url} rejected the request ({resp.status_code}): {_error_detail(resp)}")
+        try:
+            return SearchResponse.model_validate(resp.json())
+        except ValueError as e:
+            raise ServiceError(f"{self.search_url} returned a body that is not a /search response: {e}") from None
+
+    def search(self, question: str, k: int | None = None, max_turns: int | None = None) -> SearchResponse:
+        try:
+            with httpx.Client(timeout=self.timeout_s, headers=self.headers) as client:
+                resp = client.post(self.search_url, json=self._body(question, k, max_turns))
+        except httpx.HTTPError as e:
+            raise ServiceError(f"{self.search_url}: {type(e).__name__}: {e}") from None
+        return self._parse(resp)
+
+    async def asearch(self, question: str, k: int | None = None, max_turns: int | None = None) -> SearchResponse:
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
+                resp = await client.post(self.search_url, json=self._body(question, k, max_turns))
+        except httpx.HTTPError as e:
+            raise ServiceError(f"{self.search_url}: {type(e).__name__}: {e}") from None
+        return self._parse(resp)
+
+    def health(self) -> dict[str, Any]:
+        try:
+            resp = httpx.get(f"{self.base_url}/health", timeout=self.timeout_s, headers=self.headers)
+            resp.raise_for_status()
+        except httpx.HTTPError as e:
+            raise ServiceError(f"{self.base_url}/health: {type(e).__name__}: {e}") from None
+        result: dict[str, Any] = resp.json()
+        return result
+
+
+def as_backend(searcher: Any = None, url: str | None = None, timeout_s: float = 120.0) -> SearchBackend:
+    """Exactly one of `searcher` (Python API) or `url` (a running `s3 serve`)."""
+    if (searcher is None) == (url is None):
+        raise S3Error("give exactly one of searcher= (an S3Searcher) or url= (a running `s3 serve`)")
+    if url is not None:
+        return SearchClient(url, timeout_s=timeout_s)
+    return LocalSearch(searcher)

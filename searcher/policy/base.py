@@ -1,0 +1,95 @@
+"""The one `Policy` interface every searcher backend implements, and its input / output records.
+
+A policy turns a batch of prompts into a batch of replies. A prompt is one of:
+
+- `str`: a single user message (chat backends apply their chat template);
+- `list[dict]`: a chat conversation `[{"role": "user", "content": ...}, {"role": "assistant", ...}, ...]`;
+- `TokenPrompt(ids)`: raw token ids to continue from (token backends only: transformers, vLLM). The agent keeps
+  every question's token ids itself and appends policy tokens (mask 1) and environment tokens (mask 0) as they come,
+  so the trajectory mask is exact by construction; `encode_chat` / `encode` give it the ids to start from.
+
+Every backend applies the same stop-string rule (`searcher.policy.stopping`): the reply ends right after the first
+stop string, which is kept in `text` (and its tokens in `token_ids`), so what the agent records is what was sampled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Message", "Policy", "PolicyOutput", "PolicyPrompt", "TokenPolicy", "TokenPrompt", "uses_token_ids"]
+
+Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class TokenPrompt:
+    """Token ids to continue from (the full context so far: chat-templated prompt + response tokens)."""
+
+    ids: list[int]
+
+
+PolicyPrompt = str | list[Message] | TokenPrompt
+
+
+@dataclass
+class PolicyOutput:
+    """One reply.
+
+    text: what the policy wrote, up to and including the first stop string (if one was hit).
+    token_ids / logprobs: the sampled tokens and their sampling log-probabilities (token backends); None otherwise.
+    stop: the stop string that ended the reply, or None (end-of-sequence or the token limit).
+    error: set when the call failed after retries (text is then ""); the agent records it, never scores it.
+    """
+
+    text: str
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    stop: str | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A batched text policy. `max_batch` is how many questions the agent should advance in lockstep through this
+    policy (None = no limit; 1 for a single llama.cpp KV cache, so each question's prefix is reused turn after turn)."""
+
+    name: str
+    max_batch: int | None
+
+    def generate(
+        self,
+        prompts: Sequence[PolicyPrompt],
+        *,
+        stop: Sequence[str] = (),
+        max_new_tokens: int = 160,
+        temperature: float = 0.0,
+    ) -> list[PolicyOutput]: ...
+
+
+@runtime_checkable
+class TokenPolicy(Policy, Protocol):
+    """A policy that works on token ids (trainable backends). The agent builds exact token trajectories with it
+    when `supports_token_ids` is True (see `uses_token_ids`)."""
+
+    supports_token_ids: bool
+
+    def encode_chat(self, messages: list[Message]) -> list[int]:
+        """Chat-template `messages` and add the assistant generation prompt; returns token ids."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` without special tokens (for environment insertions)."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+def uses_token_ids(policy: object) -> bool:
+    """Whether the agent should drive `policy` with token ids and build a token trajectory."""
+    return bool(getattr(policy, "supports_token_ids", False))

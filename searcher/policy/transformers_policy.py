@@ -1,0 +1,310 @@
+"""The trainable policy: a transformers causal LM driven by token ids, returning sampled ids and their logprobs.
+
+    policy = TransformersPolicy.load("smollm2-135m-instruct")       # offline GGUF -> torch (cached as safetensors)
+    policy = TransformersPolicy.load("runs/train1/checkpoint-20")   # a trained checkpoint (full or LoRA adapter)
+    policy.enable_lora(r=8)                                          # wrap in a peft LoRA for training
+
+Offline GGUF models (searcher.local_models) are dequantized once with
+`AutoModelForCausalLM.from_pretrained(dir, gguf_file=f, quantization_config=GgufConfig(dequantize=True))`, saved as
+safetensors under `<model cache>/hf/<gguf sha256[:16]>/` (the 0.5B takes ~65 s once, then reloads in seconds).
+Generation is batched with left padding; every reply is cut by the shared stop rule (searcher.policy.stopping).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from searcher.errors import ConfigError, S3Error
+from searcher.policy.base import Message, PolicyOutput, PolicyPrompt, TokenPrompt
+from searcher.policy.stopping import truncate_token_ids
+
+__all__ = ["TransformersPolicy", "converted_gguf_dir", "resolve_checkpoint"]
+
+
+def _hf_cache_root() -> Path:
+    env = os.environ.get("S3_HF_CACHE")
+    if env:
+        return Path(env).expanduser()
+    from searcher.local_models import model_dir
+
+    return model_dir() / "hf"
+
+
+def converted_gguf_dir(gguf_file: Path, sha256: str | None = None, cache_root: Path | None = None) -> Path:
+    """A transformers directory (config, safetensors, tokenizer) converted from `gguf_file`, cached by its sha256.
+
+    The first call dequantizes the GGUF (GgufConfig(dequantize=True)); later calls return the cached directory.
+    """
+    from searcher.local_models import file_sha256
+
+    gguf_file = Path(gguf_file)
+    if not gguf_file.is_file():
+        raise S3Error(f"GGUF file not found: {gguf_file}")
+    sha = sha256 or file_sha256(gguf_file)
+    root = cache_root or _hf_cache_root()
+    dest = root / sha[:16]
+    if (dest / "config.json").is_file() and (dest / "model.safetensors").is_file():
+        return dest
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    except ImportError as e:
+        raise ConfigError(f"the transformers policy needs the 'train' extra (pip install -e '.[train]'): {e}") from None
+    root.mkdir(parents=True, exist_ok=True)
+    tok = AutoTokenizer.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name)
+    model: Any = AutoModelForCausalLM.from_pretrained(
+        str(gguf_file.parent), gguf_file=gguf_file.name, quantization_config=GgufConfig(dequantize=True)
+    )
+    if getattr(tok, "chat_template", None) is None:
+        try:
+            from gguf import GGUFReader
+
+            field = GGUFReader(str(gguf_file)).fields.get("tokenizer.chat_template")
+            if field is not None:
+                tok.chat_template = bytes(field.parts[field.data[0]]).decode("utf-8")
+        except Exception:  # pragma: no cover - template is optional; encode_chat then raises a clear error
+            pass
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.is_quantized = False
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tok.save_pretrained(str(tmp))
+        (tmp / "s3_source.json").write_text(json.dumps({"gguf": str(gguf_file), "sha256": sha}) + "\n")
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def resolve_checkpoint(spec: str) -> Path | str:
+    """Where to load `spec` from: a checkpoint directory, a .gguf file (converted), an offline model name
+    ('smollm2-135m-instruct', 'local/qwen2.5-coder-0.5b-instruct'; converted), or a hub name (passed through)."""
+    p = Path(spec).expanduser()
+    if p.is_dir():
+        if not ((p / "config.json").is_file() or (p / "adapter_config.json").is_file()):
+            raise S3Error(f"{p} is not a model checkpoint (no config.json or adapter_config.json)")
+        return p
+    if p.suffix == ".gguf":
+        return converted_gguf_dir(p)
+    name = spec.split("/", 1)[1] if spec.startswith("local/") else spec
+    from searcher.local_models import MODELS, gguf_path, resolve_name
+
+    try:
+        model = resolve_name(name)
+    except S3Error:
+        if spec.startswith("local/") or name.lower() in MODELS:
+            raise
+        return spec  # a hub name; works where the hub is reachable or cached
+    return converted_gguf_dir(gguf_path(model.name), sha256=model.sha256)
+
+
+class TransformersPolicy:
+    """Token-id policy over a transformers causal LM (trainable: `self.model` is a torch module).
+
+    gen_batch: rows per `model.generate` call (memory bound); the agent's lockstep batch may be larger.
+    """
+
+    supports_token_ids = True
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str = "transformers",
+        max_batch: int | None = None,
+        gen_batch: int = 16,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.max_batch = max_batch
+        self.gen_batch = max(1, gen_batch)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.pad_id: int = int(tokenizer.pad_token_id)
+        eos: set[int] = set()
+        for src in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+            e = getattr(src, "eos_token_id", None) if src is not None else None
+            if isinstance(e, int):
+                eos.add(e)
+            elif isinstance(e, list | tuple):
+                eos.update(int(x) for x in e)
+        if tokenizer.eos_token_id is not None:
+            eos.add(int(tokenizer.eos_token_id))
+        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
+        if isinstance(im_end, int):
+            eos.add(im_end)
+        self.eos_ids: set[int] = eos
+
+    # --------------------------------------------------------------------------------------------------- loading
+    @classmethod
+    def load(
+        cls,
+        spec: str,
+        *,
+        threads: int | None = None,
+        dtype: str = "float32",
+        max_batch: int | None = None,
+        gen_batch: int = 16,
+    ) -> TransformersPolicy:
+        """Load an offline GGUF model by name, a .gguf file, a checkpoint directory (full model, or a peft LoRA
+        adapter whose adapter_config.json names its base), or a hub name."""
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as e:
+            raise ConfigError(f"the transformers policy needs the 'train' extra (pip install -e '.[train]'): {e}") from None
+        if threads:
+            torch.set_num_threads(threads)
+        torch_dtype = getattr(torch, dtype, None)
+        if not isinstance(torch_dtype, torch.dtype):
+            raise ConfigError(f"unknown torch dtype {dtype!r} (use float32, bfloat16 or float16)")
+        where = resolve_checkpoint(spec)
+        adapter = isinstance(where, Path) and (where / "adapter_config.json").is_file()
+        model: Any
+        if adapter:
+            assert isinstance(where, Path)
+            base_spec = json.loads((where / "adapter_config.json").read_text()).get("base_model_name_or_path")
+            if not base_spec:
+                raise S3Error(f"{where}/adapter_config.json names no base_model_name_or_path")
+            base_dir = resolve_checkpoint(str(base_spec))
+            model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch_dtype)
+            try:
+                from peft import PeftModel
+            except ImportError as e:
+                raise ConfigError(f"{where} is a LoRA adapter: install peft (the 'train' extra): {e}") from None
+            model = PeftModel.from_pretrained(model, str(where))
+            tok_dir = where if (where / "tokenizer_config.json").is_file() else base_dir
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(where), dtype=torch_dtype)
+            tok_dir = where
+        tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+        model.eval()
+        return cls(model, tokenizer, name=f"transformers:{spec}", max_batch=max_batch, gen_batch=gen_batch)
+
+    def enable_lora(self, r: int = 8, alpha: int = 16, dropout: float = 0.0, target_modules: Any = "all-linear") -> None:
+        """Wrap the model in a peft LoRA (only the adapter trains). Idempotent."""
+        try:
+            from peft import LoraConfig, PeftModel, get_peft_model
+        except ImportError as e:
+            raise ConfigError(f"LoRA needs peft (the 'train' extra): {e}") from None
+        if isinstance(self.model, PeftModel):
+            return
+        cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, task_type="CAUSAL_LM")
+        self.model = get_peft_model(self.model, cfg)
+
+    def save(self, path: str | Path) -> Path:
+        """Save model (or LoRA adapter) + tokenizer so that `TransformersPolicy.load(path)` restores it."""
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(str(out), safe_serialization=True)
+        self.tokenizer.save_pretrained(str(out))
+        return out
+
+    # ----------------------------------------------------------------------------------------------- tokenization
+    def encode_chat(self, messages: list[Message]) -> list[int]:
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            raise S3Error(f"{self.name}: the tokenizer has no chat template; cannot build a chat prompt")
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return [int(x) for x in ids]
+
+    def encode(self, text: str) -> list[int]:
+        return [int(x) for x in self.tokenizer.encode(text, add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    def _ids(self, prompt: PolicyPrompt) -> list[int]:
+        if isinstance(prompt, TokenPrompt):
+            return list(prompt.ids)
+        if isinstance(prompt, str):
+            return self.encode_chat([{"role": "user", "content": prompt}])
+        return self.encode_chat(list(prompt))
+
+    # -------------------------------------------------------------------------------------------------- generation
+    def generate(
+        self,
+        prompts: Sequence[PolicyPrompt],
+        *,
+        stop: Sequence[str] = (),
+        max_new_tokens: int = 160,
+        temperature: float = 0.0,
+    ) -> list[PolicyOutput]:
+        id_lists = [self._ids(p) for p in prompts]
+        outs: list[PolicyOutput] = []
+        for lo in range(0, len(id_lists), self.gen_batch):
+            outs.extend(self._generate_batch(id_lists[lo : lo + self.gen_batch], list(stop), max_new_tokens, temperature))
+        return outs
+
+    def _generate_batch(
+        self, id_lists: list[list[int]], stop: list[str], max_new_tokens: int, temperature: float
+    ) -> list[PolicyOutput]:
+        import torch
+        from transformers import GenerationConfig
+
+        if not id_lists:
+            return []
+        B = len(id_lists)
+        L = max(len(x) for x in id_lists)
+        input_ids = torch.full((B, L), self.pad_id, dtype=torch.long)  # (B, L), left-padded
+        attention = torch.zeros((B, L), dtype=torch.long)
+        for b, ids in enumerate(id_lists):
+            if ids:
+                input_ids[b, L - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+                attention[b, L - len(ids) :] = 1
+        sample = temperature > 0
+        gen_kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "do_sample": sample,
+            "pad_token_id": self.pad_id,
+            "eos_token_id": sorted(self.eos_ids),
+            "return_dict_in_generate": True,
+            "output_logits": True,
+        }
+        if sample:
+            gen_kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
+        if stop:
+            gen_kwargs["stop_strings"] = stop
+        gcfg = GenerationConfig(**gen_kwargs)
+        device = next(self.model.parameters()).device
+        with torch.no_grad():
+            res = self.model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention.to(device),
+                generation_config=gcfg,
+                tokenizer=self.tokenizer,
+            )
+        new = res.sequences[:, L:].cpu()  # (B, N)
+        logits = torch.stack(list(res.logits), dim=1).float().cpu()  # (B, N, V)
+        if sample:
+            logits = logits / temperature
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, N)
+        outs = []
+        for b in range(B):
+            ids, hit, finish = truncate_token_ids(new[b].tolist(), self.decode, stop, self.eos_ids, self.pad_id)
+            outs.append(
+                PolicyOutput(
+                    text=self.decode(ids),
+                    token_ids=ids,
+                    logprobs=[float(x) for x in logp[b, : len(ids)].tolist()],
+                    prompt_tokens=len(id_lists[b]),
+                    completion_tokens=len(ids),
+                    stop=hit,
+                    finish_reason=finish,
+                )
+            )
+        return outs

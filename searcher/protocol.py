@@ -1,0 +1,399 @@
+"""The s3 tag grammar (s3 paper, Appendix C Figure 11, Table 7, Appendix A.5) and the Search-R1 template.
+
+Everything here is pure text: building the searcher prompt, rendering an `<information>` window, and parsing what the
+policy wrote into a typed action. Parsing is tolerant and never raises: a malformed reply becomes an action whose
+`invalid_reason` says what was wrong, and the agent turns that into an observation the policy can recover from.
+
+The s3 loop as the policy sees it (one reply per window; ids in `<important_info>` refer to the window just shown)::
+
+    <question> ... </question>
+    <information> Doc 1 (Title: ...) ... </information>          <- D0, begin-with-search (top-k0 of the question)
+    <important_info>[1]</important_info>                         <- policy: selection from D0 (optional, A.5)
+    <search_complete>False</search_complete>                     <- policy: stop flag
+    <query>{"query": "..."}</query>                              <- policy: next query
+    <information> Doc 1 (Title: ...) ... </information>          <- environment: window of the new query
+    <important_info>[1, 2]</important_info>
+    <search_complete>True</search_complete>
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from searcher.types import Document
+
+__all__ = [
+    "S3_EXAMPLE",
+    "S3_INSTRUCTION",
+    "S3_STOP",
+    "SEARCH_R1_INSTRUCTION",
+    "SEARCH_R1_STOP",
+    "S3Action",
+    "SearchR1Action",
+    "build_s3_prompt",
+    "build_search_r1_prompt",
+    "information_observation",
+    "invalid_observation",
+    "parse_bool",
+    "parse_s3_reply",
+    "parse_search_r1_reply",
+    "render_information",
+    "search_r1_invalid_observation",
+    "search_required_observation",
+    "truncate_words",
+]
+
+# Figure 11 of the s3 paper, verbatim (the paper's single-line rendering broken at its sentences).
+S3_INSTRUCTION = (
+    "You are a search copilot for a generation model. Based on a user's query and initial searched results, you will "
+    "first determine if the searched results are enough to produce an answer.\n"
+    "If the searched results are enough, you will use <search_complete>True</search_complete> to indicate that you "
+    "have gathered enough information for the generation model to produce an answer.\n"
+    "If the searched results are not enough, you will go through a loop of <query> -> <information> -> "
+    "<important_info> -> <search_complete> -> <query> (if not complete) ..., to help the generation model to generate "
+    "a better answer with more relevant information searched.\n"
+    "You should show the search query between <query> and </query> in JSON format.\n"
+    "Based on the search query, we will return the top searched results between <information> and </information>. "
+    "You need to put the doc ids of the important documents (up to {max_select} documents, within the current "
+    "information window) between <important_info> and </important_info> (e.g., <important_info>[1, 4]</important_info>).\n"
+    "A search query must be followed by a <search_complete> tag if the search is not complete.\n"
+    "After reviewing the information, you must decide whether to continue searching with a new query or indicate that "
+    "the search is complete. If you need more information, use <search_complete>False</search_complete>. Otherwise, "
+    "use <search_complete>True</search_complete> to terminate the search.\n"
+    "Note: Only the content between <important_info> will be used by the generation model to produce an answer.\n"
+)
+
+# "[An abstractive example of s3 loop]" (Figure 11), shaped like Table 7 of the paper.
+S3_EXAMPLE = (
+    "[An abstractive example of s3 loop]\n"
+    "<question>\n[user's question]\n</question>\n"
+    "<information>\nDoc 1 (Title: [title]) [text]\nDoc 2 (Title: [title]) [text]\nDoc 3 (Title: [title]) [text]\n"
+    "</information>\n"
+    "<important_info>[1]</important_info>\n"
+    "<search_complete>False</search_complete>\n"
+    '<query>{"query": "[a focused search query]"}</query>\n'
+    "<information>\nDoc 1 (Title: [title]) [text]\nDoc 2 (Title: [title]) [text]\n...\n</information>\n"
+    "<important_info>[1, 2]</important_info>\n"
+    "<search_complete>True</search_complete>\n"
+)
+
+# The policy stops after a query (the environment then inserts <information>) or if it starts to invent one.
+S3_STOP = ("</query>", "<information>")
+
+# Table 1 of the Search-R1 paper.
+SEARCH_R1_INSTRUCTION = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get new "
+    "information. After reasoning, if you find you lack some knowledge, you can call a search engine by <search> query "
+    "</search>, and it will return the top searched results between <information> and </information>. You can search "
+    "as many times as you want. If you find no further external knowledge needed, you can directly provide the answer "
+    "inside <answer> and </answer> without detailed illustrations. For example, <answer> xxx </answer>. "
+    "Question: {question}\n"
+)
+SEARCH_R1_STOP = ("</search>", "</answer>", "<information>")
+
+
+# ----------------------------------------------------------------------------------------------------------- rendering
+def truncate_words(text: str, budget: int | None, count_tokens: Callable[[str], int] | None = None) -> str:
+    """Cut `text` to at most `budget` tokens, whole words only.
+
+    Tokens are whitespace words unless `count_tokens` (e.g. `lambda s: len(tokenizer.encode(s))`) is given; then the
+    longest word prefix whose token count fits is kept (binary search, O(log n) tokenizer calls).
+
+    >>> truncate_words("a b c d e", 3)
+    'a b c'
+    >>> truncate_words("a b", None)
+    'a b'
+    """
+    if budget is None:
+        return text
+    words = text.split()
+    if count_tokens is None:
+        return text if len(words) <= budget else " ".join(words[:budget])
+    if count_tokens(text) <= budget:
+        return text
+    lo, hi = 0, len(words)  # invariant: words[:lo] fits, words[:hi+1] does not (or hi = len)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_tokens(" ".join(words[:mid])) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo])
+
+
+def render_information(
+    docs: Sequence[Document],
+    doc_token_budget: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+    style: str = "s3",
+) -> str:
+    """Render a window of documents, one per line, numbered from 1: `Doc i (Title: ...) text`.
+
+    `style="search_r1"` writes Search-R1's `Doc i(Title: ...) text` (no space). Titles are never truncated; the text
+    is cut to `doc_token_budget` tokens (see `truncate_words`).
+
+    >>> from searcher.types import Document
+    >>> print(render_information([Document(id="a", title="Earthship", text="An Earthship is a house")], 3), end="")
+    Doc 1 (Title: Earthship) An Earthship is
+    """
+    sep = "" if style == "search_r1" else " "
+    lines = []
+    for i, d in enumerate(docs, start=1):
+        text = d.text.replace("\n", " ").strip() if "\n" in d.text else d.text.strip()  # one line per document
+        if doc_token_budget is not None:
+            text = truncate_words(text, doc_token_budget, count_tokens)
+        title = d.title.replace("\n", " ").strip()
+        lines.append(f"Doc {i}{sep}(Title: {title}) {text}".rstrip())
+    return "".join(line + "\n" for line in lines)
+
+
+def build_s3_prompt(question: str, initial_information: str | None, max_select: int = 3) -> str:
+    """The searcher prompt of Figure 11: instruction, the abstractive loop example, `<question>` and (with
+    begin-with-search) the initial `<information>` window D0."""
+    parts = [S3_INSTRUCTION.replace("{max_select}", str(max_select)), "\n", S3_EXAMPLE, "\n"]
+    parts.append("Now, start the loop with the following question and initial searched results:\n\n")
+    parts.append(f"<question>\n{question.strip()}\n</question>\n")
+    if initial_information is not None:
+        parts.append(f"<information>\n{initial_information}</information>\n")
+    return "".join(parts)
+
+
+def build_search_r1_prompt(question: str) -> str:
+    """The Search-R1 template (Table 1)."""
+    q = question.strip()
+    if q and q[-1] != "?":
+        q += "?"
+    return SEARCH_R1_INSTRUCTION.replace("{question}", q)
+
+
+def information_observation(rendered: str) -> str:
+    """What the environment inserts after a query: the retrieved window (upstream spacing)."""
+    return f"\n\n<information>\n{rendered}</information>\n\n"
+
+
+def invalid_observation(reason: str) -> str:
+    """What the environment inserts after an invalid s3 action: what was wrong and how to write a valid one."""
+    return (
+        f"\n\nThe previous output was not a valid action ({reason}). Give a new search query between <query> and "
+        '</query> in JSON format, e.g. <query>{"query": "..."}</query>, or <search_complete>True</search_complete> '
+        "if the information is enough.\n\n"
+    )
+
+
+def search_required_observation(min_turns: int) -> str:
+    """What the environment inserts when the policy stops before `min_turns` searches (SearcherConfig.min_turns)."""
+    return (
+        f"\n\nThe search is not complete yet: at least {min_turns} search turn(s) are required. Give a search query "
+        'for the missing information between <query> and </query> in JSON format, e.g. <query>{"query": "..."}</query>.\n\n'
+    )
+
+
+def search_r1_invalid_observation(reason: str) -> str:
+    """Search-R1's recovery message for an invalid action (upstream wording, with the reason)."""
+    return (
+        f"\nMy previous action is invalid ({reason}). If I want to search, I should put the query between <search> "
+        "and </search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. "
+        "Let me try again.\n"
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------- parsing
+_TRUE = {"true", "1", "yes", "y"}
+_FALSE = {"false", "0", "no", "n"}
+
+
+def parse_bool(raw: str) -> bool | None:
+    """`True`/`False`/`1`/`0`/`yes`/`no` in any case, with spaces, quotes or brackets around; None otherwise.
+
+    >>> parse_bool(" False "), parse_bool("[1]"), parse_bool("TRUE"), parse_bool("1/0")
+    (False, True, True, None)
+    """
+    v = raw.strip().strip("[](){}\"'`.").strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    return None
+
+
+def _tag(text: str, name: str) -> str | None:
+    """Content of the first `<name>...</name>`; an unclosed tag runs to the next tag or the end. None if absent."""
+    open_tag = f"<{name}>"
+    start = text.find(open_tag)
+    if start < 0:
+        return None
+    start += len(open_tag)
+    end = text.find(f"</{name}>", start)
+    if end < 0:
+        nxt = text.find("<", start)
+        end = nxt if nxt >= 0 else len(text)
+    return text[start:end]
+
+
+def _query_from(raw: str) -> str:
+    """A query from `<query>` content: JSON {"query": ...} (string, or list -> first string), a JSON string, or raw."""
+    s = raw.strip()
+    if s.startswith("```"):
+        s = s.strip("`").strip()
+        if s.lower().startswith("json"):
+            s = s[4:].strip()
+    try:
+        data = json.loads(s)
+    except (ValueError, RecursionError):
+        data = None
+    if isinstance(data, dict):
+        q = data.get("query")
+        if isinstance(q, list):
+            q = next((x for x in q if isinstance(x, str)), None)
+        if isinstance(q, str):
+            return " ".join(q.split())
+        if q is None:
+            # {"q": "..."} or other key: take the first string value
+            q = next((v for v in data.values() if isinstance(v, str)), "")
+            return " ".join(q.split())
+        return " ".join(str(q).split())
+    if isinstance(data, str):
+        return " ".join(data.split())
+    # raw text; a half-written JSON object `{"query": "abc` still yields abc
+    m = re.match(r'^\{\s*"query"\s*:\s*"(.*?)"?\s*\}?\s*$', s, re.DOTALL)
+    if m:
+        s = m.group(1)
+    return " ".join(s.split())
+
+
+_INT = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class S3Action:
+    """One parsed s3 reply.
+
+    selected: 1-based ids into the CURRENT window (valid, deduplicated, in the order written, at most max_select);
+    None when the reply has no `<important_info>` tag (then Appendix A.5 or `no_selection` decides).
+    dropped_ids: ids that were out of range or beyond max_select.
+    invalid_reason: None for a valid action (a query, or search_complete True); otherwise what was wrong.
+    """
+
+    query: str | None = None
+    selected: tuple[int, ...] | None = None
+    search_complete: bool | None = None
+    think: str | None = None
+    dropped_ids: tuple[int, ...] = ()
+    invalid_reason: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def is_valid(self) -> bool:
+        return self.invalid_reason is None
+
+    @property
+    def wants_search(self) -> bool:
+        return self.invalid_reason is None and self.search_complete is not True and bool(self.query)
+
+
+def parse_s3_reply(text: str, window_size: int, max_select: int = 3) -> S3Action:
+    """Parse what the policy wrote after seeing a window of `window_size` documents. Never raises.
+
+    >>> parse_s3_reply('<important_info>[1, 9]</important_info><search_complete> False </search_complete>'
+    ...                '<query>{"query": "Garbage Warrior film year"}</query>', window_size=3)
+    S3Action(query='Garbage Warrior film year', selected=(1,), search_complete=False, think=None, dropped_ids=(9,), invalid_reason=None, notes=('dropped ids [9]: window has 3 documents, at most 3 may be selected',))
+    """
+    if not isinstance(text, str):
+        text = str(text)
+    notes: list[str] = []
+    think_raw = _tag(text, "think")
+    think = think_raw.strip() if think_raw is not None else None
+
+    # <important_info>
+    selected: tuple[int, ...] | None = None
+    dropped: list[int] = []
+    imp = _tag(text, "important_info")
+    if imp is not None:
+        keep: list[int] = []
+        for tok in _INT.findall(imp):
+            n = int(tok) if len(tok) <= 9 else -1
+            if 1 <= n <= window_size and n not in keep and len(keep) < max_select:
+                keep.append(n)
+            elif n not in keep and n not in dropped:
+                dropped.append(n)
+        selected = tuple(keep)
+        if dropped:
+            notes.append(
+                f"dropped ids {dropped}: window has {window_size} documents, at most {max_select} may be selected"
+            )
+
+    # <search_complete>
+    complete: bool | None = None
+    sc = _tag(text, "search_complete")
+    if sc is not None:
+        complete = parse_bool(sc)
+        if complete is None:
+            notes.append(f"unreadable <search_complete> value {sc.strip()[:40]!r}")
+
+    # <query>
+    query: str | None = None
+    q_raw = _tag(text, "query")
+    if q_raw is not None:
+        query = _query_from(q_raw) or None
+
+    reason: str | None = None
+    if complete is True:
+        pass
+    elif q_raw is None and sc is None:
+        reason = "no <query> and no <search_complete> tag"
+    elif q_raw is None:
+        reason = "search not complete but no <query>" if complete is False else "unreadable <search_complete> and no <query>"
+    elif not query:
+        reason = "empty <query>"
+    return S3Action(
+        query=query,
+        selected=selected,
+        search_complete=complete,
+        think=think,
+        dropped_ids=tuple(dropped),
+        invalid_reason=reason,
+        notes=tuple(notes),
+    )
+
+
+@dataclass(frozen=True)
+class SearchR1Action:
+    """One parsed Search-R1 reply: a search query, or a final answer, or invalid."""
+
+    query: str | None = None
+    answer: str | None = None
+    think: str | None = None
+    invalid_reason: str | None = None
+
+    @property
+    def is_valid(self) -> bool:
+        return self.invalid_reason is None
+
+
+def parse_search_r1_reply(text: str) -> SearchR1Action:
+    """Parse a Search-R1 reply (`<think>`, then `<search>q</search>` or `<answer>a</answer>`). Never raises.
+
+    >>> parse_search_r1_reply("<think>need year</think><search> Garbage Warrior </search>").query
+    'Garbage Warrior'
+    """
+    if not isinstance(text, str):
+        text = str(text)
+    think_raw = _tag(text, "think")
+    think = think_raw.strip() if think_raw is not None else None
+    s_pos = text.find("<search>")
+    a_pos = text.find("<answer>")
+    # whichever comes first is the action (upstream takes the first match of either)
+    if a_pos >= 0 and (s_pos < 0 or a_pos < s_pos):
+        ans = (_tag(text, "answer") or "").strip()
+        if not ans:
+            return SearchR1Action(think=think, invalid_reason="empty <answer>")
+        return SearchR1Action(answer=ans, think=think)
+    if s_pos >= 0:
+        q = " ".join((_tag(text, "search") or "").split())
+        if not q:
+            return SearchR1Action(think=think, invalid_reason="empty <search>")
+        return SearchR1Action(query=q, think=think)
+    return SearchR1Action(think=think, invalid_reason="no <search> or <answer> tag")

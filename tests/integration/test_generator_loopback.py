@@ -1,0 +1,98 @@
+"""Generator / Judge against a REAL loopback OpenAI-compatible HTTP server (through litellm), with injected
+timeouts and 500s: failed calls become missing answers, retried ones recover, everything is counted, the cache
+serves repeats and a re-run retries only what failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from generator_adapters import Generator, GeneratorConfig, Judge, JudgeConfig
+from generator_adapters.testing import FakeLLMServer
+from searcher.types import Document
+
+pytestmark = pytest.mark.integration
+
+DOCS = [Document(id="1", title="Paris", text="Paris is the capital of France.")]
+QUESTIONS = [f"What is fact number {i}?" for i in range(40)]
+
+
+def _cfg(srv: FakeLLMServer, **over) -> GeneratorConfig:
+    base = {"model": "openai/fake", "api_base": srv.api_base, "timeout_s": 1.5, "max_retries": 1,
+            "backoff_s": 0.01, "concurrency": 16, "cache_path": None}
+    return GeneratorConfig(**{**base, **over})
+
+
+def test_twenty_percent_timeouts_and_500s_are_missing_and_counted() -> None:
+    with FakeLLMServer(latency_s=0.01, failure_rate=0.2, failure_kind="mixed", hang_s=6.0) as srv:
+        gen = Generator(_cfg(srv))
+        prompts = [gen.prompt(q, DOCS) for q in QUESTIONS]
+        failing = {i for i, p in enumerate(prompts) if srv.fails(p)}
+        kinds = {srv.kind_for(prompts[i]) for i in failing}
+        assert 4 <= len(failing) <= 14 and kinds == {"timeout", "500"}  # the seed gives both kinds
+        answers = gen.answer_sync(QUESTIONS, [DOCS] * len(QUESTIONS))
+
+        for i, a in enumerate(answers):
+            if i in failing:
+                want = "CallTimeoutError" if srv.kind_for(prompts[i]) == "timeout" else "ServerError"
+                assert a.text is None and not a.ok and a.error_type == want and a.attempts == 2
+            else:
+                assert a.ok and a.text == f"answer to {QUESTIONS[i]}" and a.attempts == 1
+                assert a.prompt_tokens > 0 and a.completion_tokens > 0 and a.latency_s > 0
+        s = gen.stats()
+        assert s["failed"] == len(failing) and s["succeeded"] == len(QUESTIONS) - len(failing)
+        assert s["retries"] == len(failing) and s["provider_calls"] == len(QUESTIONS) + len(failing)
+        served = srv.stats()
+        assert served["requests"] == len(QUESTIONS) + len(failing)
+        assert all(srv.attempts(prompts[i]) == 2 for i in failing)
+
+
+def test_transient_failures_recover_on_retry() -> None:
+    with FakeLLMServer(latency_s=0.01, failure_rate=0.2, failure_kind="500", failures_per_prompt=1) as srv:
+        gen = Generator(_cfg(srv))
+        answers = gen.answer_sync(QUESTIONS, None)
+        n_fail = sum(srv.fails(gen.prompt(q, None)) for q in QUESTIONS)
+        assert n_fail > 0 and all(a.ok for a in answers)
+        assert sum(a.attempts == 2 for a in answers) == n_fail
+        assert gen.stats()["retries"] == n_fail and gen.stats()["errors"] == {"ServerError": n_fail}
+
+
+def test_429_and_permanent_401_through_litellm() -> None:
+    with FakeLLMServer(failure_rate=1.0, failure_kind="429", failures_per_prompt=2) as srv:
+        [a] = Generator(_cfg(srv, max_retries=2)).answer_sync(["q"], None)
+        assert a.ok and a.attempts == 3  # two 429s, then the answer
+    with FakeLLMServer(failure_rate=1.0, failure_kind="401") as srv:
+        gen = Generator(_cfg(srv, max_retries=3))
+        [a] = gen.answer_sync(["q"], None)
+        assert a.error_type == "AuthError" and a.attempts == 1 and srv.stats()["requests"] == 1
+
+
+def test_cache_serves_repeats_and_rerun_retries_only_failures(tmp_path: Path) -> None:
+    cache = str(tmp_path / "llm.sqlite")
+    with FakeLLMServer(latency_s=0.01, failure_rate=0.2, failure_kind="500") as srv:
+        first = Generator(_cfg(srv, cache_path=cache, max_retries=0)).answer_sync(QUESTIONS, None)
+        failed = [i for i, a in enumerate(first) if not a.ok]
+        assert failed and srv.stats()["requests"] == len(QUESTIONS)
+
+        srv.failure_rate = 0.0  # the provider recovers; a new run (new Generator, same cache file)
+        gen = Generator(_cfg(srv, cache_path=cache, max_retries=0))
+        second = gen.answer_sync(QUESTIONS, None)
+        assert all(a.ok for a in second)
+        assert [i for i, a in enumerate(second) if not a.cached] == failed  # only the failures went out again
+        assert srv.stats()["requests"] == len(QUESTIONS) + len(failed)
+        c = gen.cache_stats()
+        assert (c["hits"], c["misses"], c["writes"]) == (len(QUESTIONS) - len(failed), len(failed), len(failed))
+        assert [a.text for i, a in enumerate(second) if i not in failed] == [
+            a.text for i, a in enumerate(first) if i not in failed]
+
+
+def test_judge_through_the_same_machinery() -> None:
+    def reply(prompt: str) -> str:
+        return "Yes." if "Paris" in prompt.split("Golden answers:")[0] else "no"
+
+    with FakeLLMServer(reply=reply) as srv:
+        judge = Judge(JudgeConfig(model="openai/fake", api_base=srv.api_base, cache_path=None))
+        verdicts = judge.check(["It is Paris.", "It is Lyon.", None], [["Paris"], ["Paris"], ["Paris"]])
+        assert verdicts == [True, False, None]
+        assert srv.stats()["requests"] == 2

@@ -1,0 +1,154 @@
+"""End-to-end training on real components: SmolLM2-135M (transformers) searcher, bm25 over the training corpus of
+../shared/data/train_hotpotqa_musique100, the offline SmolLM2 generator through litellm's local provider.
+
+One module-scoped trainer is shared: a real rollout and a real update (parameters change; masked tokens get exactly
+zero gradient at the logits), the final checkpoint loads as a plain HF policy; then a subprocess run is killed
+after its first checkpoint and resumed, and continues with the same data order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "configs" / "smoke.toml"
+DATA = ROOT.parent / "shared" / "data" / "train_hotpotqa_musique100"
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+if not DATA.is_dir():
+    pytest.skip(f"shared training data not found at {DATA}", allow_module_level=True)
+
+# few, short rollouts: the point is the mechanics on the real model, not the learning
+FAST = [
+    "training.max_questions=8",
+    "training.batch_size=2",
+    "training.group_size=2",
+    "searcher.max_new_tokens=24",
+    "searcher.cpu_doc_token_budget=24",
+]
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from s3.config import load_config
+    from training.trainer import make_trainer
+
+    run = tmp_path_factory.mktemp("smoke")
+    cfg = load_config(SMOKE, [*FAST, f"training.output_dir={run}", "training.total_steps=1"])
+    t = make_trainer(cfg, log=lambda s: None)
+    yield t
+    t.metrics.close()
+
+
+def test_real_update_changes_parameters_and_masks_retrieved_tokens(trainer) -> None:  # type: ignore[no-untyped-def]
+    t = trainer
+    examples = [t.examples[i] for i in t.batch_indices(0) for _ in range(t.tc.group_size)]
+    results = t.rollout(examples)
+    assert all(r.trajectory is not None for r in results)
+    for r in results:
+        tr = r.trajectory
+        assert len(tr.mask) == len(tr.response_ids) == len(tr.logprobs)
+        assert 0 in tr.mask, "the <information> inserted by the environment must be masked"
+    # retrieved documents are in the environment spans: decode the mask-0 tokens and find a document title
+    tr0 = results[0].trajectory
+    env_text = t.tokenizer.decode([i for i, m in zip(tr0.response_ids, tr0.mask, strict=True) if m == 0])
+    assert "<information>" in env_text or "Doc" in env_text
+
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters() if p.requires_grad}
+    grads: list = []
+
+    def keep_logits(_mod, _inp, out):  # type: ignore[no-untyped-def]
+        if out.requires_grad:
+            out.retain_grad()
+            grads.append(out)
+
+    h = t.model.get_output_embeddings().register_forward_hook(keep_logits)
+    try:
+        # a fixed, non-degenerate reward per group so the update is not zero (the mechanics under test)
+        rewards = [1.0, 0.0] * (len(results) // 2)
+        stats, rows, tokens = t.update(results, rewards)
+    finally:
+        h.remove()
+    assert rows and tokens > 0
+    assert math.isfinite(stats["losses/total"])
+    changed = sum(not torch.equal(before[n], p.detach()) for n, p in t.model.named_parameters() if p.requires_grad)
+    assert changed > 0, "an update with non-zero advantages must move the parameters"
+    # logits of the training forward: position t predicts token t+1; loss_mask 0 = prompt or retrieved tokens
+    assert len(grads) == len(t.last_batches)
+    for logits, batch in zip(grads, t.last_batches, strict=True):
+        g = logits.grad[:, :-1, :].abs().sum(-1)  # (B, T'): the kept positions, last one predicts nothing
+        env = batch.loss_mask == 0
+        assert (g[env] == 0).all(), "masked (environment) tokens must get exactly zero gradient"
+        assert (g[~env] > 0).any()
+
+
+def test_final_checkpoint_loads_as_a_plain_policy(trainer) -> None:  # type: ignore[no-untyped-def]
+    from searcher.config import SearcherConfig
+    from searcher.policy import load_policy
+    from training.trainer import read_metrics
+
+    t = trainer
+    out = t.train()  # total_steps=1 < save_every: the final checkpoint is still written
+    assert out["steps"] == 1
+    ckpt = t.ckpt_dir / (t.ckpt_dir / "latest").read_text().strip()
+    assert (ckpt / "policy" / "config.json").is_file() and (ckpt / "trainer_state.pt").is_file()
+    rows = read_metrics(t.run_dir)
+    assert rows[-1]["step"] == 1
+    assert any(k.startswith("reward/") for k in rows[-1]) and "search/turns" in rows[-1]
+    pol = load_policy(SearcherConfig(policy="transformers", model="unused", policy_path=str(ckpt / "policy")))
+    assert pol.generate(["Say hi."], max_new_tokens=4)[0].token_ids
+
+
+def _train_cmd(run: Path, steps: int) -> list[str]:
+    args = [sys.executable, "-m", "s3.cli", "train", "--config", str(SMOKE)]
+    for o in [*FAST, "training.reward=r1_searcher_stage1", f"training.output_dir={run}",
+              f"training.total_steps={steps}", "training.save_every=1"]:
+        args += ["--set", o]
+    return args
+
+
+def test_kill_and_resume_continues_with_the_same_data_order(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # first life: killed (SIGKILL) as soon as the step-1 checkpoint is complete
+    p = subprocess.Popen(_train_cmd(run, 3), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latest = run / "checkpoints" / "latest"
+    deadline = time.time() + 600
+    try:
+        while time.time() < deadline and p.poll() is None:
+            if latest.is_file() and latest.read_text().strip() == "step_000001":
+                break
+            time.sleep(0.2)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    assert latest.read_text().strip() == "step_000001"
+    # second life: resumes from step 1 and finishes
+    r = subprocess.run(_train_cmd(run, 3), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "resumed from" in r.stdout and "step_000001" in r.stdout
+    from training.trainer import read_metrics
+
+    rows = read_metrics(run)
+    assert [row["step"] for row in rows] == [1, 2, 3]
+    # the same data order as an uninterrupted run: batches are the seeded epoch permutations
+    import torch as _t
+
+    questions = [json.loads(line)["id"] for line in (run / "data" / "train.jsonl").read_text().splitlines()]
+    n, b = len(questions), 2
+    perm = _t.randperm(n, generator=_t.Generator().manual_seed(0)).tolist()
+    for row in rows:
+        s = row["step"] - 1
+        assert row["data/question_ids"] == [questions[i] for i in perm[s * b : s * b + b]]

@@ -1,0 +1,300 @@
+"""S3Searcher / SearchR1Agent mechanics with scripted policies and a tiny in-test retriever (no model, no index)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import pytest
+
+from searcher.agent import S3Searcher, SearchR1Agent, admission_stats
+from searcher.config import SearcherConfig
+from searcher.errors import ConfigError, S3Error
+from searcher.policy import PolicyOutput, ScriptedPolicy
+from searcher.policy.base import PolicyPrompt
+from searcher.types import Document, QAExample
+
+
+class TinyRetriever:
+    """Documents named by topic: a query returns k documents '<word>-<i>' for its first word. Records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], int]] = []
+
+    def search(self, queries: list[str], k: int) -> list[list[Document]]:
+        self.calls.append((list(queries), k))
+        out = []
+        for q in queries:
+            w = re.sub(r"\W", "", q.split()[0].lower()) if q.split() else "none"
+            out.append([Document(id=f"{w}-{i}", title=f"{w} {i}", text=f"text about {w} number {i}") for i in range(1, k + 1)])
+        return out
+
+
+class CharTok:
+    """A character tokenizer: id = code point. Decoded text of any id span is exact, so masks can be checked by text."""
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(chr(i) for i in ids)
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        return self.encode("".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>")
+
+
+def turn_of(prompt: str) -> int:
+    """How many windows the policy has seen after D0 (count of inserted <information> blocks after the prompt)."""
+    return prompt.split("</question>")[-1].count("<information>\n") - 1
+
+
+CFG = SearcherConfig(k=4, max_select=2, max_turns=2)
+
+
+def test_lockstep_one_retrieval_and_one_policy_call_per_turn_and_finished_questions_leave() -> None:
+    # question i stops after i searches: "a" stops at once, "b" after 1 search, "c" uses both turns
+    stops_after = {"a": 0, "b": 1, "c": 2}
+
+    def script(prompt: str, _: int) -> str:
+        q = re.findall(r"<question>\n(\w)", prompt)[0]
+        t = turn_of(prompt)
+        if t >= stops_after[q]:
+            return "<important_info>[1]</important_info><search_complete>True</search_complete>"
+        return f'<important_info>[2]</important_info><search_complete>False</search_complete><query>{{"query": "{q}{t}"}}</query> tail'
+
+    retr = TinyRetriever()
+    policy = ScriptedPolicy(script)
+    searcher = S3Searcher(policy, retr, CFG, k0=3)
+    res = searcher.search(["a?", "b?", "c?"])
+    # D0 for all three in one call (k0=3), then one call per turn with only the questions still searching
+    assert retr.calls == [(["a?", "b?", "c?"], 3), (["b0", "c0"], 4), (["c1"], 4)]
+    assert [len(c) for c in policy.calls] == [3, 2, 1]
+    assert searcher.last_stats.policy_calls == 3 and searcher.last_stats.retrieval_calls == 3
+    assert searcher.last_stats.batch_sizes == [3, 2, 1]
+    assert [r.turns for r in res] == [0, 1, 2]
+    # D_s3 = selections in turn order: D0's doc 1 (a) or doc 2 then the next windows' picks
+    assert [d.id for d in res[0].documents] == ["a-1"]
+    assert [d.id for d in res[1].documents] == ["b-2", "b0-1"]
+    assert [d.id for d in res[2].documents] == ["c-2", "c0-2", "c1-1"]
+    c = res[2]
+    assert [s.turn for s in c.steps] == [0, 1, 2]
+    assert [s.query for s in c.steps] == ["c?", "c0", "c1"]
+    assert c.steps[1].retrieved_ids == ["c0-1", "c0-2", "c0-3", "c0-4"]
+    assert [s.search_complete for s in c.steps] == [False, False, True]
+    # the reply is cut right after the stop string: " tail" never reaches the record
+    assert c.steps[0].policy_text.endswith("</query>")
+    assert res[0].trajectory is None  # text policy: no token trajectory
+
+
+def test_last_reply_judges_the_last_window_and_its_query_is_not_searched() -> None:
+    def script(prompt: str, _: int) -> str:
+        return f'<important_info>[1]</important_info><search_complete>False</search_complete><query>{{"query": "q{turn_of(prompt)}"}}</query>'
+
+    retr = TinyRetriever()
+    res = S3Searcher(ScriptedPolicy(script), retr, CFG).search_one("x?")
+    assert len(retr.calls) == 3  # D0 + max_turns=2 searches; the third reply's query is ignored
+    assert [s.turn for s in res.steps] == [0, 1, 2]
+    assert [d.id for d in res.documents] == ["x-1", "q0-1", "q1-1"]  # the last window was still judged
+
+
+def test_appendix_a5_fallback_admits_whole_window_or_drops_it() -> None:
+    # Table 7: the first reply has no <important_info> (all D0 admitted), the second selects [1, 2]
+    def script(prompt: str, _: int) -> str:
+        if turn_of(prompt) == 0:
+            return '<search_complete> False </search_complete>\n<query>{"query": "film year"}</query>'
+        return "<important_info>[1, 2]</important_info>\n<search_complete> True </search_complete>"
+
+    cfg = SearcherConfig(k=4, max_select=2, max_turns=3)  # cap 6: room for all of D0 and two picks
+    res = S3Searcher(ScriptedPolicy(script), TinyRetriever(), cfg).search_one("earthship?")
+    assert [d.id for d in res.documents] == ["earthship-1", "earthship-2", "earthship-3", "film-1", "film-2"]
+    assert res.steps[0].selection_fallback and not res.steps[1].selection_fallback
+    stats = admission_stats(res)
+    assert stats == {"documents": 5, "by_selection": 2, "by_fallback": 3, "replies": 2, "invalid_replies": 0, "search_turns": 1}
+
+    drop = SearcherConfig(k=4, max_select=2, max_turns=3, no_selection="drop")
+    res2 = S3Searcher(ScriptedPolicy(script), TinyRetriever(), drop).search_one("earthship?")
+    assert [d.id for d in res2.documents] == ["film-1", "film-2"]
+    assert res2.steps[0].selected_ids == [] and not res2.steps[0].selection_fallback
+
+
+def test_context_is_capped_at_max_contexts_and_deduplicated() -> None:
+    cfg = SearcherConfig(k=4, max_select=2, max_turns=1)  # cap = 2 x 1 = 2
+    assert cfg.max_contexts == 2
+
+    def script(prompt: str, _: int) -> str:  # never selects: every window is admitted whole (A.5)
+        return '<search_complete>False</search_complete><query>{"query": "other"}</query>'
+
+    res = S3Searcher(ScriptedPolicy(script), TinyRetriever(), cfg).search_one("topic?")
+    assert [d.id for d in res.documents] == ["topic-1", "topic-2"]
+    # the same document seen in two windows enters once
+    dup_cfg = SearcherConfig(k=4, max_select=2, max_turns=2)
+
+    def dup(prompt: str, _: int) -> str:
+        return '<important_info>[1]</important_info><search_complete>False</search_complete><query>{"query": "topic"}</query>'
+
+    res2 = S3Searcher(ScriptedPolicy(dup), TinyRetriever(), dup_cfg).search_one("topic")
+    assert [d.id for d in res2.documents] == ["topic-1"]
+
+
+def test_invalid_action_becomes_an_observation_and_uses_the_turn() -> None:
+    seen: list[str] = []
+
+    def script(prompt: str, _: int) -> str:
+        seen.append(prompt)
+        if len(seen) == 1:
+            return "The answer is probably 2007."  # no tags at all
+        return "<search_complete>True</search_complete>"
+
+    res = S3Searcher(ScriptedPolicy(script), TinyRetriever(), CFG).search_one("q?")
+    assert res.steps[0].invalid_reason == "no <query> and no <search_complete> tag"
+    # the second prompt (a conversation) carries the observation that says what was wrong
+    assert "not a valid action (no <query> and no <search_complete> tag)" in seen[1]
+    assert res.steps[1].turn == 1 and res.steps[1].query is None and res.steps[1].retrieved_ids == []
+    assert res.steps[1].invalid_reason is None and res.steps[1].search_complete is True
+    # D0 was not selected from by the invalid reply: A.5 admitted it
+    assert [d.id for d in res.documents] == ["q-1", "q-2", "q-3"]
+
+
+def test_token_trajectory_masks_are_built_while_appending() -> None:
+    replies = iter(
+        [
+            '<search_complete>False</search_complete><query>{"query": "film"}</query>',
+            "<important_info>[2]</important_info><search_complete>True</search_complete>",
+        ]
+    )
+    policy = ScriptedPolicy(lambda p, i: next(replies), tokenizer=CharTok())
+    searcher = S3Searcher(policy, TinyRetriever(), CFG, k0=1)
+    res = searcher.search_one("earthship?")
+    traj = res.trajectory
+    assert traj is not None
+    tok = CharTok()
+    prompt = tok.decode(traj.prompt_ids)
+    assert prompt.startswith("<user>You are a search copilot") and prompt.endswith("</information>\n<assistant>")
+    # response = reply 0 (policy) + <information> window 1 (environment) + reply 1 (policy)
+    r0 = '<search_complete>False</search_complete><query>{"query": "film"}</query>'
+    obs = (
+        "\n\n<information>\nDoc 1 (Title: film 1) text about film number 1\nDoc 2 (Title: film 2) text about film "
+        "number 2\nDoc 3 (Title: film 3) text about film number 3\nDoc 4 (Title: film 4) text about film number 4\n"
+        "</information>\n\n"
+    )
+    r1 = "<important_info>[2]</important_info><search_complete>True</search_complete>"
+    assert tok.decode(traj.response_ids) == r0 + obs + r1
+    assert traj.mask == [1] * len(r0) + [0] * len(obs) + [1] * len(r1)
+    assert len(traj.logprobs) == len(traj.response_ids)
+    # the second policy call continued from exactly prompt + r0 + obs (token ids, not re-rendered text)
+    assert tok.decode(policy.calls[1][0].ids) == prompt + r0 + obs  # type: ignore[union-attr]
+    # per-document budget counted with the policy's tokenizer (characters here)
+    budget = SearcherConfig(k=4, max_select=2, max_turns=1, doc_token_budget=10)
+    s2 = S3Searcher(ScriptedPolicy(lambda p, i: "<search_complete>1</search_complete>", tokenizer=CharTok()), TinyRetriever(), budget)
+    r = s2.search_one("z?")
+    assert "Doc 1 (Title: z 1) text about\n" in tok.decode(r.trajectory.prompt_ids)  # type: ignore[union-attr]
+
+
+def test_without_begin_with_search_the_first_reply_must_query() -> None:
+    cfg = SearcherConfig(k=4, max_select=2, max_turns=2, begin_with_search=False)
+    retr = TinyRetriever()
+
+    def script(prompt: str, _: int) -> str:
+        if "film" not in prompt.split("</question>")[-1]:
+            return '<search_complete>False</search_complete><query>{"query": "film"}</query>'
+        return "<important_info>[1]</important_info><search_complete>True</search_complete>"
+
+    res = S3Searcher(ScriptedPolicy(script), retr, cfg).search_one("q?")
+    assert retr.calls == [(["film"], 4)]
+    assert res.steps[0].query is None and res.steps[0].retrieved_ids == []
+    assert [d.id for d in res.documents] == ["film-1"]
+
+
+def test_cpu_profile_changes_k_turns_and_budget() -> None:
+    cfg = SearcherConfig(profile="cpu", cpu_k=2, cpu_max_turns=1, cpu_doc_token_budget=8, max_select=2)
+    retr = TinyRetriever()
+    script = lambda p, i: '<search_complete>False</search_complete><query>{"query": "w"}</query>'  # noqa: E731
+    res = S3Searcher(ScriptedPolicy(script), retr, cfg).search_one("q?")
+    assert retr.calls == [(["q?"], 3), (["w"], 2)]
+    assert res.turns == 1 and len(res.documents) <= cfg.max_contexts == 2
+
+
+class FailingPolicy(ScriptedPolicy):
+    def generate(self, prompts: Sequence[PolicyPrompt], **kw: object) -> list[PolicyOutput]:  # type: ignore[override]
+        return [PolicyOutput(text="", error="Timeout: no answer") for _ in prompts]
+
+
+def test_failed_policy_call_is_recorded_not_scored() -> None:
+    res = S3Searcher(FailingPolicy(lambda p, i: ""), TinyRetriever(), CFG).search_one("q?")
+    assert res.steps[0].invalid_reason == "policy call failed: Timeout: no answer"
+    assert res.documents == []  # nothing was judged; no silent admission
+
+
+def test_questions_are_chunked_by_policy_max_batch_and_keep_ids() -> None:
+    retr = TinyRetriever()
+    policy = ScriptedPolicy(lambda p, i: "<search_complete>True</search_complete>", max_batch=2)
+    qs = [QAExample(id=f"id{i}", question=f"q{i}?", golden_answers=["x"]) for i in range(5)]
+    res = S3Searcher(policy, retr, CFG).search(qs)
+    assert [r.question_id for r in res] == [f"id{i}" for i in range(5)]
+    assert [len(c) for c in policy.calls] == [2, 2, 1]
+
+
+def test_bad_inputs_raise_clear_errors() -> None:
+    with pytest.raises(S3Error, match="question 1 is empty"):
+        S3Searcher(ScriptedPolicy(lambda p, i: ""), TinyRetriever(), CFG).search(["ok", "  "])
+    with pytest.raises(ConfigError, match="k0"):
+        S3Searcher(ScriptedPolicy(lambda p, i: ""), TinyRetriever(), CFG, k0=0)
+
+
+def test_search_r1_agent_answers_itself_with_same_batching_and_masks() -> None:
+    def script(prompt: str, _: int) -> str:
+        if "<information>Doc" not in prompt:
+            return "<think>need facts</think><search> earthship film </search> extra"
+        return "<think>found it</think><answer> 2007 </answer>"
+
+    retr = TinyRetriever()
+    policy = ScriptedPolicy(script, tokenizer=CharTok())
+    agent = SearchR1Agent(policy, retr, CFG, k0=3)
+    res = agent.search(["film year?", "other?"])
+    assert retr.calls == [(["earthship film", "earthship film"], 3)]  # no begin-with-search; one batched call
+    assert [r.answer for r in res] == ["2007", "2007"]
+    r = res[0]
+    assert [d.id for d in r.documents] == ["earthship-1", "earthship-2", "earthship-3"]
+    assert r.steps[0].search_complete is False and r.steps[1].search_complete is True
+    tok = CharTok()
+    assert tok.decode(r.trajectory.prompt_ids).startswith("<user>Answer the given question.")  # type: ignore[union-attr]
+    r0 = "<think>need facts</think><search> earthship film </search>"
+    assert tok.decode(r.trajectory.response_ids).startswith(r0 + "\n\n<information>Doc 1(Title: earthship 1)")  # type: ignore[union-attr]
+    mask = r.trajectory.mask  # type: ignore[union-attr]
+    assert mask[: len(r0)] == [1] * len(r0) and mask[len(r0)] == 0 and mask[-1] == 1
+
+
+def test_search_r1_invalid_then_budget() -> None:
+    calls = {"n": 0}
+
+    def script(prompt: str, _: int) -> str:
+        calls["n"] += 1
+        return "hmm" if calls["n"] == 1 else "<search>again</search>"
+
+    res = SearchR1Agent(ScriptedPolicy(script), TinyRetriever(), CFG).search_one("q?")
+    assert res.steps[0].invalid_reason == "no <search> or <answer> tag"
+    assert res.answer is None
+    assert res.steps[-1].invalid_reason == "search budget exhausted before an <answer>"
+
+
+def test_min_turns_turns_an_early_stop_into_an_observation_asking_for_a_query() -> None:
+    cfg = SearcherConfig(k=4, max_select=2, max_turns=2, min_turns=1)
+    prompts: list[str] = []
+
+    def script(prompt: str, _: int) -> str:
+        prompts.append(prompt)
+        if len(prompts) == 1:
+            return "<search_complete>True</search_complete>"  # stops before any search
+        if len(prompts) == 2:
+            return '<search_complete>False</search_complete><query>{"query": "film"}</query>'
+        return "<important_info>[1]</important_info><search_complete>True</search_complete>"
+
+    retr = TinyRetriever()
+    res = S3Searcher(ScriptedPolicy(script), retr, cfg).search_one("q?")
+    assert res.steps[0].invalid_reason == "search_complete before the minimum of 1 search turn(s)"
+    assert "at least 1 search turn(s) are required" in prompts[1]
+    assert retr.calls == [(["q?"], 3), (["film"], 4)]
+    assert [d.id for d in res.documents] == ["q-1", "q-2", "q-3", "film-1"]
+    # min_turns=0 (the paper): the same first reply ends the search at once
+    res0 = S3Searcher(ScriptedPolicy(lambda p, i: "<search_complete>True</search_complete>"), TinyRetriever(), CFG).search_one("q?")
+    assert res0.turns == 0 and res0.steps[0].invalid_reason is None

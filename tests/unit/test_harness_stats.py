@@ -1,0 +1,40 @@
+"""Bootstrap intervals (eval/stats.py): checked against the normal approximation and on degenerate inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from eval.stats import bootstrap_ci, mean_ci, scored
+
+
+def test_bootstrap_matches_normal_approximation_on_bernoulli() -> None:
+    rng = np.random.default_rng(1)
+    x = (rng.random(400) < 0.3).astype(float)
+    p = x.mean()
+    half = 1.96 * math.sqrt(p * (1 - p) / len(x))
+    lo, hi = bootstrap_ci(x.tolist(), n_resamples=4000, seed=0)
+    assert lo == pytest.approx(p - half, abs=0.01)
+    assert hi == pytest.approx(p + half, abs=0.01)
+
+
+def test_bootstrap_deterministic_degenerate_and_shrinking() -> None:
+    assert bootstrap_ci([1.0] * 10) == (1.0, 1.0)
+    assert bootstrap_ci([]) is None
+    a = bootstrap_ci([0.0, 1.0] * 10, seed=3)
+    assert a == bootstrap_ci([0.0, 1.0] * 10, seed=3)
+    small = bootstrap_ci([0.0, 1.0] * 10, seed=0)
+    big = bootstrap_ci([0.0, 1.0] * 500, seed=0)
+    assert small is not None and big is not None
+    assert (big[1] - big[0]) < (small[1] - small[0])
+    with pytest.raises(ValueError, match="confidence"):
+        bootstrap_ci([1.0], confidence=1.5)
+
+
+def test_mean_ci_leaves_out_missing_values() -> None:
+    assert scored([1.0, None, 0.0, float("nan")]) == [1.0, 0.0]
+    m = mean_ci([1.0, None, 0.0, None], n_resamples=200)
+    assert m["mean"] == 0.5 and m["n"] == 2
+    assert mean_ci([None, None]) == {"mean": None, "ci95": None, "n": 0}

@@ -1,0 +1,199 @@
+"""Policy backends without a model: the shared stop rule, litellm (injected completion function), vLLM (a stand-in
+`vllm` module in sys.modules runs the real code path), and the load_policy factory."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from searcher.config import SearcherConfig
+from searcher.errors import ConfigError
+from searcher.policy import PolicyOutput, ScriptedPolicy, TokenPrompt, load_policy, uses_token_ids
+from searcher.policy.litellm_policy import LiteLLMPolicy
+from searcher.policy.stopping import find_stop, restore_stop, truncate_text, truncate_token_ids
+from searcher.protocol import S3_STOP
+
+
+class CharTok:
+    """id = code point; eos = 0 (decodes to nothing)."""
+
+    eos_token_id = 0
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(i) for i in ids if i != 0)
+
+    def get_vocab(self) -> dict[str, int]:
+        return {"<eos>": 0}
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool, tokenize: bool) -> list[int]:
+        return self.encode("".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>")
+
+
+def _dec(ids: Sequence[int]) -> str:
+    return CharTok().decode(ids)
+
+
+def test_find_and_truncate_text_take_the_earliest_stop_and_keep_it() -> None:
+    assert find_stop("abc", S3_STOP) is None
+    assert truncate_text('<query>{"query": "x"}</query><information>', S3_STOP) == ('<query>{"query": "x"}</query>', "</query>")
+    assert truncate_text("text <information> Doc 1", S3_STOP) == ("text <information>", "<information>")
+
+
+def test_truncate_token_ids_cuts_at_the_token_that_completes_the_stop() -> None:
+    ids = CharTok().encode("<q>a</q> more")
+    # "<q>a</q>" is 8 characters: the shortest prefix whose text contains the stop
+    assert truncate_token_ids(ids, _dec, ["</q>"]) == (ids[:8], "</q>", "stop")
+    # end-of-sequence first: kept, and nothing after it
+    with_eos = [*CharTok().encode("ab"), 0, *CharTok().encode("</q>")]
+    assert truncate_token_ids(with_eos, _dec, ["</q>"], eos_ids={0}) == ([97, 98, 0], None, "eos")
+    # trailing pads of a batch row are dropped (pad differs from eos here)
+    assert truncate_token_ids([97, 5, 5], _dec, [], eos_ids={0}, pad_id=5) == ([97], None, "length")
+    # no stop hit, no eos: the token limit ended it
+    assert truncate_token_ids([97, 98], _dec, ["</q>"]) == ([97, 98], None, "length")
+
+
+def test_restore_stop_puts_back_the_closing_tag_an_api_stripped() -> None:
+    assert restore_stop('<query>{"query": "x"}', S3_STOP, "stop") == ('<query>{"query": "x"}</query>', "</query>")
+    assert restore_stop('<query>{"query": "x"}', S3_STOP, "length") == ('<query>{"query": "x"}', None)
+    assert restore_stop("<search_complete>True</search_complete>", S3_STOP, "stop")[1] is None
+    # an API that did not strip: the text is cut as everywhere else
+    assert restore_stop("<query>q</query> junk", S3_STOP, "stop") == ("<query>q</query>", "</query>")
+
+
+def _fake_response(text: str, finish: str = "stop", pt: int = 11, ct: int = 7) -> Any:
+    return SimpleNamespace(
+        choices=[SimpleNamespace(message=SimpleNamespace(content=text), finish_reason=finish)],
+        usage=SimpleNamespace(prompt_tokens=pt, completion_tokens=ct),
+    )
+
+
+def test_litellm_policy_sends_conversations_and_applies_the_stop_rule() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def completion(**kw: Any) -> Any:
+        seen.append(kw)
+        return _fake_response('<search_complete>False</search_complete><query>{"query": "q"}')
+
+    p = LiteLLMPolicy("openai/some-model", api_base="http://127.0.0.1:9/v1", completion_fn=completion, concurrency=3)
+    conv = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]
+    outs = p.generate(["plain prompt", conv], stop=S3_STOP, max_new_tokens=33, temperature=0.0)
+    assert [o.text for o in outs] == ['<search_complete>False</search_complete><query>{"query": "q"}</query>'] * 2
+    assert outs[0].stop == "</query>" and outs[0].prompt_tokens == 11 and outs[0].completion_tokens == 7
+    msgs = sorted((kw["messages"] for kw in seen), key=len)
+    assert msgs[0] == [{"role": "user", "content": "plain prompt"}] and msgs[1] == conv
+    assert all(kw["stop"] == list(S3_STOP) and kw["max_tokens"] == 33 and kw["api_base"] for kw in seen)
+    assert p.max_batch is None and not uses_token_ids(p)
+    with pytest.raises(TypeError, match="token ids"):
+        p.generate([TokenPrompt([1, 2])])
+
+
+def test_litellm_local_model_runs_one_question_at_a_time() -> None:
+    p = LiteLLMPolicy("local/qwen2.5-coder-0.5b-instruct", completion_fn=lambda **kw: _fake_response("x"), concurrency=8)
+    assert p.max_batch == 1 and p.concurrency == 1
+    with pytest.raises(ConfigError, match="provider/name"):
+        LiteLLMPolicy("no-provider")
+
+
+def test_litellm_errors_become_missing_replies_not_text() -> None:
+    import litellm
+
+    def completion(**kw: Any) -> Any:
+        raise litellm.exceptions.Timeout(message="slow", model="openai/m", llm_provider="openai")
+
+    res = LiteLLMPolicy("openai/m", completion_fn=completion).generate(["q"])
+    assert res[0].text == "" and res[0].error is not None and "Timeout" in res[0].error
+
+
+# ---------------------------------------------------------------------------------------------------- vLLM stand-in
+class _FakeLLM:
+    """The slice of vllm.LLM the policy uses; replies with a fixed text plus junk after the stop, like vLLM can."""
+
+    def __init__(self, model: str, **kw: Any) -> None:
+        self.model = model
+        self.requests: list[Any] = []
+
+    def get_tokenizer(self) -> CharTok:
+        return CharTok()
+
+    def generate(self, inputs: list[dict[str, list[int]]], params: Any, use_tqdm: bool = False) -> list[Any]:
+        self.requests.append((inputs, params))
+        outs = []
+        for _ in inputs:
+            ids = CharTok().encode('<query>{"query": "v"}</query> junk')
+            lps = [{t: SimpleNamespace(logprob=-0.5)} for t in ids]
+            outs.append(SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, logprobs=lps)]))
+        return outs
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    mod = types.ModuleType("vllm")
+    mod.LLM = _FakeLLM  # type: ignore[attr-defined]
+    mod.SamplingParams = lambda **kw: SimpleNamespace(**kw)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    return mod
+
+
+def test_vllm_policy_code_path_with_a_stand_in_module(fake_vllm: types.ModuleType) -> None:
+    from searcher.policy.vllm_policy import VLLMPolicy
+
+    p = VLLMPolicy("some/checkpoint")
+    assert uses_token_ids(p)
+    prompt_ids = p.encode_chat([{"role": "user", "content": "Q"}])
+    assert _dec(prompt_ids) == "<user>Q<assistant>"
+    outs = p.generate([TokenPrompt(prompt_ids), "plain"], stop=S3_STOP, max_new_tokens=20, temperature=0.6)
+    reply = '<query>{"query": "v"}</query>'
+    assert [o.text for o in outs] == [reply, reply]  # the shared stop rule cut " junk"
+    assert outs[0].token_ids == CharTok().encode(reply) and outs[0].logprobs == [-0.5] * len(reply)
+    inputs, params = p.llm.requests[0]
+    assert inputs[0] == {"prompt_token_ids": prompt_ids}
+    assert params.stop == list(S3_STOP) and params.include_stop_str_in_output and params.temperature == 0.6
+
+
+def test_vllm_missing_is_a_clear_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
+    from searcher.policy.vllm_policy import VLLMPolicy
+
+    with pytest.raises(ConfigError, match="needs the vllm package and a GPU"):
+        VLLMPolicy("x")
+
+
+def test_load_policy_factory(fake_vllm: types.ModuleType, tmp_path: Any) -> None:
+    p = load_policy(SearcherConfig(policy="litellm", model="openai/gpt-4o-mini"))
+    assert isinstance(p, LiteLLMPolicy) and p.model == "openai/gpt-4o-mini"
+    with pytest.raises(ConfigError, match="api_base"):
+        load_policy(SearcherConfig(policy="litellm", policy_path="runs/ckpt"))
+    served = load_policy(SearcherConfig(policy="litellm", policy_path="runs/ckpt", api_base="http://127.0.0.1:8001/v1"))
+    assert isinstance(served, LiteLLMPolicy) and served.model == "hosted_vllm/runs/ckpt"
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    v = load_policy(SearcherConfig(policy="vllm", policy_path=str(ckpt)))
+    assert v.name == f"vllm:{ckpt}"
+
+
+def test_scripted_policy_counts_batched_calls_and_applies_stops() -> None:
+    p = ScriptedPolicy(lambda prompt, i: f"<query>{i}</query> extra", delay_s=0.0)
+    outs = p.generate(["a", "b"], stop=S3_STOP)
+    assert [o.text for o in outs] == ["<query>0</query>", "<query>1</query>"]
+    assert len(p.calls) == 1 and isinstance(outs[0], PolicyOutput)
+
+
+def test_litellm_fatal_errors_raise_one_clear_service_error() -> None:
+    import litellm
+
+    from searcher.errors import ServiceError
+
+    def completion(**kw: Any) -> Any:
+        raise litellm.exceptions.AuthenticationError(message="bad key", llm_provider="openai", model="openai/m")
+
+    with pytest.raises(ServiceError, match="AuthenticationError"):
+        LiteLLMPolicy("openai/m", completion_fn=completion).generate(["q"])

@@ -1,0 +1,406 @@
+"""Unit tests of the /search service logic: request limits, trajectory summary, batching by settings, the app's
+error mapping, and the contexts file of `s3 search --out`. A scripted fake searcher stands in for the policy loop
+(OUR logic under test); the real searcher is driven in tests/integration/test_service*.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from searcher.config import SearcherConfig, ServiceConfig
+from searcher.errors import DataFormatError, RetrievalError, S3Error
+from searcher.service import (
+    SearchRequest,
+    SearchSettings,
+    SettingsBatcher,
+    check_request,
+    document_turns,
+    run_search,
+    summarize_result,
+    with_settings,
+)
+from searcher.types import Document, SearchResult, SearchStep
+
+
+def _doc(i: str, score: float = 1.0) -> Document:
+    return Document(id=i, title=f"T{i}", text=f"text {i}", score=score)
+
+
+def _result(question: str = "q?") -> SearchResult:
+    # turn 0: D0 = [a, b, c], selected [b]; turn 1: window [d, e], no <important_info> -> A.5 admits both;
+    # turn 2: window [b, f], selected [f], stop.
+    steps = [
+        SearchStep(turn=0, query=question, retrieved_ids=["a", "b", "c"], selected_ids=["b"], retrieval_seconds=0.5),
+        SearchStep(turn=1, query="second", retrieved_ids=["d", "e"], selected_ids=["d", "e"], selection_fallback=True,
+                   policy_seconds=1.0, retrieval_seconds=0.25, search_complete=False),
+        SearchStep(turn=2, query="third", retrieved_ids=["b", "f"], selected_ids=["f"], search_complete=True,
+                   policy_seconds=2.0),
+    ]
+    docs = [_doc("b", 3.0), _doc("d", 2.0), _doc("e", 1.5), _doc("f", 1.0)]
+    return SearchResult(question=question, documents=docs, steps=steps, seconds=3.75)
+
+
+class FakeSearcher:
+    """Scripted searcher: one step per turn up to max_turns, documents named after question, k and turn."""
+
+    def __init__(self, delay_s: float = 0.0, fail: Exception | None = None) -> None:
+        self.cfg = SearcherConfig()
+        self.calls: list[tuple[list[str], int, int]] = []
+        self.delay_s = delay_s
+        self.fail = fail
+        self._lock = threading.Lock()
+
+    def search(self, questions: list[str], k: int | None = None, max_turns: int | None = None) -> list[SearchResult]:
+        k = self.cfg.effective_k if k is None else k
+        max_turns = self.cfg.effective_max_turns if max_turns is None else max_turns
+        with self._lock:
+            self.calls.append((list(questions), k, max_turns))
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.fail is not None:
+            raise self.fail
+        out = []
+        for q in questions:
+            steps = [
+                SearchStep(turn=t, query=q if t == 0 else f"{q} #{t}",
+                           retrieved_ids=[f"{q}-{t}-{j}" for j in range(k)], selected_ids=[f"{q}-{t}-0"])
+                for t in range(max_turns + 1)
+            ]
+            docs = [_doc(f"{q}-{t}-0") for t in range(max_turns + 1)]
+            out.append(SearchResult(question=q, documents=docs, steps=steps, seconds=0.01))
+        return out
+
+
+LIMITS = ServiceConfig(max_query_chars=50, max_topk=20, max_search_turns=4)
+SCFG = SearcherConfig()  # paper profile: k=8, max_select=3, max_turns=3
+
+
+# ------------------------------------------------------------------------------------------ request validation
+
+
+def test_check_request_defaults_to_the_searcher_config() -> None:
+    assert check_request(SearchRequest(question="who?"), LIMITS, SCFG) == SearchSettings(k=8, max_turns=3)
+    cpu = SearcherConfig(profile="cpu", cpu_k=4, cpu_max_turns=1)
+    assert check_request(SearchRequest(question="who?"), LIMITS, cpu) == SearchSettings(k=4, max_turns=1)
+    assert check_request(SearchRequest(question="who?", k=5, max_turns=0), LIMITS, SCFG) == SearchSettings(k=5, max_turns=0)
+
+
+@pytest.mark.parametrize(
+    ("req", "needle"),
+    [
+        ({"question": "   "}, "question: must not be empty"),
+        ({"question": "x" * 51}, "service.max_query_chars=50"),
+        ({"question": "q", "k": 21}, "service.max_topk=20"),
+        ({"question": "q", "k": 0}, "service.max_topk=20"),
+        ({"question": "q", "k": 2}, "searcher.max_select=3"),
+        ({"question": "q", "max_turns": 5}, "service.max_search_turns=4"),
+        ({"question": "q", "max_turns": -1}, "service.max_search_turns=4"),
+    ],
+)
+def test_check_request_names_the_broken_limit(req: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ValueError, match=needle.replace(".", r"\.")):
+        check_request(SearchRequest(**req), LIMITS, SCFG)
+
+
+# -------------------------------------------------------------------------------------------- trajectory summary
+
+
+def test_document_turns_prefers_selection_then_fallback_window() -> None:
+    assert document_turns(_result()) == {"b": 0, "d": 1, "e": 1, "f": 2, "a": 0, "c": 0}
+
+
+def test_summarize_result_documents_and_trajectory() -> None:
+    resp = summarize_result(_result("who?"), SearchSettings(k=3, max_turns=2))
+    assert [(d.id, d.title, d.text, d.score, d.turn) for d in resp.documents] == [
+        ("b", "Tb", "text b", 3.0, 0), ("d", "Td", "text d", 2.0, 1), ("e", "Te", "text e", 1.5, 1),
+        ("f", "Tf", "text f", 1.0, 2),
+    ]
+    t = resp.trajectory
+    assert t.turns == 2
+    assert t.queries == ["who?", "second", "third"]
+    assert [s.selected_ids for s in t.steps] == [["b"], ["d", "e"], ["f"]]
+    assert [s.selection_fallback for s in t.steps] == [False, True, False]
+    assert [s.search_complete for s in t.steps] == [None, False, True]
+    assert [s.seconds for s in t.steps] == [0.5, 1.25, 2.0]
+    assert t.seconds == 3.75
+    assert resp.settings == SearchSettings(k=3, max_turns=2)
+    # the wire form round-trips (the HTTP client parses it back)
+    assert type(resp).model_validate_json(resp.model_dump_json()) == resp
+
+
+def test_run_search_passes_settings_and_checks_result_count() -> None:
+    fake = FakeSearcher()
+    results = run_search(fake, ["a", "b"], SearchSettings(k=5, max_turns=1))
+    assert fake.calls == [(["a", "b"], 5, 1)]
+    assert [r.question for r in results] == ["a", "b"]
+    assert len(results[0].steps) == 2 and len(results[0].steps[0].retrieved_ids) == 5
+
+    class Short(FakeSearcher):
+        def search(self, questions: list[str], k: int | None = None, max_turns: int | None = None) -> list[SearchResult]:
+            return super().search(questions, k, max_turns)[:1]
+
+    with pytest.raises(S3Error, match="returned 1 results for 2 questions"):
+        run_search(Short(), ["a", "b"], SearchSettings(k=5, max_turns=1))
+
+
+def test_run_search_runs_a_reconfigured_copy_of_a_searcher_without_per_call_settings() -> None:
+    class Configured:  # like S3Searcher: k and max_turns come from self.cfg
+        def __init__(self, cfg: SearcherConfig) -> None:
+            self.cfg = cfg
+
+        def search(self, questions: list[str]) -> list[SearchResult]:
+            steps = [SearchStep(turn=t, query=f"q{t}", retrieved_ids=["x"] * self.cfg.effective_k)
+                     for t in range(self.cfg.effective_max_turns + 1)]
+            return [SearchResult(question=q, steps=steps) for q in questions]
+
+    for cfg in (SearcherConfig(), SearcherConfig(profile="cpu")):
+        s = Configured(cfg)
+        (r,) = run_search(s, ["a"], SearchSettings(k=5, max_turns=1))
+        assert (r.turns, len(r.steps[0].retrieved_ids)) == (1, 5)
+        assert s.cfg is cfg and cfg == type(cfg)(profile=cfg.profile)  # the original searcher is untouched
+        assert with_settings(s, SearchSettings(k=cfg.effective_k, max_turns=cfg.effective_max_turns)) is s
+
+    class NoCfg:
+        def search(self, questions: list[str]) -> list[SearchResult]:
+            return [SearchResult(question=q) for q in questions]
+
+    assert len(run_search(NoCfg(), ["a"])) == 1
+    with pytest.raises(S3Error, match="cannot run per-request k / max_turns"):
+        run_search(NoCfg(), ["a"], SearchSettings(k=4, max_turns=3))
+
+
+# ------------------------------------------------------------------------------------------ batching by settings
+
+
+def test_settings_batcher_groups_concurrent_requests_by_settings() -> None:
+    fake = FakeSearcher(delay_s=0.05)
+    batcher = SettingsBatcher(lambda qs, st: run_search(fake, qs, st), window_ms=50, max_batch=16)
+    s1, s2 = SearchSettings(k=4, max_turns=1), SearchSettings(k=6, max_turns=2)
+    plan = [("q0", s1), ("q1", s2), ("q2", s1), ("q3", s1), ("q4", s2)]
+
+    async def go() -> list[SearchResult]:
+        try:
+            return list(await asyncio.gather(*(batcher.submit(q, s) for q, s in plan)))
+        finally:
+            await batcher.aclose()
+
+    results = asyncio.run(go())
+    # every request got its own answer, computed with its own settings
+    for (q, s), r in zip(plan, results, strict=True):
+        assert r.question == q
+        assert r.turns == s.max_turns
+        assert len(r.steps[0].retrieved_ids) == s.k
+    # one lockstep batch per setting, never mixed
+    by_settings = sorted((tuple(sorted(qs)), k, t) for qs, k, t in fake.calls)
+    assert by_settings == [(("q0", "q2", "q3"), 4, 1), (("q1", "q4"), 6, 2)]
+    assert sorted(n for _, n in batcher.batches) == [2, 3]
+
+
+def test_settings_batcher_respects_max_batch() -> None:
+    fake = FakeSearcher()
+    batcher = SettingsBatcher(lambda qs, st: run_search(fake, qs, st), window_ms=30, max_batch=2)
+    s = SearchSettings(k=4, max_turns=0)
+
+    async def go() -> list[SearchResult]:
+        try:
+            return list(await asyncio.gather(*(batcher.submit(f"q{i}", s) for i in range(5))))
+        finally:
+            await batcher.aclose()
+
+    results = asyncio.run(go())
+    assert [r.question for r in results] == [f"q{i}" for i in range(5)]
+    assert all(len(qs) <= 2 for qs, _, _ in fake.calls)
+    assert sum(len(qs) for qs, _, _ in fake.calls) == 5
+
+
+def test_settings_batcher_propagates_errors_to_every_waiter() -> None:
+    fake = FakeSearcher(fail=RetrievalError("index gone"))
+    batcher = SettingsBatcher(lambda qs, st: run_search(fake, qs, st), window_ms=20, max_batch=8)
+    s = SearchSettings(k=4, max_turns=0)
+
+    async def go() -> list[Any]:
+        try:
+            return list(await asyncio.gather(*(batcher.submit(f"q{i}", s) for i in range(3)), return_exceptions=True))
+        finally:
+            await batcher.aclose()
+
+    outs = asyncio.run(go())
+    assert all(isinstance(o, RetrievalError) and "index gone" in str(o) for o in outs)
+
+
+# --------------------------------------------------------------------------------------- the app (in process)
+
+
+class FakeRetriever:
+    backend = "fake"
+
+    def search(self, queries: list[str], k: int) -> list[list[Document]]:
+        return [[_doc(f"{q}-{j}", float(k - j)) for j in range(k)] for q in queries]
+
+    def get(self, ids: list[str]) -> list[Document]:
+        return [_doc(i) for i in ids]
+
+    def __len__(self) -> int:
+        return 42
+
+
+class _Cfg:
+    def __init__(self, service: ServiceConfig) -> None:
+        self.service = service
+        self.searcher = SearcherConfig()
+        self.retriever = None
+
+
+def _client(searcher: Any, service: ServiceConfig) -> Any:
+    from fastapi.testclient import TestClient
+
+    from searcher.service import create_search_app
+
+    return TestClient(create_search_app(searcher, FakeRetriever(), _Cfg(service), model="fake-model", index="idx"))
+
+
+def test_app_search_health_and_limits() -> None:
+    fake = FakeSearcher()
+    with _client(fake, ServiceConfig(max_topk=10, max_search_turns=2, batch_window_ms=1)) as client:
+        r = client.post("/search", json={"question": "who", "k": 4, "max_turns": 1})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert [d["id"] for d in body["documents"]] == ["who-0-0", "who-1-0"]
+        assert body["trajectory"]["turns"] == 1 and body["settings"] == {"k": 4, "max_turns": 1}
+        assert fake.calls == [(["who"], 4, 1)]
+
+        r = client.post("/search", json={"question": "who", "k": 11})
+        assert r.status_code == 422 and "service.max_topk=10" in r.json()["detail"]
+        r = client.post("/search", json={"question": "who", "max_turns": 3})
+        assert r.status_code == 422 and "service.max_search_turns=2" in r.json()["detail"]
+        r = client.post("/search", json={"question": "who", "topk": 3})  # unknown field
+        assert r.status_code == 422 and "topk" in r.text
+        r = client.post("/search", json={"k": 3})
+        assert r.status_code == 422 and "question" in r.text
+
+        h = client.get("/health").json()
+        assert h["model"] == "fake-model" and h["index"] == "idx" and h["corpus_size"] == 42
+
+        r = client.post("/retrieve", json={"queries": ["x"], "topk": 2, "return_scores": True})
+        assert r.status_code == 200, r.text
+        hits = r.json()["result"][0]
+        assert [h["document"]["id"] for h in hits] == ["x-0", "x-1"]
+
+
+def test_app_timeout_is_504_and_errors_are_mapped() -> None:
+    slow = FakeSearcher(delay_s=0.5)
+    with _client(slow, ServiceConfig(request_timeout_s=0.1, batch_window_ms=1)) as client:
+        r = client.post("/search", json={"question": "slow"})
+        assert r.status_code == 504 and "service.request_timeout_s=0.1" in r.json()["detail"]
+    broken = FakeSearcher(fail=RetrievalError("index gone"))
+    with _client(broken, ServiceConfig(batch_window_ms=1)) as client:
+        r = client.post("/search", json={"question": "q"})
+        assert r.status_code == 503 and "index gone" in r.json()["detail"]
+
+
+# ------------------------------------------------------------------------------------- contexts file (s3 search)
+
+
+def test_contexts_row_shape() -> None:
+    from s3.commands.search import contexts_row
+
+    row = contexts_row(_result("who?"), "q7")
+    assert row["id"] == "q7" and row["question"] == "who?"
+    assert row["documents"] == [
+        {"id": "b", "title": "Tb", "score": 3.0, "turn": 0}, {"id": "d", "title": "Td", "score": 2.0, "turn": 1},
+        {"id": "e", "title": "Te", "score": 1.5, "turn": 1}, {"id": "f", "title": "Tf", "score": 1.0, "turn": 2},
+    ]
+    assert row["turns"] == 2 and row["queries"] == ["who?", "second", "third"]
+    assert [s["selection_fallback"] for s in row["steps"]] == [False, True, False]
+    json.dumps(row)  # serialisable
+
+
+def test_read_done_ids_drops_a_torn_tail_and_rejects_bad_lines(tmp_path: Path) -> None:
+    from s3.commands.search import read_done_ids
+
+    assert read_done_ids(tmp_path / "missing.jsonl") == set()
+    p = tmp_path / "ctx.jsonl"
+    p.write_text('{"id": "a", "documents": []}\n{"id": "b", "documents": []}\n{"id": "c", "docu', encoding="utf-8")
+    assert read_done_ids(p) == {"a", "b"}
+    assert p.read_text(encoding="utf-8").endswith('"documents": []}\n')  # torn line cut off, ready to append
+    p.write_text('{"id": "a"}\nnot json\n{"id": "b"}\n', encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"ctx\.jsonl:2"):
+        read_done_ids(p)
+
+
+def test_search_file_is_resumable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import s3.commands.search as cmd
+    from s3.cli import main
+
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text(
+        "".join(json.dumps({"id": f"id{i}", "question": f"question {i}", "golden_answers": ["x"]}) + "\n" for i in range(5)),
+        encoding="utf-8",
+    )
+    fake = FakeSearcher()
+    monkeypatch.setattr(cmd, "build_searcher", lambda cfg, index=None, policy=None: (fake, FakeRetriever(), "idx"))
+    out = tmp_path / "ctx.jsonl"
+    assert main(["search", "--questions", str(qfile), "--out", str(out), "--limit", "3", "--batch-size", "2"]) == 0
+    assert [len(qs) for qs, _, _ in fake.calls] == [2, 1]
+    assert main(["search", "--questions", str(qfile), "--out", str(out), "--batch-size", "2"]) == 0
+    assert [qs for qs, _, _ in fake.calls[2:]] == [["question 3", "question 4"]]  # only the new ones
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in rows] == [f"id{i}" for i in range(5)]
+    assert rows[4]["documents"][0]["id"] == "question 4-0-0"
+    # a third run has nothing to do and does not load the searcher
+    monkeypatch.setattr(cmd, "build_searcher", lambda *a, **k: pytest.fail("searcher loaded for nothing"))
+    assert main(["search", "--questions", str(qfile), "--out", str(out)]) == 0
+
+
+def test_search_cli_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from s3.cli import main
+
+    assert main(["search"]) == 2
+    assert "give a question" in capsys.readouterr().err
+    assert main(["search", "--questions", str(tmp_path / "q.jsonl")]) == 2
+    assert "--questions needs --out" in capsys.readouterr().err
+    assert main(["search", "--questions", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o.jsonl")]) == 2
+    assert "questions file not found" in capsys.readouterr().err
+    assert main(["search", "who?", "--policy", str(tmp_path / "no-ckpt")]) == 2
+    assert "no such checkpoint" in capsys.readouterr().err
+
+
+def test_print_trajectory_shows_turns_titles_and_selection() -> None:
+    import io
+
+    from s3.commands.search import print_trajectory
+
+    buf = io.StringIO()
+    print_trajectory(_result("who?"), FakeRetriever(), file=buf)
+    text = buf.getvalue()
+    for needle in ("begin-with-search", "turn 1", "turn 2", "'second'", "Ta", "Tc", "A.5", "search_complete: True",
+                   "Final documents (4)", "[f] Tf"):
+        assert needle in text, needle
+
+
+@pytest.mark.parametrize(
+    ("module", "blocked", "package"),
+    [
+        ("searcher.integrations.langchain", "langchain_core", "langchain-core"),
+        ("searcher.integrations.llamaindex", "llama_index.core", "llama-index-core"),
+    ],
+)
+def test_integrations_without_their_extra_fail_with_an_install_hint(
+    module: str, blocked: str, package: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+    import sys
+
+    from searcher.integrations import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, blocked, None)  # makes `import blocked` raise ImportError
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(MissingExtraError, match=rf"needs {package}.*pip install 's3-search-agents\[serve\]'"):
+        importlib.import_module(module)
+    monkeypatch.delitem(sys.modules, module, raising=False)

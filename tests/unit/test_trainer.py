@@ -1,0 +1,139 @@
+"""Trainer pieces that need no model: data order, metrics reading, training-set loading rules, plots, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from searcher.errors import S3Error
+from searcher.types import QAExample
+
+
+def _fake_trainer(n: int, batch: int, seed: int = 0) -> SimpleNamespace:
+    from training.trainer import S3Trainer
+
+    ns = SimpleNamespace(
+        examples=[QAExample(id=f"q{i}", question="?", golden_answers=["a"]) for i in range(n)],
+        tc=SimpleNamespace(batch_size=batch, seed=seed),
+    )
+    ns.batch_indices = lambda step: S3Trainer.batch_indices(ns, step)  # type: ignore[arg-type]
+    return ns
+
+
+def test_data_order_is_a_pure_function_of_seed_and_step() -> None:
+    pytest.importorskip("torch")
+    t = _fake_trainer(7, 3)
+    first = [t.batch_indices(s) for s in range(5)]
+    assert first == [_fake_trainer(7, 3).batch_indices(s) for s in range(5)]  # a "resumed" trainer: same batches
+    # epoch 0 covers every question exactly once before epoch 1 starts (7 = 3 + 3 + 1 | 2 ...)
+    flat = [i for b in first for i in b]
+    assert sorted(flat[:7]) == list(range(7))
+    assert sorted(flat[7:14]) == list(range(7))
+    assert all(len(b) == 3 for b in first)
+    assert _fake_trainer(7, 3, seed=1).batch_indices(0) != first[0] or _fake_trainer(7, 3, seed=2).batch_indices(0) != first[0]
+
+
+def test_read_metrics_tolerates_a_truncated_line_and_keeps_the_last_row_per_step(tmp_path: Path) -> None:
+    from training.trainer import read_metrics
+
+    (tmp_path / "metrics.jsonl").write_text(
+        json.dumps({"step": 1, "reward/mean": 0.1}) + "\n"
+        + json.dumps({"step": 2, "reward/mean": 0.2}) + "\n"
+        + json.dumps({"step": 2, "reward/mean": 0.3}) + "\n"
+        + '{"step": 3, "rew'
+    )
+    rows = read_metrics(tmp_path)
+    assert [(r["step"], r["reward/mean"]) for r in rows] == [(1, 0.1), (2, 0.3)]
+    with pytest.raises(S3Error, match=r"no metrics\.jsonl"):
+        read_metrics(tmp_path / "nope")
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from training.plots import plot_run
+
+    with (tmp_path / "metrics.jsonl").open("w") as fh:
+        for s in range(1, 12):
+            fh.write(json.dumps({"step": s, "reward/mean": s / 10, "losses/policy": -s / 100, "search/turns": 1.0}) + "\n")
+    out = plot_run(tmp_path)
+    assert out.is_file() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_is_yes_no() -> None:
+    from training.data import is_yes_no
+
+    assert is_yes_no(["yes"]) and is_yes_no(["No."]) and is_yes_no(["true", "False"])
+    assert not is_yes_no(["Yesterday"]) and not is_yes_no([]) and not is_yes_no(["yes", "Paris"])
+
+
+def test_missing_baseline_is_an_error_not_a_fallback(tmp_path: Path) -> None:
+    from s3.config import load_config
+    from training.data import load_training_set
+
+    cfg = load_config(None, ["generator.model=openai/fake", "generator.api_base=http://127.0.0.1:9/v1",
+                             f"training.train_data={tmp_path}"])
+    (tmp_path / "manifest.json").write_text(json.dumps({"index": str(tmp_path / "index"), "counts": {}}))
+    (tmp_path / "train.jsonl").write_text(json.dumps({"id": "q1", "question": "?", "golden_answers": ["a"]}) + "\n")
+    with pytest.raises(S3Error, match="no cached naive-RAG baseline"):
+        load_training_set(cfg)
+    # a baseline cached under another key (another generator) does not count either
+    (tmp_path / "baseline.jsonl").write_text(json.dumps({"id": "q1", "acc": 0.0, "key": "other"}) + "\n")
+    with pytest.raises(S3Error, match="no cached naive-RAG baseline"):
+        load_training_set(cfg)
+    with pytest.raises(S3Error, match="not prepared"):
+        load_training_set(cfg, tmp_path / "missing")
+
+
+def test_cli_registers_training_commands() -> None:
+    from s3.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in ("prepare-training", "train", "plot", "export-policy", "train-eval"):
+        assert name in sub.choices  # type: ignore[attr-defined]
+
+
+def test_config_checks() -> None:
+    from s3.config import load_config
+    from searcher.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="group_size >= 2"):
+        load_config(None, ["training.algorithm=grpo", "training.group_size=1"])
+    with pytest.raises(ConfigError, match="needs a generator"):
+        load_config(None, ["training.mode=search_r1", "training.reward=gbr"])
+
+
+def test_forward_on_response_positions_matches_a_full_forward() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from searcher.types import SearchResult, Trajectory
+    from training.algorithms import gather_logprobs
+    from training.trainer import S3Trainer
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=SimpleNamespace(temperature=0.7))
+    # two rollouts with different prompt lengths; response = policy 1s, environment 0s
+    t1 = Trajectory(prompt_ids=[5, 6, 7, 8])
+    t1.append([9, 10], True)
+    t1.append([20, 21, 22], False)  # "<information>...</information>" inserted by the environment
+    t1.append([11], True)
+    t2 = Trajectory(prompt_ids=[5, 6])
+    t2.append([12, 13, 14], True)
+    results = [SearchResult(question="a", trajectory=t1), SearchResult(question="b", trajectory=t2)]
+    batch = S3Trainer._pad(ns, results, [0, 1])  # type: ignore[arg-type]
+    assert batch.start == 1
+    # loss mask over positions start.. : row 0 predicts 6,7,8 (prompt) then 9,10 (policy) 20,21,22 (env) 11 (policy)
+    assert batch.loss_mask[0].tolist() == [0, 0, 1, 1, 0, 0, 0, 1]
+    assert batch.loss_mask[1].tolist() == [1, 1, 1, 0, 0, 0, 0, 0]
+    with torch.no_grad():
+        lp, _ = S3Trainer._forward(ns, model, batch)  # type: ignore[arg-type]
+        full = model(input_ids=batch.ids, attention_mask=batch.attention).logits[:, :-1]
+        ref = gather_logprobs(full, batch.ids[:, 1:], temperature=0.7)[:, batch.start :]
+    assert lp.shape == ref.shape
+    m = batch.loss_mask.bool()
+    assert torch.allclose(lp[m], ref[m], atol=1e-5)

@@ -1,0 +1,254 @@
+"""Token-level policy-gradient losses with masks: GRPO and PPO, written with the papers' names.
+
+Shapes: B = sequences in the batch, T = response tokens (everything after the prompt), V = vocabulary.
+`mask` is the trajectory mask (1 = token written by the policy, 0 = inserted by the environment, e.g. retrieved
+documents) times the padding mask. Every loss is a `masked_mean` over policy tokens, so an environment token
+contributes nothing and receives exactly zero gradient.
+
+- GRPO (Shao et al. 2024): advantages are the group-normalised outcome rewards (r - mean_group) / (std_group + eps),
+  broadcast over the sequence; ratio clipped at 1 +- clip_coef; KL to the frozen reference policy with the
+  low-variance k3 estimator, weighted by kl_coef (s3 / Search-R1: 0.001).
+- PPO (Schulman et al. 2017; s3 paper §3.3): a value head, GAE over policy tokens with gamma = gae_lambda = 1 by
+  default, clipped value loss; the same clipped policy-gradient function as GRPO.
+
+Pure torch; no model code here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "GRPOLossOutput",
+    "PPOLossOutput",
+    "gae_advantages",
+    "gather_logprobs",
+    "group_advantages",
+    "group_advantages_missing",
+    "grpo_loss",
+    "kl_k3",
+    "masked_mean",
+    "masked_whiten",
+    "policy_gradient_loss",
+    "ppo_loss",
+    "token_rewards",
+    "value_loss",
+]
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of `x` over positions where `mask` is 1 (the one masked mean every loss uses).
+
+    With no masked-in position the result is 0 (not NaN), so an all-environment batch adds no gradient.
+    x, mask: (B, T) (any broadcastable shapes work).
+    """
+    mask = mask.to(x.dtype)
+    if dim is None:
+        return (x * mask).sum() / mask.sum().clamp(min=1.0)
+    return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1.0)
+
+
+def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+    """(x - mean) / std over masked positions; masked-out positions become 0. x, mask: (B, T)."""
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    return (x - mean) * torch.rsqrt(var + eps) * mask.to(x.dtype)
+
+
+def gather_logprobs(logits: Tensor, ids: Tensor, temperature: float = 1.0) -> Tensor:
+    """Log-probability of each token under `logits`.
+
+    logits: (B, T, V) — logits[:, t] is the distribution of ids[:, t] (already shifted by the caller);
+    ids: (B, T) int64. Returns (B, T). `temperature` divides the logits first (the sampling distribution).
+    """
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    return torch.gather(logp, -1, ids.unsqueeze(-1)).squeeze(-1)  # (B, T)
+
+
+def group_advantages(rewards: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:
+    """GRPO outcome advantages: (r - mean_group) / (std_group + eps).
+
+    rewards: (N,) with N = G * group_size, consecutive `group_size` entries sharing a question. Returns (N,).
+    std is the unbiased sample std (as in TRL / verl); a group of identical rewards gets advantage 0.
+    """
+    if rewards.dim() != 1 or rewards.numel() % group_size != 0:
+        raise ValueError(f"rewards must be 1-D with a multiple of group_size={group_size} entries, got {tuple(rewards.shape)}")
+    grouped = rewards.view(-1, group_size)  # (G, group_size)
+    mean = grouped.mean(dim=1, keepdim=True)  # (G, 1)
+    std = grouped.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(mean)  # (G, 1)
+    return ((grouped - mean) / (std + eps)).view(-1)  # (N,)
+
+
+def group_advantages_missing(rewards: list[float | None], group_size: int, eps: float = 1e-6) -> list[float | None]:
+    """GRPO advantages when some rewards are missing (None = a failed generator call): each group is normalised
+    over its scored members only; a missing sample, and every member of a group with fewer than two scored members,
+    gets None and leaves the update. Consecutive `group_size` entries form a group.
+
+    >>> group_advantages_missing([1.0, 0.0, None, 2.0, None, None], 3, eps=0.0)
+    [0.7071067811865475, -0.7071067811865475, None, None, None, None]
+    """
+    if len(rewards) % group_size != 0:
+        raise ValueError(f"{len(rewards)} rewards is not a multiple of group_size={group_size}")
+    out: list[float | None] = [None] * len(rewards)
+    for g in range(0, len(rewards), group_size):
+        idx = [i for i in range(g, g + group_size) if rewards[i] is not None]
+        if len(idx) < 2:
+            continue
+        vals = torch.tensor([float(rewards[i]) for i in idx], dtype=torch.float64)  # type: ignore[arg-type]
+        adv = (vals - vals.mean()) / (vals.std() + eps)
+        for i, a in zip(idx, adv.tolist(), strict=True):
+            out[i] = a
+    return out
+
+
+def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """Per-token KL(pi || pi_ref) with the low-variance k3 estimator (Schulman 2020):
+    exp(ref - logp) - (ref - logp) - 1  >= 0. Both (B, T); returns (B, T)."""
+    log_ratio = ref_logprobs - logprobs  # (B, T)
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+def token_rewards(rewards: Tensor, mask: Tensor) -> Tensor:
+    """Place each sequence's outcome reward on its last policy token. rewards: (B,), mask: (B, T) -> (B, T)."""
+    B, T = mask.shape
+    positions = torch.arange(T, device=mask.device).expand(B, T)  # (B, T)
+    last = torch.where(mask.bool(), positions, torch.full_like(positions, -1)).max(dim=1).values  # (B,)
+    out = torch.zeros(B, T, dtype=rewards.dtype, device=rewards.device)
+    has = last >= 0
+    out[has, last[has]] = rewards[has]
+    return out
+
+
+def gae_advantages(
+    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float = 1.0, gae_lambda: float = 1.0
+) -> tuple[Tensor, Tensor]:
+    """Generalised advantage estimation over POLICY tokens only (environment tokens are skipped: the next
+    state of a policy token is the next policy token, as in verl's multi-turn `response_mask`).
+
+    rewards, values, mask: (B, T). Returns (advantages, returns), both (B, T), zero where mask is 0.
+    returns = advantages + values (the critic's regression target).
+    """
+    B, T = rewards.shape
+    m = mask.to(values.dtype)
+    advantages = torch.zeros_like(values)
+    last_gae = torch.zeros(B, dtype=values.dtype, device=values.device)  # (B,)
+    next_value = torch.zeros(B, dtype=values.dtype, device=values.device)  # (B,)
+    for t in reversed(range(T)):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]  # (B,)
+        gae_t = delta + gamma * gae_lambda * last_gae  # (B,)
+        advantages[:, t] = gae_t * m[:, t]
+        keep = m[:, t] > 0
+        last_gae = torch.where(keep, gae_t, last_gae)
+        next_value = torch.where(keep, values[:, t], next_value)
+    returns = (advantages + values) * m
+    return advantages, returns
+
+
+@dataclass
+class PGStats:
+    clipfrac: Tensor
+    approx_kl: Tensor
+
+
+def policy_gradient_loss(
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, clip_coef: float
+) -> tuple[Tensor, PGStats]:
+    """The clipped surrogate shared by PPO and GRPO: masked_mean(max(-A r, -A clip(r, 1-eps, 1+eps))).
+
+    logprobs (current policy, with grad), old_logprobs (rollout policy), advantages, mask: (B, T).
+    """
+    log_ratio = logprobs - old_logprobs  # (B, T)
+    ratio = torch.exp(log_ratio)  # (B, T)
+    pg_losses1 = -advantages * ratio  # (B, T)
+    pg_losses2 = -advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)  # (B, T)
+    loss = masked_mean(torch.maximum(pg_losses1, pg_losses2), mask)
+    with torch.no_grad():
+        clipfrac = masked_mean(((ratio - 1.0).abs() > clip_coef).to(logprobs.dtype), mask)
+        approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask)
+    return loss, PGStats(clipfrac=clipfrac, approx_kl=approx_kl)
+
+
+def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, value_clip_coef: float) -> Tensor:
+    """PPO clipped value loss: 0.5 * masked_mean(max((V - R)^2, (V_old + clip(V - V_old) - R)^2)). All (B, T)."""
+    v_clipped = old_values + torch.clamp(values - old_values, -value_clip_coef, value_clip_coef)  # (B, T)
+    losses = torch.maximum((values - returns) ** 2, (v_clipped - returns) ** 2)  # (B, T)
+    return 0.5 * masked_mean(losses, mask)
+
+
+@dataclass
+class GRPOLossOutput:
+    loss: Tensor
+    pg_loss: Tensor
+    kl: Tensor
+    clipfrac: Tensor
+    approx_kl: Tensor
+
+
+def grpo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    ref_logprobs: Tensor | None,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_coef: float = 0.2,
+    kl_coef: float = 0.001,
+) -> GRPOLossOutput:
+    """GRPO: clipped surrogate with sequence advantages broadcast over tokens, plus kl_coef * k3 KL to pi_ref.
+
+    logprobs, old_logprobs, ref_logprobs, mask: (B, T); advantages: (B,) (from `group_advantages`).
+    """
+    adv = advantages.unsqueeze(1).expand_as(logprobs)  # (B, T)
+    pg, stats = policy_gradient_loss(logprobs, old_logprobs, adv, mask, clip_coef)
+    if ref_logprobs is not None and kl_coef > 0:
+        kl = masked_mean(kl_k3(logprobs, ref_logprobs), mask)
+    else:
+        kl = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+    return GRPOLossOutput(loss=pg + kl_coef * kl, pg_loss=pg, kl=kl, clipfrac=stats.clipfrac, approx_kl=stats.approx_kl)
+
+
+@dataclass
+class PPOLossOutput:
+    loss: Tensor
+    pg_loss: Tensor
+    value_loss: Tensor
+    kl: Tensor
+    clipfrac: Tensor
+    approx_kl: Tensor
+
+
+def ppo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    ref_logprobs: Tensor | None,
+    advantages: Tensor,
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    clip_coef: float = 0.2,
+    value_clip_coef: float = 0.2,
+    kl_coef: float = 0.001,
+    vf_coef: float = 1.0,
+) -> PPOLossOutput:
+    """PPO: the same clipped surrogate with token advantages (from `gae_advantages`), a clipped value loss and the
+    k3 KL penalty to the reference policy (as a loss term, like GRPO; verl's `use_kl_loss`). All tensors (B, T).
+    """
+    pg, stats = policy_gradient_loss(logprobs, old_logprobs, advantages, mask, clip_coef)
+    v_loss = value_loss(values, old_values, returns, mask, value_clip_coef)
+    if ref_logprobs is not None and kl_coef > 0:
+        kl = masked_mean(kl_k3(logprobs, ref_logprobs), mask)
+    else:
+        kl = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+    return PPOLossOutput(
+        loss=pg + kl_coef * kl + vf_coef * v_loss,
+        pg_loss=pg,
+        value_loss=v_loss,
+        kl=kl,
+        clipfrac=stats.clipfrac,
+        approx_kl=stats.approx_kl,
+    )

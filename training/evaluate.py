@@ -1,0 +1,52 @@
+"""Held-out comparison of policies (`s3 train-eval`): the same training reward on questions kept out of training,
+for a trained checkpoint and the untrained base model, with greedy-free sampling disabled (temperature 0)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from searcher.errors import S3Error
+
+__all__ = ["heldout_rewards"]
+
+
+def heldout_rewards(cfg: Any, policies: list[str], limit: int | None = None) -> list[dict[str, Any]]:
+    """For each policy (a checkpoint's policy/ dir or the base model name): mean reward, mean Acc(s3) and turns over
+    the held-out questions (the last training.heldout_questions of the prepared set), greedy decoding."""
+    from searcher.agent import S3Searcher, SearchR1Agent
+    from searcher.policy.transformers_policy import TransformersPolicy
+    from searcher.retrieval import load_retriever
+    from training.data import load_training_set, make_accuracy
+    from training.rewards import RewardScorer
+
+    tc = cfg.training
+    data = load_training_set(cfg)
+    n = tc.heldout_questions
+    if n <= 0:
+        raise S3Error("set training.heldout_questions > 0 (the questions kept out of training) for train-eval")
+    examples = data.examples[-n:][: limit or n]
+    retriever = load_retriever(cfg.retriever, data.index_dir)
+    scfg = cfg.searcher.model_copy(update={"temperature": 0.0})
+    if tc.max_new_tokens:
+        scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
+    end_to_end = tc.mode == "search_r1"
+    accuracy = None if end_to_end else make_accuracy(cfg)
+    rows = []
+    for name in policies:
+        pol = TransformersPolicy.load(name)
+        agent = (SearchR1Agent if end_to_end else S3Searcher)(pol, retriever, scfg, k0=cfg.retriever.k)
+        results = agent.search([e.question for e in examples])
+        scorer = RewardScorer(tc.reward, accuracy=accuracy, baseline=data.baseline, end_to_end=end_to_end,
+                              decode=pol.decode, beta=tc.confidence_beta)
+        scored = asyncio.run(scorer.score(results, examples))
+        r = [x for x in scored.rewards if x is not None]
+        acc = [x for x in (scored.acc_s3 or []) if x is not None]
+        rows.append({
+            "policy": name, "questions": len(examples), "scored": len(r),
+            "reward_mean": sum(r) / len(r) if r else None,
+            "acc_s3_mean": sum(acc) / len(acc) if acc else None,
+            "turns_mean": sum(x.turns for x in results) / len(results),
+            "docs_mean": sum(len(x.documents) for x in results) / len(results),
+        })
+    return rows

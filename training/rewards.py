@@ -1,0 +1,288 @@
+"""Rewards: plain batch functions returning `list[float | None]`.
+
+`None` means "could not be scored" (a generator or judge call failed, a baseline is missing): that sample leaves
+the update. It is never turned into 0.
+
+- `gbr` — Gain Beyond RAG (s3 paper §3.2): Acc(G(Q, D_s3)) - Acc(G(Q, D_RAG)), the second term from the cached
+  baseline (training/data.py).
+- `acc_plus_gbr` — what the s3 authors' released code optimises: Acc(G(Q, D_s3)) + GBR (denser: a question naive
+  RAG already answers still pays for keeping it answered).
+- `exact_match_reward` — Search-R1: exact match of the policy's own answer.
+- `r1_searcher_stage1`, `r1_searcher_stage2` — R1-Searcher (§2.2.1): retrieval (0.5 if n >= 1) + format (0.5);
+  then answer F1 + format penalty (0 / -2).
+- `confidence_gated` — Search Wisely's beta-GRPO: 1 only when the answer is correct AND the minimum token
+  probability over search-query tokens exceeds beta.
+
+`RewardScorer` turns SearchResults into these rewards, calling the frozen generator (and judge, via the metric)
+batched and concurrently through the generator layer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from searcher.types import QAExample, SearchResult, Trajectory
+
+__all__ = [
+    "REWARDS",
+    "RewardBatch",
+    "RewardScorer",
+    "acc_plus_gbr",
+    "confidence_gated",
+    "exact_match_reward",
+    "format_ok",
+    "gbr",
+    "query_token_logprobs",
+    "r1_searcher_stage1",
+    "r1_searcher_stage2",
+]
+
+REWARDS = ("gbr", "acc_plus_gbr", "em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated")
+
+
+def _check_lengths(name: str, *columns: Sequence[Any]) -> None:
+    n = len(columns[0])
+    if any(len(c) != n for c in columns):
+        raise ValueError(f"{name}: columns have different lengths {[len(c) for c in columns]}")
+
+
+def gbr(acc_s3: Sequence[float | None], acc_rag: Sequence[float | None]) -> list[float | None]:
+    """Gain Beyond RAG: Acc(G(Q, D_s3)) - Acc(G(Q, D_RAG)); None when either term is missing.
+
+    >>> gbr([1.0, 0.0, 1.0, None], [0.0, 0.0, 1.0, 0.0])
+    [1.0, 0.0, 0.0, None]
+    """
+    _check_lengths("gbr", acc_s3, acc_rag)
+    return [None if a is None or b is None else float(a) - float(b) for a, b in zip(acc_s3, acc_rag, strict=True)]
+
+
+def acc_plus_gbr(acc_s3: Sequence[float | None], acc_rag: Sequence[float | None]) -> list[float | None]:
+    """The s3 authors' released-code reward: Acc(G(Q, D_s3)) + GBR = 2 Acc(s3) - Acc(RAG).
+
+    >>> acc_plus_gbr([1.0, 0.0, 1.0, None], [0.0, 1.0, 1.0, 0.0])
+    [2.0, -1.0, 1.0, None]
+    """
+    return [None if a is None or g is None else float(a) + g for a, g in zip(acc_s3, gbr(acc_s3, acc_rag), strict=True)]
+
+
+def exact_match_reward(
+    answers: Sequence[str | None], golden_answers: Sequence[Sequence[str]], em: Callable[[str, Sequence[str]], float]
+) -> list[float | None]:
+    """Search-R1's reward: exact match of the policy's own answer. A missing answer (no <answer> tag) scores 0:
+    that is the policy's failure, not a failed call.
+
+    >>> eq = lambda p, gs: float(any(p.strip().lower() == g.lower() for g in gs))
+    >>> exact_match_reward(["Paris", "lyon", None], [["paris"], ["Paris"], ["Rome"]], eq)
+    [1.0, 0.0, 0.0]
+    """
+    _check_lengths("exact_match_reward", answers, golden_answers)
+    return [0.0 if a is None else float(em(a, g)) for a, g in zip(answers, golden_answers, strict=True)]
+
+
+def r1_searcher_stage1(n_searches: Sequence[int], format_correct: Sequence[bool]) -> list[float | None]:
+    """R1-Searcher stage 1: R_retrieval (0.5 if the policy searched at least once) + R_format (0.5 if correct).
+
+    >>> r1_searcher_stage1([0, 1, 3, 0], [True, True, False, False])
+    [0.5, 1.0, 0.5, 0.0]
+    """
+    _check_lengths("r1_searcher_stage1", n_searches, format_correct)
+    return [(0.5 if n >= 1 else 0.0) + (0.5 if ok else 0.0) for n, ok in zip(n_searches, format_correct, strict=True)]
+
+
+def r1_searcher_stage2(f1: Sequence[float | None], format_correct: Sequence[bool]) -> list[float | None]:
+    """R1-Searcher stage 2: answer F1 + R'_format (0 if the format is correct, -2 if not). None F1 stays None.
+
+    >>> r1_searcher_stage2([0.5, 1.0, 0.0, None], [True, False, True, True])
+    [0.5, -1.0, 0.0, None]
+    """
+    _check_lengths("r1_searcher_stage2", f1, format_correct)
+    return [None if f is None else float(f) + (0.0 if ok else -2.0) for f, ok in zip(f1, format_correct, strict=True)]
+
+
+def confidence_gated(
+    correct: Sequence[float | None], min_query_prob: Sequence[float | None], beta: float = 0.4
+) -> list[float | None]:
+    """Search Wisely's beta-GRPO reward (Eq. 1): 1 if the answer is correct and C(T) > beta, else 0.
+
+    C(T) is the minimum probability over all search-query tokens of the trajectory (Eq. 2); a trajectory with no
+    search call has no confidence to check (`None` in `min_query_prob`) and is gated on correctness alone.
+    A missing correctness (failed call) stays None.
+
+    >>> confidence_gated([1.0, 1.0, 0.0, 1.0, None], [0.9, 0.3, 0.9, None, 0.9], beta=0.4)
+    [1.0, 0.0, 0.0, 1.0, None]
+    """
+    _check_lengths("confidence_gated", correct, min_query_prob)
+    out: list[float | None] = []
+    for c, p in zip(correct, min_query_prob, strict=True):
+        if c is None:
+            out.append(None)
+        else:
+            out.append(1.0 if c >= 1.0 and (p is None or p > beta) else 0.0)
+    return out
+
+
+def query_token_logprobs(
+    trajectory: Trajectory, decode: Callable[[list[int]], str], open_tag: str, close_tag: str
+) -> list[float]:
+    """Sampling log-probabilities of the policy tokens inside `open_tag ... close_tag` spans (tags included, as in
+    Search Wisely). Token boundaries come from decoding growing prefixes, so multi-token tags are found exactly.
+    """
+    ids, mask, lps = trajectory.response_ids, trajectory.mask, trajectory.logprobs
+    # character end offset of every response token
+    ends: list[int] = []
+    text = ""
+    for i in range(len(ids)):
+        text = decode(ids[: i + 1])
+        ends.append(len(text))
+    spans: list[tuple[int, int]] = []
+    start = text.find(open_tag)
+    while start >= 0:
+        stop = text.find(close_tag, start + len(open_tag))
+        end = len(text) if stop < 0 else stop + len(close_tag)
+        spans.append((start, end))
+        start = text.find(open_tag, end)
+    out: list[float] = []
+    prev_end = 0
+    for i, end in enumerate(ends):
+        tok_start, tok_end = prev_end, end
+        prev_end = end
+        if mask[i] != 1 or tok_end <= tok_start:
+            continue
+        if any(tok_start < s_end and tok_end > s_start for s_start, s_end in spans):
+            out.append(lps[i])
+    return out
+
+
+def min_query_prob(logprobs: Sequence[float]) -> float | None:
+    """C(T) = min over query tokens of P(w); None when the trajectory has no query token.
+
+    >>> round(min_query_prob([math.log(0.9), math.log(0.5)]), 6)
+    0.5
+    >>> min_query_prob([]) is None
+    True
+    """
+    return math.exp(min(logprobs)) if logprobs else None
+
+
+def format_ok(result: SearchResult, needs_answer: bool) -> bool:
+    """A trajectory's format is correct when no turn had an invalid action (and, end to end, it answered)."""
+    if any(s.invalid_reason for s in result.steps):
+        return False
+    return not (needs_answer and result.answer is None)
+
+
+@dataclass
+class RewardBatch:
+    """Rewards for one batch plus the per-sample terms they came from (for logging)."""
+
+    rewards: list[float | None]
+    acc_s3: list[float | None] | None = None
+    acc_rag: list[float | None] | None = None
+    generator_failures: int = 0
+
+
+# (questions, contexts, golden) -> accuracy per sample, None on a failed generator / judge call
+AccuracyFn = Callable[[list[str], list[list[Any]], list[list[str]]], "Any"]
+
+
+class RewardScorer:
+    """Scores SearchResults with the configured reward.
+
+    `accuracy` is an async batch function `(questions, documents_per_question, golden) -> list[float | None]`
+    that calls the frozen generator (batched, concurrent) and applies the metric (span / GenAcc with the judge);
+    `baseline` maps question id -> cached Acc(G(Q, D_RAG)). `em` and `f1` are the eval-layer metrics for answers.
+    """
+
+    def __init__(
+        self,
+        reward: str,
+        *,
+        accuracy: Any | None = None,
+        baseline: dict[str, float] | None = None,
+        em: Callable[[str, Sequence[str]], float] | None = None,
+        f1: Callable[[str, Sequence[str]], float] | None = None,
+        decode: Callable[[list[int]], str] | None = None,
+        query_tags: tuple[str, str] = ("<query>", "</query>"),
+        beta: float = 0.4,
+        end_to_end: bool = False,
+    ) -> None:
+        if reward not in REWARDS:
+            raise ValueError(f"unknown reward {reward!r}; choose one of {', '.join(REWARDS)}")
+        self.reward = reward
+        self.accuracy = accuracy
+        self.baseline = baseline or {}
+        self.em = em
+        self.f1 = f1
+        self.decode = decode
+        self.query_tags = query_tags
+        self.beta = beta
+        self.end_to_end = end_to_end
+
+    def _baseline_for(self, examples: Sequence[QAExample]) -> list[float | None]:
+        from searcher.errors import S3Error
+
+        missing = [e.id for e in examples if e.id not in self.baseline]
+        if missing:
+            raise S3Error(
+                f"no cached naive-RAG baseline for {len(missing)} training question(s) (e.g. {missing[0]!r}); "
+                "run `s3 prepare-training` with the same generator, prompt, retriever and k"
+            )
+        return [self.baseline[e.id] for e in examples]
+
+    async def _correct(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> list[float | None]:
+        """Correctness of the final answer: the policy's own (end to end, EM) or the generator's on D_s3."""
+        if self.end_to_end:
+            if self.em is None:
+                raise ValueError("end-to-end rewards need an exact-match function")
+            return exact_match_reward([r.answer for r in results], [e.golden_answers for e in examples], self.em)
+        return await self._acc_s3(results, examples)
+
+    async def _acc_s3(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> list[float | None]:
+        if self.accuracy is None:
+            raise ValueError(f"reward {self.reward!r} needs the generator (an accuracy function)")
+        acc = await self.accuracy(
+            [e.question for e in examples], [list(r.documents) for r in results], [e.golden_answers for e in examples]
+        )
+        return list(acc)
+
+    async def score(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> RewardBatch:
+        _check_lengths("RewardScorer.score", results, examples)
+        r = self.reward
+        if r in ("gbr", "acc_plus_gbr"):
+            rag = self._baseline_for(examples)  # a missing baseline is an error, checked before any call
+            acc = await self._acc_s3(results, examples)
+            rewards = gbr(acc, rag) if r == "gbr" else acc_plus_gbr(acc, rag)
+            return RewardBatch(rewards, acc_s3=acc, acc_rag=rag, generator_failures=sum(a is None for a in acc))
+        if r == "em":
+            if self.em is None:
+                raise ValueError("reward 'em' needs an exact-match function")
+            if not self.end_to_end:
+                raise ValueError("reward 'em' scores the policy's own answer: use it in search_r1 mode")
+            return RewardBatch(exact_match_reward([x.answer for x in results], [e.golden_answers for e in examples], self.em))
+        fmt = [format_ok(x, needs_answer=self.end_to_end) for x in results]
+        if r == "r1_searcher_stage1":
+            return RewardBatch(r1_searcher_stage1([x.turns for x in results], fmt))
+        if r == "r1_searcher_stage2":
+            if self.end_to_end:
+                if self.f1 is None:
+                    raise ValueError("reward 'r1_searcher_stage2' needs an F1 function")
+                f1s: list[float | None] = [
+                    0.0 if x.answer is None else float(self.f1(x.answer, e.golden_answers))
+                    for x, e in zip(results, examples, strict=True)
+                ]
+                return RewardBatch(r1_searcher_stage2(f1s, fmt))
+            acc = await self._acc_s3(results, examples)  # s3 mode: F1 of the generator's answer, via `accuracy`
+            return RewardBatch(r1_searcher_stage2(acc, fmt), acc_s3=acc, generator_failures=sum(a is None for a in acc))
+        # confidence_gated
+        if self.decode is None:
+            raise ValueError("reward 'confidence_gated' needs the policy tokenizer's decode")
+        correct = await self._correct(results, examples)
+        conf: list[float | None] = []
+        for x in results:
+            if x.trajectory is None:
+                raise ValueError("confidence_gated needs token trajectories (a trainable policy)")
+            conf.append(min_query_prob(query_token_logprobs(x.trajectory, self.decode, *self.query_tags)))
+        return RewardBatch(confidence_gated(correct, conf, self.beta), acc_s3=None if self.end_to_end else correct)

@@ -1,0 +1,576 @@
+"""The trainer: `s3 train --config ...`.
+
+One step = B questions x group_size rollouts through the searcher (transformers policy, sampling at
+training.temperature, exact token masks) -> rewards (training/rewards.py; failed calls leave the update) ->
+advantages (GRPO group baseline, or PPO critic + GAE) -> masked policy-gradient update with a k3 KL term to the
+frozen reference policy -> metrics -> checkpoint every `save_every` steps (and always at the end).
+
+Run directory (training.output_dir):
+
+    metrics.jsonl               one row per step: reward/..., losses/..., search/turns, search/invalid_action_rate, charts/...
+    tb/                         the same scalars for TensorBoard (when tensorboard is installed)
+    checkpoints/step_000010/    policy/ (a plain Hugging Face dir: `s3 search --policy` / `s3 serve --policy` load it
+                                unchanged), adapter/ (LoRA), trainer_state.pt (optimizer, scheduler, RNG, data order,
+                                value head), written to a temporary dir and renamed: a kill never leaves half a checkpoint
+    checkpoints/latest          the name of the newest complete checkpoint
+    config.json                 the full configuration of the run
+
+Resume: `s3 train` on an existing run directory continues from `checkpoints/latest` (same data order: the order is a
+function of (seed, epoch), and the position is stored).
+
+The PPO critic is a value head on the policy's last hidden states (detached: it learns with
+training.critic_learning_rate without moving the actor) — a CPU-sized stand-in for the paper's separate critic model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from searcher.errors import S3Error
+from searcher.types import QAExample, SearchResult
+
+__all__ = ["S3Trainer", "SearchR1Trainer", "export_policy", "make_trainer", "read_metrics"]
+
+STATE_FILE = "trainer_state.pt"
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Rows of metrics.jsonl (the last row per step wins: a resumed run may repeat a step)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise S3Error(f"no metrics.jsonl in {run_dir}: is it a training run directory?")
+    by_step: dict[int, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a truncated last line after a kill
+        by_step[int(row["step"])] = row
+    return [by_step[k] for k in sorted(by_step)]
+
+
+class _MetricsWriter:
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self.tb: Any = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(run_dir / "tb"))
+        except ImportError:  # tensorboard is optional
+            self.tb = None
+
+    def write(self, step: int, row: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"step": step, **row}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        if self.tb is not None:
+            for k, v in row.items():
+                if isinstance(v, int | float):
+                    self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+@dataclass
+class Batch:
+    """Padded tensors for one micro-batch; T' = L - 1 - start next-token positions (the prompt part is cut)."""
+
+    ids: Any  # (B, L) int64
+    attention: Any  # (B, L)
+    loss_mask: Any  # (B, T'): 1 where ids[:, start+t+1] is a policy-written response token
+    start: int = 0  # first shifted position kept (min prompt length - 1)
+
+
+class S3Trainer:
+    """GRPO / PPO trainer for an s3 searcher with a frozen generator (the reward calls the generator)."""
+
+    end_to_end = False
+
+    def __init__(self, cfg: Any, log: Callable[[str], None] = print) -> None:
+        import torch
+
+        self.cfg = cfg
+        self.tc = cfg.training
+        self.log = log
+        torch.set_num_threads(self.tc.torch_threads)
+        self.run_dir = Path(cfg.resolve(self.tc.output_dir))
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.step = 0
+        self.resumed_from: str | None = None
+        self._setup()
+
+    # ------------------------------------------------------------------ setup
+    def _prepare_data(self) -> Any:
+        from training.data import load_training_set, prepare_training, training_dir
+
+        d = training_dir(self.cfg)
+        if not (d / "manifest.json").is_file() or not (d / "train.jsonl").is_file():
+            self.log(f"train: preparing training data in {d}")
+            prepare_training(self.cfg, d, log=self.log)
+        try:
+            return load_training_set(self.cfg, d)
+        except S3Error:
+            # the generator / prompt / metric changed since preparation: complete the cache, then load strictly
+            prepare_training(self.cfg, d, log=self.log)
+            return load_training_set(self.cfg, d)
+
+    def _agent_class(self) -> Any:
+        from searcher.agent import S3Searcher
+
+        return S3Searcher
+
+    def _setup(self) -> None:
+        import torch
+
+        from searcher.retrieval import load_retriever
+
+        tc = self.tc
+        self.data = self._prepare_data()
+        examples = self.data.examples
+        if tc.heldout_questions:
+            if tc.heldout_questions >= len(examples):
+                raise S3Error(f"training.heldout_questions={tc.heldout_questions} leaves no training question ({len(examples)})")
+            self.heldout = examples[-tc.heldout_questions :]
+            examples = examples[: -tc.heldout_questions]
+        else:
+            self.heldout = []
+        self.examples: list[QAExample] = examples
+        self.retriever = load_retriever(self.cfg.retriever, self.data.index_dir)
+
+        latest = self.ckpt_dir / "latest"
+        resume_dir = self.ckpt_dir / latest.read_text().strip() if latest.is_file() else None
+        self.policy, self.model, self.tokenizer = self._load_policy(resume_dir)
+        self.value_head: torch.nn.Module | None = None
+        if tc.algorithm == "ppo":
+            hidden = int(self.model.config.hidden_size)
+            self.value_head = torch.nn.Linear(hidden, 1)
+            torch.nn.init.zeros_(self.value_head.weight)
+            torch.nn.init.zeros_(self.value_head.bias)
+        self.ref_model = self._reference_model()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        groups: list[dict[str, Any]] = [{"params": params, "lr": tc.learning_rate}]
+        if self.value_head is not None:
+            groups.append({"params": list(self.value_head.parameters()), "lr": tc.critic_learning_rate})
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=0.0)
+        warm = tc.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0
+        )
+        self.scorer = self._make_scorer()
+        scfg = self.cfg.searcher.model_copy(update={"temperature": tc.temperature})
+        if tc.max_new_tokens:
+            scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
+        self.agent = self._agent_class()(self.policy, self.retriever, scfg, k0=self.cfg.retriever.k)
+        self.metrics = _MetricsWriter(self.run_dir)
+        (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
+        if resume_dir is not None:
+            self._load_state(resume_dir)
+
+    def _load_policy(self, resume_dir: Path | None) -> tuple[Any, Any, Any]:
+        """The transformers policy (trainable). Full fine-tuning resumes from the checkpoint's policy/ dir;
+        LoRA loads the base model and the checkpoint's adapter."""
+        from searcher.policy.transformers_policy import TransformersPolicy
+
+        tc = self.tc
+        source = tc.base_model
+        if resume_dir is not None and not tc.lora:
+            source = str(resume_dir / "policy")
+        policy = _new_policy(TransformersPolicy, source)
+        if tc.lora:
+            if resume_dir is not None:
+                from peft import PeftModel
+
+                policy.model = PeftModel.from_pretrained(policy.model, str(resume_dir / "adapter"), is_trainable=True)
+            else:
+                policy.enable_lora(r=tc.lora_r, alpha=tc.lora_alpha)
+        model = policy.model
+        return policy, model, policy.tokenizer
+
+    def _reference_model(self) -> Any:
+        """The frozen reference policy pi_ref = the initial policy (training.base_model, loaded again, so a resumed
+        run keeps the same reference). LoRA: the same model with its adapters disabled (no copy)."""
+        if self.tc.kl_coef == 0:
+            return None
+        if self.tc.lora:
+            return "adapter-disabled"
+        from searcher.policy.transformers_policy import TransformersPolicy
+
+        ref = _new_policy(TransformersPolicy, self.tc.base_model).model
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
+
+    def _make_scorer(self) -> Any:
+        from eval import metrics
+        from training.data import make_accuracy
+        from training.rewards import RewardScorer
+
+        def em(p: str, golds: Any) -> float:
+            return float(metrics.exact_match([p], [list(golds)])[0] or 0.0)
+
+        def f1(p: str, golds: Any) -> float:
+            return float(metrics.f1([p], [list(golds)])[0] or 0.0)
+
+        needs_generator = not self.end_to_end and self.tc.reward != "r1_searcher_stage1"
+        return RewardScorer(
+            self.tc.reward,
+            accuracy=make_accuracy(self.cfg) if needs_generator else None,
+            baseline=self.data.baseline,
+            em=em,
+            f1=f1,
+            decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False),
+            query_tags=("<search>", "</search>") if self.end_to_end else ("<query>", "</query>"),
+            beta=self.tc.confidence_beta,
+            end_to_end=self.end_to_end,
+        )
+
+    # ------------------------------------------------------------------ data order
+    def batch_indices(self, step: int) -> list[int]:
+        """Question indices of `step` (0-based): epochs are seeded permutations, so the order is a pure function
+        of (seed, step) — a resumed run sees exactly the batches the uninterrupted run would have."""
+        import torch
+
+        n, b = len(self.examples), self.tc.batch_size
+        out: list[int] = []
+        pos = step * b
+        while len(out) < b:
+            epoch, offset = divmod(pos, n)
+            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.tc.seed * 1000003 + epoch)).tolist()
+            take = min(b - len(out), n - offset)
+            out.extend(perm[offset : offset + take])
+            pos += take
+        return out
+
+    # ------------------------------------------------------------------ rollouts
+    def rollout(self, examples: list[QAExample]) -> list[SearchResult]:
+        import torch
+
+        self.model.eval()
+        with torch.no_grad():
+            results = self.agent.search([e.question for e in examples])
+        for r, e in zip(results, examples, strict=True):
+            r.question_id = e.id
+        return results
+
+    # ------------------------------------------------------------------ tensors
+    def _pad(self, results: list[SearchResult], rows: list[int]) -> Batch:
+        import torch
+
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        seqs, masks, prompt_lens = [], [], []
+        for i in rows:
+            tr = results[i].trajectory
+            assert tr is not None
+            seqs.append(list(tr.prompt_ids) + list(tr.response_ids))
+            # position t of the shifted sequence predicts token t+1: prompt tokens are never trained on
+            masks.append([0] * (len(tr.prompt_ids) - 1) + list(tr.mask))
+            prompt_lens.append(len(tr.prompt_ids))
+        L = max(len(s) for s in seqs)
+        start = max(min(prompt_lens) - 1, 0)  # first position that predicts a response token
+        ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
+        att = torch.zeros((len(seqs), L), dtype=torch.long)
+        lm = torch.zeros((len(seqs), L - 1), dtype=torch.float32)
+        for j, (s, m) in enumerate(zip(seqs, masks, strict=True)):
+            ids[j, : len(s)] = torch.tensor(s)
+            att[j, : len(s)] = 1
+            lm[j, : len(m)] = torch.tensor(m, dtype=torch.float32)
+        return Batch(ids=ids, attention=att, loss_mask=lm[:, start:], start=start)
+
+    def _forward(self, model: Any, batch: Batch, want_hidden: bool = False) -> tuple[Any, Any]:
+        """Token logprobs (B, T') at the sampling temperature for positions batch.start .. L-2 (the response part;
+        the vocabulary projection is skipped over the shared prompt), and last hidden states (B, T', H) if asked."""
+        from training.algorithms import gather_logprobs
+
+        L = batch.ids.shape[1]
+        keep = L - batch.start
+        out = model(input_ids=batch.ids, attention_mask=batch.attention, output_hidden_states=want_hidden,
+                    use_cache=False, logits_to_keep=keep)
+        logits = out.logits[:, -keep:-1, :]  # (B, T', V): position t predicts ids[:, t+1]
+        lp = gather_logprobs(logits, batch.ids[:, batch.start + 1 :], temperature=self.tc.temperature)  # (B, T')
+        hidden = out.hidden_states[-1][:, batch.start : -1, :] if want_hidden else None
+        return lp, hidden
+
+    def _ref_logprobs(self, batch: Batch) -> Any:
+        import torch
+
+        if self.ref_model is None:
+            return None
+        with torch.no_grad():
+            if self.ref_model == "adapter-disabled":
+                with self.model.disable_adapter():
+                    return self._forward(self.model, batch)[0]
+            return self._forward(self.ref_model, batch)[0]
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self) -> dict[str, float]:
+
+
+        tc = self.tc
+        t0 = time.perf_counter()
+        idx = self.batch_indices(self.step)
+        group = tc.group_size
+        examples = [self.examples[i] for i in idx for _ in range(group)]
+        results = self.rollout(examples)
+        t1 = time.perf_counter()
+        scored = asyncio.run(self.scorer.score(results, examples))
+        t2 = time.perf_counter()
+        rewards = scored.rewards
+
+        stats, rows, total_tokens = self.update(results, rewards)
+        self.scheduler.step()
+        t3 = time.perf_counter()
+
+        scored_r = [r for r in rewards if r is not None]
+        turns = [r.turns for r in results]
+        steps_n = sum(len([s for s in r.steps if s.turn > 0]) for r in results)
+        invalid = sum(1 for r in results for s in r.steps if s.turn > 0 and s.invalid_reason)
+        row: dict[str, float] = {
+            "reward/mean": sum(scored_r) / len(scored_r) if scored_r else float("nan"),
+            "reward/max": max(scored_r) if scored_r else float("nan"),
+            "reward/min": min(scored_r) if scored_r else float("nan"),
+            "reward/missing": float(len(rewards) - len(scored_r)),
+            "reward/samples_in_update": float(len(rows)),
+            "search/turns": sum(turns) / len(turns),
+            "search/invalid_action_rate": invalid / steps_n if steps_n else 0.0,
+            "search/docs": sum(len(r.documents) for r in results) / len(results),
+            "charts/learning_rate": float(self.scheduler.get_last_lr()[0]),
+            "charts/policy_tokens": total_tokens,
+            "charts/rollout_seconds": t1 - t0,
+            "charts/reward_seconds": t2 - t1,
+            "charts/update_seconds": t3 - t2,
+            "charts/step_seconds": t3 - t0,
+        }
+        if scored.acc_s3 is not None:
+            a = [x for x in scored.acc_s3 if x is not None]
+            row["reward/acc_s3"] = sum(a) / len(a) if a else float("nan")
+        if scored.acc_rag is not None:
+            row["reward/acc_rag"] = sum(x for x in scored.acc_rag if x is not None) / max(1, len(scored.acc_rag))
+        row.update(stats)
+        self.step += 1
+        self.metrics.write(self.step, {**row, "data/question_ids": [self.examples[i].id for i in idx]})
+        return row
+
+    def update(self, results: list[SearchResult], rewards: list[float | None]) -> tuple[dict[str, float], list[int], float]:
+        """One masked policy-gradient update from scored rollouts (consecutive group_size rows = one question).
+        Samples whose reward is None (or, in GRPO, whose group has < 2 scored members) leave the update.
+        Returns (loss stats, rows used, policy tokens). The padded micro-batches stay in `self.last_batches`."""
+        import torch
+
+        from training import algorithms as alg
+
+        tc = self.tc
+        group = tc.group_size
+        has_tokens = [r.trajectory is not None and any(r.trajectory.mask) for r in results]
+        if tc.algorithm == "grpo":
+            seq_adv = alg.group_advantages_missing(rewards, group)
+        else:
+            seq_adv = [None if r is None else 0.0 for r in rewards]  # PPO: advantages come from GAE below
+        rows = [i for i in range(len(results)) if seq_adv[i] is not None and has_tokens[i]]
+        stats: dict[str, float] = {}
+        self.model.train()
+        total_tokens = 0.0
+        if rows:
+            batches = [rows[i : i + tc.micro_batch_size] for i in range(0, len(rows), tc.micro_batch_size)]
+            padded = [self._pad(results, b) for b in batches]
+            self.last_batches = padded
+            total_tokens = float(sum(p.loss_mask.sum().item() for p in padded))
+            refs = [self._ref_logprobs(p) for p in padded]
+            old: list[Any] = [None] * len(padded)
+            old_values: list[Any] = [None] * len(padded)
+            if tc.ppo_epochs > 1 or tc.algorithm == "ppo":
+                with torch.no_grad():
+                    for j, p in enumerate(padded):
+                        lp, hid = self._forward(self.model, p, want_hidden=tc.algorithm == "ppo")
+                        old[j] = lp
+                        if self.value_head is not None:
+                            old_values[j] = self.value_head(hid.float()).squeeze(-1)  # (B, T)
+            acc: dict[str, float] = {}
+            for _epoch in range(tc.ppo_epochs):
+                self.optimizer.zero_grad(set_to_none=True)
+                for j, (b, p) in enumerate(zip(batches, padded, strict=True)):
+                    weight = p.loss_mask.sum().item() / max(total_tokens, 1.0)  # share of the batch's policy tokens
+                    lp, hid = self._forward(self.model, p, want_hidden=tc.algorithm == "ppo")
+                    old_lp = old[j] if old[j] is not None else lp.detach()
+                    if tc.algorithm == "grpo":
+                        adv = torch.tensor([float(seq_adv[i]) for i in b], dtype=lp.dtype)  # type: ignore[arg-type]  # (B,)
+                        out = alg.grpo_loss(lp, old_lp, refs[j], adv, p.loss_mask, tc.clip_coef, tc.kl_coef)
+                        parts = {"losses/policy": out.pg_loss, "losses/kl": out.kl, "losses/total": out.loss,
+                                 "losses/clipfrac": out.clipfrac, "losses/approx_kl": out.approx_kl}
+                    else:
+                        assert self.value_head is not None
+                        values = self.value_head(hid.detach().float()).squeeze(-1)  # (B, T)
+                        r_seq = torch.tensor([float(rewards[i]) for i in b], dtype=values.dtype)  # type: ignore[arg-type]
+                        tok_r = alg.token_rewards(r_seq, p.loss_mask)  # (B, T)
+                        with torch.no_grad():
+                            adv_t, ret = alg.gae_advantages(tok_r, old_values[j], p.loss_mask, tc.gamma, tc.gae_lambda)
+                        pout = alg.ppo_loss(lp, old_lp, refs[j], adv_t, values, old_values[j], ret, p.loss_mask,
+                                            tc.clip_coef, tc.value_clip_coef, tc.kl_coef, tc.vf_coef)
+                        out = pout  # type: ignore[assignment]
+                        parts = {"losses/policy": pout.pg_loss, "losses/kl": pout.kl, "losses/value": pout.value_loss,
+                                 "losses/total": pout.loss, "losses/clipfrac": pout.clipfrac, "losses/approx_kl": pout.approx_kl}
+                    (out.loss * weight).backward()
+                    for k, v in parts.items():
+                        acc[k] = acc.get(k, 0.0) + float(v.detach()) * weight
+                params = [q for g in self.optimizer.param_groups for q in g["params"]]
+                gn = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm)
+                acc["losses/grad_norm"] = float(gn)
+                self.optimizer.step()
+            stats.update(acc)
+        return stats, rows, total_tokens
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> Path:
+        """Write checkpoints/step_N atomically (temp dir + rename), then point checkpoints/latest at it."""
+        import numpy as np
+        import torch
+
+        name = f"step_{self.step:06d}"
+        final = self.ckpt_dir / name
+        tmp = self.ckpt_dir / f".{name}.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        self._save_policy(tmp / "policy")
+        if self.tc.lora:
+            self.model.save_pretrained(str(tmp / "adapter"))
+        state = {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "value_head": self.value_head.state_dict() if self.value_head is not None else None,
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
+            "data_order": {"seed": self.tc.seed, "batch_size": self.tc.batch_size, "n_questions": len(self.examples),
+                           "next_batch": [self.examples[i].id for i in self.batch_indices(self.step)]},
+        }
+        torch.save(state, tmp / STATE_FILE)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        latest_tmp = self.ckpt_dir / "latest.tmp"
+        latest_tmp.write_text(name)
+        os.replace(latest_tmp, self.ckpt_dir / "latest")
+        old = sorted(p for p in self.ckpt_dir.glob("step_*") if p.is_dir())
+        for p in old[: -self.tc.keep_checkpoints]:
+            shutil.rmtree(p, ignore_errors=True)
+        self.log(f"train: checkpoint {final}")
+        return final
+
+    def _save_policy(self, out: Path) -> None:
+        """A plain HF checkpoint (LoRA merged) + tokenizer: what `s3 search --policy` and a vLLM server load."""
+        export_model(self.model, self.tokenizer, out, lora=self.tc.lora)
+
+    def _load_state(self, ckpt: Path) -> None:
+        import numpy as np
+        import torch
+
+        state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
+        order = state["data_order"]
+        if order["seed"] != self.tc.seed or order["batch_size"] != self.tc.batch_size or order["n_questions"] != len(self.examples):
+            raise S3Error(
+                f"cannot resume {ckpt}: data order changed (seed/batch_size/questions {order['seed']}/"
+                f"{order['batch_size']}/{order['n_questions']} vs {self.tc.seed}/{self.tc.batch_size}/{len(self.examples)}); "
+                "use a new training.output_dir"
+            )
+        self.step = int(state["step"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.value_head is not None and state["value_head"] is not None:
+            self.value_head.load_state_dict(state["value_head"])
+        torch.set_rng_state(state["rng"]["torch"])
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        self.resumed_from = str(ckpt)
+        self.log(f"train: resumed from {ckpt} at step {self.step}")
+
+    # ------------------------------------------------------------------ loop
+    def train(self, max_steps: int | None = None) -> dict[str, Any]:
+        """Run until training.total_steps (or `max_steps` more steps); checkpoint every save_every and at the end."""
+        start = self.step
+        end = self.tc.total_steps if max_steps is None else min(self.tc.total_steps, self.step + max_steps)
+        last: dict[str, float] = {}
+        try:
+            while self.step < end:
+                last = self.train_step()
+                self.log(
+                    f"step {self.step}/{self.tc.total_steps} reward {last['reward/mean']:.3f} "
+                    f"turns {last['search/turns']:.2f} {last['charts/step_seconds']:.1f}s"
+                )
+                if self.step % self.tc.save_every == 0 and self.step < end:
+                    self.save_checkpoint()
+            if self.step > start or not (self.ckpt_dir / "latest").is_file():
+                self.save_checkpoint()
+        finally:
+            self.metrics.close()
+        return {"steps": self.step, "started_at": start, "last": last, "run_dir": str(self.run_dir)}
+
+
+class SearchR1Trainer(S3Trainer):
+    """Search-R1 end to end: SearchR1Agent rollouts (<search>, <answer>), the policy's own answer is scored
+    (exact match by default); no generator, no baseline."""
+
+    end_to_end = True
+
+    def _agent_class(self) -> Any:
+        from searcher.agent import SearchR1Agent
+
+        return SearchR1Agent
+
+
+def _new_policy(cls: Any, source: str) -> Any:
+    """Load the transformers policy for training (sampling happens in rollouts at training.temperature)."""
+    return cls.load(source)
+
+
+def make_trainer(cfg: Any, log: Callable[[str], None] = print) -> S3Trainer:
+    return SearchR1Trainer(cfg, log) if cfg.training.mode == "search_r1" else S3Trainer(cfg, log)
+
+
+def export_model(model: Any, tokenizer: Any, out: Path, lora: bool) -> None:
+    """Save `model` as a plain HF dir (merging LoRA adapters into a copy when present)."""
+    import copy
+
+    out.mkdir(parents=True, exist_ok=True)
+    m = model
+    if lora and hasattr(model, "merge_and_unload"):
+        m = copy.deepcopy(model).merge_and_unload()
+    m.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))
+
+
+def export_policy(checkpoint: str | Path, out: str | Path, base_model: str | None = None) -> Path:
+    """Export a checkpoint as a plain Hugging Face dir. A LoRA checkpoint (adapter/) is merged into its base."""
+    ckpt = Path(checkpoint)
+    if (ckpt / "checkpoints" / "latest").is_file():
+        ckpt = ckpt / "checkpoints" / (ckpt / "checkpoints" / "latest").read_text().strip()
+    out = Path(out)
+    if (ckpt / "adapter").is_dir() and base_model:
+        from peft import PeftModel
+
+        from searcher.policy.transformers_policy import TransformersPolicy
+
+        pol = TransformersPolicy.load(base_model)
+        merged = PeftModel.from_pretrained(pol.model, str(ckpt / "adapter"))
+        export_model(merged, pol.tokenizer, out, lora=True)
+        return out
+    if not (ckpt / "policy").is_dir():
+        raise S3Error(f"{ckpt} is not a training checkpoint (no policy/ directory)")
+    if out.exists():
+        raise S3Error(f"{out} exists; choose a new directory")
+    shutil.copytree(ckpt / "policy", out)
+    return out
