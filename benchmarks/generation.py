@@ -19,31 +19,31 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from generator_adapters import Generator, GeneratorConfig  # noqa: E402
-from generator_adapters.testing import FakeLLMServer  # noqa: E402
+from generator_adapters import Generator, GeneratorConfig
+from generator_adapters.testing import FakeLLMServer
 
 
-def serial_loop(srv: FakeLLMServer, questions: list[str]) -> float:
-    """Upstream's way: one blocking call after another. Returns answers/s."""
+def serial_loop(srv: FakeLLMServer, questions: list[str]) -> tuple[float, float]:
+    """Upstream's way: one blocking call after another. Returns (answers/s, client CPU seconds per answer)."""
     import litellm
 
     gen = Generator(GeneratorConfig(model="openai/fake", api_base=srv.api_base, cache_path=None))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for q in questions:
         r = litellm.completion(
             model="openai/fake", api_base=srv.api_base, api_key="EMPTY", messages=gen.messages(q, None),
             max_tokens=64, temperature=0.0, num_retries=0, max_retries=0,
         )
         assert r.choices[0].message.content
-    return len(questions) / (time.perf_counter() - t0)
+    return len(questions) / (time.perf_counter() - t0), (time.process_time() - c0) / len(questions)
 
 
-def concurrent(srv: FakeLLMServer, questions: list[str], c: int) -> tuple[float, int]:
+def concurrent(srv: FakeLLMServer, questions: list[str], c: int) -> tuple[float, float, int]:
     gen = Generator(GeneratorConfig(model="openai/fake", api_base=srv.api_base, cache_path=None, concurrency=c))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     answers = asyncio.run(gen.answer(questions, None))
     dt = time.perf_counter() - t0
-    return len(questions) / dt, sum(a.ok for a in answers)
+    return len(questions) / dt, (time.process_time() - c0) / len(questions), sum(a.ok for a in answers)
 
 
 def main() -> int:
@@ -57,26 +57,29 @@ def main() -> int:
     with FakeLLMServer(latency_s=L, process=True) as srv:  # a server of its own, like a real provider
         # warm-up: imports, connection pool, litellm's first-call setup (not timed)
         concurrent(srv, [f"warm-up {i}" for i in range(8)], 8)
-        serial = serial_loop(srv, [f"serial question {i}?" for i in range(args.serial)])
-        rows = [("serial loop (upstream)", 1, args.serial, serial, 1 / L)]
+        load0 = os.getloadavg()[0]
+        serial, serial_cpu = serial_loop(srv, [f"serial question {i}?" for i in range(args.serial)])
+        rows = [("serial loop (upstream)", 1, args.serial, serial, 1 / L, serial_cpu)]
         ok_all = True
         for c in args.concurrency:
             n = c * args.per_slot
-            rate, ok = concurrent(srv, [f"question {c}-{i}?" for i in range(n)], c)
+            rate, cpu, ok = concurrent(srv, [f"question {c}-{i}?" for i in range(n)], c)
             ok_all &= ok == n
-            rows.append((f"Generator.answer C={c}", c, n, rate, c / L))
-    print(f"\nloopback OpenAI-compatible server, latency L = {L * 1000:.0f} ms; litellm, cache off\n")
+            rows.append((f"Generator.answer C={c}", c, n, rate, c / L, cpu))
+        load1 = os.getloadavg()[0]
+    print(f"\nloopback OpenAI-compatible server (own process), latency L = {L * 1000:.0f} ms; litellm, cache off; "
+          f"{os.cpu_count()} CPUs, 1-min load {load0:.1f} -> {load1:.1f}\n")
     print(f"| {'mode':<24} | {'C':>3} | {'N':>4} | {'answers/s':>9} | {'limit C/L':>9} | {'% of limit':>10} "
-          f"| {'goal 0.8C/L':>11} | {'met':>3} | {'x serial':>8} |")
-    print(f"|{'-' * 26}|{'-' * 5}|{'-' * 6}|{'-' * 11}|{'-' * 11}|{'-' * 12}|{'-' * 13}|{'-' * 5}|{'-' * 10}|")
+          f"| {'goal 0.8C/L':>11} | {'met':>3} | {'x serial':>8} | {'client CPU ms/answer':>20} |")
+    print(f"|{'-' * 26}|{'-' * 5}|{'-' * 6}|{'-' * 11}|{'-' * 11}|{'-' * 12}|{'-' * 13}|{'-' * 5}|{'-' * 10}|{'-' * 22}|")
     met_all = True
-    for name, c, n, rate, limit in rows:
+    for name, c, n, rate, limit, cpu in rows:
         goal = 0.8 * limit
         met = rate >= goal
         if c > 1:
             met_all &= met
         print(f"| {name:<24} | {c:>3} | {n:>4} | {rate:>9.1f} | {limit:>9.1f} | {100 * rate / limit:>9.0f}% "
-              f"| {goal:>11.1f} | {'yes' if met else 'NO':>3} | {rate / serial:>7.1f}x |")
+              f"| {goal:>11.1f} | {'yes' if met else 'NO':>3} | {rate / serial:>7.1f}x | {cpu * 1000:>20.1f} |")
     print(f"\nall answers ok: {ok_all}; goal met at every C: {met_all}")
     return 0 if (ok_all and met_all) else 1
 

@@ -444,7 +444,7 @@ def summarize(
             continue
         metrics[key] = mean_ci(vals, n_resamples=n_resamples, seed=seed)
     rec = [r.get("support_recall") for r in ok]
-    if any(v is not None for v in rec):
+    if any(v is not None for v in rec) and config.get("method") != "no_retrieval":
         metrics["support_recall"] = mean_ci(rec, n_resamples=n_resamples, seed=seed)
     lat = [float(r.get("latency_s") or 0.0) for r in ok]
     totals = {

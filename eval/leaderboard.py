@@ -284,7 +284,7 @@ def plot_leaderboard(board: Leaderboard, path: Path) -> None:
     groups = [*board.datasets, "mean"]
     ci = {(r.generator, r.method, r.dataset): r.genacc_ci for r in board.runs}
     width = 0.8 / max(len(rows), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(groups) + 0.4 * len(rows)), 4.5))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.8 * len(groups) + 0.5 * len(rows)), 4.8))
     x = np.arange(len(groups))
     for i, r in enumerate(rows):
         vals, lo, hi = [], [], []
@@ -300,10 +300,10 @@ def plot_leaderboard(board: Leaderboard, path: Path) -> None:
     ax.set_xticks(x)
     ax.set_xticklabels(groups)
     ax.set_ylabel("GenAcc (%)")
-    ax.set_title("s3 leaderboard: GenAcc by dataset (95% bootstrap CI)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    ax.set_title("GenAcc by dataset (bars: 95% bootstrap CI)")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 

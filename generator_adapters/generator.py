@@ -39,7 +39,7 @@ class Generator:
         cache: ResponseCache | None = None,
         completion_fn: CompletionFn | None = None,
     ) -> None:
-        self.cfg = cfg or GeneratorConfig()
+        self.cfg = cfg or GeneratorConfig.model_validate({})
         # resolve both templates now, so a bad prompt setting fails before any call
         self.template = resolve_template(self.cfg.prompt, ANSWER_PROMPTS, {"context", "question"}, "answer")
         self.template_no_context = resolve_template(

@@ -58,7 +58,7 @@ class Judge:
         cache: ResponseCache | None = None,
         completion_fn: CompletionFn | None = None,
     ) -> None:
-        self.cfg = cfg or JudgeConfig()
+        self.cfg = cfg or JudgeConfig.model_validate({})
         self.template = resolve_template(self.cfg.prompt, JUDGE_PROMPTS, {"response", "golden_answers"}, "judge")
         self.client = LLMClient(self.cfg, cache=cache, completion_fn=completion_fn)
 

@@ -42,7 +42,6 @@ from searcher.local_models import gguf_path, model_fingerprint, resolve_name
 __all__ = [
     "PROVIDER",
     "LlamaServer",
-    "LocalLLM",
     "default_threads",
     "get_llama",
     "llama_server",
@@ -235,12 +234,6 @@ def _make_provider_class() -> type:
 
 _provider: Any = None
 _register_lock = threading.Lock()
-
-
-def __getattr__(name: str) -> Any:  # `from searcher.llm_local import LocalLLM` without importing litellm eagerly
-    if name == "LocalLLM":
-        return _make_provider_class()
-    raise AttributeError(name)
 
 
 def register_local_provider() -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "ModelNotInstalledError",
     "chat_template",
     "file_sha256",
+    "gguf_metadata",
     "gguf_path",
     "is_installed",
     "list_models",
@@ -326,20 +327,61 @@ def gguf_path(name: str, verify: bool = False) -> Path:
     return dest
 
 
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def gguf_metadata(path: str | Path, keys: set[str] | None = None) -> dict[str, Any]:
+    """Read a GGUF file's key/value header (all keys, or only `keys`) without loading tensors.
+
+    Arrays (e.g. the tokenizer's 150k tokens) are skipped unless asked for by key. Stops after the header.
+    """
+    import struct
+
+    def read(fh: Any, fmt: str) -> Any:
+        return struct.unpack(fmt, fh.read(struct.calcsize(fmt)))[0]
+
+    def read_str(fh: Any) -> str:
+        return str(fh.read(read(fh, "<Q")).decode("utf-8", errors="replace"))
+
+    def value(fh: Any, vtype: int, keep: bool) -> Any:
+        if vtype in _SCALARS:
+            return read(fh, _SCALARS[vtype])
+        if vtype == 8:
+            return read_str(fh) if keep else fh.seek(read(fh, "<Q"), 1)
+        if vtype == 9:
+            itype, n = read(fh, "<I"), read(fh, "<Q")
+            if not keep and itype in _SCALARS:
+                fh.seek(n * struct.calcsize(_SCALARS[itype]), 1)
+                return None
+            items = [value(fh, itype, keep) for _ in range(n)]
+            return items if keep else None
+        raise ModelIntegrityError(f"{path}: unknown GGUF value type {vtype}")
+
+    out: dict[str, Any] = {}
+    with open(path, "rb") as fh:
+        if fh.read(4) != b"GGUF":
+            raise ModelIntegrityError(f"{path} is not a GGUF file")
+        read(fh, "<I")  # version
+        read(fh, "<Q")  # tensor count
+        for _ in range(read(fh, "<Q")):
+            key = read_str(fh)
+            keep = keys is None or key in keys
+            v = value(fh, read(fh, "<I"), keep)
+            if keep:
+                out[key] = v
+            if keys is not None and len(out) == len(keys):
+                break
+    return out
+
+
 def chat_template(name: str) -> str | None:
     """The Jinja chat template stored in the GGUF's metadata (`tokenizer.chat_template`), if any.
 
-    Needs the `gguf` package (the [train] extra); useful for the transformers policy, which loads the same GGUF.
+    Useful for the transformers policy, which loads the same GGUF.
     """
-    try:
-        from gguf import GGUFReader
-    except ImportError:
-        raise S3Error('reading GGUF metadata needs the gguf package: pip install -e ".[train]"') from None
-    reader = GGUFReader(str(gguf_path(name)), "r")
-    field = reader.fields.get("tokenizer.chat_template")
-    if field is None:
-        return None
-    return bytes(field.parts[field.data[0]]).decode("utf-8")
+    meta = gguf_metadata(gguf_path(name), {"tokenizer.chat_template"})
+    tmpl = meta.get("tokenizer.chat_template")
+    return str(tmpl) if tmpl is not None else None
 
 
 def model_fingerprint(model: str, api_base: str | None = None) -> dict[str, Any]:

@@ -184,10 +184,12 @@ def invalid_observation(reason: str) -> str:
 
 
 def search_required_observation(min_turns: int) -> str:
-    """What the environment inserts when the policy stops before `min_turns` searches (SearcherConfig.min_turns)."""
+    """What the environment inserts when the policy stops before `min_turns` searches (SearcherConfig.min_turns).
+    Worded as a direct request: the untrained 0.5B model answers the generic invalid-action message with
+    <search_complete>True</search_complete> again, but writes a query after this one."""
     return (
-        f"\n\nThe search is not complete yet: at least {min_turns} search turn(s) are required. Give a search query "
-        'for the missing information between <query> and </query> in JSON format, e.g. <query>{"query": "..."}</query>.\n\n'
+        f"\n\nYou must search before stopping (at least {min_turns} search turn(s)). Reply with only a search query "
+        'for the missing information, in this format:\n<query>{"query": "..."}</query>\n\n'
     )
 
 

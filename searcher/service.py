@@ -312,7 +312,8 @@ def create_search_app(
 ) -> Any:
     """Build the FastAPI app (`/search`, `/retrieve`, `/health`).
 
-    searcher: an S3Searcher (anything with `search(questions, k=, max_turns=) -> list[SearchResult]`);
+    searcher: an S3Searcher (per-request k / max_turns run on a reconfigured copy, see `with_settings`), or anything
+        with `search(questions, k=, max_turns=) -> list[SearchResult]`;
     retriever: the searcher's retriever (for /retrieve and the corpus size); cfg: S3Config (or a ServiceConfig);
     model / index: names reported by /health (default: from the config)."""
     from contextlib import asynccontextmanager
@@ -320,6 +321,9 @@ def create_search_app(
     from fastapi import FastAPI, HTTPException
 
     service_cfg, searcher_cfg = _service_cfg(cfg)
+    own_cfg = getattr(searcher, "cfg", None)
+    if isinstance(own_cfg, SearcherConfig):  # defaults and limits follow the searcher actually served
+        searcher_cfg = own_cfg
     if model is None:
         model = searcher_cfg.policy_path or searcher_cfg.model
     retr_cfg = getattr(cfg, "retriever", None)

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -203,7 +204,10 @@ class TransformersPolicy:
         if isinstance(self.model, PeftModel):
             return
         cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, task_type="CAUSAL_LM")
-        self.model = get_peft_model(self.model, cfg)
+        with warnings.catch_warnings():
+            # peft reads transformers' deprecated `is_gradient_checkpointing` alias (a FutureWarning we cannot fix)
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            self.model = get_peft_model(self.model, cfg)
 
     def save(self, path: str | Path) -> Path:
         """Save model (or LoRA adapter) + tokenizer so that `TransformersPolicy.load(path)` restores it."""

@@ -82,23 +82,23 @@ def top_k_rows(scores: np.ndarray, k: int, positive_only: bool) -> tuple[np.ndar
     >>> rows.tolist(), s.tolist()
     ([1, 2], [3.0, 3.0])
     """
-    n = scores.shape[0]
+    # Lexical scores are mostly 0 (no query term): rank only the matching rows (ascending, so ties keep order).
+    base = np.flatnonzero(scores > 0) if positive_only else None
+    vals = scores[base] if base is not None else scores
+    n = vals.shape[0]
     k = min(k, n)
     if k == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=scores.dtype)
     if k < n:
-        cand = np.argpartition(scores, n - k)[n - k :]
-        thr = scores[cand].min()
-        above = cand[scores[cand] > thr]
-        need = k - above.shape[0]
-        tied = np.flatnonzero(scores == thr)[:need]
-        rows = np.concatenate([above, tied])
+        cand = np.argpartition(vals, n - k)[n - k :]
+        thr = vals[cand].min()
+        above = cand[vals[cand] > thr]
+        tied = np.flatnonzero(vals == thr)[: k - above.shape[0]]
+        pos = np.concatenate([above, tied])
     else:
-        rows = np.arange(n)
-    sel = scores[rows]
-    if positive_only:
-        keep = sel > 0
-        rows, sel = rows[keep], sel[keep]
+        pos = np.arange(n)
+    sel = vals[pos]
+    rows = base[pos] if base is not None else pos
     order = np.lexsort((rows, -sel))
     return rows[order], sel[order]
 

@@ -115,6 +115,7 @@ def make_faiss_index(vectors: np.ndarray, cfg: DenseConfig) -> tuple[Any, dict[s
     n, d = vectors.shape
     ip = faiss.METRIC_INNER_PRODUCT
     params: dict[str, Any] = {"index_type": cfg.index_type, "dim": int(d)}
+    index: Any
     if cfg.index_type == "flat":
         index = faiss.IndexFlatIP(d)
     elif cfg.index_type == "hnsw":
@@ -186,7 +187,7 @@ class DenseRetriever(IndexedRetriever):
         f = index_dir / INDEX_FILE
         if not f.is_file():
             raise IndexDirError(f"{index_dir}: faiss index {INDEX_FILE} is missing")
-        index = faiss.read_index(str(f))
+        index: Any = faiss.read_index(str(f))
         if index.ntotal != len(store):
             raise IndexDirError(f"{index_dir}: faiss index has {index.ntotal} vectors for {len(store)} documents")
         kind = self.params.get("index_type")

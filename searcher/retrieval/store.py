@@ -33,6 +33,8 @@ OFFSETS = "docs.offsets.npy"
 FORMAT_VERSION = 1
 # Doc stores up to this size are re-hashed on load (cheap); larger ones are checked by size only.
 VERIFY_HASH_MAX_BYTES = 512 * 1024 * 1024
+# Doc stores up to this many documents are decoded into memory at open; larger ones are read row by row (mmap).
+PRELOAD_MAX_DOCS = 500_000
 
 
 class CorpusInfo(BaseModel):
@@ -92,6 +94,20 @@ def read_manifest(index_dir: str | Path) -> IndexManifest:
     return m
 
 
+_ALL_FIELDS = frozenset(("id", "title", "text", "score"))
+
+
+def _document(doc_id: str, title: str, text: str, score: float | None) -> Document:
+    """A validated-at-write-time Document built without re-validation (what `model_construct` does, minus its
+    per-call field bookkeeping: ~10x cheaper on the search hot path)."""
+    d = Document.__new__(Document)
+    object.__setattr__(d, "__dict__", {"id": doc_id, "title": title, "text": text, "score": score})
+    object.__setattr__(d, "__pydantic_fields_set__", set(_ALL_FIELDS))
+    object.__setattr__(d, "__pydantic_extra__", None)
+    object.__setattr__(d, "__pydantic_private__", None)
+    return d
+
+
 class DocStore:
     """Read-only, memory-mapped documents of an index directory, addressed by row or by id."""
 
@@ -110,8 +126,13 @@ class DocStore:
             with self.path.open("rb") as fh:  # the map keeps its own handle
                 self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         self.ids: list[str] = []
+        # Small and medium corpora are held decoded (about the corpus size in memory): no JSON on the hot path.
+        self._rows: list[tuple[str, str, str]] | None = [] if n <= PRELOAD_MAX_DOCS else None
         for row in range(n):
-            self.ids.append(self._raw(row)["id"])
+            o = self._raw(row)
+            self.ids.append(o["id"])
+            if self._rows is not None:
+                self._rows.append((o["id"], o["title"], o["text"]))
         self.row_of: dict[str, int] = {doc_id: row for row, doc_id in enumerate(self.ids)}
 
     def _raw(self, row: int) -> dict[str, Any]:
@@ -122,8 +143,12 @@ class DocStore:
         return len(self.ids)
 
     def doc(self, row: int, score: float | None = None) -> Document:
-        o = self._raw(row)
-        return Document.model_construct(id=o["id"], title=o["title"], text=o["text"], score=score)
+        if self._rows is not None:
+            doc_id, title, text = self._rows[row]
+        else:
+            o = self._raw(row)
+            doc_id, title, text = o["id"], o["title"], o["text"]
+        return _document(doc_id, title, text, score)
 
     def docs(self, rows: Iterable[int], scores: Iterable[float]) -> list[Document]:
         return [self.doc(int(r), float(s)) for r, s in zip(rows, scores, strict=True)]

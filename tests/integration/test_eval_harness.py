@@ -41,6 +41,8 @@ def _cmd(ds: Path, index: Path, out: Path, cache: Path, limit: int) -> list[str]
         sys.executable, "-m", "s3.cli", "eval", "--dataset", str(ds), "--method", "naive_rag", "--index", str(index),
         "--generator", "local/smollm2-135m-instruct", "--limit", str(limit), "--batch-size", "1", "--no-progress",
         "--out", str(out), "--set", f"generator.cache_path={cache}", "--set", "eval.use_judge=false",
+        # one passage per question and short answers keep this test in seconds on a busy 2-core machine
+        "--set", "retriever.k=1", "--set", "generator.max_tokens=16",
     ]
 
 
@@ -56,7 +58,7 @@ def test_real_run_killed_midway_and_resumed(hotpot: tuple[Path, Path], tmp_path:
     ds, index = hotpot
     out, cache = tmp_path / "run", tmp_path / "cache.sqlite"
     env = {**os.environ, "S3_LLAMA_THREADS": "2", "PYTHONPATH": str(REPO)}
-    limit = 8
+    limit = 6
     proc = subprocess.Popen(_cmd(ds, index, out, cache, limit), cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -90,10 +92,10 @@ def test_real_run_killed_midway_and_resumed(hotpot: tuple[Path, Path], tmp_path:
     assert [row["id"] for row in rows] == qids
     assert rows[: len(before)] == before
     assert summary["n_scored"] + summary["n_failed"] == limit and summary["n_missing"] == 0
-    assert all(row["context_ids"] and len(row["context_ids"]) == 3 for row in rows)
+    assert all(len(row["context_ids"]) == 1 for row in rows)
     assert summary["config"]["generator"]["gguf_sha256"] == (
         "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
-    assert summary["config"]["retriever"]["k"] == 3 and summary["config"]["retriever"]["backend"] == "bm25"
+    assert summary["config"]["retriever"]["k"] == 1 and summary["config"]["retriever"]["backend"] == "bm25"
 
     # a fresh run dir sharing the cache repeats no generator call: every answer is a cache hit
     out2 = tmp_path / "run2"

@@ -37,7 +37,7 @@ def test_batched_greedy_generation_with_stop_strings_and_logprobs(policy: Transf
     assert uses_token_ids(policy)
     short = policy.encode_chat([{"role": "user", "content": "Reply with the word: <query>Paris</query>"}])
     long = policy.encode_chat([{"role": "user", "content": "Count: one two three four five six seven eight nine ten."}])
-    outs = policy.generate([TokenPrompt(short), TokenPrompt(long)], stop=["</query>", "five"], max_new_tokens=24)
+    outs = policy.generate([TokenPrompt(short), TokenPrompt(long)], stop=["</query>", "five"], max_new_tokens=12)
     assert len(outs) == 2
     for ctx, o in zip((short, long), outs, strict=True):
         assert o.token_ids and o.logprobs is not None and len(o.logprobs) == len(o.token_ids)
@@ -71,8 +71,8 @@ def test_sampling_logprobs_are_tempered(policy: TransformersPolicy) -> None:
 
 def test_string_and_conversation_prompts_equal_their_token_prompt(policy: TransformersPolicy) -> None:
     conv = [{"role": "user", "content": "Say hi."}]
-    a, b = policy.generate(["Say hi.", conv], max_new_tokens=6)
-    (c,) = policy.generate([TokenPrompt(policy.encode_chat(conv))], max_new_tokens=6)
+    a, b = policy.generate(["Say hi.", conv], max_new_tokens=4)
+    (c,) = policy.generate([TokenPrompt(policy.encode_chat(conv))], max_new_tokens=4)
     assert a.token_ids == b.token_ids == c.token_ids
 
 

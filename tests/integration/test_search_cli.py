@@ -41,7 +41,11 @@ def test_search_questions_file_writes_resumable_contexts(shared_data: Path, tmp_
     from s3.cli import main
 
     index = shared_index(shared_data)
-    questions = shared_data / "flashrag_sample" / "nq_test_quickstart.jsonl"
+    # FlashRAG-shaped questions; one question text under three ids keeps llama.cpp's prompt cache warm
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join(
+        json.dumps({"id": f"q{i}", "question": QUESTION, "golden_answers": ["Wilhelm Conrad Röntgen"]}) + "\n"
+        for i in range(3)), encoding="utf-8")
     out = tmp_path / "contexts.jsonl"
     args = ["search", "--index", str(index), "--questions", str(questions), "--out", str(out), *SMALL]
     assert main([*args, "--limit", "2"]) == 0
@@ -50,7 +54,7 @@ def test_search_questions_file_writes_resumable_contexts(shared_data: Path, tmp_
     text = out.read_text(encoding="utf-8")
     assert text.startswith(first)  # the first two rows were kept, not recomputed
     rows = [json.loads(line) for line in text.splitlines()]
-    assert [r["id"] for r in rows] == ["test_0", "test_1", "test_2"]
+    assert [r["id"] for r in rows] == ["q0", "q1", "q2"]
     for r in rows:
         (step,) = r["steps"]
         assert r["turns"] == 0 and len(step["retrieved_ids"]) == 3

@@ -292,7 +292,7 @@ def test_min_turns_turns_an_early_stop_into_an_observation_asking_for_a_query() 
     retr = TinyRetriever()
     res = S3Searcher(ScriptedPolicy(script), retr, cfg).search_one("q?")
     assert res.steps[0].invalid_reason == "search_complete before the minimum of 1 search turn(s)"
-    assert "at least 1 search turn(s) are required" in prompts[1]
+    assert "You must search before stopping (at least 1 search turn(s))" in prompts[1]
     assert retr.calls == [(["q?"], 3), (["film"], 4)]
     assert [d.id for d in res.documents] == ["q-1", "q-2", "q-3", "film-1"]
     # min_turns=0 (the paper): the same first reply ends the search at once

@@ -45,7 +45,7 @@ def test_hits_misses_and_persistence(tmp_path: Path) -> None:
 def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(CacheError, match="bad.sqlite"):
+    with pytest.raises(CacheError, match=r"bad\.sqlite"):
         ResponseCache(bad)
 
 

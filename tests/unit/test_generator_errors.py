@@ -35,7 +35,7 @@ RETRYABLE = [
     (lambda: litellm.ServiceUnavailableError(**KW), E.ServerError),
     (lambda: litellm.BadGatewayError(**KW), E.ServerError),
     (lambda: litellm.APIError(status_code=500, **KW), E.ServerError),
-    (lambda: asyncio.TimeoutError(), E.CallTimeoutError),
+    (lambda: TimeoutError(), E.CallTimeoutError),
 ]
 PERMANENT = [
     (lambda: litellm.AuthenticationError(**KW), E.AuthError),

@@ -278,3 +278,58 @@ def test_load_dataset_rejects_duplicate_ids(tmp_path: Path) -> None:
     (d / "questions.jsonl").write_text('{"id": "1", "question": "a?"}\n{"id": "1", "question": "b?"}\n')
     with pytest.raises(DataFormatError, match="duplicate question id '1'"):
         load_dataset(d)
+
+
+def test_cli_rejects_unused_option_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from s3.cli import main
+
+    ds = make_dataset(tmp_path, n=1)
+    rc = main(["eval", "--dataset", str(ds), "--method", "no_retrieval", "--index", str(tmp_path),
+               "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0
+    assert err == "error: --method no_retrieval does not use --index; it uses: --generator"
+    assert not (tmp_path / "run").exists()
+
+
+def test_scorer_asks_the_judge_only_when_the_span_check_fails() -> None:
+    import asyncio
+
+    from eval.harness import scorer_from_metrics
+
+    class Judge:
+        def __init__(self) -> None:
+            self.asked: list[str] = []
+
+        def check(self, responses: list[str], golden_answers: list[list[str]]) -> list[bool | None]:
+            self.asked += responses
+            return [None if r == "timeout" else "twenty-five" in r for r in responses]
+
+    judge = Judge()
+    qs = [QAExample(id=str(i), question="q?", golden_answers=[g]) for i, g in enumerate(["Barack Obama", "25", "Paris", "x"])]
+    got = asyncio.run(scorer_from_metrics(judge, judge_only=False)(qs, ["Barack Obama.", "twenty-five", "Marseille", "timeout"]))
+    assert judge.asked == ["twenty-five", "Marseille", "timeout"]
+    assert [s.genacc for s in got] == [1.0, 1.0, 0.0, None]
+    assert [s.judge for s in got] == [None, 1.0, 0.0, None]
+    assert got[3].error is not None and got[3].error.startswith("judge")
+    assert [s.em for s in got] == [1.0, 0.0, 0.0, 0.0]
+    judge.asked.clear()
+    mc = [QAExample(id="m", question="Which? A. x B. y", golden_answers=["B", "B. y", "y"],
+                    metadata={"multiple_choice": True})]
+    got = asyncio.run(scorer_from_metrics(judge, judge_only=False)(mc, ["B"]))
+    assert judge.asked == ["B"] and got[0].genacc == 0.0  # judge-only item: the span match on "B" is not enough
+
+
+def test_searcher_contexts_file_looked_up_in_the_corpus(tmp_path: Path) -> None:
+    import asyncio
+
+    from eval.harness import fixed_contexts, lookup_documents
+
+    ds = make_dataset(tmp_path, n=2)
+    found = lookup_documents({"d1", "d2"}, ds / "corpus.jsonl", None)
+    assert found["d1"].title == "T1" and found["d1"].text == "text about answer1"
+    with pytest.raises(DataFormatError, match=r"1 context document ids are not in .*corpus\.jsonl \(first: zz\)"):
+        lookup_documents({"d1", "zz"}, ds / "corpus.jsonl", None)
+    ctx = asyncio.run(fixed_contexts({"q0": [found["d2"], found["d1"]]})([QAExample(id="q0", question="?",
+                                                                                    golden_answers=[])]))
+    assert [d.id for d in ctx[0].documents] == ["d2", "d1"]

@@ -133,3 +133,17 @@ def test_model_fingerprint() -> None:
     assert "gguf_sha256" not in lm.model_fingerprint("openai/smollm2-135m-instruct", "https://api.openai.com/v1")
     assert lm.model_fingerprint("anthropic/claude-3-haiku-20240307") == {
         "model": "anthropic/claude-3-haiku-20240307", "api_base": None}
+
+
+def test_cli_models_list_and_errors(capsys) -> None:
+    import json
+
+    from s3.cli import main
+
+    assert main(["models", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["litellm_model"] for r in rows} == {f"local/{n}" for n in lm.MODELS}
+    assert main(["models", "fetch"]) == 2
+    assert "needs a model name" in capsys.readouterr().err
+    assert main(["models", "fetch", "no-such-model"]) == 2
+    assert "unknown local model" in capsys.readouterr().err

@@ -1,0 +1,34 @@
+"""`s3 demo --quick` end to end: real corpus package, real bm25 index, real offline Qwen 0.5B generator and searcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_quick_runs_and_writes_its_report(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    r = subprocess.run(
+        [sys.executable, "-m", "s3.cli", "demo", "--quick", "--limit", "2", "--out", str(out)],
+        capture_output=True, text=True, env=env, timeout=900,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["n"] == 2
+    assert set(results["methods"]) == {"no_retrieval", "naive_rag", "searcher"}
+    for name, m in results["methods"].items():
+        assert set(m) >= {"genacc", "em", "support_recall", "mean_turns"}
+        assert m["n_scored"] + m["n_failed"] == 2, name
+    assert results["methods"]["naive_rag"]["support_recall"] is not None
+    assert results["methods"]["searcher"]["mean_turns"] is not None
+    for ext in ("md", "csv", "html", "png"):
+        assert (out / "report" / f"leaderboard.{ext}").stat().st_size > 0
+    assert "GenAcc" in r.stdout and "One trajectory" in r.stdout and "begin-with-search" in r.stdout
