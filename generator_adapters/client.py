@@ -40,7 +40,11 @@ class Answer(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_s: float = Field(default=0.0, description="Wall time of the call including retries (0 for a cache hit).")
-    cost_usd: float | None = Field(default=None, description="litellm's price where known, 0 for local, else None.")
+    cost_usd: float | None = Field(
+        default=None,
+        description="litellm's price of this answer where known, 0 for local models, else None. Kept on cache hits "
+        "(the answer's price, not this run's spend: see `cached`).",
+    )
     cached: bool = False
     attempts: int = Field(default=0, description="Provider calls made (0 for a cache hit).")
     model: str = ""

@@ -60,6 +60,10 @@ def render_toml(cfg: S3Config | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _type_name(ann: Any) -> str:
+    return ann.__name__ if isinstance(ann, type) else str(ann).replace("typing.", "")
+
+
 def render_markdown(cfg: S3Config | None = None) -> str:
     cfg = cfg or S3Config()
     lines = [
@@ -79,7 +83,7 @@ def render_markdown(cfg: S3Config | None = None) -> str:
                 value = getattr(section, fname)
                 if isinstance(value, BaseModel):
                     continue
-                ann = str(field.annotation).replace("typing.", "").replace("|", "\\|")
+                ann = _type_name(field.annotation).replace("|", "\\|")
                 default = "unset" if value is None else f"`{_toml_value(value)}`"
                 desc = (field.description or "").replace("|", "\\|")
                 lines.append(f"| `{fname}` | {ann} | {default} | {desc} |")

@@ -70,10 +70,15 @@ def test_transformers_policy_masks_match_real_tokenization(hotpot: tuple[Any, li
     import torch
 
     retriever, questions = hotpot
-    policy = TransformersPolicy.load("smollm2-135m-instruct", threads=2)
-    counting = CountingRetriever(retriever)
-    searcher = S3Searcher(policy, counting, CFG, k0=3)
-    results = searcher.search(questions[:2])
+    threads = torch.get_num_threads()
+    try:
+        # one torch thread: on a shared 2-core machine OpenMP spin-waiting with 2 threads can stall for minutes
+        policy = TransformersPolicy.load("smollm2-135m-instruct", threads=1)
+        counting = CountingRetriever(retriever)
+        searcher = S3Searcher(policy, counting, CFG.model_copy(update={"max_new_tokens": 24}), k0=3)
+        results = searcher.search(questions[:2])
+    finally:
+        torch.set_num_threads(threads)
     # lockstep: D0 for both in one call, then at most one call per turn
     assert counting.calls[0] == [q.question for q in questions[:2]]
     assert len(counting.calls) <= 1 + CFG.effective_max_turns
