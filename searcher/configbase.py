@@ -29,14 +29,14 @@ def _format_validation_error(err: ValidationError, model: type[BaseModel], where
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         if e["type"] == "extra_forbidden":
-            parent: Any = model
+            parent: type[BaseModel] | None = model
             for part in e["loc"][:-1]:
-                field = parent.model_fields.get(str(part)) if isinstance(parent, type) else None
+                field = parent.model_fields.get(str(part)) if parent is not None else None
                 ann = field.annotation if field is not None else None
                 parent = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
                 if parent is None:
                     break
-            valid = sorted(parent.model_fields) if isinstance(parent, type) else []
+            valid = sorted(parent.model_fields) if parent is not None else []
             lines.append(f"  unknown key '{loc}'" + (f"; valid keys here: {', '.join(valid)}" if valid else ""))
         else:
             lines.append(f"  {loc}: {e['msg']} (got {e.get('input')!r})")
