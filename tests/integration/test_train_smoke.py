@@ -33,7 +33,7 @@ if not DATA.is_dir():
 # few, short rollouts: the point is the mechanics on the real model, not the learning
 FAST = [
     "training.max_questions=8",
-    "training.batch_size=2",
+    "training.batch_size=1",
     "training.group_size=2",
     "searcher.max_new_tokens=24",
     "searcher.cpu_doc_token_budget=24",
@@ -61,10 +61,12 @@ def test_real_update_changes_parameters_and_masks_retrieved_tokens(trainer) -> N
         tr = r.trajectory
         assert len(tr.mask) == len(tr.response_ids) == len(tr.logprobs)
         assert 0 in tr.mask, "the <information> inserted by the environment must be masked"
-    # retrieved documents are in the environment spans: decode the mask-0 tokens and find a document title
-    tr0 = results[0].trajectory
-    env_text = t.tokenizer.decode([i for i, m in zip(tr0.response_ids, tr0.mask, strict=True) if m == 0])
-    assert "<information>" in env_text or "Doc" in env_text
+    # the environment spans are exactly what the environment inserted: a retrieved window (<information>) after a
+    # valid query, or the observation that tells the policy its action was invalid - never policy text
+    for r in results:
+        tr = r.trajectory
+        env_text = t.tokenizer.decode([i for i, m in zip(tr.response_ids, tr.mask, strict=True) if m == 0])
+        assert "<information>" in env_text or "not a valid action" in env_text, env_text[:300]
 
     before = {n: p.detach().clone() for n, p in t.model.named_parameters() if p.requires_grad}
     grads: list = []
@@ -77,7 +79,7 @@ def test_real_update_changes_parameters_and_masks_retrieved_tokens(trainer) -> N
     h = t.model.get_output_embeddings().register_forward_hook(keep_logits)
     try:
         # a fixed, non-degenerate reward per group so the update is not zero (the mechanics under test)
-        rewards = [1.0, 0.0] * (len(results) // 2)
+        rewards = [1.0, 0.0] * (len(results) // 2)  # one group of two rollouts
         stats, rows, tokens = t.update(results, rewards)
     finally:
         h.remove()
@@ -123,7 +125,7 @@ def test_kill_and_resume_continues_with_the_same_data_order(tmp_path: Path) -> N
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # first life: killed (SIGKILL) as soon as the step-1 checkpoint is complete
-    p = subprocess.Popen(_train_cmd(run, 3), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(_train_cmd(run, 2), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     latest = run / "checkpoints" / "latest"
     deadline = time.time() + 600
     try:
@@ -136,18 +138,18 @@ def test_kill_and_resume_continues_with_the_same_data_order(tmp_path: Path) -> N
         p.wait()
     assert latest.read_text().strip() == "step_000001"
     # second life: resumes from step 1 and finishes
-    r = subprocess.run(_train_cmd(run, 3), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(_train_cmd(run, 2), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "resumed from" in r.stdout and "step_000001" in r.stdout
     from training.trainer import read_metrics
 
     rows = read_metrics(run)
-    assert [row["step"] for row in rows] == [1, 2, 3]
+    assert [row["step"] for row in rows] == [1, 2]
     # the same data order as an uninterrupted run: batches are the seeded epoch permutations
     import torch as _t
 
     questions = [json.loads(line)["id"] for line in (run / "data" / "train.jsonl").read_text().splitlines()]
-    n, b = len(questions), 2
+    n, b = len(questions), 1
     perm = _t.randperm(n, generator=_t.Generator().manual_seed(0)).tolist()
     for row in rows:
         s = row["step"] - 1
