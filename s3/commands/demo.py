@@ -40,6 +40,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N questions")
     p.add_argument("--cache", default=None, metavar="DIR", help="corpus + index cache (default: ~/.cache/s3/demo)")
     p.add_argument("--paper-profile", action="store_true", help="use the paper's 8-3-3 searcher instead of the CPU profile")
+    p.add_argument(
+        "--min-turns", type=int, default=1, metavar="N",
+        help="search turns the untrained searcher must take before it may stop (default 1: the untrained 0.5B model "
+        "otherwise declares the search complete at once, so the demo would show no loop; 0 = the paper's behaviour)",
+    )
     p.set_defaults(handler=run_demo)
 
 
@@ -164,6 +169,9 @@ def run_demo(args: argparse.Namespace, cfg: Any) -> int:
         cfg.searcher.profile = "cpu"
     if args.quick:
         cfg.searcher.cpu_max_turns = min(cfg.searcher.cpu_max_turns, 1)
+    if args.min_turns < 0:
+        raise ConfigError(f"--min-turns must be >= 0, got {args.min_turns}")
+    cfg.searcher.min_turns = min(args.min_turns, cfg.searcher.effective_max_turns)
     if cfg.generator.cache_path and not Path(cfg.generator.cache_path).is_absolute():
         cfg.generator.cache_path = str(out / "llm_cache.sqlite")  # a fresh --out measures fresh calls
         cfg.judge.cache_path = cfg.generator.cache_path
@@ -201,7 +209,7 @@ def run_demo(args: argparse.Namespace, cfg: Any) -> int:
         "methods": methods,
         "gbr": None if naive is None or s3acc is None else s3acc - naive,
         "generator": cfg.generator.model,
-        "searcher": {"model": cfg.searcher.model, "profile": cfg.searcher.profile,
+        "searcher": {"model": cfg.searcher.model, "profile": cfg.searcher.profile, "min_turns": cfg.searcher.min_turns,
                      "k": cfg.searcher.effective_k, "max_turns": cfg.searcher.effective_max_turns},
         "seconds": round(time.perf_counter() - t0, 1),
     }

@@ -399,7 +399,9 @@ def test_integrations_without_their_extra_fail_with_an_install_hint(
 
     from searcher.integrations import MissingExtraError
 
-    monkeypatch.setitem(sys.modules, blocked, None)  # makes `import blocked` raise ImportError
+    # `import blocked` (and any of its submodules another test already imported) must raise ImportError
+    for name in [blocked, *(n for n in list(sys.modules) if n.startswith(blocked + "."))]:
+        monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delitem(sys.modules, module, raising=False)
     with pytest.raises(MissingExtraError, match=rf"needs {package}.*pip install 's3-search-agents\[serve\]'"):
         importlib.import_module(module)
