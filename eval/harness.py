@@ -884,8 +884,6 @@ def build_run(cfg: Any, opts: EvalOptions) -> tuple[Dataset, Components, dict[st
                       "bootstrap_samples": cfg.eval.bootstrap_samples, "seed": cfg.eval.seed}
 
     async def close() -> None:
-        from generator_adapters.client import stop_litellm_background_worker
-
         for c in closers:
             fn = getattr(c, "aclose", None) or getattr(c, "close", None)
             if fn is None:
@@ -893,7 +891,6 @@ def build_run(cfg: Any, opts: EvalOptions) -> tuple[Dataset, Components, dict[st
             res = fn()
             if asyncio.iscoroutine(res):
                 await res
-        await stop_litellm_background_worker()  # the loop ends with this run: leave no litellm task pending
 
     comp = Components(contexts=contexts, answer=answer, score=scorer_from_metrics(judge, judge_only),
                       cache_stats=cache_stats, close=close, has_contexts=method != "no_retrieval")

@@ -275,17 +275,3 @@ class LLMClient:
     def close(self) -> None:
         if self.cache is not None:
             self.cache.close()
-
-
-async def stop_litellm_background_worker() -> None:
-    """Stop litellm's background logging worker on the current event loop.
-
-    litellm binds one logging worker task to the loop of its first async call; when that loop ends (each
-    `asyncio.run`) with the task still pending, asyncio later prints "Task exception was never retrieved". Call this
-    before a loop that made litellm calls finishes. Best effort: older litellm releases have no such worker.
-    """
-    try:
-        from litellm.litellm_core_utils.logging_worker import GLOBAL_LOGGING_WORKER
-    except ImportError:
-        return
-    await GLOBAL_LOGGING_WORKER.stop()
