@@ -275,3 +275,24 @@ class LLMClient:
     def close(self) -> None:
         if self.cache is not None:
             self.cache.close()
+
+
+class ClientOwner:
+    """What Generator and Judge both expose of the LLMClient they own: stats, the cache, and close."""
+
+    client: LLMClient
+
+    def stats(self) -> dict[str, Any]:
+        """Requests, provider calls, retries, failures by error type, and cache hits/misses."""
+        return self.client.stats()
+
+    @property
+    def cache(self) -> ResponseCache | None:
+        return self.client.cache
+
+    def cache_stats(self) -> dict[str, Any]:
+        """The response cache's hits / misses / writes through this object ({} when caching is off)."""
+        return self.client.cache.stats() if self.client.cache is not None else {}
+
+    def close(self) -> None:
+        self.client.close()

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from generator_adapters.cache import ResponseCache
-from generator_adapters.client import Answer, CompletionFn, LLMClient, run_sync
+from generator_adapters.client import Answer, ClientOwner, CompletionFn, LLMClient, run_sync
 from generator_adapters.config import GeneratorConfig
 from generator_adapters.prompts import (
     ANSWER_PROMPTS,
@@ -30,7 +30,7 @@ from searcher.types import Document
 __all__ = ["Generator"]
 
 
-class Generator:
+class Generator(ClientOwner):
     """Answers questions (optionally with retrieved documents) with one configured frozen LLM."""
 
     def __init__(
@@ -91,17 +91,3 @@ class Generator:
             "decoding": self.client.decoding_params(),
         }
 
-    def stats(self) -> dict[str, Any]:
-        """Requests, provider calls, retries, failures by error type, and cache hits/misses."""
-        return self.client.stats()
-
-    @property
-    def cache(self) -> ResponseCache | None:
-        return self.client.cache
-
-    def cache_stats(self) -> dict[str, Any]:
-        """The response cache's hits / misses / writes through this object ({} when caching is off)."""
-        return self.client.cache.stats() if self.client.cache is not None else {}
-
-    def close(self) -> None:
-        self.client.close()

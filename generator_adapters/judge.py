@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from generator_adapters.cache import ResponseCache
-from generator_adapters.client import Answer, CompletionFn, LLMClient, run_sync
+from generator_adapters.client import Answer, ClientOwner, CompletionFn, LLMClient, run_sync
 from generator_adapters.config import JudgeConfig
 from generator_adapters.prompts import JUDGE_PROMPTS, prompt_hash, resolve_template
 from searcher.errors import S3Error
@@ -49,7 +49,7 @@ def parse_yes_no(text: str | None) -> bool | None:
     return None
 
 
-class Judge:
+class Judge(ClientOwner):
     """judge_check: is any golden answer contained in the response? (yes / no / could not tell)"""
 
     def __init__(
@@ -112,17 +112,3 @@ class Judge:
             "decoding": self.client.decoding_params(),
         }
 
-    def stats(self) -> dict[str, Any]:
-        """Requests, provider calls, retries, failures by error type, and cache hits/misses."""
-        return self.client.stats()
-
-    @property
-    def cache(self) -> ResponseCache | None:
-        return self.client.cache
-
-    def cache_stats(self) -> dict[str, Any]:
-        """The response cache's hits / misses / writes through this object ({} when caching is off)."""
-        return self.client.cache.stats() if self.client.cache is not None else {}
-
-    def close(self) -> None:
-        self.client.close()

@@ -22,8 +22,6 @@ one holding the answer last. ``demo_questions()`` maps the titles to corpus ids 
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import importlib.metadata as md
 import importlib.resources
 import json
@@ -38,6 +36,7 @@ from typing import Any
 
 from searcher.corpus import file_sha256, iter_corpus, write_corpus, write_questions
 from searcher.errors import S3Error
+from searcher.local_models import file_lock
 from searcher.types import Document, QAExample
 
 __all__ = [
@@ -224,21 +223,10 @@ def demo_corpus_info(
     out_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     out_dir = out_dir / sha[:16]
     try:
-        with _file_lock(out_dir / ".lock"):  # concurrent first runs build once, never interleave writes
+        with file_lock(out_dir / ".lock"):  # concurrent first runs build once, never interleave writes
             return _build_or_reuse(out_dir, src, sha, distribution)
     except OSError as e:
         raise DemoDataError(f"cannot write the demo corpus under {out_dir}: {e.strerror or e}") from None
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def _build_or_reuse(out_dir: Path, src: Path, sha: str, distribution: str) -> DemoCorpusInfo:
@@ -361,7 +349,7 @@ def demo_questions_path(cache_dir: str | Path | None = None, **kwargs: Any) -> P
     info = demo_corpus_info(cache_dir, **kwargs)
     path = info.corpus_path.with_name(QUESTIONS_NAME)
     questions = demo_questions(info.corpus_path)
-    with _file_lock(path.with_name(".lock")):
+    with file_lock(path.with_name(".lock")):
         write_questions(path, questions)
     return path
 

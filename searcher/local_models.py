@@ -220,7 +220,8 @@ def list_models() -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on `path` (created with its folder): concurrent builders wait, never interleave."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
@@ -314,7 +315,7 @@ def gguf_path(name: str, verify: bool = False) -> Path:
             _write_marker(model, path, sha)
         return path
     dest = model_dir() / model.filename
-    with _file_lock(model_dir() / f".{model.filename}.lock"):
+    with file_lock(model_dir() / f".{model.filename}.lock"):
         if dest.is_file():
             if not verify and _marker_ok(model, dest, pinned):
                 return dest
