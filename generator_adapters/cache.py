@@ -114,6 +114,20 @@ class ResponseCache:
         with self._lock:
             self._writes += 1
 
+    def take_counts(self) -> dict[str, int]:
+        """Hits, misses and writes since the last call, then zero them (a client worker process reports these)."""
+        with self._lock:
+            out = {"hits": self._hits, "misses": self._misses, "writes": self._writes}
+            self._hits = self._misses = self._writes = 0
+        return out
+
+    def add_counts(self, counts: dict[str, int]) -> None:
+        """Add hits, misses and writes made through the same file by a client worker process."""
+        with self._lock:
+            self._hits += int(counts.get("hits", 0))
+            self._misses += int(counts.get("misses", 0))
+            self._writes += int(counts.get("writes", 0))
+
     def __len__(self) -> int:
         return int(self._conn().execute("SELECT COUNT(*) FROM responses").fetchone()[0])
 

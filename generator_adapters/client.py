@@ -12,6 +12,7 @@ import os
 import random
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
@@ -29,6 +30,14 @@ CompletionFn = Callable[..., Awaitable[Any]]
 T = TypeVar("T")
 
 _LOOPBACK = ("http://127.0.0.1", "http://localhost", "http://[::1]")
+
+# A local model computes one answer at a time (one llama.cpp context per model), so its calls queue in front of it
+# rather than inside it: one semaphore per (event loop, model), shared by every client of that model. The per-call
+# timeout then covers the call itself, never the wait behind other questions.
+_LOCAL_SEMS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary()
+)
+_LOCAL_SEMS_LOCK = threading.Lock()
 
 
 class Answer(BaseModel):
@@ -96,6 +105,10 @@ class LLMClient:
         path = cache_path if cache_path is not None else cfg.cache_path
         self.cache = cache if cache is not None else (ResponseCache(path) if path else None)
         self._api_key = self._read_key()
+        if cfg.processes > 1 and (_is_local(cfg.model) or completion_fn is not None):
+            what = "a local/ model (it runs inside this process)" if _is_local(cfg.model) else "a custom completion_fn"
+            raise ConfigError(f"processes = {cfg.processes} cannot be used with {what}; set processes = 1")
+        self._pool: Any = None
         if _is_local(cfg.model) and completion_fn is None:
             from searcher.llm_local import register_local_provider
 
@@ -130,6 +143,13 @@ class LLMClient:
         with self._lock:
             self._counts[key] += n
 
+    def take_counts(self) -> dict[str, int]:
+        """This client's counts since the last call, then zero them (a client worker process reports these)."""
+        with self._lock:
+            out = dict(self._counts)
+            self._counts.clear()
+        return out
+
     def stats(self) -> dict[str, Any]:
         """Calls, retries, failures by error type, cache hits/misses of this client."""
         with self._lock:
@@ -157,6 +177,10 @@ class LLMClient:
 
     def _semaphore(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
+        if _is_local(self.cfg.model):
+            with _LOCAL_SEMS_LOCK:
+                per_loop = _LOCAL_SEMS.setdefault(loop, {})
+                return per_loop.setdefault(self.cfg.model, asyncio.Semaphore(1))
         if self._sem is None or self._sem_loop is not loop:
             self._sem = asyncio.Semaphore(self.cfg.concurrency)
             self._sem_loop = loop
@@ -270,9 +294,53 @@ class LLMClient:
 
     async def complete_many(self, batch: Sequence[list[dict[str, Any]]]) -> list[Answer]:
         """Many calls at once (bounded by cfg.concurrency), answers in input order."""
+        if self.cfg.processes > 1 and len(batch) > 1:
+            return await self._complete_in_processes(list(batch))
         return list(await asyncio.gather(*(self.complete(m) for m in batch)))
 
+    async def _complete_in_processes(self, batch: list[list[dict[str, Any]]]) -> list[Answer]:
+        """Round-robin shards of `batch` answered by the client worker processes (generator_adapters/procpool.py)."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        from generator_adapters.procpool import make_pool, run_shard, worker_config
+
+        with self._lock:
+            if self._pool is None:
+                self._pool = make_pool(self.cfg.processes)
+            pool = self._pool
+        n = min(self.cfg.processes, len(batch))
+        shards = [list(range(i, len(batch), n)) for i in range(n)]
+        cfg_json = worker_config(self.cfg)
+        loop = asyncio.get_running_loop()
+        futures = [loop.run_in_executor(pool, run_shard, cfg_json, [batch[j] for j in idx]) for idx in shards]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        out: list[Answer | None] = [None] * len(batch)
+        for idx, res in zip(shards, results, strict=True):
+            if isinstance(res, BrokenProcessPool):
+                self._count("requests", len(idx))
+                self._count("failed", len(idx))
+                self._count("error:WorkerDied", len(idx))
+                with self._lock:
+                    self._pool = None  # a fresh pool next time
+                for j in idx:
+                    out[j] = Answer(error=f"a client worker process died: {res}", error_type="WorkerDied",
+                                    model=self.cfg.model)
+                continue
+            if isinstance(res, BaseException):
+                raise res
+            for key, v in res["counts"].items():
+                self._count(key, v)
+            if self.cache is not None:
+                self.cache.add_counts(res["cache"])
+            for j, a in zip(idx, res["answers"], strict=True):
+                out[j] = Answer(**a)
+        return [a for a in out if a is not None]
+
     def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         if self.cache is not None:
             self.cache.close()
 

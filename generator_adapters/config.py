@@ -18,7 +18,14 @@ class LLMCallConfig(Section):
     temperature: float = Field(0.0, ge=0, description="Decoding temperature.")
     max_tokens: int = Field(64, ge=1, description="Maximum answer tokens.")
     seed: int | None = Field(None, description="Sampling seed passed to the provider (None = provider default).")
-    concurrency: int = Field(8, ge=1, description="Calls in flight at once.")
+    concurrency: int = Field(8, ge=1, description="Calls in flight at once (in total, over all client processes).")
+    processes: int = Field(
+        1,
+        ge=1,
+        description="Client processes. >1 splits each batch of calls over that many worker processes, each with its "
+        "own event loop (concurrency is shared out among them): for high concurrency against fast servers, where "
+        "litellm's few ms of CPU per call saturate one Python process. Served and API models only, not local/.",
+    )
     timeout_s: float = Field(120.0, gt=0, description="Per-call timeout.")
     max_retries: int = Field(3, ge=0, description="Retries on rate limits, timeouts, connection errors and 5xx.")
     backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles each try.")

@@ -96,3 +96,34 @@ def test_judge_through_the_same_machinery() -> None:
         verdicts = judge.check(["It is Paris.", "It is Lyon.", None], [["Paris"], ["Paris"], ["Paris"]])
         assert verdicts == [True, False, None]
         assert srv.stats()["requests"] == 2
+
+
+def test_client_processes_keep_order_accounting_and_cache(tmp_path: Path) -> None:
+    """processes=2: the batch is answered by two spawned worker processes; the answers come back in input order,
+    failures stay missing, and the parent's stats and cache counters include what the workers did."""
+    cache = str(tmp_path / "llm.sqlite")
+    with FakeLLMServer(latency_s=0.01, failure_rate=0.2, failure_kind="500", process=True) as srv:
+        gen = Generator(_cfg(srv, cache_path=cache, max_retries=0, processes=2))
+        try:
+            first = gen.answer_sync(QUESTIONS, None)
+            failed = {i for i, q in enumerate(QUESTIONS) if srv.fails(gen.prompt(q, None))}
+            assert failed
+            for i, a in enumerate(first):
+                assert (a.error_type == "ServerError") if i in failed else (a.text == f"answer to {QUESTIONS[i]}")
+            s = gen.stats()
+            assert (s["requests"], s["failed"], s["succeeded"]) == (40, len(failed), 40 - len(failed))
+            assert s["errors"] == {"ServerError": len(failed)}
+            second = gen.answer_sync(QUESTIONS, None)  # the same workers, the same cache file
+            assert [i for i, a in enumerate(second) if a.cached] == [i for i in range(40) if i not in failed]
+            c = gen.cache_stats()
+            assert (c["hits"], c["writes"]) == (40 - len(failed), 40 - len(failed))
+            assert srv.stats()["requests"] == 40 + len(failed)
+        finally:
+            gen.close()
+
+
+def test_client_processes_refuse_local_models() -> None:
+    from searcher.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="processes = 2 cannot be used with a local/ model"):
+        Generator(GeneratorConfig(model="local/smollm2-135m-instruct", processes=2, cache_path=None))
