@@ -85,7 +85,10 @@ class RunDirError(S3Error):
 
 @dataclass
 class Prediction:
-    """One answer from the frozen generator (or an end-to-end agent). `text is None` with `error` = failed."""
+    """One answer from the frozen generator (or an end-to-end agent). `text is None` with `error` = failed.
+
+    An end-to-end agent that ran fine but wrote no `<answer>` gave a *wrong* answer, not a missing one: its text is
+    "" (scored 0, like upstream Search-R1) and `note` says why."""
 
     text: str | None
     error: str | None = None
@@ -94,6 +97,7 @@ class Prediction:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     cached: bool = False
+    note: str | None = None
 
 
 @dataclass
@@ -533,6 +537,7 @@ def _make_row(
         "cost_usd": (pred.cost_usd if pred is not None else 0.0) + (sc.cost_usd if sc is not None else 0.0),
         "cached": bool(pred.cached) if pred is not None else False,
         "turns": ctx.turns,
+        "note": pred.note if pred is not None else None,
         "error": error,
         "attempt": attempt,
         "ts": round(time.time(), 3),
@@ -706,8 +711,9 @@ def agent_contexts(agent: Any, own_answer: bool) -> ContextFn:
             ans = None
             if own_answer and err is None:
                 toks = sum(s.prompt_tokens for s in r.steps), sum(s.completion_tokens for s in r.steps)
-                ans = (Prediction(text=r.answer, latency_s=0.0, prompt_tokens=toks[0], completion_tokens=toks[1])
-                       if r.answer is not None else Prediction(text=None, error="agent: no <answer> within the turn budget"))
+                ans = Prediction(text=r.answer if r.answer is not None else "", latency_s=0.0,
+                                 prompt_tokens=toks[0], completion_tokens=toks[1],
+                                 note=None if r.answer is not None else "agent: no <answer> within the turn budget")
             out.append(ContextOut(documents=list(r.documents), answer=ans, error=err,
                                   latency_s=r.seconds or per_q, turns=r.turns))
         return out

@@ -38,6 +38,8 @@ def _format_validation_error(err: ValidationError, model: type[BaseModel], where
                     break
             valid = sorted(parent.model_fields) if parent is not None else []
             lines.append(f"  unknown key '{loc}'" + (f"; valid keys here: {', '.join(valid)}" if valid else ""))
+        elif isinstance(e.get("input"), dict):  # a cross-field check: its message names the fields
+            lines.append(f"  {loc + ': ' if loc else ''}{e['msg'].removeprefix('Value error, ')}")
         else:
             lines.append(f"  {loc}: {e['msg']} (got {e.get('input')!r})")
     return "\n".join(lines)

@@ -181,3 +181,40 @@ def test_failing_server_rows_missing_and_retried(hotpot: tuple[Path, Path], tmp_
         assert all(srv.attempts(p) == 1 for p in ok_prompts)
         # the re-run sent at most: one generator call (or a cache hit) + two judge attempts per failed row
         assert srv.stats()["requests"] - requests_before <= 3 * len(expected_failed)
+
+
+@pytest.mark.parametrize("method", ["searcher", "search_r1", "search_r1_ret"])
+def test_live_agents_through_eval(method: str, hotpot: tuple[Path, Path], tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The searcher and the Search-R1 agent run LIVE inside `s3 eval` (real SmolLM2 GGUF as the policy through
+    litellm, real bm25): rows carry the agent's documents and turns; search_r1 scores the agent's own answer (an
+    agent that wrote no <answer> is wrong, with a note, never missing); the others ask the frozen generator."""
+    ds, index = hotpot
+    monkeypatch.setenv("S3_LLAMA_THREADS", "2")
+    out = tmp_path / method
+    argv = ["eval", "--dataset", str(ds), "--method", method, "--index", str(index), "--limit", "2",
+            "--no-progress", "--out", str(out)]
+    sets = ["eval.use_judge=false", "searcher.policy=litellm", "searcher.model=local/smollm2-135m-instruct",
+            "searcher.profile=cpu", "searcher.cpu_max_turns=1", "searcher.cpu_k=2", "searcher.max_select=2",
+            "searcher.max_new_tokens=48",
+            f"generator.cache_path={tmp_path / 'c.sqlite'}"]
+    if method != "search_r1":
+        argv += ["--generator", "local/smollm2-135m-instruct"]
+        sets += ["generator.max_tokens=16"]
+    for s in sets:
+        argv += ["--set", s]
+    assert s3_main(argv) == 0
+    rows = list(read_results(out / RESULTS_FILE).values())
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(rows) == 2 and summary["n_scored"] == 2 and summary["n_failed"] == 0
+    assert summary["config"]["searcher"]["class"] == ("S3Searcher" if method == "searcher" else "SearchR1Agent")
+    for r in rows:
+        assert r["error"] is None and isinstance(r["answer"], str) and r["turns"] >= 0
+        assert r["metrics"]["em"] in (0.0, 1.0)
+        if method == "searcher":  # begin-with-search: D0 = top-3 of the question at least
+            assert r["context_ids"] and r["turns"] >= 0
+        if method == "search_r1":
+            assert (r["answer"] == "") == (r["note"] is not None)
+            assert r["generation_latency_s"] == 0.0  # no frozen generator was called
+        else:
+            assert r["note"] is None
