@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Message", "Policy", "PolicyOutput", "PolicyPrompt", "TokenPolicy", "TokenPrompt", "uses_token_ids"]
+__all__ = [
+    "ChatTokenizerMixin", "Message", "Policy", "PolicyOutput", "PolicyPrompt", "TokenPolicy", "TokenPrompt",
+    "uses_token_ids",
+]
 
 Message = dict[str, str]
 
@@ -93,3 +96,34 @@ class TokenPolicy(Policy, Protocol):
 def uses_token_ids(policy: object) -> bool:
     """Whether the agent should drive `policy` with token ids and build a token trajectory."""
     return bool(getattr(policy, "supports_token_ids", False))
+
+
+class ChatTokenizerMixin:
+    """Token ids of prompts for policies that hold a Hugging Face tokenizer (`self.tokenizer`, `self.name`):
+    chat prompts through the model's chat template, token prompts as they are."""
+
+    tokenizer: Any
+    name: str
+
+    def encode_chat(self, messages: list[Message]) -> list[int]:
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            from searcher.errors import S3Error
+
+            raise S3Error(f"{self.name}: the tokenizer has no chat template; cannot build a chat prompt")
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return [int(x) for x in ids]
+
+    def encode(self, text: str) -> list[int]:
+        return [int(x) for x in self.tokenizer.encode(text, add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    def _ids(self, prompt: PolicyPrompt) -> list[int]:
+        if isinstance(prompt, TokenPrompt):
+            return list(prompt.ids)
+        if isinstance(prompt, str):
+            return self.encode_chat([{"role": "user", "content": prompt}])
+        return self.encode_chat(list(prompt))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from searcher.errors import ConfigError, S3Error
-from searcher.policy.base import Message, PolicyOutput, PolicyPrompt, TokenPrompt
+from searcher.policy.base import ChatTokenizerMixin, PolicyOutput, PolicyPrompt
 from searcher.policy.stopping import truncate_token_ids
 
 __all__ = ["TransformersPolicy", "converted_gguf_dir", "resolve_checkpoint"]
@@ -110,7 +110,7 @@ def resolve_checkpoint(spec: str) -> Path | str:
     return converted_gguf_dir(gguf_path(model.name), sha256=model.sha256)
 
 
-class TransformersPolicy:
+class TransformersPolicy(ChatTokenizerMixin):
     """Token-id policy over a transformers causal LM (trainable: `self.model` is a torch module).
 
     gen_batch: rows per `model.generate` call (memory bound); the agent's lockstep batch may be larger.
@@ -216,28 +216,6 @@ class TransformersPolicy:
         self.model.save_pretrained(str(out), safe_serialization=True)
         self.tokenizer.save_pretrained(str(out))
         return out
-
-    # ----------------------------------------------------------------------------------------------- tokenization
-    def encode_chat(self, messages: list[Message]) -> list[int]:
-        if getattr(self.tokenizer, "chat_template", None) is None:
-            raise S3Error(f"{self.name}: the tokenizer has no chat template; cannot build a chat prompt")
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        return [int(x) for x in ids]
-
-    def encode(self, text: str) -> list[int]:
-        return [int(x) for x in self.tokenizer.encode(text, add_special_tokens=False)]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
-
-    def _ids(self, prompt: PolicyPrompt) -> list[int]:
-        if isinstance(prompt, TokenPrompt):
-            return list(prompt.ids)
-        if isinstance(prompt, str):
-            return self.encode_chat([{"role": "user", "content": prompt}])
-        return self.encode_chat(list(prompt))
 
     # -------------------------------------------------------------------------------------------------- generation
     def generate(

@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from searcher.errors import ConfigError
-from searcher.policy.base import Message, PolicyOutput, PolicyPrompt, TokenPrompt
+from searcher.policy.base import ChatTokenizerMixin, PolicyOutput, PolicyPrompt
 from searcher.policy.stopping import truncate_token_ids
 
 __all__ = ["VLLMPolicy"]
 
 
-class VLLMPolicy:
+class VLLMPolicy(ChatTokenizerMixin):
     """A `TokenPolicy` over `vllm.LLM` (pass `llm=` to reuse an engine, e.g. one shared with a trainer)."""
 
     supports_token_ids = True
@@ -47,25 +47,6 @@ class VLLMPolicy:
         vocab = self.tokenizer.get_vocab()
         if "<|im_end|>" in vocab:
             self.eos_ids.add(int(vocab["<|im_end|>"]))
-
-    def encode_chat(self, messages: list[Message]) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict):
-            ids = ids["input_ids"]
-        return [int(x) for x in ids]
-
-    def encode(self, text: str) -> list[int]:
-        return [int(x) for x in self.tokenizer.encode(text, add_special_tokens=False)]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
-
-    def _ids(self, prompt: PolicyPrompt) -> list[int]:
-        if isinstance(prompt, TokenPrompt):
-            return list(prompt.ids)
-        if isinstance(prompt, str):
-            return self.encode_chat([{"role": "user", "content": prompt}])
-        return self.encode_chat(list(prompt))
 
     def generate(
         self,

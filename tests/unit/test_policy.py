@@ -23,6 +23,7 @@ class CharTok:
     """id = code point; eos = 0 (decodes to nothing)."""
 
     eos_token_id = 0
+    chat_template = "{{ messages }}"  # like a Hugging Face tokenizer that has one
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return [ord(c) for c in text]
