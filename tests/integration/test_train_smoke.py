@@ -154,3 +154,47 @@ def test_kill_and_resume_continues_with_the_same_data_order(tmp_path: Path) -> N
     for row in rows:
         s = row["step"] - 1
         assert row["data/question_ids"] == [questions[i] for i in perm[s * b : s * b + b]]
+
+
+def test_trained_checkpoint_serves_search_over_http(trainer) -> None:  # type: ignore[no-untyped-def]
+    """Train -> serve: `s3 serve --policy RUN_DIR` (its newest checkpoint) answers POST /search over loopback."""
+    import httpx
+
+    from searcher.llm_local import free_port
+
+    t = trainer
+    if not (t.ckpt_dir / "latest").is_file():
+        t.train()
+    port = free_port()
+    cmd = [sys.executable, "-m", "s3.cli", "serve", "--config", str(SMOKE), "--policy", str(t.run_dir),
+           "--index", str(t.data.index_dir), "--port", str(port)]
+    for o in [*FAST, f"training.output_dir={t.run_dir}"]:
+        cmd += ["--set", o]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else "serve exited"
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "s3 serve did not come up within 180 s"
+            time.sleep(0.5)
+        health = httpx.get(f"{base}/health", timeout=5).json()
+        r = httpx.post(f"{base}/search", json={"question": t.examples[0].question, "max_turns": 1}, timeout=120)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["documents"] and all(d["id"] and d["text"] for d in body["documents"])
+        assert str(t.run_dir.resolve()) in json.dumps(health)  # the served policy is the trained run
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if proc.stderr:
+            proc.stderr.close()
