@@ -859,9 +859,9 @@ def build_run(cfg: Any, opts: EvalOptions) -> tuple[Dataset, Components, dict[st
         register_local_provider()  # idempotent: offline `local/<name>` models reachable through litellm
 
     if method != "search_r1":
-        gen_cfg = cfg.generator.model_copy(update={"model": opts.generator}) if opts.generator else cfg.generator
-        if gen_cfg.cache_path:
-            gen_cfg = gen_cfg.model_copy(update={"cache_path": str(cfg.resolve(gen_cfg.cache_path))})
+        gen_cfg = cfg.llm_section("generator")
+        if opts.generator:
+            gen_cfg = gen_cfg.model_copy(update={"model": opts.generator})
         generator = Generator(gen_cfg)
         config["generator"] = _llm_fingerprint(generator, gen_cfg)
 
@@ -877,9 +877,7 @@ def build_run(cfg: Any, opts: EvalOptions) -> tuple[Dataset, Components, dict[st
         closers.append(generator)
     judge = None
     if use_judge or judge_only:
-        judge_cfg = cfg.judge
-        if judge_cfg.cache_path:
-            judge_cfg = judge_cfg.model_copy(update={"cache_path": str(cfg.resolve(judge_cfg.cache_path))})
+        judge_cfg = cfg.llm_section("judge")
         judge = Judge(judge_cfg)
         config["judge"] = {**_llm_fingerprint(judge, judge_cfg),
                            "mode": "judge_only" if judge_only else "span_or_judge"}

@@ -52,6 +52,14 @@ class S3Config(Section):
         p = Path(path).expanduser()
         return p if p.is_absolute() else (self._base_dir / p)
 
+    def llm_section(self, name: str) -> Any:
+        """The `generator` or `judge` section with its cache_path resolved like every other path in the config
+        (against the config file's folder), so that every command opens the same cache file."""
+        section = getattr(self, name)
+        if not section.cache_path:
+            return section
+        return section.model_copy(update={"cache_path": str(self.resolve(section.cache_path))})
+
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> S3Config:
     """Load config.toml (or `path`), apply `--set` overrides, validate strictly.

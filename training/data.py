@@ -140,7 +140,7 @@ def baseline_key(cfg: Any, index_fingerprint: str) -> dict[str, Any]:
     """What a cached baseline depends on: generator (model + fingerprint), prompt, retriever, k, metric."""
     from generator_adapters import Generator
 
-    gen = Generator(cfg.generator)
+    gen = Generator(cfg.llm_section("generator"))
     fp: Any = gen.fingerprint()
     gen.close()
     return {
@@ -186,12 +186,12 @@ def make_accuracy(cfg: Any) -> Any:
     from eval import metrics
     from generator_adapters import Generator
 
-    gen = Generator(cfg.generator)
+    gen = Generator(cfg.llm_section("generator"))
     judge = None
     if cfg.eval.metric == "judge" or (cfg.eval.metric == "genacc" and cfg.eval.use_judge):
         from generator_adapters import Judge
 
-        judge = Judge(cfg.judge)
+        judge = Judge(cfg.llm_section("judge"))
 
     async def accuracy(questions: list[str], documents: list[list[Document]], golden: list[list[str]]) -> list[float | None]:
         answers = await gen.answer(questions, documents)

@@ -1,5 +1,5 @@
 """Held-out comparison of policies (`s3 train-eval`): the same training reward on questions kept out of training,
-for a trained checkpoint and the untrained base model, with greedy-free sampling disabled (temperature 0)."""
+for a trained checkpoint and the untrained base model, decoded greedily (temperature 0)."""
 
 from __future__ import annotations
 

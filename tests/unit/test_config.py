@@ -64,6 +64,16 @@ def test_relative_paths_resolve_against_config_file(tmp_path: Path) -> None:
     assert cfg.resolve(cfg.retriever.index) == cfgfile.parent / "idx"
 
 
+def test_llm_cache_paths_resolve_against_config_file(tmp_path: Path) -> None:
+    cfgfile = tmp_path / "sub" / "my.toml"
+    cfgfile.parent.mkdir()
+    cfgfile.write_text('[generator]\ncache_path = "../c.sqlite"\n[judge]\ncache_path = "/abs/j.sqlite"\n')
+    cfg = load_config(cfgfile)
+    assert cfg.llm_section("generator").cache_path == str(cfgfile.parent / "../c.sqlite")
+    assert cfg.llm_section("judge").cache_path == "/abs/j.sqlite"
+    assert cfg.generator.cache_path == "../c.sqlite"  # the loaded config itself is unchanged
+
+
 def test_missing_config_file_is_clear() -> None:
     with pytest.raises(ConfigError, match="config file not found"):
         load_config("/nonexistent/config.toml")
