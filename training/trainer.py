@@ -258,11 +258,22 @@ class S3Trainer:
         return out
 
     # ------------------------------------------------------------------ rollouts
+    def _autocast(self) -> Any:
+        """torch.autocast on the model's device for training.autocast = 'bf16', else a no-op context."""
+        import contextlib
+
+        import torch
+
+        if self.tc.autocast == "off":
+            return contextlib.nullcontext()
+        device = next(self.model.parameters()).device.type
+        return torch.autocast(device_type=device, dtype=torch.bfloat16)
+
     def rollout(self, examples: list[QAExample]) -> list[SearchResult]:
         import torch
 
         self.model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), self._autocast():
             results = self.agent.search([e.question for e in examples])
         for r, e in zip(results, examples, strict=True):
             r.question_id = e.id
@@ -299,8 +310,9 @@ class S3Trainer:
 
         L = batch.ids.shape[1]
         keep = L - batch.start
-        out = model(input_ids=batch.ids, attention_mask=batch.attention, output_hidden_states=want_hidden,
-                    use_cache=False, logits_to_keep=keep)
+        with self._autocast():
+            out = model(input_ids=batch.ids, attention_mask=batch.attention, output_hidden_states=want_hidden,
+                        use_cache=False, logits_to_keep=keep)
         logits = out.logits[:, -keep:-1, :]  # (B, T', V): position t predicts ids[:, t+1]
         lp = gather_logprobs(logits, batch.ids[:, batch.start + 1 :], temperature=self.tc.temperature)  # (B, T')
         hidden = out.hidden_states[-1][:, batch.start : -1, :] if want_hidden else None

@@ -87,7 +87,10 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
             print(f"  {key:<15} {_fmt(m[key])}")
     t = summary.get("totals", {})
     if t.get("mean_latency_s") is not None:
-        print(f"  mean latency    {t['mean_latency_s']:.2f} s/question, cost ${t.get('cost_usd', 0.0):.4f}")
+        wall = t.get("wall_s_per_question")
+        wall_txt = f"wall {wall:.2f} s/question (the leaderboard's latency); " if wall is not None else ""
+        print(f"  time            {wall_txt}per-row latency {t['mean_latency_s']:.2f} s (queueing in its batch "
+              f"included), cost ${t.get('cost_usd', 0.0):.4f}")
 
 
 def _leaderboard(args: argparse.Namespace, cfg: Any) -> int:

@@ -116,7 +116,9 @@ def test_forward_on_response_positions_matches_a_full_forward() -> None:
     cfg = transformers.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                    num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
     model = transformers.LlamaForCausalLM(cfg).eval()
-    ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=SimpleNamespace(temperature=0.7))
+    ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=SimpleNamespace(temperature=0.7, autocast="off"),
+                         model=model)
+    ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
     # two rollouts with different prompt lengths; response = policy 1s, environment 0s
     t1 = Trajectory(prompt_ids=[5, 6, 7, 8])
     t1.append([9, 10], True)
@@ -137,3 +139,10 @@ def test_forward_on_response_positions_matches_a_full_forward() -> None:
     assert lp.shape == ref.shape
     m = batch.loss_mask.bool()
     assert torch.allclose(lp[m], ref[m], atol=1e-5)
+    # bf16 autocast (training.autocast): fp32 log-probs out, close to the fp32 forward
+    ns.tc.autocast = "bf16"
+    with torch.no_grad():
+        lp16, _ = S3Trainer._forward(ns, model, batch)  # type: ignore[arg-type]
+    assert lp16.dtype == torch.float32
+    assert torch.allclose(lp16[m], ref[m], atol=0.05)
+    assert not torch.equal(lp16[m], lp[m])  # it really ran in bf16
