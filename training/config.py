@@ -18,7 +18,7 @@ class TrainingConfig(Section):
     base_model: str = Field("smollm2-135m", description="Trainable policy: an offline model name or a HF model dir.")
     output_dir: str = Field("runs/train", description="Run directory: checkpoints, metrics.jsonl, TensorBoard, plots.")
     train_data: str | None = Field(None, description="Prepared training directory (s3 prepare-training); built if missing.")
-    total_steps: int = Field(20, ge=1, description="Optimizer steps.")
+    total_steps: int = Field(20, ge=1, description="Optimizer steps (the warm-up steps included).")
     batch_size: int = Field(4, ge=1, description="Questions per step.")
     group_size: int = Field(4, ge=1, description="Rollouts per question (GRPO group; PPO uses 1 unless set).")
     learning_rate: float = Field(1e-6, gt=0, description="Actor learning rate (s3 paper: 1e-6).")
@@ -55,6 +55,12 @@ class TrainingConfig(Section):
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward pass (gradient accumulation over the batch).")
     keep_checkpoints: int = Field(2, ge=1, description="Newest checkpoints kept in output_dir/checkpoints.")
     torch_threads: int = Field(2, ge=1, description="torch intra-op threads on CPU.")
+    sft_warmup_steps: int = Field(
+        0, ge=0,
+        description="Supervised format warm-up steps on oracle trajectories (training/oracle.py) before RL; a searcher "
+        "that writes no valid action gets identical rewards in a group and zero GRPO advantage without it.",
+    )
+    sft_learning_rate: float = Field(1e-4, gt=0, description="Learning rate of the warm-up steps.")
     autocast: Literal["off", "bf16"] = Field(
         "off",
         description="Mixed precision for rollouts and the training forward passes (torch.autocast; weights, optimizer "

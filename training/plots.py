@@ -12,7 +12,7 @@ __all__ = ["plot_run"]
 
 PANELS = [
     ("reward", ["reward/mean", "reward/acc_s3"]),
-    ("losses", ["losses/policy", "losses/value", "losses/kl"]),
+    ("losses", ["losses/policy", "losses/value", "losses/kl", "losses/sft_nll"]),
     ("search", ["search/turns", "search/invalid_action_rate", "search/docs"]),
     ("time (s/step)", ["charts/step_seconds", "charts/rollout_seconds", "charts/update_seconds"]),
 ]

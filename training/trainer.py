@@ -176,6 +176,7 @@ class S3Trainer:
         if tc.max_new_tokens:
             scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
         self.agent = self._agent_class()(self.policy, self.retriever, scfg, k0=self.cfg.retriever.k)
+        self.oracle_agent = self._oracle_agent(scfg) if tc.sft_warmup_steps else None
         self.metrics = _MetricsWriter(self.run_dir)
         (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
         if resume_dir is not None:
@@ -202,15 +203,18 @@ class S3Trainer:
         return policy, model, policy.tokenizer
 
     def _reference_model(self) -> Any:
-        """The frozen reference policy pi_ref = the initial policy (training.base_model, loaded again, so a resumed
-        run keeps the same reference). LoRA: the same model with its adapters disabled (no copy)."""
+        """The frozen reference policy pi_ref = the policy RL starts from: training.base_model, or after a format
+        warm-up the warmed policy (RUN_DIR/reference, written when the warm-up ends), loaded from disk so a resumed
+        run keeps the same reference. LoRA: the same model with its adapters disabled (no copy; the base model)."""
         if self.tc.kl_coef == 0:
             return None
         if self.tc.lora:
             return "adapter-disabled"
         from searcher.policy.transformers_policy import TransformersPolicy
 
-        ref = _new_policy(TransformersPolicy, self.tc.base_model).model
+        warmed = self.run_dir / "reference"
+        source = str(warmed) if (warmed / "config.json").is_file() else self.tc.base_model
+        ref = _new_policy(TransformersPolicy, source).model
         ref.eval()
         for p in ref.parameters():
             p.requires_grad_(False)
@@ -239,6 +243,23 @@ class S3Trainer:
             beta=self.tc.confidence_beta,
             end_to_end=self.end_to_end,
         )
+
+    def _oracle_agent(self, scfg: Any) -> Any:
+        """The same loop driven by oracle replies (training/oracle.py), tokenized with the student's tokenizer, so
+        its trajectories carry the student's chat template and exact policy / environment masks."""
+        from searcher.agent import S3Searcher
+        from searcher.policy.scripted import ScriptedPolicy
+        from training.oracle import gold_titles, oracle_script
+
+        if self.end_to_end:
+            raise S3Error("training.sft_warmup_steps: the oracle warm-up is for s3 searchers (training.mode = 's3')")
+        gold = gold_titles(self.examples, self.data.directory / "corpus.jsonl")
+        if not any(gold.values()):
+            raise S3Error("training.sft_warmup_steps needs gold supporting paragraphs (metadata.supporting_ids or "
+                          "supporting_titles) in the training questions; these have none")
+        script = oracle_script(gold, scfg.max_select, scfg.effective_max_turns)
+        oracle = ScriptedPolicy(script, name="oracle", tokenizer=self.policy)
+        return S3Searcher(oracle, self.retriever, scfg, k0=self.cfg.retriever.k)
 
     # ------------------------------------------------------------------ data order
     def batch_indices(self, step: int) -> list[int]:
@@ -378,6 +399,58 @@ class S3Trainer:
         self.metrics.write(self.step, {**row, "data/question_ids": [self.examples[i].id for i in idx]})
         return row
 
+    def sft_step(self) -> dict[str, float]:
+        """One supervised warm-up step: masked NLL of the oracle's replies (policy tokens only; prompts and
+        retrieved windows are masked out exactly as in RL) at training.sft_learning_rate."""
+        import torch
+
+        from training.algorithms import masked_mean
+
+        tc = self.tc
+        t0 = time.perf_counter()
+        idx = self.batch_indices(self.step)
+        examples = [self.examples[i] for i in idx]
+        assert self.oracle_agent is not None
+        with torch.no_grad():
+            results = self.oracle_agent.search([e.question for e in examples])
+        t1 = time.perf_counter()
+        rows = [i for i, r in enumerate(results) if r.trajectory is not None and any(r.trajectory.mask)]
+        padded = [self._pad(results, rows[i : i + tc.micro_batch_size]) for i in range(0, len(rows), tc.micro_batch_size)]
+        total = float(sum(p.loss_mask.sum().item() for p in padded))
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        nll = 0.0
+        for p in padded:
+            weight = p.loss_mask.sum().item() / max(total, 1.0)
+            lp, _ = self._forward(self.model, p)
+            loss = -masked_mean(lp, p.loss_mask)
+            (loss * weight).backward()
+            nll += float(loss.detach()) * weight
+        params = [q for g in self.optimizer.param_groups for q in g["params"]]
+        gn = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm)
+        group = self.optimizer.param_groups[0]
+        rl_lr, group["lr"] = group["lr"], tc.sft_learning_rate
+        self.optimizer.step()
+        group["lr"] = rl_lr
+        t2 = time.perf_counter()
+        n_sel = [sum(len(s.selected_ids) for s in r.steps) for r in results]
+        row: dict[str, float] = {
+            "losses/sft_nll": nll,
+            "losses/grad_norm": float(gn),
+            "search/turns": sum(r.turns for r in results) / len(results),
+            "search/docs": sum(len(r.documents) for r in results) / len(results),
+            "search/oracle_selected": sum(n_sel) / len(n_sel),
+            "charts/sft": 1.0,
+            "charts/learning_rate": tc.sft_learning_rate,
+            "charts/policy_tokens": total,
+            "charts/rollout_seconds": t1 - t0,
+            "charts/update_seconds": t2 - t1,
+            "charts/step_seconds": t2 - t0,
+        }
+        self.step += 1
+        self.metrics.write(self.step, {**row, "data/question_ids": [self.examples[i].id for i in idx]})
+        return row
+
     def update(self, results: list[SearchResult], rewards: list[float | None]) -> tuple[dict[str, float], list[int], float]:
         """One masked policy-gradient update from scored rollouts (consecutive group_size rows = one question).
         Samples whose reward is None (or, in GRPO, whose group has < 2 scored members) leave the update.
@@ -483,6 +556,24 @@ class S3Trainer:
         self.log(f"train: checkpoint {final}")
         return final
 
+    def _end_warmup(self) -> None:
+        """The warm-up is over: RL's reference policy becomes the warmed policy (saved to RUN_DIR/reference
+        atomically, so a resumed run loads the same one)."""
+        import torch
+
+        if self.tc.lora or self.ref_model is None:
+            return
+        final, tmp = self.run_dir / "reference", self.run_dir / ".reference.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        self._save_policy(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        with torch.no_grad():
+            self.ref_model.load_state_dict(self.model.state_dict())
+        self.log(f"train: warm-up done; reference policy = {final}")
+
     def _save_policy(self, out: Path) -> None:
         """A plain HF checkpoint (LoRA merged) + tokenizer: what `s3 search --policy` and a vLLM server load."""
         export_model(self.model, self.tokenizer, out, lora=self.tc.lora)
@@ -518,11 +609,19 @@ class S3Trainer:
         last: dict[str, float] = {}
         try:
             while self.step < end:
-                last = self.train_step()
-                self.log(
-                    f"step {self.step}/{self.tc.total_steps} reward {last['reward/mean']:.3f} "
-                    f"turns {last['search/turns']:.2f} {last['charts/step_seconds']:.1f}s"
-                )
+                if self.step < self.tc.sft_warmup_steps:
+                    last = self.sft_step()
+                    if self.step == self.tc.sft_warmup_steps:
+                        self._end_warmup()
+                    self.log(f"step {self.step}/{self.tc.total_steps} warm-up nll {last['losses/sft_nll']:.3f} "
+                             f"turns {last['search/turns']:.2f} {last['charts/step_seconds']:.1f}s")
+                else:
+                    last = self.train_step()
+                    self.log(
+                        f"step {self.step}/{self.tc.total_steps} reward {last['reward/mean']:.3f} "
+                        f"invalid {last['search/invalid_action_rate']:.2f} turns {last['search/turns']:.2f} "
+                        f"{last['charts/step_seconds']:.1f}s"
+                    )
                 if self.step % self.tc.save_every == 0 and self.step < end:
                     self.save_checkpoint()
             if self.step > start or not (self.ckpt_dir / "latest").is_file():
