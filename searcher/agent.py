@@ -42,7 +42,7 @@ from searcher.protocol import (
     search_r1_invalid_observation,
     search_required_observation,
 )
-from searcher.types import Document, QAExample, SearchResult, SearchStep, Trajectory
+from searcher.types import Document, QAExample, SearchResult, SearchStep, Trajectory, construct_trusted
 
 __all__ = ["LoopStats", "S3Searcher", "SearchR1Agent", "SupportsSearch", "admission_stats"]
 
@@ -71,6 +71,31 @@ class LoopStats:
         return max(self.seconds - self.policy_seconds - self.retrieval_seconds, 0.0)
 
 
+@dataclass(slots=True)
+class _Step:
+    """A SearchStep being filled in on the hot path (plain attribute writes, no pydantic per write); it becomes the
+    public, frozen-schema `SearchStep` once, when the question's result is built. Same fields as SearchStep."""
+
+    turn: int
+    query: str | None = None
+    retrieved_ids: list[str] = field(default_factory=list)
+    selected_ids: list[str] = field(default_factory=list)
+    selection_fallback: bool = False
+    search_complete: bool | None = None
+    invalid_reason: str | None = None
+    policy_text: str = ""
+    policy_seconds: float = 0.0
+    retrieval_seconds: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def record(self) -> SearchStep:
+        return construct_trusted(SearchStep, {name: getattr(self, name) for name in _STEP_FIELDS})
+
+
+_STEP_FIELDS = tuple(SearchStep.model_fields)
+
+
 @dataclass
 class _Rollout:
     """Mutable state of one question inside a lockstep batch."""
@@ -82,8 +107,8 @@ class _Rollout:
     ids: list[int] = field(default_factory=list)  # token policies: the full context so far
     trajectory: Trajectory | None = None
     window: list[Document] = field(default_factory=list)
-    step: SearchStep | None = None  # the step of the current window, completed by the next reply
-    steps: list[SearchStep] = field(default_factory=list)
+    step: _Step | None = None  # the step of the current window, completed by the next reply
+    steps: list[_Step] = field(default_factory=list)
     docs: dict[str, Document] = field(default_factory=dict)  # D_s3 in admission order
     content_keys: set[tuple[str, str]] = field(default_factory=set)
     answer: str | None = None
@@ -210,7 +235,7 @@ class S3Searcher:
                 else:
                     # invalid action: tell the policy what was wrong; this turn is used up, no window
                     st.window = []
-                    st.step = SearchStep(turn=r + 1)
+                    st.step = _Step(turn=r + 1)
                     self._insert(st, decision.observation or "")
             if to_search:
                 tr = time.perf_counter()
@@ -222,7 +247,7 @@ class S3Searcher:
                     raise RuntimeError(f"retriever returned {len(windows)} result lists for {len(to_search)} queries")
                 for (st, q), docs in zip(to_search, windows, strict=True):
                     st.window = list(docs)
-                    st.step = SearchStep(
+                    st.step = _Step(
                         turn=r + 1,
                         query=q,
                         retrieved_ids=[d.id for d in docs],
@@ -239,7 +264,7 @@ class S3Searcher:
                     question_id=st.question_id,
                     question=st.question,
                     documents=list(st.docs.values()),
-                    steps=st.steps,
+                    steps=[x.record() for x in st.steps],
                     answer=st.answer,
                     trajectory=st.trajectory,
                     seconds=st.finished_at or now,
@@ -262,7 +287,7 @@ class S3Searcher:
         for st, docs in zip(states, d0, strict=True):
             st.window = docs
             bws = self._begins_with_search()
-            st.step = SearchStep(
+            st.step = _Step(
                 turn=0,
                 query=st.question if bws else None,
                 retrieved_ids=[d.id for d in docs],
@@ -284,7 +309,7 @@ class S3Searcher:
             st.ids.extend(out.token_ids)
         elif not self.token_mode:
             st.messages.append({"role": "assistant", "content": out.text})
-        step = st.step if st.step is not None else SearchStep(turn=-1)
+        step = st.step if st.step is not None else _Step(turn=-1)
         step.policy_text = out.text
         step.policy_seconds = seconds
         step.prompt_tokens = out.prompt_tokens

@@ -6,9 +6,23 @@ generator adapters, evaluation and training all import from here, never the othe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def construct_trusted(cls: type[_M], values: dict[str, Any]) -> _M:
+    """An instance of `cls` from values our own code produced with the right types (every field given), built
+    without validation: what `model_construct` does minus its per-call bookkeeping, ~10x cheaper on hot paths (the
+    retriever's documents, the search loop's step records). Never use it on outside input."""
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "__dict__", values)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
 
 
 class Document(BaseModel):

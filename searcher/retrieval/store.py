@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from searcher.corpus import file_sha256
 from searcher.errors import IndexDirError, RetrievalError
-from searcher.types import Document
+from searcher.types import Document, construct_trusted
 
 MANIFEST = "index.json"
 DOCS = "docs.jsonl"
@@ -94,18 +94,9 @@ def read_manifest(index_dir: str | Path) -> IndexManifest:
     return m
 
 
-_ALL_FIELDS = frozenset(("id", "title", "text", "score"))
-
-
 def _document(doc_id: str, title: str, text: str, score: float | None) -> Document:
-    """A validated-at-write-time Document built without re-validation (what `model_construct` does, minus its
-    per-call field bookkeeping: ~10x cheaper on the search hot path)."""
-    d = Document.__new__(Document)
-    object.__setattr__(d, "__dict__", {"id": doc_id, "title": title, "text": text, "score": score})
-    object.__setattr__(d, "__pydantic_fields_set__", set(_ALL_FIELDS))
-    object.__setattr__(d, "__pydantic_extra__", None)
-    object.__setattr__(d, "__pydantic_private__", None)
-    return d
+    """A Document validated when the index was written, built without re-validation (hot path)."""
+    return construct_trusted(Document, {"id": doc_id, "title": title, "text": text, "score": score})
 
 
 class DocStore:

@@ -298,3 +298,18 @@ def test_min_turns_turns_an_early_stop_into_an_observation_asking_for_a_query() 
     # min_turns=0 (the paper): the same first reply ends the search at once
     res0 = S3Searcher(ScriptedPolicy(lambda p, i: "<search_complete>True</search_complete>"), TinyRetriever(), CFG).search_one("q?")
     assert res0.turns == 0 and res0.steps[0].invalid_reason is None
+
+
+def test_step_draft_has_exactly_the_search_step_fields() -> None:
+    import dataclasses
+
+    from searcher.agent import _Step
+    from searcher.types import SearchStep
+
+    assert [f.name for f in dataclasses.fields(_Step)] == list(SearchStep.model_fields)
+    full = _Step(turn=2, query="q", retrieved_ids=["a"], selected_ids=["a"], selection_fallback=True,
+                 search_complete=False, invalid_reason="r", policy_text="t", policy_seconds=0.5,
+                 retrieval_seconds=0.25, prompt_tokens=3, completion_tokens=4)
+    rec = full.record()
+    assert isinstance(rec, SearchStep)
+    assert rec.model_dump() == {f.name: getattr(full, f.name) for f in dataclasses.fields(_Step)}
