@@ -11,7 +11,7 @@ from searcher.errors import S3Error
 __all__ = ["plot_run"]
 
 PANELS = [
-    ("reward", ["reward/mean", "reward/acc_s3"]),
+    ("reward", ["reward/mean", "reward/acc_s3", "reward/acc_rag"]),
     ("losses", ["losses/policy", "losses/value", "losses/kl", "losses/sft_nll"]),
     ("search", ["search/turns", "search/invalid_action_rate", "search/docs"]),
     ("time (s/step)", ["charts/step_seconds", "charts/rollout_seconds", "charts/update_seconds"]),
@@ -40,7 +40,11 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, smooth: int = 5
         raise S3Error(f"{run_dir}/metrics.jsonl has no rows yet")
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
     steps = [int(r["step"]) for r in rows]
+    warm = [int(r["step"]) for r in rows if r.get("charts/sft")]  # oracle warm-up steps (training.sft_warmup_steps)
     for ax, (title, keys) in zip(axes, PANELS, strict=True):
+        if warm:
+            ax.axvspan(min(warm) - 0.5, max(warm) + 0.5, color="grey", alpha=0.12, label="oracle warm-up")
+        ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)
         for k in keys:
             ys: list[Any] = [r.get(k) for r in rows]
             if all(y is None for y in ys):
