@@ -90,10 +90,14 @@ class _Step:
     completion_tokens: int = 0
 
     def record(self) -> SearchStep:
-        return construct_trusted(SearchStep, {name: getattr(self, name) for name in _STEP_FIELDS})
-
-
-_STEP_FIELDS = tuple(SearchStep.model_fields)
+        return construct_trusted(SearchStep, {
+            "turn": self.turn, "query": self.query, "retrieved_ids": self.retrieved_ids,
+            "selected_ids": self.selected_ids, "selection_fallback": self.selection_fallback,
+            "search_complete": self.search_complete, "invalid_reason": self.invalid_reason,
+            "policy_text": self.policy_text, "policy_seconds": self.policy_seconds,
+            "retrieval_seconds": self.retrieval_seconds, "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        })  # spelled out: ~3x faster than a getattr loop; test_agent checks it covers every SearchStep field
 
 
 @dataclass
@@ -378,11 +382,12 @@ class S3Searcher:
             self._admit(st, st.window, self.max_contexts)
         if last_turn:
             return _Decision(done=True)
-        searched = sum(1 for s in st.steps if s.turn > 0 and s.query is not None) + (step.turn > 0 and step.query is not None)
-        if action.search_complete is True and searched < self.cfg.min_turns:
-            step.invalid_reason = f"search_complete before the minimum of {self.cfg.min_turns} search turn(s)"
-            return _Decision(observation=search_required_observation(self.cfg.min_turns))
         if action.search_complete is True:
+            if self.cfg.min_turns:
+                searched = sum(1 for s in st.steps if s.turn > 0 and s.query is not None) + (step.turn > 0 and step.query is not None)
+                if searched < self.cfg.min_turns:
+                    step.invalid_reason = f"search_complete before the minimum of {self.cfg.min_turns} search turn(s)"
+                    return _Decision(observation=search_required_observation(self.cfg.min_turns))
             return _Decision(done=True)
         if action.wants_search:
             return _Decision(query=action.query)

@@ -18,6 +18,7 @@ The s3 loop as the policy sees it (one reply per window; ids in `<important_info
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -153,12 +154,19 @@ def render_information(
 def build_s3_prompt(question: str, initial_information: str | None, max_select: int = 3) -> str:
     """The searcher prompt of Figure 11: instruction, the abstractive loop example, `<question>` and (with
     begin-with-search) the initial `<information>` window D0."""
-    parts = [S3_INSTRUCTION.replace("{max_select}", str(max_select)), "\n", S3_EXAMPLE, "\n"]
-    parts.append("Now, start the loop with the following question and initial searched results:\n\n")
-    parts.append(f"<question>\n{question.strip()}\n</question>\n")
-    if initial_information is not None:
-        parts.append(f"<information>\n{initial_information}</information>\n")
-    return "".join(parts)
+    head = f"{_s3_prompt_head(max_select)}<question>\n{question.strip()}\n</question>\n"
+    if initial_information is None:
+        return head
+    return f"{head}<information>\n{initial_information}</information>\n"
+
+
+@functools.lru_cache(maxsize=16)
+def _s3_prompt_head(max_select: int) -> str:
+    """The fixed part of the s3 prompt before the question (built once per max_select: it is ~4 KB)."""
+    return "".join([
+        S3_INSTRUCTION.replace("{max_select}", str(max_select)), "\n", S3_EXAMPLE, "\n",
+        "Now, start the loop with the following question and initial searched results:\n\n",
+    ])
 
 
 def build_search_r1_prompt(question: str) -> str:
@@ -221,14 +229,17 @@ def parse_bool(raw: str) -> bool | None:
     return None
 
 
+_TAGS = {n: (f"<{n}>", f"</{n}>") for n in ("think", "important_info", "search_complete", "query", "search", "answer")}
+
+
 def _tag(text: str, name: str) -> str | None:
     """Content of the first `<name>...</name>`; an unclosed tag runs to the next tag or the end. None if absent."""
-    open_tag = f"<{name}>"
+    open_tag, close_tag = _TAGS.get(name) or (f"<{name}>", f"</{name}>")
     start = text.find(open_tag)
     if start < 0:
         return None
     start += len(open_tag)
-    end = text.find(f"</{name}>", start)
+    end = text.find(close_tag, start)
     if end < 0:
         nxt = text.find("<", start)
         end = nxt if nxt >= 0 else len(text)
