@@ -100,7 +100,7 @@ class _Step:
         })  # spelled out: ~3x faster than a getattr loop; test_agent checks it covers every SearchStep field
 
 
-@dataclass
+@dataclass(slots=True)
 class _Rollout:
     """Mutable state of one question inside a lockstep batch."""
 
@@ -120,7 +120,7 @@ class _Rollout:
     finished_at: float = 0.0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Decision:
     query: str | None = None
     done: bool = False
@@ -164,6 +164,19 @@ class S3Searcher:
 
         self.count_tokens = count_tokens
         self.last_stats = LoopStats()
+        self._line_caches: dict[int, dict[str, tuple[str, str]]] = {}
+
+    _LINE_CACHE_MAX = 20_000  # rendered document lines kept per budget (~30 MB for Wikipedia passages; then start over)
+
+    def _line_cache(self, budget: int | None) -> dict[str, tuple[str, str]] | None:
+        """Rendered document lines for one per-document budget, reused across windows, turns and searches (None
+        without a budget: an uncut line is cheaper to build than to look up)."""
+        if budget is None:
+            return None
+        cache = self._line_caches.get(budget)
+        if cache is None or len(cache) > self._LINE_CACHE_MAX:
+            cache = self._line_caches[budget] = {}
+        return cache
 
     # ------------------------------------------------------------------------------------------------ public API
     @property
@@ -225,9 +238,10 @@ class S3Searcher:
             if len(outs) != len(active):
                 raise RuntimeError(f"policy {self.policy.name} returned {len(outs)} replies for {len(active)} prompts")
             to_search: list[tuple[_Rollout, str]] = []
+            record_reply, decide, share, last = self._record_reply, self._decide, dt / len(active), r == T
             for st, out in zip(active, outs, strict=True):
-                self._record_reply(st, out, dt / len(active))
-                decision = self._decide(st, out, last_turn=(r == T))
+                record_reply(st, out, share)
+                decision = decide(st, out, last)
                 assert st.step is not None
                 st.steps.append(st.step)
                 st.step = None
@@ -249,31 +263,21 @@ class S3Searcher:
                 stats.retrieval_calls += 1
                 if len(windows) != len(to_search):
                     raise RuntimeError(f"retriever returned {len(windows)} result lists for {len(to_search)} queries")
+                observe, insert, share = self._window_observation, self._insert, dr / len(to_search)
                 for (st, q), docs in zip(to_search, windows, strict=True):
                     st.window = list(docs)
-                    st.step = _Step(
-                        turn=r + 1,
-                        query=q,
-                        retrieved_ids=[d.id for d in docs],
-                        retrieval_seconds=dr / len(to_search),
-                    )
-                    self._insert(st, self._window_observation(st.window))
+                    st.step = _Step(turn=r + 1, query=q, retrieved_ids=[d.id for d in docs], retrieval_seconds=share)
+                    insert(st, observe(st.window))
         now = time.perf_counter() - t0
         results = []
         for st in states:
             if st.step is not None:  # a window nobody judged (cannot happen: the last reply judges the last window)
                 st.steps.append(st.step)
-            results.append(
-                SearchResult(
-                    question_id=st.question_id,
-                    question=st.question,
-                    documents=list(st.docs.values()),
-                    steps=[x.record() for x in st.steps],
-                    answer=st.answer,
-                    trajectory=st.trajectory,
-                    seconds=st.finished_at or now,
-                )
-            )
+            results.append(construct_trusted(SearchResult, {
+                "question_id": st.question_id, "question": st.question, "documents": list(st.docs.values()),
+                "steps": [x.record() for x in st.steps], "answer": st.answer, "trajectory": st.trajectory,
+                "seconds": st.finished_at or now,
+            }))  # every field from the loop's own typed state (test_agent checks the result against the schema)
         return results
 
     def _begin(self, states: list[_Rollout], stats: LoopStats) -> None:
@@ -354,7 +358,8 @@ class S3Searcher:
         return self.k
 
     def _render(self, docs: Sequence[Document]) -> str:
-        return render_information(docs, self.cfg.effective_doc_token_budget, self.count_tokens)
+        budget = self.cfg.effective_doc_token_budget
+        return render_information(docs, budget, self.count_tokens, cache=self._line_cache(budget))
 
     def _first_prompt(self, question: str, d0: list[Document] | None) -> str:
         return build_s3_prompt(question, self._render(d0) if d0 is not None else None, self.cfg.max_select)
@@ -413,7 +418,8 @@ class SearchR1Agent(S3Searcher):
         return self.k0
 
     def _render(self, docs: Sequence[Document]) -> str:
-        return render_information(docs, self.cfg.effective_doc_token_budget, self.count_tokens, style="search_r1")
+        budget = self.cfg.effective_doc_token_budget
+        return render_information(docs, budget, self.count_tokens, style="search_r1", cache=self._line_cache(budget))
 
     def _first_prompt(self, question: str, d0: list[Document] | None) -> str:
         return build_search_r1_prompt(question)

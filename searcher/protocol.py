@@ -22,7 +22,8 @@ import functools
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from searcher.types import Document
 
@@ -130,25 +131,42 @@ def render_information(
     doc_token_budget: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
     style: str = "s3",
+    cache: dict[str, tuple[str, str]] | None = None,
 ) -> str:
     """Render a window of documents, one per line, numbered from 1: `Doc i (Title: ...) text`.
 
     `style="search_r1"` writes Search-R1's `Doc i(Title: ...) text` (no space). Titles are never truncated; the text
-    is cut to `doc_token_budget` tokens (see `truncate_words`).
+    is cut to `doc_token_budget` tokens (see `truncate_words`). `cache` (a dict owned by the caller, used with one
+    budget and one `count_tokens` only) keeps each document's cut line body across windows: the same passages come
+    back in every rollout of a group, and cutting to a tokenizer budget costs O(log n) tokenizer calls.
 
     >>> from searcher.types import Document
     >>> print(render_information([Document(id="a", title="Earthship", text="An Earthship is a house")], 3), end="")
     Doc 1 (Title: Earthship) An Earthship is
     """
     sep = "" if style == "search_r1" else " "
-    lines = []
+    if cache is None:
+        return "".join([f"Doc {i}{sep}{_line_body(d, doc_token_budget, count_tokens)}" for i, d in enumerate(docs, 1)])
+    parts = []
     for i, d in enumerate(docs, start=1):
-        text = d.text.replace("\n", " ").strip() if "\n" in d.text else d.text.strip()  # one line per document
-        if doc_token_budget is not None:
-            text = truncate_words(text, doc_token_budget, count_tokens)
-        title = d.title.replace("\n", " ").strip()
-        lines.append(f"Doc {i}{sep}(Title: {title}) {text}".rstrip())
-    return "".join(line + "\n" for line in lines)
+        hit = cache.get(d.id)
+        if hit is not None and hit[0] == d.text:  # same id, same text (ids need not be content hashes)
+            body = hit[1]
+        else:
+            body = _line_body(d, doc_token_budget, count_tokens)
+            cache[d.id] = (d.text, body)
+        parts.append(f"Doc {i}{sep}{body}")
+    return "".join(parts)
+
+
+def _line_body(d: Document, doc_token_budget: int | None, count_tokens: Callable[[str], int] | None) -> str:
+    """`(Title: t) text` + newline: one line per document, the text cut to the budget, the title never."""
+    text, title = d.text, d.title
+    text = text.replace("\n", " ").strip() if "\n" in text else text.strip()
+    if doc_token_budget is not None:
+        text = truncate_words(text, doc_token_budget, count_tokens)
+    title = title.replace("\n", " ").strip() if "\n" in title else title.strip()
+    return f"(Title: {title}) {text}\n" if text else f"(Title: {title})\n"
 
 
 def build_s3_prompt(question: str, initial_information: str | None, max_select: int = 3) -> str:
@@ -280,9 +298,8 @@ def _query_from(raw: str) -> str:
 _INT = re.compile(r"\d+")
 
 
-@dataclass(frozen=True)
-class S3Action:
-    """One parsed s3 reply.
+class S3Action(NamedTuple):
+    """One parsed s3 reply (immutable; a NamedTuple because the loop builds one per reply of every rollout).
 
     selected: 1-based ids into the CURRENT window (valid, deduplicated, in the order written, at most max_select);
     None when the reply has no `<important_info>` tag (then Appendix A.5 or `no_selection` decides).
@@ -296,7 +313,7 @@ class S3Action:
     think: str | None = None
     dropped_ids: tuple[int, ...] = ()
     invalid_reason: str | None = None
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = ()
 
     @property
     def is_valid(self) -> bool:
@@ -307,6 +324,18 @@ class S3Action:
         return self.invalid_reason is None and self.search_complete is not True and bool(self.query)
 
 
+_SIMPLE_QUERY = re.compile(r'\{\s*"query"\s*:\s*"([^"\\]*)"\s*\}')  # the common exact form: no json.loads needed
+
+
+# The reply a well-trained policy writes, matched in one pass: selection, stop flag and, optionally, a plain JSON
+# query. Anything else (think, raw queries, escapes, missing tags, ...) goes through the general parser below.
+_CANONICAL = re.compile(
+    r'\s*<important_info>\[([\d,\s]*)\]</important_info>\s*'
+    r"<search_complete>\s*(True|False|true|false|1|0)\s*</search_complete>\s*"
+    r'(?:<query>\s*\{\s*"query"\s*:\s*"([^"\\<>]*)"\s*\}\s*</query>\s*)?'
+)
+
+
 def parse_s3_reply(text: str, window_size: int, max_select: int = 3) -> S3Action:
     """Parse what the policy wrote after seeing a window of `window_size` documents. Never raises.
 
@@ -314,29 +343,49 @@ def parse_s3_reply(text: str, window_size: int, max_select: int = 3) -> S3Action
     ...                '<query>{"query": "Garbage Warrior film year"}</query>', window_size=3)
     S3Action(query='Garbage Warrior film year', selected=(1,), search_complete=False, think=None, dropped_ids=(9,), invalid_reason=None, notes=('dropped ids [9]: window has 3 documents, at most 3 may be selected',))
     """
+    m = _CANONICAL.fullmatch(text) if isinstance(text, str) else None
+    if m is not None:  # the common case, same result as the general parser (test_protocol checks they agree)
+        complete = m.group(2) in ("True", "true", "1")
+        query = " ".join(m.group(3).split()) if m.group(3) is not None else None
+        if complete or query:
+            selected, dropped, notes = _selection(m.group(1), window_size, max_select)
+            return S3Action(query or None, selected, complete, None, dropped, None, notes)
+    return _parse_s3_general(text, window_size, max_select)
+
+
+def _selection(imp: str, window_size: int, max_select: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[str, ...]]:
+    """`<important_info>` content -> (kept ids, dropped ids, notes): ids in range, deduplicated, at most max_select."""
+    keep: list[int] = []
+    dropped: list[int] = []
+    for tok in _INT.findall(imp):
+        n = int(tok) if len(tok) <= 9 else -1
+        if 1 <= n <= window_size and n not in keep and len(keep) < max_select:
+            keep.append(n)
+        elif n not in keep and n not in dropped:
+            dropped.append(n)
+    if not dropped:
+        return tuple(keep), (), ()
+    note = f"dropped ids {dropped}: window has {window_size} documents, at most {max_select} may be selected"
+    return tuple(keep), tuple(dropped), (note,)
+
+
+def _parse_s3_general(text: str, window_size: int, max_select: int) -> S3Action:
+    """Any reply, however malformed: each tag found on its own (see `_tag`), what is wrong said in invalid_reason."""
     if not isinstance(text, str):
         text = str(text)
-    notes: list[str] = []
-    think_raw = _tag(text, "think")
-    think = think_raw.strip() if think_raw is not None else None
+    think: str | None = None
+    if "<think>" in text:
+        think_raw = _tag(text, "think")
+        think = think_raw.strip() if think_raw is not None else None
 
     # <important_info>
     selected: tuple[int, ...] | None = None
-    dropped: list[int] = []
+    dropped: tuple[int, ...] = ()
+    notes: list[str] = []
     imp = _tag(text, "important_info")
     if imp is not None:
-        keep: list[int] = []
-        for tok in _INT.findall(imp):
-            n = int(tok) if len(tok) <= 9 else -1
-            if 1 <= n <= window_size and n not in keep and len(keep) < max_select:
-                keep.append(n)
-            elif n not in keep and n not in dropped:
-                dropped.append(n)
-        selected = tuple(keep)
-        if dropped:
-            notes.append(
-                f"dropped ids {dropped}: window has {window_size} documents, at most {max_select} may be selected"
-            )
+        selected, dropped, sel_notes = _selection(imp, window_size, max_select)
+        notes.extend(sel_notes)
 
     # <search_complete>
     complete: bool | None = None
@@ -350,7 +399,8 @@ def parse_s3_reply(text: str, window_size: int, max_select: int = 3) -> S3Action
     query: str | None = None
     q_raw = _tag(text, "query")
     if q_raw is not None:
-        query = _query_from(q_raw) or None
+        qm = _SIMPLE_QUERY.fullmatch(q_raw.strip())
+        query = (" ".join(qm.group(1).split()) if qm else _query_from(q_raw)) or None
 
     reason: str | None = None
     if complete is True:
@@ -361,15 +411,7 @@ def parse_s3_reply(text: str, window_size: int, max_select: int = 3) -> S3Action
         reason = "search not complete but no <query>" if complete is False else "unreadable <search_complete> and no <query>"
     elif not query:
         reason = "empty <query>"
-    return S3Action(
-        query=query,
-        selected=selected,
-        search_complete=complete,
-        think=think,
-        dropped_ids=tuple(dropped),
-        invalid_reason=reason,
-        notes=tuple(notes),
-    )
+    return S3Action(query, selected, complete, think, dropped, reason, tuple(notes))
 
 
 @dataclass(frozen=True)

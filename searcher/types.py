@@ -17,12 +17,16 @@ def construct_trusted(cls: type[_M], values: dict[str, Any]) -> _M:
     """An instance of `cls` from values our own code produced with the right types (every field given), built
     without validation: what `model_construct` does minus its per-call bookkeeping, ~10x cheaper on hot paths (the
     retriever's documents, the search loop's step records). Never use it on outside input."""
-    obj = cls.__new__(cls)
-    object.__setattr__(obj, "__dict__", values)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
+    obj = _new(cls)
+    _setattr(obj, "__dict__", values)
+    _setattr(obj, "__pydantic_fields_set__", set(values))
+    _setattr(obj, "__pydantic_extra__", None)
+    _setattr(obj, "__pydantic_private__", None)
     return obj
+
+
+_new = object.__new__  # BaseModel defines no __new__
+_setattr = object.__setattr__  # past BaseModel.__setattr__ (frozen models refuse it)
 
 
 class Document(BaseModel):

@@ -313,3 +313,25 @@ def test_step_draft_has_exactly_the_search_step_fields() -> None:
     rec = full.record()
     assert isinstance(rec, SearchStep)
     assert rec.model_dump() == {f.name: getattr(full, f.name) for f in dataclasses.fields(_Step)}
+
+
+def test_results_are_valid_search_results_and_rerendering_windows_uses_the_line_cache() -> None:
+    from searcher.types import SearchResult
+
+    def script(prompt: str, _: int) -> str:
+        return "<important_info>[1]</important_info><search_complete>False</search_complete><query>alpha</query>"
+
+    cfg = SearcherConfig(k=4, max_select=2, max_turns=2, doc_token_budget=8)  # a budget: lines are cached
+    searcher = S3Searcher(ScriptedPolicy(script), TinyRetriever(), cfg, k0=2)
+    first = searcher.search(["alpha one", "beta two"])
+    for r in first:  # built without validation on the hot path: must still pass the schema unchanged
+        assert SearchResult.model_validate(r.model_dump()) == r
+    again = searcher.search(["alpha one", "beta two"])  # second pass renders every window from the line cache
+
+    def view(rs: list[SearchResult]) -> list[object]:
+        return [(r.documents, [(s.query, s.retrieved_ids, s.selected_ids, s.policy_text) for s in r.steps]) for r in rs]
+
+    assert view(again) == view(first)
+    calls = searcher.policy.calls  # type: ignore[attr-defined]
+    assert len(calls) == 6 and calls[3:] == calls[:3]  # identical prompts, windows included
+    assert set(searcher._line_caches) == {8} and len(searcher._line_caches[8]) == 6  # alpha-1..4, beta-1..2

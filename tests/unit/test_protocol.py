@@ -37,6 +37,26 @@ def test_render_information_numbers_titles_and_budget() -> None:
     assert render_information(DOCS[:1], style="search_r1").startswith("Doc 1(Title: Earthship) An")
 
 
+def test_render_cache_gives_the_same_text_and_cuts_each_document_once() -> None:
+    calls: list[str] = []
+
+    def count(s: str) -> int:
+        calls.append(s)
+        return len(s.split())
+
+    cache: dict[str, tuple[str, str]] = {}
+    plain = render_information(DOCS, 4, count)
+    n_plain = len(calls)
+    assert render_information(DOCS, 4, count, cache=cache) == plain
+    assert render_information(DOCS[::-1], 4, count, cache=cache) == render_information(DOCS[::-1], 4, count)
+    calls.clear()
+    assert render_information(DOCS[1:], 4, count, cache=cache).startswith("Doc 1 (Title: Mike Reynolds) Known for")
+    assert calls == [] and n_plain > 0  # every line came from the cache, renumbered for its new window
+    # same id, other text (another corpus): not confused with the cached line
+    other = Document(id="d1", title="Earthship", text="Different words here entirely")
+    assert render_information([other], 4, count, cache=cache) == "Doc 1 (Title: Earthship) Different words here entirely\n"
+
+
 def test_truncate_words_with_a_tokenizer_callback() -> None:
     # a "tokenizer" counting characters: the longest word prefix within 12 characters
     assert truncate_words("alpha beta gamma delta", 12, count_tokens=len) == "alpha beta"
@@ -179,3 +199,33 @@ def test_truncate_words_respects_the_budget(text: str, budget: int) -> None:
     out = truncate_words(text, budget)
     assert len(out.split()) <= budget
     assert out.split() == text.split()[: len(out.split())]
+
+
+@given(st.text(alphabet=st.characters(blacklist_characters='"\\<'), max_size=60))
+@settings(max_examples=300, deadline=None)
+def test_the_plain_json_query_fast_path_agrees_with_json_parsing(q: str) -> None:
+    from searcher.protocol import _query_from
+
+    raw = '{"query": "' + q + '"}'
+    action = parse_s3_reply(f"<search_complete>False</search_complete><query>{raw}</query>", 3)
+    assert action.query == (_query_from(raw) or None)
+
+
+_ids = st.lists(st.integers(min_value=-3, max_value=40), max_size=6).map(lambda xs: "[" + ", ".join(map(str, xs)) + "]")
+_flag = st.sampled_from(["True", "False", "true", "false", "1", "0", " False ", "TRUE", "yes", "maybe"])
+_query = st.one_of(
+    st.none(), st.text(max_size=30).map(lambda q: '<query>{"query": "' + q + '"}</query>'),
+    st.sampled_from(['<query>{"query": ""}</query>', "<query>raw words</query>", '<query>{"q": "x"}</query>']),
+)
+_pad = st.sampled_from(["", "\n", " ", "\n\n", "<think>hm</think>", "junk"])
+
+
+@given(_pad, _ids, _pad, _flag, _pad, _query, _pad, st.integers(0, 10), st.integers(1, 4))
+@settings(max_examples=500, deadline=None)
+def test_the_canonical_reply_fast_path_agrees_with_the_general_parser(
+    a: str, ids: str, b: str, flag: str, c: str, query: str | None, d: str, window: int, max_select: int
+) -> None:
+    from searcher.protocol import _parse_s3_general
+
+    text = f"{a}<important_info>{ids}</important_info>{b}<search_complete>{flag}</search_complete>{c}{query or ''}{d}"
+    assert parse_s3_reply(text, window, max_select) == _parse_s3_general(text, window, max_select)
