@@ -24,6 +24,7 @@ from torch import Tensor
 __all__ = [
     "GRPOLossOutput",
     "PPOLossOutput",
+    "flat_groups",
     "gae_advantages",
     "gather_logprobs",
     "group_advantages",
@@ -103,6 +104,23 @@ def group_advantages_missing(rewards: list[float | None], group_size: int, eps: 
         adv = (vals - vals.mean()) / (vals.std() + eps)
         for i, a in zip(idx, adv.tolist(), strict=True):
             out[i] = a
+    return out
+
+
+def flat_groups(rewards: list[float | None], group_size: int) -> list[int]:
+    """Start indices of the groups whose scored rewards (two or more) are all equal: their GRPO advantages are all
+    zero, so only the KL term would reach them (`training.drop_flat_groups` leaves them out of the update).
+
+    >>> flat_groups([1.0, 1.0, 0.0, 1.0, None, 0.5, 0.5, 0.5], 4)
+    [4]
+    """
+    if len(rewards) % group_size != 0:
+        raise ValueError(f"{len(rewards)} rewards is not a multiple of group_size={group_size}")
+    out = []
+    for g in range(0, len(rewards), group_size):
+        vals = [r for r in rewards[g : g + group_size] if r is not None]
+        if len(vals) >= 2 and max(vals) - min(vals) == 0.0:
+            out.append(g)
     return out
 
 

@@ -29,6 +29,12 @@ class TrainingConfig(Section):
     gamma: float = Field(1.0, ge=0, le=1, description="PPO discount.")
     gae_lambda: float = Field(1.0, ge=0, le=1, description="GAE lambda.")
     ppo_epochs: int = Field(1, ge=1, description="Update epochs per batch of rollouts.")
+    drop_flat_groups: bool = Field(
+        False,
+        description="GRPO only (PPO's advantages come from its critic): leave out of the update the groups whose "
+        "rewards are all equal (zero advantage, only the KL term would move them; DAPO's dynamic-sampling filter "
+        "without refill). Saves their forward/backward passes.",
+    )
     temperature: float = Field(0.6, gt=0, description="Rollout sampling temperature (s3 paper: 0.6).")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
     lora: bool = Field(False, description="Train LoRA adapters (peft) instead of all weights.")

@@ -462,12 +462,17 @@ class S3Trainer:
         tc = self.tc
         group = tc.group_size
         has_tokens = [r.trajectory is not None and any(r.trajectory.mask) for r in results]
+        stats: dict[str, float] = {}
         if tc.algorithm == "grpo":
             seq_adv = alg.group_advantages_missing(rewards, group)
+            if tc.drop_flat_groups:
+                flat = alg.flat_groups(rewards, group)
+                for g in flat:
+                    seq_adv[g : g + group] = [None] * group
+                stats["reward/flat_groups"] = float(len(flat))
         else:
             seq_adv = [None if r is None else 0.0 for r in rewards]  # PPO: advantages come from GAE below
         rows = [i for i in range(len(results)) if seq_adv[i] is not None and has_tokens[i]]
-        stats: dict[str, float] = {}
         self.model.train()
         total_tokens = 0.0
         if rows:

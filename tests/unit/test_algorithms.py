@@ -212,3 +212,13 @@ def test_group_advantages_missing_leave_the_update() -> None:
     assert out[1] is None
     assert out[0] == pytest.approx(_group_adv_loop([1.0, 0.0], 2, 1e-6)[0])
     assert out[3:] == [0.0, 0.0, 0.0]  # a constant group: no signal, but scored
+
+
+def test_flat_groups_are_the_all_equal_scored_groups() -> None:
+    from training.algorithms import flat_groups
+
+    assert flat_groups([1.0, 1.0, 0.0, 1.0, None, 0.5, 0.5, 0.5], 4) == [4]
+    assert flat_groups([0.0, 0.0, None, None], 2) == [0]  # the all-missing group is not "flat": it is already out
+    assert flat_groups([0.0, None, 1.0, 1.0], 2) == [2]  # one scored member: no advantage at all (already out)
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        flat_groups([1.0, 2.0, 3.0], 2)

@@ -146,3 +146,33 @@ def test_forward_on_response_positions_matches_a_full_forward() -> None:
     assert lp16.dtype == torch.float32
     assert torch.allclose(lp16[m], ref[m], atol=0.05)
     assert not torch.equal(lp16[m], lp[m])  # it really ran in bf16
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from searcher.types import SearchResult, Trajectory
+    from training.trainer import S3Trainer
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(cfg)
+    tc = SimpleNamespace(algorithm="grpo", group_size=2, drop_flat_groups=drop, micro_batch_size=8, ppo_epochs=1,
+                         clip_coef=0.2, kl_coef=0.0, max_grad_norm=1.0, temperature=1.0, autocast="off")
+    ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=tc, model=model, ref_model=None,
+                         value_head=None, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
+    ns._pad = lambda results, rows: S3Trainer._pad(ns, results, rows)  # type: ignore[arg-type]
+    ns._forward = lambda m, b, want_hidden=False: S3Trainer._forward(ns, m, b, want_hidden)  # type: ignore[arg-type]
+    ns._ref_logprobs = lambda b: None
+    results = []
+    for i in range(4):
+        t = Trajectory(prompt_ids=[5, 6, 7])
+        t.append([9 + i, 10], True)
+        results.append(SearchResult(question=f"q{i // 2}", trajectory=t))
+    stats, rows, _ = S3Trainer.update(ns, results, [1.0, 1.0, 1.0, 0.0])  # type: ignore[arg-type]  # group 0 flat
+    assert rows == ([2, 3] if drop else [0, 1, 2, 3])
+    assert stats.get("reward/flat_groups") == (1.0 if drop else None)
+    assert stats["losses/grad_norm"] > 0
