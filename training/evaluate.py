@@ -4,6 +4,7 @@ for a trained checkpoint and the untrained base model, decoded greedily (tempera
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 from searcher.errors import S3Error
@@ -11,15 +12,19 @@ from searcher.errors import S3Error
 __all__ = ["heldout_rewards"]
 
 
-def heldout_rewards(cfg: Any, policies: list[str], limit: int | None = None) -> list[dict[str, Any]]:
-    """For each policy (a checkpoint's policy/ dir or the base model name): mean reward, mean Acc(s3) and turns over
-    the held-out questions (the last training.heldout_questions of the prepared set), greedy decoding."""
+def heldout_rewards(cfg: Any, policies: list[str], limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """For each policy (a run dir, a checkpoint, or the base model name), as soon as it is done: mean reward, mean
+    Acc(s3), the naive-RAG baseline's mean Acc on the same questions, turns and documents over the held-out questions
+    (the last training.heldout_questions of the prepared set), greedy decoding. Every policy is resolved before any
+    runs, so a wrong path fails at once."""
     from searcher.agent import S3Searcher, SearchR1Agent
-    from searcher.policy.transformers_policy import TransformersPolicy
+    from searcher.policy.transformers_policy import TransformersPolicy, resolve_checkpoint
     from searcher.retrieval import load_retriever
     from training.data import load_training_set, make_accuracy
     from training.rewards import RewardScorer
 
+    for name in policies:
+        resolve_checkpoint(name)
     tc = cfg.training
     data = load_training_set(cfg)
     n = tc.heldout_questions
@@ -32,7 +37,6 @@ def heldout_rewards(cfg: Any, policies: list[str], limit: int | None = None) -> 
         scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
     end_to_end = tc.mode == "search_r1"
     accuracy = None if end_to_end else make_accuracy(cfg)
-    rows = []
     for name in policies:
         pol = TransformersPolicy.load(name)
         agent = (SearchR1Agent if end_to_end else S3Searcher)(pol, retriever, scfg, k0=cfg.retriever.k)
@@ -42,11 +46,12 @@ def heldout_rewards(cfg: Any, policies: list[str], limit: int | None = None) -> 
         scored = asyncio.run(scorer.score(results, examples))
         r = [x for x in scored.rewards if x is not None]
         acc = [x for x in (scored.acc_s3 or []) if x is not None]
-        rows.append({
+        rag = [x for x in (scored.acc_rag or []) if x is not None]
+        yield {
             "policy": name, "questions": len(examples), "scored": len(r),
             "reward_mean": sum(r) / len(r) if r else None,
             "acc_s3_mean": sum(acc) / len(acc) if acc else None,
+            "acc_rag_mean": sum(rag) / len(rag) if rag else None,
             "turns_mean": sum(x.turns for x in results) / len(results),
             "docs_mean": sum(len(x.documents) for x in results) / len(results),
-        })
-    return rows
+        }

@@ -68,5 +68,5 @@ def _train_eval(args: argparse.Namespace, cfg: Any) -> int:
     from training.evaluate import heldout_rewards
 
     for row in heldout_rewards(cfg, args.policy, limit=args.limit):
-        print(json.dumps(row))
+        print(json.dumps(row), flush=True)  # one line per policy as soon as it is scored
     return 0

@@ -105,6 +105,11 @@ def resolve_checkpoint(spec: str) -> Path | str:
         return p
     if p.suffix == ".gguf":
         return converted_gguf_dir(p)
+    if spec.count("/") > 1 or spec.startswith((".", "/", "~")) or (p.parent.is_dir() and str(p.parent) != "."):
+        # a path, not a hub id ('namespace/name'): say what is missing instead of asking the hub
+        near = sorted(x.name for x in p.parent.iterdir()) if p.parent.is_dir() else []
+        hint = f"; {p.parent} holds: {', '.join(near[:12])}" if near else ""
+        raise S3Error(f"no checkpoint at {spec!r}: no such directory{hint}")
     name = spec.split("/", 1)[1] if spec.startswith("local/") else spec
     from searcher.local_models import MODELS, gguf_path, resolve_name
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -198,3 +199,16 @@ def test_litellm_fatal_errors_raise_one_clear_service_error() -> None:
 
     with pytest.raises(ServiceError, match="AuthenticationError"):
         LiteLLMPolicy("openai/m", completion_fn=completion).generate(["q"])
+
+
+def test_a_missing_checkpoint_path_is_a_clear_error_not_a_hub_lookup(tmp_path: Path) -> None:
+    from searcher.errors import S3Error
+    from searcher.policy.transformers_policy import resolve_checkpoint
+
+    ckpts = tmp_path / "run" / "checkpoints"
+    (ckpts / "step_000028").mkdir(parents=True)
+    with pytest.raises(S3Error, match=r"no checkpoint at .*step_000016.*holds: step_000028"):
+        resolve_checkpoint(str(ckpts / "step_000016"))
+    with pytest.raises(S3Error, match="no checkpoint at 'runs/train/nowhere/checkpoints/step_1': no such directory"):
+        resolve_checkpoint("runs/train/nowhere/checkpoints/step_1")
+    assert resolve_checkpoint("HuggingFaceTB/SmolLM2-360M-Instruct") == "HuggingFaceTB/SmolLM2-360M-Instruct"  # hub id
