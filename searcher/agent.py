@@ -164,15 +164,13 @@ class S3Searcher:
 
         self.count_tokens = count_tokens
         self.last_stats = LoopStats()
-        self._line_caches: dict[int, dict[str, tuple[str, str]]] = {}
+        self._line_caches: dict[int | None, dict[str, tuple[str, str]]] = {}
 
     _LINE_CACHE_MAX = 20_000  # rendered document lines kept per budget (~30 MB for Wikipedia passages; then start over)
 
-    def _line_cache(self, budget: int | None) -> dict[str, tuple[str, str]] | None:
-        """Rendered document lines for one per-document budget, reused across windows, turns and searches (None
-        without a budget: an uncut line is cheaper to build than to look up)."""
-        if budget is None:
-            return None
+    def _line_cache(self, budget: int | None) -> dict[str, tuple[str, str]]:
+        """Rendered document lines for one per-document budget (None = whole passages), reused across windows, turns
+        and searches: the same passages come back in every rollout of a group and in many questions' windows."""
         cache = self._line_caches.get(budget)
         if cache is None or len(cache) > self._LINE_CACHE_MAX:
             cache = self._line_caches[budget] = {}

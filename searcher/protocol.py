@@ -144,19 +144,25 @@ def render_information(
     >>> print(render_information([Document(id="a", title="Earthship", text="An Earthship is a house")], 3), end="")
     Doc 1 (Title: Earthship) An Earthship is
     """
-    sep = "" if style == "search_r1" else " "
+    prefixes = _DOC_PREFIXES_R1 if style == "search_r1" else _DOC_PREFIXES
     if cache is None:
-        return "".join([f"Doc {i}{sep}{_line_body(d, doc_token_budget, count_tokens)}" for i, d in enumerate(docs, 1)])
-    parts = []
-    for i, d in enumerate(docs, start=1):
+        cache = {}
+    parts: list[str] = []
+    add = parts.append
+    for i, d in enumerate(docs):
         hit = cache.get(d.id)
         if hit is not None and hit[0] == d.text:  # same id, same text (ids need not be content hashes)
             body = hit[1]
         else:
             body = _line_body(d, doc_token_budget, count_tokens)
             cache[d.id] = (d.text, body)
-        parts.append(f"Doc {i}{sep}{body}")
+        add(prefixes[i] if i < len(prefixes) else f"Doc {i + 1}{'' if style == 'search_r1' else ' '}")
+        add(body)
     return "".join(parts)
+
+
+_DOC_PREFIXES = tuple(f"Doc {i} " for i in range(1, 33))  # "Doc i " built once, not per line
+_DOC_PREFIXES_R1 = tuple(f"Doc {i}" for i in range(1, 33))
 
 
 def _line_body(d: Document, doc_token_budget: int | None, count_tokens: Callable[[str], int] | None) -> str:

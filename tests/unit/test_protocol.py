@@ -57,6 +57,18 @@ def test_render_cache_gives_the_same_text_and_cuts_each_document_once() -> None:
     assert render_information([other], 4, count, cache=cache) == "Doc 1 (Title: Earthship) Different words here entirely\n"
 
 
+def test_whole_passages_are_cached_too_and_long_windows_keep_their_numbering() -> None:
+    cache: dict[str, tuple[str, str]] = {}
+    plain = render_information(DOCS)
+    assert render_information(DOCS, cache=cache) == plain and set(cache) == {d.id for d in DOCS}
+    assert render_information(DOCS[::-1], cache=cache) == render_information(DOCS[::-1])
+    # past the precomputed "Doc i " prefixes (32): numbering and both styles still right
+    many = [Document(id=f"p{i}", title=f"T{i}", text=f"text {i}") for i in range(40)]
+    for style, sep in (("s3", " "), ("search_r1", "")):
+        lines = render_information(many, style=style, cache=cache).splitlines()
+        assert len(lines) == 40 and lines[39] == f"Doc 40{sep}(Title: T39) text 39" and lines[0] == f"Doc 1{sep}(Title: T0) text 0"
+
+
 def test_truncate_words_with_a_tokenizer_callback() -> None:
     # a "tokenizer" counting characters: the longest word prefix within 12 characters
     assert truncate_words("alpha beta gamma delta", 12, count_tokens=len) == "alpha beta"
