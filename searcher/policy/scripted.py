@@ -33,7 +33,9 @@ def prompt_text(prompt: PolicyPrompt, decode: Callable[[Sequence[int]], str] | N
 class ScriptedPolicy:
     """Replies = `script(prompt_text, call_index_within_batch)`; the shared stop rule is applied to them.
 
-    delay_s: sleep once per batched call (a stand-in for model latency in benchmarks).
+    delay_s: every batched call lasts this long, the script's own work included (a stand-in for a model's latency
+        in benchmarks: a "20 ms policy" answers a batch in 20 ms, not 20 ms plus the time it took to script it);
+        longer only when the script itself takes longer.
     calls: every batch received, for assertions (`len(policy.calls)` = number of batched calls).
     """
 
@@ -76,9 +78,8 @@ class ScriptedPolicy:
         max_new_tokens: int = 160,
         temperature: float = 0.0,
     ) -> list[PolicyOutput]:
+        t0 = time.perf_counter()
         self.calls.append(list(prompts))
-        if self.delay_s:
-            time.sleep(self.delay_s)
         decode = self.decode if self.tokenizer is not None else None
         outs = []
         for i, p in enumerate(prompts):
@@ -96,5 +97,9 @@ class ScriptedPolicy:
                     finish_reason="stop" if hit else "eos",
                 )
             )
+        if self.delay_s:
+            left = self.delay_s - (time.perf_counter() - t0)
+            if left > 0:
+                time.sleep(left)
         return outs
 

@@ -313,6 +313,9 @@ def test_step_draft_has_exactly_the_search_step_fields() -> None:
     rec = full.record()
     assert isinstance(rec, SearchStep)
     assert rec.model_dump() == {f.name: getattr(full, f.name) for f in dataclasses.fields(_Step)}
+    # the draft's instance dict (handed over as the record's) holds exactly the fields, also with defaults only
+    assert list(vars(_Step(turn=1))) == list(SearchStep.model_fields)
+    assert SearchStep.model_validate(_Step(turn=1).record().model_dump()) == _Step(turn=1).record()
 
 
 def test_results_are_valid_search_results_and_rerendering_windows_uses_the_line_cache() -> None:

@@ -189,6 +189,25 @@ def test_scripted_policy_counts_batched_calls_and_applies_stops() -> None:
     assert len(p.calls) == 1 and isinstance(outs[0], PolicyOutput)
 
 
+def test_scripted_policy_delay_is_the_whole_call_not_added_to_the_script(monkeypatch: pytest.MonkeyPatch) -> None:
+    import searcher.policy.scripted as scripted
+
+    clock = [100.0]
+    slept: list[float] = []
+
+    def slow_script(prompt: str, i: int) -> str:
+        clock[0] += 0.006  # the script itself takes 6 ms per prompt
+        return "<search_complete>True</search_complete>"
+
+    monkeypatch.setattr(scripted.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(scripted.time, "sleep", slept.append)
+    ScriptedPolicy(slow_script, delay_s=0.020).generate(["a", "b"])
+    assert slept == [pytest.approx(0.008)]  # 20 ms in all: 12 ms of script + 8 ms of waiting
+    slept.clear()
+    ScriptedPolicy(slow_script, delay_s=0.020).generate(["a", "b", "c", "d"])
+    assert slept == []  # the script alone took longer than the delay: no waiting on top
+
+
 def test_litellm_fatal_errors_raise_one_clear_service_error() -> None:
     import litellm
 
