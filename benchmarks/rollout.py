@@ -5,9 +5,9 @@
 Every question does begin-with-search, two search turns and a final selection (3 policy calls, 3 retrieval calls
 per lockstep batch) in the paper profile (k0=3, k=8, max_select=3). A policy call lasts 20 ms in all: the script's
 own work (~6 ms for 64 prompts) is inside the 20 ms, not added to it (before 2026-11-23 it was added, which made the
-policy ~27 ms per call at batch 64 and the loop's share look ~1.5 points smaller). Reports questions/s at batch 1, 8, 64, the split
-of wall time into policy / retrieval / the loop's own work (the run with the median loop share of --repeats), and
-the ratio against batch 1 measured in the same run.
+policy ~27 ms per call at batch 64 and the loop's share look ~1.5 points smaller). Reports questions/s at batch 1, 8,
+64, the split of wall time into policy / retrieval / the loop's own work (the run with the median loop share of
+--repeats), and the ratio against batch 1 measured in the same run.
 Target: the loop's own work <= 5% of the total at batch 64.
 """
 

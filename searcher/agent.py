@@ -103,7 +103,6 @@ class _Rollout:
     index: int
     question: str
     question_id: str | None
-    cap: int | None = None  # #MaxContexts for this batch (read from the config once per batch, not once per reply)
     messages: list[Message] = field(default_factory=list)  # chat policies
     ids: list[int] = field(default_factory=list)  # token policies: the full context so far
     trajectory: Trajectory | None = None
@@ -215,8 +214,7 @@ class S3Searcher:
     # --------------------------------------------------------------------------------------------- the lockstep loop
     def _run_batch(self, items: list[tuple[str, str | None]], offset: int, stats: LoopStats) -> list[SearchResult]:
         t0 = time.perf_counter()
-        cap = self.max_contexts
-        states = [_Rollout(offset + i, q, qid, cap) for i, (q, qid) in enumerate(items)]
+        states = [_Rollout(index=offset + i, question=q, question_id=qid) for i, (q, qid) in enumerate(items)]
         self._begin(states, stats)
         T = self.max_turns
         for r in range(T + 1):
@@ -380,11 +378,11 @@ class S3Searcher:
         if action.selected is not None:
             chosen = [st.window[i - 1] for i in action.selected]
             step.selected_ids = [d.id for d in chosen]
-            self._admit(st, chosen, st.cap)
+            self._admit(st, chosen, self.max_contexts)
         elif st.window and self.cfg.no_selection == "all":
             step.selected_ids = [d.id for d in st.window]
             step.selection_fallback = True
-            self._admit(st, st.window, st.cap)
+            self._admit(st, st.window, self.max_contexts)
         if last_turn:
             return _DONE
         if action.search_complete is True:

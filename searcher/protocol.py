@@ -144,7 +144,8 @@ def render_information(
     >>> print(render_information([Document(id="a", title="Earthship", text="An Earthship is a house")], 3), end="")
     Doc 1 (Title: Earthship) An Earthship is
     """
-    prefixes = _DOC_PREFIXES_R1 if style == "search_r1" else _DOC_PREFIXES
+    sep = "" if style == "search_r1" else " "
+    prefixes = _DOC_PREFIXES[sep]
     if cache is None:
         cache = {}
     parts: list[str] = []
@@ -156,13 +157,13 @@ def render_information(
         else:
             body = _line_body(d, doc_token_budget, count_tokens)
             cache[d.id] = (d.text, body)
-        add(prefixes[i] if i < len(prefixes) else f"Doc {i + 1}{'' if style == 'search_r1' else ' '}")
+        add(prefixes[i] if i < len(prefixes) else f"Doc {i + 1}{sep}")
         add(body)
     return "".join(parts)
 
 
-_DOC_PREFIXES = tuple(f"Doc {i} " for i in range(1, 33))  # "Doc i " built once, not per line
-_DOC_PREFIXES_R1 = tuple(f"Doc {i}" for i in range(1, 33))
+# "Doc i " (s3) and "Doc i" (Search-R1) for the first 32 documents of a window, built once, not per line
+_DOC_PREFIXES = {sep: tuple(f"Doc {i}{sep}" for i in range(1, 33)) for sep in (" ", "")}
 
 
 def _line_body(d: Document, doc_token_budget: int | None, count_tokens: Callable[[str], int] | None) -> str:
