@@ -87,6 +87,12 @@ class SearcherConfig(Section):
     no_selection: Literal["all", "drop"] = Field(
         "all", description="A window without <important_info>: 'all' admits every document (Appendix A.5), 'drop' none."
     )
+    context_cap: int | None = Field(
+        None,
+        ge=1,
+        description="Cap on |D_s3| (#MaxContexts). None = the paper's max_select x turns (9 for 8-3-3; 3 for one "
+        "cpu turn). Set it to let D0's selection and the search turns' selections add up (e.g. 6 for one cpu turn).",
+    )
     cpu_k: int = Field(4, ge=1, description="Per-turn k in the cpu profile.")
     cpu_max_turns: int = Field(2, ge=0, description="Turns in the cpu profile.")
     cpu_doc_token_budget: int = Field(64, ge=8, description="Per-document token budget in the cpu profile.")
@@ -108,7 +114,9 @@ class SearcherConfig(Section):
 
     @property
     def max_contexts(self) -> int:
-        """The paper's #MaxContexts: the cap on |D_s3|."""
+        """The paper's #MaxContexts: the cap on |D_s3| (`context_cap` when set)."""
+        if self.context_cap is not None:
+            return self.context_cap
         return self.max_select * max(self.effective_max_turns, 1)
 
 

@@ -1,4 +1,5 @@
-"""`s3 plot RUN_DIR`: training curves (reward, losses, search behaviour) as one PNG."""
+"""`s3 plot RUN_DIR`: training curves (reward, losses, search behaviour) as one PNG, and whether the RL reward rose
+beyond its step-to-step noise (`reward_trend`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from searcher.errors import S3Error
 
-__all__ = ["plot_run"]
+__all__ = ["plot_run", "reward_trend"]
 
 PANELS = [
     ("reward", ["reward/mean", "reward/acc_s3", "reward/acc_rag"]),
@@ -66,3 +67,63 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, smooth: int = 5
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def reward_trend(rows: list[dict[str, Any]], key: str = "reward/mean", window: int | None = None) -> dict[str, Any]:
+    """Did `key` rise over the RL steps (oracle warm-up rows left out) beyond its step-to-step noise?
+
+    Compares the mean of the first `window` RL steps with the last `window` (default: a third of the steps, at least
+    2): their difference, its standard error (sqrt(se_first^2 + se_last^2), each se = step s.d. / sqrt(window)) and
+    z = difference / se; and fits a least-squares line over every RL step (slope per step and its s.e.). The verdict
+    is "rises" when z >= 2, "falls" when z <= -2, else "within noise". `step_sd` is the s.d. of the per-step values.
+
+    >>> t = reward_trend([{"step": i, "reward/mean": v} for i, v in enumerate([0, .1, 0, .1, .5, .6, .5, .6], 1)])
+    >>> t["verdict"], t["window"], round(t["diff"], 2)
+    ('rises', 2, 0.5)
+    """
+    pts = [(int(r["step"]), float(r[key])) for r in rows if r.get(key) is not None and not r.get("charts/sft")]
+    pts = [(s, v) for s, v in pts if not math.isnan(v)]
+    n = len(pts)
+    if n < 4:
+        return {"key": key, "steps": n, "verdict": f"too few RL steps ({n}) to tell"}
+    w = window if window is not None else max(2, n // 3)
+    w = min(w, n // 2)
+    ys = [v for _, v in pts]
+    first, last = ys[:w], ys[-w:]
+
+    def mean(x: list[float]) -> float:
+        return sum(x) / len(x)
+
+    def sd(x: list[float]) -> float:
+        m = mean(x)
+        return math.sqrt(sum((v - m) ** 2 for v in x) / (len(x) - 1)) if len(x) > 1 else 0.0
+
+    se_first, se_last = sd(first) / math.sqrt(w), sd(last) / math.sqrt(w)
+    diff = mean(last) - mean(first)
+    diff_se = math.sqrt(se_first**2 + se_last**2)
+    z = diff / diff_se if diff_se > 0 else (math.inf if diff > 0 else -math.inf if diff < 0 else 0.0)
+    xs = [float(s) for s, _ in pts]
+    mx, my = mean(xs), mean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+    resid = [y - (my + slope * (x - mx)) for x, y in zip(xs, ys, strict=True)]
+    slope_se = math.sqrt(sum(r * r for r in resid) / (n - 2) / sxx) if sxx and n > 2 else float("nan")
+    verdict = "rises" if z >= 2 else "falls" if z <= -2 else "within noise"
+    return {
+        "key": key, "steps": n, "window": w, "first_steps": [pts[0][0], pts[w - 1][0]], "last_steps": [pts[-w][0], pts[-1][0]],
+        "first_mean": mean(first), "first_se": se_first, "last_mean": mean(last), "last_se": se_last,
+        "diff": diff, "diff_se": diff_se, "z": z, "step_sd": sd(ys), "slope_per_step": slope, "slope_se": slope_se,
+        "verdict": verdict,
+    }
+
+
+def format_trend(t: dict[str, Any]) -> str:
+    """One readable line for `reward_trend`'s result."""
+    if "diff" not in t:
+        return f"{t['key']}: {t['verdict']}"
+    return (
+        f"{t['key']} over {t['steps']} RL steps: first {t['window']} steps {t['first_mean']:.3f} +- {t['first_se']:.3f} "
+        f"(s.e.) -> last {t['window']} {t['last_mean']:.3f} +- {t['last_se']:.3f}; difference {t['diff']:+.3f} +- "
+        f"{t['diff_se']:.3f} (z = {t['z']:.1f}); step-to-step s.d. {t['step_sd']:.3f}; slope {t['slope_per_step']:+.4f} "
+        f"+- {t['slope_se']:.4f} per step: {t['verdict']}"
+    )

@@ -16,7 +16,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many more steps (checkpointed)")
     p.set_defaults(handler=_train)
 
-    p = sub.add_parser("plot", help="training curves of a run directory -> PNG", parents=[common])
+    p = sub.add_parser("plot", help="training curves of a run directory -> PNG, and whether the reward rose beyond noise", parents=[common])
     p.add_argument("run_dir")
     p.add_argument("--out", default=None)
     p.set_defaults(handler=_plot)
@@ -51,9 +51,14 @@ def _train(args: argparse.Namespace, cfg: Any) -> int:
 
 
 def _plot(args: argparse.Namespace, cfg: Any) -> int:
-    from training.plots import plot_run
+    from training.plots import format_trend, plot_run, reward_trend
+    from training.trainer import read_metrics
 
     print(plot_run(args.run_dir, args.out))
+    rows = read_metrics(args.run_dir)
+    for key in ("reward/mean", "reward/acc_s3"):
+        if any(r.get(key) is not None for r in rows):
+            print(format_trend(reward_trend(rows, key)))
     return 0
 
 

@@ -126,6 +126,11 @@ def test_context_is_capped_at_max_contexts_and_deduplicated() -> None:
 
     res = S3Searcher(ScriptedPolicy(script), TinyRetriever(), cfg).search_one("topic?")
     assert [d.id for d in res.documents] == ["topic-1", "topic-2"]
+    # context_cap overrides the paper's formula: D0's and the search turn's windows add up to 3 here
+    wide = SearcherConfig(k=4, max_select=2, max_turns=1, context_cap=3)
+    assert wide.max_contexts == 3
+    res_wide = S3Searcher(ScriptedPolicy(script), TinyRetriever(), wide).search_one("topic?")
+    assert [d.id for d in res_wide.documents] == ["topic-1", "topic-2", "topic-3"]
     # the same document seen in two windows enters once
     dup_cfg = SearcherConfig(k=4, max_select=2, max_turns=2)
 

@@ -176,3 +176,19 @@ def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool) -> None:
     assert rows == ([2, 3] if drop else [0, 1, 2, 3])
     assert stats.get("reward/flat_groups") == (1.0 if drop else None)
     assert stats["losses/grad_norm"] > 0
+
+
+def test_reward_trend_separates_a_rise_from_noise_and_skips_the_warm_up() -> None:
+    from training.plots import format_trend, reward_trend
+
+    warm = [{"step": s, "charts/sft": 1.0, "reward/mean": 5.0} for s in range(1, 4)]  # warm-up rows never count
+    rising = [{"step": 3 + s, "reward/mean": 0.1 * s + (0.05 if s % 2 else -0.05)} for s in range(1, 13)]
+    t = reward_trend(warm + rising)
+    assert t["steps"] == 12 and t["window"] == 4 and t["first_steps"] == [4, 7] and t["last_steps"] == [12, 15]
+    assert t["verdict"] == "rises" and t["z"] >= 2 and abs(t["slope_per_step"] - 0.1) < 0.02
+    noisy = [{"step": s, "reward/mean": v} for s, v in enumerate([0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0], 1)]
+    assert reward_trend(noisy)["verdict"] == "within noise"
+    falling = [{"step": s, "reward/mean": 1.0 - 0.1 * s + 0.01 * (s % 2)} for s in range(1, 10)]
+    assert reward_trend(falling)["verdict"] == "falls"
+    assert reward_trend(rising[:3])["verdict"].startswith("too few")
+    assert "difference +" in format_trend(t) and format_trend(reward_trend([]))
