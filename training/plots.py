@@ -9,7 +9,7 @@ from typing import Any
 
 from searcher.errors import S3Error
 
-__all__ = ["plot_run", "reward_trend"]
+__all__ = ["format_trend", "plot_run", "reward_trend"]
 
 PANELS = [
     ("reward", ["reward/mean", "reward/acc_s3", "reward/acc_rag"]),

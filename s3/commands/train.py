@@ -56,7 +56,7 @@ def _plot(args: argparse.Namespace, cfg: Any) -> int:
 
     print(plot_run(args.run_dir, args.out))
     rows = read_metrics(args.run_dir)
-    for key in ("reward/mean", "reward/acc_s3"):
+    for key in ("reward/mean", "reward/acc_s3", "search/docs", "search/turns"):  # the reward, and the behaviour behind it
         if any(r.get(key) is not None for r in rows):
             print(format_trend(reward_trend(rows, key)))
     return 0

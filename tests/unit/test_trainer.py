@@ -192,3 +192,18 @@ def test_reward_trend_separates_a_rise_from_noise_and_skips_the_warm_up() -> Non
     assert reward_trend(falling)["verdict"] == "falls"
     assert reward_trend(rising[:3])["verdict"].startswith("too few")
     assert "difference +" in format_trend(t) and format_trend(reward_trend([]))
+
+
+def test_s3_plot_prints_the_trend_of_the_reward_and_of_the_behaviour(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    from s3.cli import main
+
+    with (tmp_path / "metrics.jsonl").open("w") as fh:
+        for s in range(1, 13):
+            fh.write(json.dumps({"step": s, "reward/mean": 0.1 * (s % 2), "search/docs": 1.0 + 0.2 * s}) + "\n")
+    assert main(["plot", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "curves.png").is_file()
+    lines = {ln.split(" over ")[0]: ln for ln in out.splitlines() if " RL steps: " in ln}
+    assert set(lines) == {"reward/mean", "search/docs"}  # keys the run does not log are left out
+    assert lines["reward/mean"].endswith("within noise") and lines["search/docs"].endswith("rises")
