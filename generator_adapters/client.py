@@ -160,6 +160,7 @@ class LLMClient:
             "retries": counts.pop("retries", 0),
             "succeeded": counts.pop("succeeded", 0),
             "failed": counts.pop("failed", 0),
+            "deduplicated": counts.pop("deduplicated", 0),
             "errors": {k.removeprefix("error:"): v for k, v in sorted(counts.items()) if k.startswith("error:")},
         }
         if self.cache is not None:
@@ -293,10 +294,45 @@ class LLMClient:
         )
 
     async def complete_many(self, batch: Sequence[list[dict[str, Any]]]) -> list[Answer]:
-        """Many calls at once (bounded by cfg.concurrency), answers in input order."""
-        if self.cfg.processes > 1 and len(batch) > 1:
-            return await self._complete_in_processes(list(batch))
-        return list(await asyncio.gather(*(self.complete(m) for m in batch)))
+        """Many calls at once (bounded by cfg.concurrency), answers in input order.
+
+        Identical calls in one batch (same messages, same decoding) are made once when their answers are
+        interchangeable, i.e. greedy decoding (temperature 0) or a response cache, which would serve the repeats anyway:
+        a GRPO group's rollouts often end with the same context. The repeats come back like cache hits (cached=True,
+        no latency, no attempt) and are counted as `deduplicated`; a failed call is missing for each of them."""
+        batch = list(batch)
+        unique, slots = batch, list(range(len(batch)))
+        if len(batch) > 1 and (self.cfg.temperature == 0 or self.cache is not None):
+            first: dict[str, int] = {}
+            unique, slots = [], []
+            decoding = self.decoding_params()
+            for messages in batch:
+                key = cache_key(self.cfg.model, self.cfg.api_base, messages, decoding)
+                if key not in first:
+                    first[key] = len(unique)
+                    unique.append(messages)
+                slots.append(first[key])
+        if self.cfg.processes > 1 and len(unique) > 1:
+            answers = await self._complete_in_processes(unique)
+        else:
+            answers = list(await asyncio.gather(*(self.complete(m) for m in unique)))
+        if len(unique) == len(batch):
+            return answers
+        self._count("requests", len(batch) - len(unique))
+        self._count("deduplicated", len(batch) - len(unique))
+        out: list[Answer] = []
+        seen: set[int] = set()
+        for j in slots:
+            a = answers[j]
+            if j in seen:  # a repeat: served from the first call's answer
+                a = a.model_copy(update={"cached": a.ok, "latency_s": 0.0, "attempts": 0})
+                if not a.ok:
+                    self._count("failed")
+                else:
+                    self._count("succeeded")
+            seen.add(j)
+            out.append(a)
+        return out
 
     async def _complete_in_processes(self, batch: list[list[dict[str, Any]]]) -> list[Answer]:
         """Round-robin shards of `batch` answered by the client worker processes (generator_adapters/procpool.py)."""

@@ -30,11 +30,14 @@ from searcher.config import SearcherConfig
 from searcher.errors import ConfigError, S3Error
 from searcher.policy.base import Message, Policy, PolicyOutput, PolicyPrompt, TokenPrompt, uses_token_ids
 from searcher.protocol import (
+    INFORMATION_CHAT_HEAD,
+    INFORMATION_CHAT_TAIL,
+    INFORMATION_HEAD,
+    INFORMATION_TAIL,
     S3_STOP,
     SEARCH_R1_STOP,
     build_s3_prompt,
     build_search_r1_prompt,
-    information_observation,
     invalid_observation,
     parse_s3_reply,
     parse_search_r1_reply,
@@ -363,7 +366,12 @@ class S3Searcher:
         return build_s3_prompt(question, self._render(d0) if d0 is not None else None, self.cfg.max_select)
 
     def _window_observation(self, docs: list[Document]) -> str:
-        return information_observation(self._render(docs))
+        """The text inserted after a query: the rendered window wrapped in <information> tags, built in one join
+        (= information_observation(self._render(docs)); a chat message gets it without the surrounding blank lines,
+        which `_insert` would strip)."""
+        budget = self.cfg.effective_doc_token_budget
+        head, tail = (INFORMATION_HEAD, INFORMATION_TAIL) if self.token_mode else (INFORMATION_CHAT_HEAD, INFORMATION_CHAT_TAIL)
+        return render_information(docs, budget, self.count_tokens, cache=self._line_cache(budget), head=head, tail=tail)
 
     def _decide(self, st: _Rollout, out: PolicyOutput, last_turn: bool) -> _Decision:
         step = st.step

@@ -132,6 +132,9 @@ def render_information(
     count_tokens: Callable[[str], int] | None = None,
     style: str = "s3",
     cache: dict[str, tuple[str, str]] | None = None,
+    *,
+    head: str = "",
+    tail: str = "",
 ) -> str:
     """Render a window of documents, one per line, numbered from 1: `Doc i (Title: ...) text`.
 
@@ -139,6 +142,8 @@ def render_information(
     is cut to `doc_token_budget` tokens (see `truncate_words`). `cache` (a dict owned by the caller, used with one
     budget and one `count_tokens` only) keeps each document's cut line body across windows: the same passages come
     back in every rollout of a group, and cutting to a tokenizer budget costs O(log n) tokenizer calls.
+    `head` / `tail` are written before / after the lines in the same join (the search loop wraps every window in
+    `<information>` tags this way: one copy of the window's text instead of three).
 
     >>> from searcher.types import Document
     >>> print(render_information([Document(id="a", title="Earthship", text="An Earthship is a house")], 3), end="")
@@ -148,7 +153,7 @@ def render_information(
     prefixes = _DOC_PREFIXES[sep]
     if cache is None:
         cache = {}
-    parts: list[str] = []
+    parts: list[str] = [head] if head else []
     add = parts.append
     for i, d in enumerate(docs):
         hit = cache.get(d.id)
@@ -159,6 +164,8 @@ def render_information(
             cache[d.id] = (d.text, body)
         add(prefixes[i] if i < len(prefixes) else f"Doc {i + 1}{sep}")
         add(body)
+    if tail:
+        add(tail)
     return "".join(parts)
 
 
@@ -202,9 +209,15 @@ def build_search_r1_prompt(question: str) -> str:
     return SEARCH_R1_INSTRUCTION.replace("{question}", q)
 
 
+# The wrapping of an s3 window: upstream spacing in a token trajectory; a chat message carries it without the blank
+# lines around it (the message boundary separates it from the reply). information_observation() = HEAD + lines + TAIL.
+INFORMATION_HEAD, INFORMATION_TAIL = "\n\n<information>\n", "</information>\n\n"
+INFORMATION_CHAT_HEAD, INFORMATION_CHAT_TAIL = "<information>\n", "</information>"
+
+
 def information_observation(rendered: str) -> str:
     """What the environment inserts after a query: the retrieved window (upstream spacing)."""
-    return f"\n\n<information>\n{rendered}</information>\n\n"
+    return f"{INFORMATION_HEAD}{rendered}{INFORMATION_TAIL}"
 
 
 def invalid_observation(reason: str) -> str:

@@ -72,6 +72,11 @@ class TrainingConfig(Section):
         description="Mixed precision for rollouts and the training forward passes (torch.autocast; weights, optimizer "
         "state and log-softmax stay fp32). 'bf16' is ~3x faster on CPUs with AVX512-BF16/AMX (benchmarks/train_step.py).",
     )
+    share_prefix: bool = Field(
+        True,
+        description="Compute the prompt prefix a micro-batch shares (the s3 instruction; the whole first prompt for a "
+        "GRPO group) once per forward, gradients included, instead of once per row (exact; searcher.policy.prefix_kv).",
+    )
     heldout_questions: int = Field(0, ge=0, description="Questions held out of training (from the end of the prepared set) for `s3 train-eval`.")
 
     @model_validator(mode="after")

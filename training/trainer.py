@@ -93,6 +93,7 @@ class Batch:
     attention: Any  # (B, L)
     loss_mask: Any  # (B, T'): 1 where ids[:, start+t+1] is a policy-written response token
     start: int = 0  # first shifted position kept (min prompt length - 1)
+    prefix: int = 0  # leading tokens every row shares (<= start), computed once per forward (0 = plain forward)
 
 
 class S3Trainer:
@@ -304,6 +305,8 @@ class S3Trainer:
     def _pad(self, results: list[SearchResult], rows: list[int]) -> Batch:
         import torch
 
+        from searcher.policy.prefix_kv import MIN_SHARED_PREFIX, common_prefix_len
+
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         seqs, masks, prompt_lens = [], [], []
         for i in rows:
@@ -322,21 +325,34 @@ class S3Trainer:
             ids[j, : len(s)] = torch.tensor(s)
             att[j, : len(s)] = 1
             lm[j, : len(m)] = torch.tensor(m, dtype=torch.float32)
-        return Batch(ids=ids, attention=att, loss_mask=lm[:, start:], start=start)
+        prefix = 0
+        if self.tc.share_prefix and len(seqs) > 1:
+            prefix = common_prefix_len(seqs, limit=start)
+            if prefix < MIN_SHARED_PREFIX:
+                prefix = 0
+        return Batch(ids=ids, attention=att, loss_mask=lm[:, start:], start=start, prefix=prefix)
 
     def _forward(self, model: Any, batch: Batch, want_hidden: bool = False) -> tuple[Any, Any]:
         """Token logprobs (B, T') at the sampling temperature for positions batch.start .. L-2 (the response part;
         the vocabulary projection is skipped over the shared prompt), and last hidden states (B, T', H) if asked."""
+        from searcher.policy.prefix_kv import cache_arg, expand, prefix_cache
         from training.algorithms import gather_logprobs
 
         L = batch.ids.shape[1]
         keep = L - batch.start
+        P = batch.prefix
         with self._autocast():
-            out = model(input_ids=batch.ids, attention_mask=batch.attention, output_hidden_states=want_hidden,
-                        use_cache=False, logits_to_keep=keep)
+            if P:
+                # the shared prefix once (batch 1, differentiated once), every row's remainder on top of its KV cache
+                cache = expand(prefix_cache(model, batch.ids[0, :P].tolist()), batch.ids.shape[0], copy_first=False)
+                out = model(input_ids=batch.ids[:, P:], attention_mask=batch.attention, output_hidden_states=want_hidden,
+                            use_cache=True, logits_to_keep=keep, **{cache_arg(model): cache})
+            else:
+                out = model(input_ids=batch.ids, attention_mask=batch.attention, output_hidden_states=want_hidden,
+                            use_cache=False, logits_to_keep=keep)
         logits = out.logits[:, -keep:-1, :]  # (B, T', V): position t predicts ids[:, t+1]
         lp = gather_logprobs(logits, batch.ids[:, batch.start + 1 :], temperature=self.tc.temperature)  # (B, T')
-        hidden = out.hidden_states[-1][:, batch.start : -1, :] if want_hidden else None
+        hidden = out.hidden_states[-1][:, batch.start - P : -1, :] if want_hidden else None
         return lp, hidden
 
     def _ref_logprobs(self, batch: Batch) -> Any:

@@ -7,7 +7,8 @@
 Offline GGUF models (searcher.local_models) are dequantized once with
 `AutoModelForCausalLM.from_pretrained(dir, gguf_file=f, quantization_config=GgufConfig(dequantize=True))`, saved as
 safetensors under `<model cache>/hf/<gguf sha256[:16]>/` (the 0.5B takes ~65 s once, then reloads in seconds).
-Generation is batched with left padding; every reply is cut by the shared stop rule (searcher.policy.stopping).
+Generation is batched with left padding; the prompt prefix a batch shares (the s3 instruction) is computed once
+(searcher.policy.prefix_kv); every reply is cut by the shared stop rule (searcher.policy.stopping).
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ from typing import Any
 
 from searcher.errors import ConfigError, S3Error
 from searcher.policy.base import ChatTokenizerMixin, PolicyOutput, PolicyPrompt
+from searcher.policy.prefix_kv import (
+    MIN_SHARED_PREFIX,
+    cache_arg,
+    common_prefix_len,
+    expand,
+    pack_after_prefix,
+    prefix_cache,
+)
 from searcher.policy.stopping import truncate_token_ids
 
 __all__ = ["TransformersPolicy", "converted_gguf_dir", "resolve_checkpoint"]
@@ -126,6 +135,8 @@ class TransformersPolicy(ChatTokenizerMixin):
     """Token-id policy over a transformers causal LM (trainable: `self.model` is a torch module).
 
     gen_batch: rows per `model.generate` call (memory bound); the agent's lockstep batch may be larger.
+    share_prefix: compute the prompt prefix shared by a whole batch (the s3 instruction) once and continue every row
+        from its KV cache (searcher.policy.prefix_kv; exact). `last_shared_prefix` is its length in the last call.
     """
 
     supports_token_ids = True
@@ -138,8 +149,11 @@ class TransformersPolicy(ChatTokenizerMixin):
         name: str = "transformers",
         max_batch: int | None = None,
         gen_batch: int = 16,
+        share_prefix: bool = True,
     ) -> None:
         self.model = model
+        self.share_prefix = share_prefix
+        self.last_shared_prefix = 0
         self.tokenizer = tokenizer
         self.name = name
         self.max_batch = max_batch
@@ -239,13 +253,35 @@ class TransformersPolicy(ChatTokenizerMixin):
         temperature: float = 0.0,
     ) -> list[PolicyOutput]:
         id_lists = [self._ids(p) for p in prompts]
+        if not id_lists:
+            return []
+        # the prompt prefix every row shares (the s3 instruction) is computed once, not once per row
+        P = 0
+        if self.share_prefix and len(id_lists) > 1:
+            P = common_prefix_len(id_lists, limit=min(len(x) for x in id_lists) - 1)
+            if P < MIN_SHARED_PREFIX:
+                P = 0
+        cache = None
+        if P:
+            import torch
+
+            with torch.no_grad():
+                cache = prefix_cache(self.model, id_lists[0][:P])
+        self.last_shared_prefix = P
         outs: list[PolicyOutput] = []
         for lo in range(0, len(id_lists), self.gen_batch):
-            outs.extend(self._generate_batch(id_lists[lo : lo + self.gen_batch], list(stop), max_new_tokens, temperature))
+            chunk = id_lists[lo : lo + self.gen_batch]
+            outs.extend(self._generate_batch(chunk, list(stop), max_new_tokens, temperature, P if len(chunk) > 1 else 0, cache))
         return outs
 
     def _generate_batch(
-        self, id_lists: list[list[int]], stop: list[str], max_new_tokens: int, temperature: float
+        self,
+        id_lists: list[list[int]],
+        stop: list[str],
+        max_new_tokens: int,
+        temperature: float,
+        prefix_len: int = 0,
+        prefix: Any = None,
     ) -> list[PolicyOutput]:
         import torch
         from transformers import GenerationConfig
@@ -253,13 +289,9 @@ class TransformersPolicy(ChatTokenizerMixin):
         if not id_lists:
             return []
         B = len(id_lists)
-        L = max(len(x) for x in id_lists)
-        input_ids = torch.full((B, L), self.pad_id, dtype=torch.long)  # (B, L), left-padded
-        attention = torch.zeros((B, L), dtype=torch.long)
-        for b, ids in enumerate(id_lists):
-            if ids:
-                input_ids[b, L - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-                attention[b, L - len(ids) :] = 1
+        # (B, L): [shared prefix][left padding][row suffix]; without a shared prefix, plain left padding
+        input_ids, attention = pack_after_prefix(id_lists, prefix_len if prefix is not None else 0, self.pad_id)
+        L = input_ids.shape[1]
         sample = temperature > 0
         gen_kwargs: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
@@ -275,12 +307,16 @@ class TransformersPolicy(ChatTokenizerMixin):
             gen_kwargs["stop_strings"] = stop
         gcfg = GenerationConfig(**gen_kwargs)
         device = next(self.model.parameters()).device
+        extra: dict[str, Any] = {}
+        if prefix is not None and prefix_len:
+            extra[cache_arg(self.model)] = expand(prefix, B)
         with torch.no_grad():
             res = self.model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention.to(device),
                 generation_config=gcfg,
                 tokenizer=self.tokenizer,
+                **extra,
             )
         new = res.sequences[:, L:].cpu()  # (B, N)
         logits = torch.stack(list(res.logits), dim=1).float().cpu()  # (B, N, V)

@@ -89,3 +89,27 @@ def test_checkpoint_round_trip_and_lora(policy: TransformersPolicy, tmp_path: ob
     again.enable_lora(r=4)
     trainable = [n for n, p in again.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora" in n for n in trainable)
+
+
+def test_shared_prefix_generation_equals_plain_generation(policy: TransformersPolicy) -> None:
+    """Three s3 prompts share the ~570-token instruction: with share_prefix the batch computes it once, and every row
+    gets the same greedy tokens and (teacher-forced) logprobs as without it."""
+    from searcher.protocol import build_s3_prompt
+
+    window = "Doc 1 (Title: Earthship) An Earthship is a passive solar house.\nDoc 2 (Title: Kant) Kant was born in 1724.\n"
+    questions = ["Who directed Garbage Warrior?", "Where was Immanuel Kant born?", "What is an Earthship made of?"]
+    prompts = [TokenPrompt(policy.encode_chat([{"role": "user", "content": build_s3_prompt(q, window, 3)}]))
+               for q in questions]
+    policy.share_prefix = False
+    try:
+        plain = policy.generate(prompts, stop=["</query>"], max_new_tokens=10)
+        assert policy.last_shared_prefix == 0
+    finally:
+        policy.share_prefix = True
+    shared = policy.generate(prompts, stop=["</query>"], max_new_tokens=10)
+    assert policy.last_shared_prefix > 500  # the instruction and its example, computed once for the batch
+    for p, a, b in zip(prompts, plain, shared, strict=True):
+        assert a.token_ids == b.token_ids and a.text == b.text
+        assert b.logprobs is not None and max(abs(x - y) for x, y in zip(a.logprobs or [], b.logprobs, strict=True)) < 2e-3
+        ref = _teacher_forced_logprobs(policy, p.ids, b.token_ids or [])
+        assert max(abs(x - y) for x, y in zip(ref, b.logprobs, strict=True)) < 2e-3

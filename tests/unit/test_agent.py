@@ -343,3 +343,18 @@ def test_results_are_valid_search_results_and_rerendering_windows_uses_the_line_
     calls = searcher.policy.calls  # type: ignore[attr-defined]
     assert len(calls) == 6 and calls[3:] == calls[:3]  # identical prompts, windows included
     assert set(searcher._line_caches) == {8} and len(searcher._line_caches[8]) == 6  # alpha-1..4, beta-1..2
+
+
+def test_chat_window_message_is_the_stripped_information_observation() -> None:
+    """Windows are rendered in one join with their <information> wrapper: a chat policy gets exactly
+    information_observation(render_information(window)) without the blank lines around it."""
+    from searcher.protocol import information_observation, render_information
+
+    replies = iter(['<search_complete>False</search_complete><query>{"query": "film"}</query>',
+                    "<search_complete>True</search_complete>"])
+    policy = ScriptedPolicy(lambda p, i: next(replies))
+    S3Searcher(policy, TinyRetriever(), CFG, k0=1).search_one("earthship?")
+    conversation = policy.calls[1][0]
+    assert isinstance(conversation, list) and [m["role"] for m in conversation] == ["user", "assistant", "user"]
+    window = TinyRetriever().search(["film"], CFG.effective_k)[0]
+    assert conversation[2]["content"] == information_observation(render_information(window)).strip("\n")

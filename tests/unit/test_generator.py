@@ -78,6 +78,32 @@ def test_answer_batches_in_order_and_validates_input() -> None:
         gen.answer_sync("one string")  # type: ignore[arg-type]
 
 
+def test_identical_calls_in_a_batch_are_made_once_when_answers_are_interchangeable() -> None:
+    """A GRPO group's rollouts often end with the same context: greedy decoding makes one call for them."""
+    import litellm
+
+    fn = Echo(lambda p: p.rsplit("Question: ", 1)[1].split("\n")[0].upper())
+    gen = Generator(GeneratorConfig(model="openai/fake", cache_path=None), completion_fn=fn)
+    answers = gen.answer_sync(["q1", "q2", "q1", "q1", "q3"], [DOCS, DOCS, DOCS, DOCS[:1], DOCS])
+    assert [a.text for a in answers] == ["Q1", "Q2", "Q1", "Q1", "Q3"]
+    assert len(fn.prompts) == 4  # (q1, DOCS) asked once; (q1, DOCS[:1]) is another call
+    assert [a.cached for a in answers] == [False, False, True, False, False]
+    assert answers[2].attempts == 0 and answers[0].attempts == 1
+    st = gen.stats()
+    assert (st["requests"], st["provider_calls"], st["succeeded"], st["deduplicated"]) == (5, 4, 5, 1)
+    # sampling without a cache: every call is its own sample
+    fn2 = Echo(lambda p: "x")
+    sampled = Generator(GeneratorConfig(model="openai/fake", cache_path=None, temperature=0.7), completion_fn=fn2)
+    sampled.answer_sync(["q", "q"], [DOCS, DOCS])
+    assert len(fn2.prompts) == 2 and sampled.stats()["deduplicated"] == 0
+    # a failed call is missing for every copy, never an answer
+    bad = Echo(lambda p: litellm.AuthenticationError(message="bad key", llm_provider="openai", model="fake"))
+    failing = Generator(GeneratorConfig(model="openai/fake", cache_path=None), completion_fn=bad)
+    out = failing.answer_sync(["q", "q"], [DOCS, DOCS])
+    assert [a.ok for a in out] == [False, False] and all(a.error_type == "AuthError" for a in out)
+    assert failing.stats()["failed"] == 2 and not out[1].cached
+
+
 def test_answer_sync_works_inside_a_running_loop() -> None:
     gen, _ = _gen()
 

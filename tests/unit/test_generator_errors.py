@@ -177,6 +177,7 @@ def test_concurrency_is_bounded() -> None:
         return litellm.ModelResponse(choices=[{"message": {"role": "assistant", "content": "x"}}])
 
     cfg = GeneratorConfig(model="openai/fake", concurrency=3, cache_path=None)
-    answers = asyncio.run(LLMClient(cfg, completion_fn=fn).complete_many([MSG] * 12))
+    batch = [[{"role": "user", "content": f"question {i}"}] for i in range(12)]  # distinct: no call is deduplicated
+    answers = asyncio.run(LLMClient(cfg, completion_fn=fn).complete_many(batch))
     assert len(answers) == 12 and all(a.ok for a in answers)
     assert peak == 3

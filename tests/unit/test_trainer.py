@@ -116,7 +116,7 @@ def test_forward_on_response_positions_matches_a_full_forward() -> None:
     cfg = transformers.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                    num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
     model = transformers.LlamaForCausalLM(cfg).eval()
-    ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=SimpleNamespace(temperature=0.7, autocast="off"),
+    ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=SimpleNamespace(temperature=0.7, autocast="off", share_prefix=True),
                          model=model)
     ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
     # two rollouts with different prompt lengths; response = policy 1s, environment 0s
@@ -148,6 +148,52 @@ def test_forward_on_response_positions_matches_a_full_forward() -> None:
     assert not torch.equal(lp16[m], lp[m])  # it really ran in bf16
 
 
+@pytest.mark.parametrize("want_hidden", [False, True])
+def test_shared_prefix_forward_equals_the_plain_forward_in_values_and_gradients(want_hidden: bool) -> None:
+    """training.share_prefix: the 40 tokens all rows share are computed once (batch 1) and every row continues from
+    their KV cache; log-probs, hidden states and every parameter's gradient equal those of the plain forward."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from searcher.types import SearchResult, Trajectory
+    from training.trainer import S3Trainer
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=60, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
+    model = transformers.LlamaForCausalLM(cfg)
+    shared = [int(x) for x in torch.randint(3, 60, (40,))]
+    results = []
+    for i, (extra, resp) in enumerate([([7, 8], [9, 10, 11]), ([12], [13, 14, 15, 16, 17]), ([18, 19, 20], [21])]):
+        t = Trajectory(prompt_ids=shared + extra)
+        t.append(resp[:1], True)
+        t.append([30 + i, 31], False)
+        t.append(resp[1:] or [22], True)
+        results.append(SearchResult(question=f"q{i}", trajectory=t))
+
+    def run(share: bool) -> tuple[object, object, dict[str, object], int]:
+        ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), model=model,
+                             tc=SimpleNamespace(temperature=0.8, autocast="off", share_prefix=share))
+        ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
+        batch = S3Trainer._pad(ns, results, [0, 1, 2])  # type: ignore[arg-type]
+        model.zero_grad(set_to_none=True)
+        lp, hid = S3Trainer._forward(ns, model, batch, want_hidden=want_hidden)  # type: ignore[arg-type]
+        loss = (lp * batch.loss_mask).sum() + (hid.sum() if hid is not None else 0.0)
+        loss.backward()
+        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+        return lp.detach(), hid.detach() if hid is not None else None, grads, batch.prefix
+
+    lp0, h0, g0, p0 = run(False)
+    lp1, h1, g1, p1 = run(True)
+    assert p0 == 0 and p1 == 40  # the whole shared prompt part (below the first response position)
+    m = torch.ones_like(lp0, dtype=torch.bool)
+    assert torch.allclose(lp0[m], lp1[m], atol=1e-5)
+    if want_hidden:
+        assert torch.allclose(h0, h1, atol=1e-5)
+    assert g0.keys() == g1.keys()
+    for n in g0:
+        assert torch.allclose(g0[n], g1[n], atol=1e-5, rtol=1e-4), n
+
+
 @pytest.mark.parametrize("drop", [False, True])
 def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool) -> None:
     torch = pytest.importorskip("torch")
@@ -160,7 +206,8 @@ def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool) -> None:
                                    num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
     model = transformers.LlamaForCausalLM(cfg)
     tc = SimpleNamespace(algorithm="grpo", group_size=2, drop_flat_groups=drop, micro_batch_size=8, ppo_epochs=1,
-                         clip_coef=0.2, kl_coef=0.0, max_grad_norm=1.0, temperature=1.0, autocast="off")
+                         clip_coef=0.2, kl_coef=0.0, max_grad_norm=1.0, temperature=1.0, autocast="off",
+                         share_prefix=True)
     ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=tc, model=model, ref_model=None,
                          value_head=None, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
     ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
