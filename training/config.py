@@ -44,6 +44,12 @@ class TrainingConfig(Section):
     seed: int = Field(0)
     drop_yes_no: bool = Field(True, description="Drop yes/no and true/false questions when preparing training data.")
     keep_baseline_zero: bool = Field(True, description="Keep only questions naive RAG gets wrong (s3 §3.2).")
+    keep_answerable: bool = Field(
+        False,
+        description="Keep only training questions the generator answers from their gold supporting paragraphs "
+        "(metadata.supporting_ids; cached like the baseline): on the others every rollout gets the same reward whatever "
+        "the searcher finds. The held-out questions are not filtered.",
+    )
     confidence_beta: float = Field(0.4, ge=0, le=1, description="Search Wisely's beta for the confidence-gated reward.")
     train_sources: list[str] = Field(
         default_factory=lambda: [

@@ -13,7 +13,9 @@ From QA files (here ../shared/data/train_hotpotqa_musique100, via eval/datasets.
 
 Filters (s3 §3.2): drop yes/no and true/false answers; keep questions whose baseline is 0 (configurable). A question
 whose baseline call failed is dropped and counted (it is never scored as 0). At training time a question without a
-cached baseline is an error (`load_training_set`), never a silent fallback.
+cached baseline is an error (`load_training_set`), never a silent fallback. Optionally (training.keep_answerable) the
+complementary filter: drop training questions the generator gets wrong even from their gold supporting paragraphs
+(cached in gold.jsonl), whose rollouts would all get the same reward.
 """
 
 from __future__ import annotations
@@ -249,10 +251,17 @@ def prepare_training(cfg: Any, out_dir: Path | None = None, log: Any = print) ->
     index_dir = ensure_index(cfg, out)
     if not needs_baseline(cfg):
         # nothing reads the baseline (no GBR reward, no baseline filter): skip the generator calls
+        manifest0: dict[str, Any] = {
+            "counts": counts, "baseline": "skipped (reward needs none, keep_baseline_zero=false)",
+            "index": str(index_dir), "sources": sources,
+            "filters": {"drop_yes_no": cfg.training.drop_yes_no, "keep_baseline_zero": False,
+                        "keep_answerable": cfg.training.keep_answerable},
+        }
+        if cfg.training.keep_answerable:
+            key0 = baseline_key(cfg, _index_fingerprint(index_dir))
+            questions, manifest0["answerable"] = _keep_answerable(cfg, out, questions, index_dir, key0, log)
+            counts["after_keep_answerable"] = len(questions)
         _write_jsonl_atomic(out / "train.jsonl", [q.model_dump() for q in questions])
-        manifest0 = {"counts": counts, "baseline": "skipped (reward needs none, keep_baseline_zero=false)",
-                     "index": str(index_dir), "sources": sources,
-                     "filters": {"drop_yes_no": cfg.training.drop_yes_no, "keep_baseline_zero": False}}
         _write_json_atomic(out / "manifest.json", manifest0)
         log(f"prepare-training: counts {counts} (baseline skipped)")
         return manifest0
@@ -287,6 +296,10 @@ def prepare_training(cfg: Any, out_dir: Path | None = None, log: Any = print) ->
     if cfg.training.keep_baseline_zero:
         questions = [q for q in questions if cached[q.id] == 0.0]
     counts["after_keep_baseline_zero"] = len(questions)
+    answerable: dict[str, Any] | None = None
+    if cfg.training.keep_answerable:
+        questions, answerable = _keep_answerable(cfg, out, questions, index_dir, key, log)
+        counts["after_keep_answerable"] = len(questions)
     _write_jsonl_atomic(out / "train.jsonl", [q.model_dump() for q in questions])
     manifest = {
         "counts": counts,
@@ -298,11 +311,62 @@ def prepare_training(cfg: Any, out_dir: Path | None = None, log: Any = print) ->
         ),
         "index": str(index_dir),
         "sources": sources,
-        "filters": {"drop_yes_no": cfg.training.drop_yes_no, "keep_baseline_zero": cfg.training.keep_baseline_zero},
+        "filters": {"drop_yes_no": cfg.training.drop_yes_no, "keep_baseline_zero": cfg.training.keep_baseline_zero,
+                    "keep_answerable": cfg.training.keep_answerable},
     }
+    if answerable is not None:
+        manifest["answerable"] = answerable
     _write_json_atomic(out / "manifest.json", manifest)
     log(f"prepare-training: counts {counts}")
     return manifest
+
+
+def _keep_answerable(
+    cfg: Any, out: Path, questions: list[QAExample], index_dir: Path, key: dict[str, Any], log: Any
+) -> tuple[list[QAExample], dict[str, Any]]:
+    """training.keep_answerable: drop the training questions the generator gets wrong even from their gold supporting
+    paragraphs, Acc(G(Q, D_gold)) = 0: whatever the searcher finds, every rollout of such a question gets the same
+    reward (a zero-variance group). The last training.heldout_questions are never filtered (the held-out comparison
+    keeps the natural mix), and a question without gold paragraphs is kept (nothing to judge it by).
+    Acc(G(Q, D_gold)) is cached in gold.jsonl like the baseline (key: generator, prompt, metric)."""
+    from searcher import retrieval
+
+    held = cfg.training.heldout_questions
+    pool, kept_out = (questions[:-held], questions[-held:]) if 0 < held < len(questions) else (questions, [])
+    gkey = {k: v for k, v in key.items() if k not in ("retriever", "index", "k")} | {"context": "gold supporting paragraphs"}
+    ghash = _key_hash(gkey)
+    gpath = out / "gold.jsonl"
+    cached: dict[str, float | None] = {}
+    if gpath.is_file():
+        for r in _read_jsonl(gpath):
+            if r.get("key") == ghash:
+                cached[r["id"]] = r["acc"]
+    with_gold = [q for q in pool if q.supporting_ids]
+    todo = [q for q in with_gold if cached.get(q.id) is None]
+    if todo:
+        retriever = retrieval.load_retriever(cfg.retriever, index_dir)
+        accuracy = make_accuracy(cfg)
+        bs = cfg.training.baseline_batch
+        for start in range(0, len(todo), bs):
+            batch = todo[start : start + bs]
+            docs = [retriever.get(q.supporting_ids) for q in batch]
+            acc = asyncio.run(accuracy([q.question for q in batch], docs, [q.golden_answers for q in batch]))
+            with gpath.open("a", encoding="utf-8") as fh:
+                for q, a in zip(batch, acc, strict=True):
+                    cached[q.id] = a
+                    fh.write(json.dumps({"id": q.id, "acc": a, "key": ghash}) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            log(f"prepare-training: gold-context accuracy {min(start + bs, len(todo))}/{len(todo)}")
+    kept = [q for q in pool if not q.supporting_ids or cached.get(q.id) == 1.0]
+    stats = {
+        "key": gkey, "key_hash": ghash, "judged": len(with_gold), "no_gold_kept": len(pool) - len(with_gold),
+        "failed_dropped": sum(1 for q in with_gold if cached.get(q.id) is None),
+        "gold_acc_mean": sum(float(cached[q.id] or 0.0) for q in with_gold if cached.get(q.id) is not None)
+        / max(1, sum(1 for q in with_gold if cached.get(q.id) is not None)),
+        "heldout_unfiltered": len(kept_out),
+    }
+    return kept + kept_out, stats
 
 
 def load_training_set(cfg: Any, directory: Path | None = None) -> TrainingSet:

@@ -1,5 +1,6 @@
 """Held-out comparison of policies (`s3 train-eval`): the same training reward on questions kept out of training,
-for a trained checkpoint and the untrained base model, decoded greedily (temperature 0)."""
+for a trained checkpoint and the untrained base model, decoded greedily (temperature 0). `split="train"` scores the
+training questions instead (greedy): what RL learned where it trained, apart from its sampling noise."""
 
 from __future__ import annotations
 
@@ -12,17 +13,21 @@ from searcher.errors import S3Error
 __all__ = ["heldout_rewards"]
 
 
-def heldout_rewards(cfg: Any, policies: list[str], limit: int | None = None) -> Iterator[dict[str, Any]]:
+def heldout_rewards(
+    cfg: Any, policies: list[str], limit: int | None = None, split: str = "heldout"
+) -> Iterator[dict[str, Any]]:
     """For each policy (a run dir, a checkpoint, or the base model name), as soon as it is done: mean reward, mean
     Acc(s3), the naive-RAG baseline's mean Acc on the same questions, turns and documents over the held-out questions
-    (the last training.heldout_questions of the prepared set), greedy decoding. Every policy is resolved before any
-    runs, so a wrong path fails at once."""
+    (the last training.heldout_questions of the prepared set; `split="train"`: the questions before them), greedy
+    decoding. Every policy is resolved before any runs, so a wrong path fails at once."""
     from searcher.agent import S3Searcher, SearchR1Agent
     from searcher.policy.transformers_policy import TransformersPolicy, resolve_checkpoint
     from searcher.retrieval import load_retriever
     from training.data import load_training_set, make_accuracy
     from training.rewards import RewardScorer
 
+    if split not in ("heldout", "train"):
+        raise S3Error(f"split must be 'heldout' or 'train', got {split!r}")
     for name in policies:
         resolve_checkpoint(name)
     tc = cfg.training
@@ -30,7 +35,8 @@ def heldout_rewards(cfg: Any, policies: list[str], limit: int | None = None) -> 
     n = tc.heldout_questions
     if n <= 0:
         raise S3Error("set training.heldout_questions > 0 (the questions kept out of training) for train-eval")
-    examples = data.examples[-n:][: limit or n]
+    pool = data.examples[-n:] if split == "heldout" else data.examples[:-n]
+    examples = pool[: limit or len(pool)]
     retriever = load_retriever(cfg.retriever, data.index_dir)
     scfg = cfg.searcher.model_copy(update={"temperature": 0.0})
     if tc.max_new_tokens:
@@ -48,7 +54,7 @@ def heldout_rewards(cfg: Any, policies: list[str], limit: int | None = None) -> 
         acc = [x for x in (scored.acc_s3 or []) if x is not None]
         rag = [x for x in (scored.acc_rag or []) if x is not None]
         yield {
-            "policy": name, "questions": len(examples), "scored": len(r),
+            "policy": name, "split": split, "questions": len(examples), "scored": len(r),
             "reward_mean": sum(r) / len(r) if r else None,
             "acc_s3_mean": sum(acc) / len(acc) if acc else None,
             "acc_rag_mean": sum(rag) / len(rag) if rag else None,

@@ -29,6 +29,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("train-eval", help="held-out reward of a checkpoint vs the untrained policy", parents=[common])
     p.add_argument("--policy", action="append", required=True, help="policy dir or base model name (repeatable)")
     p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--split", choices=("heldout", "train"), default="heldout",
+                   help="the held-out questions (default) or the training questions, both decoded greedily")
     p.set_defaults(handler=_train_eval)
 
 
@@ -72,6 +74,6 @@ def _export(args: argparse.Namespace, cfg: Any) -> int:
 def _train_eval(args: argparse.Namespace, cfg: Any) -> int:
     from training.evaluate import heldout_rewards
 
-    for row in heldout_rewards(cfg, args.policy, limit=args.limit):
+    for row in heldout_rewards(cfg, args.policy, limit=args.limit, split=args.split):
         print(json.dumps(row), flush=True)  # one line per policy as soon as it is scored
     return 0

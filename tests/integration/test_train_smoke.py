@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from searcher.errors import S3Error
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,6 +113,23 @@ def test_final_checkpoint_loads_as_a_plain_policy(trainer) -> None:  # type: ign
     assert any(k.startswith("reward/") for k in rows[-1]) and "search/turns" in rows[-1]
     pol = load_policy(SearcherConfig(policy="transformers", model="unused", policy_path=str(ckpt / "policy")))
     assert pol.generate(["Say hi."], max_new_tokens=4)[0].token_ids
+
+
+def test_train_eval_scores_the_run_on_held_out_and_training_questions(trainer) -> None:  # type: ignore[no-untyped-def]
+    """`s3 train-eval`: the run directory's newest checkpoint, greedy, on the last questions (held out) or on the
+    ones before them (training split), with the real generator; a bad split is an error before any model loads."""
+    from training.evaluate import heldout_rewards
+
+    t = trainer
+    if not (t.ckpt_dir / "latest").is_file():
+        t.train()
+    cfg = t.cfg.model_copy(update={"training": t.cfg.training.model_copy(update={"heldout_questions": 2})})
+    rows = {r["split"]: r for split in ("heldout", "train") for r in heldout_rewards(cfg, [str(t.run_dir)], limit=2, split=split)}
+    for split, row in rows.items():
+        assert row["policy"] == str(t.run_dir) and row["questions"] == 2, split
+        assert row["scored"] == 2 and row["reward_mean"] is not None and row["acc_rag_mean"] is not None
+    with pytest.raises(S3Error, match="split must be"):
+        next(heldout_rewards(cfg, ["no/such/dir"], split="test"))
 
 
 def _train_cmd(run: Path, steps: int) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -105,17 +106,23 @@ def test_config_checks() -> None:
         load_config(None, ["training.mode=search_r1", "training.reward=gbr"])
 
 
-def test_forward_on_response_positions_matches_a_full_forward() -> None:
+def _tiny_llama(**over: int) -> Any:
+    """A 1-layer Llama with a 40-token vocabulary (seeded): real transformers code paths at unit-test speed."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    kw = {"vocab_size": 40, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+          "num_key_value_heads": 2, "max_position_embeddings": 64, **over}
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw))
+
+
+def test_forward_on_response_positions_matches_a_full_forward() -> None:
+    torch = pytest.importorskip("torch")
     from searcher.types import SearchResult, Trajectory
     from training.algorithms import gather_logprobs
     from training.trainer import S3Trainer
 
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    model = _tiny_llama().eval()
     ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=SimpleNamespace(temperature=0.7, autocast="off", share_prefix=True),
                          model=model)
     ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
@@ -153,14 +160,10 @@ def test_shared_prefix_forward_equals_the_plain_forward_in_values_and_gradients(
     """training.share_prefix: the 40 tokens all rows share are computed once (batch 1) and every row continues from
     their KV cache; log-probs, hidden states and every parameter's gradient equal those of the plain forward."""
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
     from searcher.types import SearchResult, Trajectory
     from training.trainer import S3Trainer
 
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=60, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
-    model = transformers.LlamaForCausalLM(cfg)
+    model = _tiny_llama(vocab_size=60, num_hidden_layers=2, num_key_value_heads=1, max_position_embeddings=128)
     shared = [int(x) for x in torch.randint(3, 60, (40,))]
     results = []
     for i, (extra, resp) in enumerate([([7, 8], [9, 10, 11]), ([12], [13, 14, 15, 16, 17]), ([18, 19, 20], [21])]):
@@ -197,14 +200,10 @@ def test_shared_prefix_forward_equals_the_plain_forward_in_values_and_gradients(
 @pytest.mark.parametrize("drop", [False, True])
 def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool) -> None:
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
     from searcher.types import SearchResult, Trajectory
     from training.trainer import S3Trainer
 
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
-    model = transformers.LlamaForCausalLM(cfg)
+    model = _tiny_llama()
     tc = SimpleNamespace(algorithm="grpo", group_size=2, drop_flat_groups=drop, micro_batch_size=8, ppo_epochs=1,
                          clip_coef=0.2, kl_coef=0.0, max_grad_norm=1.0, temperature=1.0, autocast="off",
                          share_prefix=True)

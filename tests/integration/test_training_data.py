@@ -1,0 +1,66 @@
+"""`s3 prepare-training` on the real HotpotQA training slice, with the generator behind a REAL loopback
+OpenAI-compatible server (through litellm): the naive-RAG baseline and the gold-context accuracy of
+training.keep_answerable are computed once, cached, and the filter keeps exactly the answerable training questions
+while the held-out questions stay as they are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from generator_adapters.testing import FakeLLMServer
+
+pytestmark = pytest.mark.integration
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "train_hotpotqa_musique100" / "hotpotqa_train.json"
+if not DATA.is_file():
+    pytest.skip(f"shared training data not found at {DATA}", allow_module_level=True)
+
+
+def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_paragraphs(tmp_path: Path) -> None:
+    from eval.datasets import load
+    from s3.config import load_config
+    from training.data import prepare_training
+
+    corpus, questions = load("hotpotqa", [DATA])
+    questions = [q for q in questions if q.golden_answers[0].lower() not in ("yes", "no")][:10]
+    title_of = {d.id: d.title for d in corpus}
+    # the generator "knows" the answer of every other question, and only when a gold paragraph is in its context
+    knows = {q.question: (q.golden_answers[0], [title_of[i] for i in q.supporting_ids]) for q in questions[::2]}
+
+    def reply(prompt: str) -> str:
+        for question, (answer, titles) in knows.items():
+            if f"Question: {question}\n" in prompt and any(f"(Title: {t})" in prompt for t in titles):
+                return answer
+        return "I do not know."
+
+    with FakeLLMServer(reply=reply) as srv:
+        over = [
+            "generator.model=openai/fake", f"generator.api_base={srv.api_base}", "generator.cache_path=null",
+            f"training.train_sources={json.dumps([f'hotpotqa:{DATA}'])}", f"training.train_data={tmp_path / 'data'}",
+            "training.max_questions=12", "training.heldout_questions=3", "training.keep_baseline_zero=false",
+            "training.keep_answerable=true", "training.reward=acc_plus_gbr", "eval.metric=span",
+        ]
+        cfg = load_config(None, over)
+        manifest = prepare_training(cfg, log=lambda s: None)
+        calls = srv.stats()["requests"]
+        assert calls > 0
+        kept = [json.loads(line) for line in (tmp_path / "data" / "train.jsonl").read_text().splitlines()]
+        loaded = [json.loads(line) for line in (tmp_path / "data" / "questions.jsonl").read_text().splitlines()]
+        usable = [q for q in loaded if q["golden_answers"][0].lower() not in ("yes", "no")]
+        pool, held = usable[:-3], usable[-3:]
+        # training part: exactly the questions answered from their gold paragraphs; held-out part: untouched
+        assert [q["id"] for q in kept[:-3]] == [q["id"] for q in pool if q["question"] in knows]
+        assert [q["id"] for q in kept[-3:]] == [q["id"] for q in held]
+        c = manifest["counts"]
+        assert c["after_keep_answerable"] == len(kept) < c["after_keep_baseline_zero"]
+        a = manifest["answerable"]
+        assert a["judged"] == len(pool) and a["heldout_unfiltered"] == 3 and a["failed_dropped"] == 0
+        assert a["gold_acc_mean"] == pytest.approx(sum(q["question"] in knows for q in pool) / len(pool))
+        # a second preparation reads both caches: no generator call at all
+        (tmp_path / "data" / "train.jsonl").unlink()
+        again = prepare_training(cfg, log=lambda s: None)
+        assert again["counts"] == manifest["counts"] and again["baseline_cache"]["hit_rate"] == 1.0
+        assert srv.stats()["requests"] == calls
