@@ -60,12 +60,15 @@ def main() -> int:
     ap.add_argument("--delay-ms", type=float, default=20.0)
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--repeats", type=int, default=7, help="runs per batch size (the run with the median share is shown)")
+    ap.add_argument("--no-freeze", action="store_true",
+                    help="leave the loaded heap to the garbage collector (s3 serve / s3 train freeze it once loaded)")
     args = ap.parse_args()
 
     from eval.datasets import load
     from searcher.agent import S3Searcher
     from searcher.config import RetrieverConfig, SearcherConfig
     from searcher.corpus import write_corpus
+    from searcher.heap import freeze_loaded_heap
     from searcher.policy import ScriptedPolicy
     from searcher.retrieval import build_index, load_retriever
 
@@ -76,6 +79,7 @@ def main() -> int:
         index = build_index(cpath, "bm25", Path(tmp) / "bm25", RetrieverConfig())
         retriever = load_retriever(RetrieverConfig(), index)
         qs = [q.question for q in questions][: args.questions]
+        frozen = 0 if args.no_freeze else freeze_loaded_heap()  # what s3 serve does once its index is loaded
         cfg = SearcherConfig(profile="paper", k=8, max_select=3, max_turns=3)
         rows = []
         t_before = cpu_times()
@@ -94,7 +98,8 @@ def main() -> int:
         base_qps = rows[0][1].questions / rows[0][1].seconds
         print(f"{len(qs)} HotpotQA questions, bm25s over {len(corpus)} paragraphs, scripted policy {args.delay_ms:.0f} ms/call, "
               f"paper profile (k0=3, k=8, 3 turns); the median-share run of {args.repeats}; CPU steal by the hypervisor "
-              f"during the runs: {steal} (the loop's share grows with it: the policy's 20 ms do not)")
+              f"during the runs: {steal} (the loop's share grows with it: the policy's 20 ms do not); "
+              f"{f'{frozen} loaded objects frozen out of the GC, as s3 serve does' if frozen else 'heap not frozen'}")
         print()
         print("| batch | questions/s | x batch 1 | policy s | retrieval s | loop's own s | loop's own share | policy calls | retrieval calls |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")

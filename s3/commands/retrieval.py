@@ -162,6 +162,7 @@ def _retrieve_file(args: argparse.Namespace, retriever: Any) -> int:
 def _serve(args: argparse.Namespace, cfg: Any) -> int:
     import uvicorn
 
+    from searcher.heap import freeze_loaded_heap
     from searcher.retrieval.server import create_retrieve_app
 
     retriever = _open(args, cfg)
@@ -169,5 +170,6 @@ def _serve(args: argparse.Namespace, cfg: Any) -> int:
     port = cfg.service.port if args.port is None else args.port
     app = create_retrieve_app(retriever, cfg.service, default_topk=cfg.retriever.k)
     print(f"serving {retriever!r} on http://{host}:{port}/retrieve", flush=True)
+    freeze_loaded_heap()  # the index and the doc store: out of every later full GC pass
     uvicorn.run(app, host=host, port=port, log_level="warning")
     return 0

@@ -294,6 +294,7 @@ def _serve(args: argparse.Namespace, cfg: Any) -> int:
 
     import uvicorn
 
+    from searcher.heap import freeze_loaded_heap
     from searcher.service import create_search_app
 
     host = args.host or cfg.service.host
@@ -313,5 +314,6 @@ def _serve(args: argparse.Namespace, cfg: Any) -> int:
     bound_port = sock.getsockname()[1]
     print(f"s3 serve: http://{host}:{bound_port}  (POST /search, POST /retrieve, GET /health)", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    freeze_loaded_heap()  # the model, the index and the libraries: out of every later full GC pass
     server.run(sockets=[sock])
     return 0

@@ -45,9 +45,12 @@ def _prepare(args: argparse.Namespace, cfg: Any) -> int:
 
 
 def _train(args: argparse.Namespace, cfg: Any) -> int:
+    from searcher.heap import freeze_loaded_heap
     from training.trainer import make_trainer
 
-    out = make_trainer(cfg).train(max_steps=args.max_steps)
+    trainer = make_trainer(cfg)
+    freeze_loaded_heap()  # policy, reference, generator, index and libraries: out of every later full GC pass
+    out = trainer.train(max_steps=args.max_steps)
     print(json.dumps({k: v for k, v in out.items() if k != "last"}))
     return 0
 

@@ -406,3 +406,31 @@ def test_integrations_without_their_extra_fail_with_an_install_hint(
     with pytest.raises(MissingExtraError, match=rf"needs {package}.*pip install 's3-search-agents\[serve\]'"):
         importlib.import_module(module)
     monkeypatch.delitem(sys.modules, module, raising=False)
+
+
+def test_freeze_loaded_heap_moves_live_objects_out_of_the_gc_and_keeps_refcounting() -> None:
+    import gc
+    import weakref
+
+    from searcher.heap import freeze_loaded_heap
+
+    class Node:
+        pass
+
+    kept = [Node() for _ in range(100)]
+    try:
+        n = freeze_loaded_heap()
+        assert n == gc.get_freeze_count() and n >= len(kept)  # every object alive at the call, ours included
+        later = Node()
+        ref = weakref.ref(later)
+        del later  # objects made after the freeze are freed as usual
+        assert ref() is None
+        cyclic = Node()
+        cyclic.me = cyclic  # type: ignore[attr-defined]
+        cref = weakref.ref(cyclic)
+        del cyclic
+        gc.collect()  # cyclic garbage made after the freeze is still collected; the frozen objects are left alone
+        assert cref() is None and gc.get_freeze_count() == n
+    finally:
+        gc.unfreeze()  # the test process builds and drops many searchers: give the GC its objects back
+    assert gc.get_freeze_count() == 0
