@@ -85,6 +85,13 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def _cached_acc(path: Path, khash: str) -> dict[str, float | None]:
+    """question id -> cached accuracy (None = the call failed: retried) from the rows of `path` written under `khash`."""
+    if not path.is_file():
+        return {}
+    return {r["id"]: r["acc"] for r in _read_jsonl(path) if r.get("key") == khash}
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
     with path.open(encoding="utf-8") as fh:
@@ -268,11 +275,7 @@ def prepare_training(cfg: Any, out_dir: Path | None = None, log: Any = print) ->
     key = baseline_key(cfg, _index_fingerprint(index_dir))
     khash = _key_hash(key)
     bpath = out / "baseline.jsonl"
-    cached: dict[str, float | None] = {}
-    if bpath.is_file():
-        for r in _read_jsonl(bpath):
-            if r.get("key") == khash:
-                cached[r["id"]] = r["acc"]
+    cached = _cached_acc(bpath, khash)
     todo = [q for q in questions if q.id not in cached or cached[q.id] is None]  # failed ones are retried
     hits = len(questions) - len(todo)
     if todo:
@@ -336,11 +339,7 @@ def _keep_answerable(
     gkey = {k: v for k, v in key.items() if k not in ("retriever", "index", "k")} | {"context": "gold supporting paragraphs"}
     ghash = _key_hash(gkey)
     gpath = out / "gold.jsonl"
-    cached: dict[str, float | None] = {}
-    if gpath.is_file():
-        for r in _read_jsonl(gpath):
-            if r.get("key") == ghash:
-                cached[r["id"]] = r["acc"]
+    cached = _cached_acc(gpath, ghash)
     with_gold = [q for q in pool if q.supporting_ids]
     todo = [q for q in with_gold if cached.get(q.id) is None]
     if todo:
