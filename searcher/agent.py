@@ -168,6 +168,9 @@ class S3Searcher:
         self.count_tokens = count_tokens
         self.last_stats = LoopStats()
         self._line_caches: dict[int | None, dict[str, tuple[str, str]]] = {}
+        budget = self.cfg.effective_doc_token_budget
+        self._lines: tuple[int | None, dict[str, tuple[str, str]]] = (budget, self._line_cache(budget))  # set per batch
+        self._cap = self.max_contexts  # set per batch
 
     _LINE_CACHE_MAX = 20_000  # rendered document lines kept per budget (~30 MB for Wikipedia passages; then start over)
 
@@ -217,6 +220,10 @@ class S3Searcher:
     # --------------------------------------------------------------------------------------------- the lockstep loop
     def _run_batch(self, items: list[tuple[str, str | None]], offset: int, stats: LoopStats) -> list[SearchResult]:
         t0 = time.perf_counter()
+        # read from the config once per batch, not once per reply (the service may swap cfg between searches)
+        self._cap = self.max_contexts
+        budget = self.cfg.effective_doc_token_budget
+        self._lines = (budget, self._line_cache(budget))
         states = [_Rollout(index=offset + i, question=q, question_id=qid) for i, (q, qid) in enumerate(items)]
         self._begin(states, stats)
         T = self.max_turns
@@ -359,8 +366,8 @@ class S3Searcher:
         return self.k
 
     def _render(self, docs: Sequence[Document]) -> str:
-        budget = self.cfg.effective_doc_token_budget
-        return render_information(docs, budget, self.count_tokens, cache=self._line_cache(budget))
+        budget, cache = self._lines
+        return render_information(docs, budget, self.count_tokens, cache=cache)
 
     def _first_prompt(self, question: str, d0: list[Document] | None) -> str:
         return build_s3_prompt(question, self._render(d0) if d0 is not None else None, self.cfg.max_select)
@@ -369,9 +376,9 @@ class S3Searcher:
         """The text inserted after a query: the rendered window wrapped in <information> tags, built in one join
         (= information_observation(self._render(docs)); a chat message gets it without the surrounding blank lines,
         which `_insert` would strip)."""
-        budget = self.cfg.effective_doc_token_budget
+        budget, cache = self._lines
         head, tail = (INFORMATION_HEAD, INFORMATION_TAIL) if self.token_mode else (INFORMATION_CHAT_HEAD, INFORMATION_CHAT_TAIL)
-        return render_information(docs, budget, self.count_tokens, cache=self._line_cache(budget), head=head, tail=tail)
+        return render_information(docs, budget, self.count_tokens, cache=cache, head=head, tail=tail)
 
     def _decide(self, st: _Rollout, out: PolicyOutput, last_turn: bool) -> _Decision:
         step = st.step
@@ -384,13 +391,14 @@ class S3Searcher:
         step.invalid_reason = action.invalid_reason
         # selection over the current window (Appendix A.5 when there is no <important_info>)
         if action.selected is not None:
-            chosen = [st.window[i - 1] for i in action.selected]
+            window = st.window
+            chosen = [window[i - 1] for i in action.selected]
             step.selected_ids = [d.id for d in chosen]
-            self._admit(st, chosen, self.max_contexts)
+            self._admit(st, chosen, self._cap)
         elif st.window and self.cfg.no_selection == "all":
             step.selected_ids = [d.id for d in st.window]
             step.selection_fallback = True
-            self._admit(st, st.window, self.max_contexts)
+            self._admit(st, st.window, self._cap)
         if last_turn:
             return _DONE
         if action.search_complete is True:
@@ -401,7 +409,7 @@ class S3Searcher:
                     return _Decision(observation=search_required_observation(self.cfg.min_turns))
             return _DONE
         if action.wants_search:
-            return _Decision(query=action.query)
+            return _Decision(action.query)  # positional: the query is the first field (a hot path)
         return _Decision(observation=invalid_observation(action.invalid_reason or "no action"))
 
 
@@ -424,8 +432,8 @@ class SearchR1Agent(S3Searcher):
         return self.k0
 
     def _render(self, docs: Sequence[Document]) -> str:
-        budget = self.cfg.effective_doc_token_budget
-        return render_information(docs, budget, self.count_tokens, style="search_r1", cache=self._line_cache(budget))
+        budget, cache = self._lines
+        return render_information(docs, budget, self.count_tokens, style="search_r1", cache=cache)
 
     def _first_prompt(self, question: str, d0: list[Document] | None) -> str:
         return build_search_r1_prompt(question)
