@@ -168,9 +168,9 @@ class S3Searcher:
         self.count_tokens = count_tokens
         self.last_stats = LoopStats()
         self._line_caches: dict[int | None, dict[str, tuple[str, str]]] = {}
-        budget = self.cfg.effective_doc_token_budget
-        self._lines: tuple[int | None, dict[str, tuple[str, str]]] = (budget, self._line_cache(budget))  # set per batch
-        self._cap = self.max_contexts  # set per batch
+        self._lines: tuple[int | None, dict[str, tuple[str, str]]]
+        self._cap: int
+        self._read_batch_settings()
 
     _LINE_CACHE_MAX = 20_000  # rendered document lines kept per budget (~30 MB for Wikipedia passages; then start over)
 
@@ -181,6 +181,13 @@ class S3Searcher:
         if cache is None or len(cache) > self._LINE_CACHE_MAX:
             cache = self._line_caches[budget] = {}
         return cache
+
+    def _read_batch_settings(self) -> None:
+        """#MaxContexts and the (budget, rendered-line cache) pair, read from the config once per batch instead of once
+        per reply or window (the service may swap `cfg` between searches, so never only once)."""
+        self._cap = self.max_contexts
+        budget = self.cfg.effective_doc_token_budget
+        self._lines = (budget, self._line_cache(budget))
 
     # ------------------------------------------------------------------------------------------------ public API
     @property
@@ -220,10 +227,7 @@ class S3Searcher:
     # --------------------------------------------------------------------------------------------- the lockstep loop
     def _run_batch(self, items: list[tuple[str, str | None]], offset: int, stats: LoopStats) -> list[SearchResult]:
         t0 = time.perf_counter()
-        # read from the config once per batch, not once per reply (the service may swap cfg between searches)
-        self._cap = self.max_contexts
-        budget = self.cfg.effective_doc_token_budget
-        self._lines = (budget, self._line_cache(budget))
+        self._read_batch_settings()
         states = [_Rollout(index=offset + i, question=q, question_id=qid) for i, (q, qid) in enumerate(items)]
         self._begin(states, stats)
         T = self.max_turns
@@ -391,8 +395,7 @@ class S3Searcher:
         step.invalid_reason = action.invalid_reason
         # selection over the current window (Appendix A.5 when there is no <important_info>)
         if action.selected is not None:
-            window = st.window
-            chosen = [window[i - 1] for i in action.selected]
+            chosen = [st.window[i - 1] for i in action.selected]
             step.selected_ids = [d.id for d in chosen]
             self._admit(st, chosen, self._cap)
         elif st.window and self.cfg.no_selection == "all":
