@@ -170,9 +170,10 @@ class S3Searcher:
         self._line_caches: dict[int | None, dict[str, tuple[str, str]]] = {}
         self._lines: tuple[int | None, dict[str, tuple[str, str]]]
         self._cap: int
+        self._max_select: int
         self._read_batch_settings()
 
-    _LINE_CACHE_MAX = 20_000  # rendered document lines kept per budget (~30 MB for Wikipedia passages; then start over)
+    _LINE_CACHE_MAX = 20_000  # cut document lines kept per budget (<= ~30 MB; then start over); whole passages: no cache
 
     def _line_cache(self, budget: int | None) -> dict[str, tuple[str, str]]:
         """Rendered document lines for one per-document budget (None = whole passages), reused across windows, turns
@@ -183,9 +184,10 @@ class S3Searcher:
         return cache
 
     def _read_batch_settings(self) -> None:
-        """#MaxContexts and the (budget, rendered-line cache) pair, read from the config once per batch instead of once
-        per reply or window (the service may swap `cfg` between searches, so never only once)."""
+        """#MaxContexts, max_select and the (budget, rendered-line cache) pair, read from the config once per batch
+        instead of once per reply or window (the service may swap `cfg` between searches, so never only once)."""
         self._cap = self.max_contexts
+        self._max_select = self.cfg.max_select
         budget = self.cfg.effective_doc_token_budget
         self._lines = (budget, self._line_cache(budget))
 
@@ -348,19 +350,18 @@ class S3Searcher:
         else:
             st.messages.append({"role": "user", "content": text.strip("\n")})
 
-    def _admit(self, st: _Rollout, docs: Sequence[Document], cap: int | None) -> list[str]:
-        """Add documents to D_s3 (deduplicated by id and by content, turn order, at most `cap`); returns ids added."""
-        added = []
+    def _admit(self, st: _Rollout, docs: Sequence[Document], cap: int | None) -> None:
+        """Add documents to D_s3: deduplicated by id and by content, in turn order, at most `cap` in all."""
+        final, seen = st.docs, st.content_keys
         for d in docs:
-            if cap is not None and len(st.docs) >= cap:
+            if cap is not None and len(final) >= cap:
                 break
-            key = (d.title, d.text)
-            if d.id in st.docs or key in st.content_keys:
+            if d.id in final:
                 continue
-            st.docs[d.id] = d
-            st.content_keys.add(key)
-            added.append(d.id)
-        return added
+            key = (d.title, d.text)
+            if key not in seen:
+                final[d.id] = d
+                seen.add(key)
 
     # --------------------------------------------------------------------------------- s3-specific hooks (overridable)
     def _begins_with_search(self) -> bool:
@@ -390,15 +391,16 @@ class S3Searcher:
         if out.error is not None:
             step.invalid_reason = f"policy call failed: {out.error}"
             return _DONE
-        action = parse_s3_reply(out.text, len(st.window), self.cfg.max_select)
+        window = st.window
+        action = parse_s3_reply(out.text, len(window), self._max_select)
         step.search_complete = action.search_complete
         step.invalid_reason = action.invalid_reason
         # selection over the current window (Appendix A.5 when there is no <important_info>)
         if action.selected is not None:
-            chosen = [st.window[i - 1] for i in action.selected]
+            chosen = [window[i - 1] for i in action.selected]
             step.selected_ids = [d.id for d in chosen]
             self._admit(st, chosen, self._cap)
-        elif st.window and self.cfg.no_selection == "all":
+        elif window and self.cfg.no_selection == "all":
             step.selected_ids = [d.id for d in st.window]
             step.selection_fallback = True
             self._admit(st, st.window, self._cap)

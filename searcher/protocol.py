@@ -139,9 +139,12 @@ def render_information(
     """Render a window of documents, one per line, numbered from 1: `Doc i (Title: ...) text`.
 
     `style="search_r1"` writes Search-R1's `Doc i(Title: ...) text` (no space). Titles are never truncated; the text
-    is cut to `doc_token_budget` tokens (see `truncate_words`). `cache` (a dict owned by the caller, used with one
-    budget and one `count_tokens` only) keeps each document's cut line body across windows: the same passages come
-    back in every rollout of a group, and cutting to a tokenizer budget costs O(log n) tokenizer calls.
+    is cut to `doc_token_budget` tokens (see `truncate_words`); newlines inside a title or text become spaces.
+    `cache` (a dict owned by the caller, used with one budget and one `count_tokens` only) keeps each document's cut
+    line body across windows: the same passages come back in every rollout of a group, and cutting to a tokenizer
+    budget costs O(log n) tokenizer calls. Whole passages (no budget) are not cached: their line is written straight
+    from the document's own strings, one copy in the final join (cheaper than a cache lookup once the cache is cold,
+    as it is for every new passage; benchmarks/results/rollout.md).
     `head` / `tail` are written before / after the lines in the same join (the search loop wraps every window in
     `<information>` tags this way: one copy of the window's text instead of three).
 
@@ -151,21 +154,32 @@ def render_information(
     """
     sep = "" if style == "search_r1" else " "
     prefixes = _DOC_PREFIXES[sep]
-    if cache is None:
-        cache = {}
     parts: list[str] = [head] if head else []
-    add = parts.append
-    for i, d in enumerate(docs):
-        hit = cache.get(d.id)
-        if hit is not None and hit[0] == d.text:  # same id, same text (ids need not be content hashes)
-            body = hit[1]
-        else:
-            body = _line_body(d, doc_token_budget, count_tokens)
-            cache[d.id] = (d.text, body)
-        add(prefixes[i] if i < len(prefixes) else f"Doc {i + 1}{sep}")
-        add(body)
+    if doc_token_budget is None:
+        for i, d in enumerate(docs):
+            title, text = d.title, d.text
+            if "\n" in title:
+                title = title.replace("\n", " ")
+            if "\n" in text:
+                text = text.replace("\n", " ")
+            text = text.strip()  # strip() returns the string itself when there is nothing to strip: no copy
+            prefix = prefixes[i] if i < len(prefixes) else f"Doc {i + 1}{sep}"
+            parts += (prefix, "(Title: ", title.strip(), ") " if text else ")", text, "\n")  # = _line_body's line
+    else:
+        if cache is None:
+            cache = {}
+        add = parts.append
+        for i, d in enumerate(docs):
+            hit = cache.get(d.id)
+            if hit is not None and hit[0] == d.text:  # same id, same text (ids need not be content hashes)
+                body = hit[1]
+            else:
+                body = _line_body(d, doc_token_budget, count_tokens)
+                cache[d.id] = (d.text, body)
+            add(prefixes[i] if i < len(prefixes) else f"Doc {i + 1}{sep}")
+            add(body)
     if tail:
-        add(tail)
+        parts.append(tail)
     return "".join(parts)
 
 
@@ -365,12 +379,18 @@ def parse_s3_reply(text: str, window_size: int, max_select: int = 3) -> S3Action
     """
     m = _CANONICAL.fullmatch(text) if isinstance(text, str) else None
     if m is not None:  # the common case, same result as the general parser (test_protocol checks they agree)
-        complete = m.group(2) in ("True", "true", "1")
-        query = " ".join(m.group(3).split()) if m.group(3) is not None else None
+        imp, flag, query = m.groups()
+        complete = flag in _TRUE_FLAGS
+        if query is not None:
+            query = " ".join(query.split())
         if complete or query:
-            selected, dropped, notes = _selection(m.group(1), window_size, max_select)
-            return S3Action(query or None, selected, complete, None, dropped, None, notes)
+            # a selection is a few short ids ("1", "1, 2"): the same handful of strings recur in every batch
+            sel = _selection_memo(imp, window_size, max_select) if len(imp) <= 24 else _selection(imp, window_size, max_select)
+            return S3Action(query or None, sel[0], complete, None, sel[1], None, sel[2])
     return _parse_s3_general(text, window_size, max_select)
+
+
+_TRUE_FLAGS = frozenset(("True", "true", "1"))  # the true values _CANONICAL admits
 
 
 def _selection(imp: str, window_size: int, max_select: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[str, ...]]:
@@ -387,6 +407,9 @@ def _selection(imp: str, window_size: int, max_select: int) -> tuple[tuple[int, 
         return tuple(keep), (), ()
     note = f"dropped ids {dropped}: window has {window_size} documents, at most {max_select} may be selected"
     return tuple(keep), tuple(dropped), (note,)
+
+
+_selection_memo = functools.lru_cache(maxsize=1024)(_selection)  # pure, returns tuples: safe to share
 
 
 def _parse_s3_general(text: str, window_size: int, max_select: int) -> S3Action:

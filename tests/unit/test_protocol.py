@@ -57,16 +57,28 @@ def test_render_cache_gives_the_same_text_and_cuts_each_document_once() -> None:
     assert render_information([other], 4, count, cache=cache) == "Doc 1 (Title: Earthship) Different words here entirely\n"
 
 
-def test_whole_passages_are_cached_too_and_long_windows_keep_their_numbering() -> None:
+def test_whole_passages_are_written_straight_and_long_windows_keep_their_numbering() -> None:
     cache: dict[str, tuple[str, str]] = {}
     plain = render_information(DOCS)
-    assert render_information(DOCS, cache=cache) == plain and set(cache) == {d.id for d in DOCS}
-    assert render_information(DOCS[::-1], cache=cache) == render_information(DOCS[::-1])
+    assert render_information(DOCS, cache=cache) == plain and cache == {}  # no budget: nothing to cut, nothing cached
     # past the precomputed "Doc i " prefixes (32): numbering and both styles still right
     many = [Document(id=f"p{i}", title=f"T{i}", text=f"text {i}") for i in range(40)]
     for style, sep in (("s3", " "), ("search_r1", "")):
-        lines = render_information(many, style=style, cache=cache).splitlines()
+        lines = render_information(many, style=style).splitlines()
         assert len(lines) == 40 and lines[39] == f"Doc 40{sep}(Title: T39) text 39" and lines[0] == f"Doc 1{sep}(Title: T0) text 0"
+
+
+_field = st.text(alphabet=st.sampled_from("ab \n\t"), max_size=8)
+
+
+@given(st.lists(st.tuples(_field, _field), max_size=5), st.sampled_from(["s3", "search_r1"]))
+def test_whole_passage_lines_equal_the_cached_path_lines(docs: list[tuple[str, str]], style: str) -> None:
+    """The straight path (no budget) writes exactly the line the budgeted path builds and caches, a budget too large
+    to cut anything: newlines -> spaces, ends stripped, `(Title: t)` alone for an empty text."""
+    window = [Document(id=f"x{i}", title=t, text=x) for i, (t, x) in enumerate(docs)]
+    assert render_information(window, style=style, head="<h>", tail="<t>") == render_information(
+        window, 10_000, style=style, cache={}, head="<h>", tail="<t>"
+    )
 
 
 def test_truncate_words_with_a_tokenizer_callback() -> None:
