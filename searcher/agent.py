@@ -167,16 +167,16 @@ class S3Searcher:
 
         self.count_tokens = count_tokens
         self.last_stats = LoopStats()
-        self._line_caches: dict[int | None, dict[str, tuple[str, str]]] = {}
-        self._lines: tuple[int | None, dict[str, tuple[str, str]]]
+        self._line_caches: dict[int, dict[str, tuple[str, str]]] = {}
+        self._lines: tuple[int | None, dict[str, tuple[str, str]] | None]
         self._cap: int
         self._max_select: int
         self._read_batch_settings()
 
     _LINE_CACHE_MAX = 20_000  # cut document lines kept per budget (<= ~30 MB; then start over); whole passages: no cache
 
-    def _line_cache(self, budget: int | None) -> dict[str, tuple[str, str]]:
-        """Rendered document lines for one per-document budget (None = whole passages), reused across windows, turns
+    def _line_cache(self, budget: int) -> dict[str, tuple[str, str]]:
+        """Rendered document lines cut to one per-document budget, reused across windows, turns
         and searches: the same passages come back in every rollout of a group and in many questions' windows."""
         cache = self._line_caches.get(budget)
         if cache is None or len(cache) > self._LINE_CACHE_MAX:
@@ -189,7 +189,8 @@ class S3Searcher:
         self._cap = self.max_contexts
         self._max_select = self.cfg.max_select
         budget = self.cfg.effective_doc_token_budget
-        self._lines = (budget, self._line_cache(budget))
+        # whole passages (no budget) are written straight from the documents: no cache (render_information)
+        self._lines = (budget, self._line_cache(budget) if budget is not None else None)
 
     # ------------------------------------------------------------------------------------------------ public API
     @property
@@ -375,7 +376,7 @@ class S3Searcher:
         return render_information(docs, budget, self.count_tokens, cache=cache)
 
     def _first_prompt(self, question: str, d0: list[Document] | None) -> str:
-        return build_s3_prompt(question, self._render(d0) if d0 is not None else None, self.cfg.max_select)
+        return build_s3_prompt(question, self._render(d0) if d0 is not None else None, self._max_select)
 
     def _window_observation(self, docs: list[Document]) -> str:
         """The text inserted after a query: the rendered window wrapped in <information> tags, built in one join
@@ -401,9 +402,9 @@ class S3Searcher:
             step.selected_ids = [d.id for d in chosen]
             self._admit(st, chosen, self._cap)
         elif window and self.cfg.no_selection == "all":
-            step.selected_ids = [d.id for d in st.window]
+            step.selected_ids = [d.id for d in window]
             step.selection_fallback = True
-            self._admit(st, st.window, self._cap)
+            self._admit(st, window, self._cap)
         if last_turn:
             return _DONE
         if action.search_complete is True:
