@@ -100,7 +100,7 @@ def _real_vectors(dense_index: Path | None, corpus: Path, n_real: int) -> np.nda
     if dense_index is not None:
         index = faiss.read_index(str(dense_index / "dense.faiss"))
         return index.reconstruct_n(0, index.ntotal).astype(np.float32)
-    from searcher.corpus import iter_corpus
+    from s3core.corpus import iter_corpus
     from searcher.retrieval.dense import encode, load_encoder, resolve_encoder
 
     docs = [d for _, d in zip(range(n_real), iter_corpus(corpus), strict=False)]
@@ -188,7 +188,7 @@ def main() -> int:
     from rich.table import Table
 
     from eval.datasets import prepare
-    from searcher.corpus import read_questions
+    from s3core.corpus import read_questions
 
     work = Path(tempfile.mkdtemp(prefix="s3-bench-retrieval-"))
     prepare("hotpotqa", [HOTPOT], work / "hp")

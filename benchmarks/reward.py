@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from generator_adapters.testing import FakeLLMServer  # noqa: E402
 from s3.config import load_config  # noqa: E402
-from searcher.types import Document, QAExample, SearchResult  # noqa: E402
+from s3core.types import Document, QAExample, SearchResult  # noqa: E402
 
 
 def main() -> int:

@@ -67,7 +67,7 @@ def main() -> int:
     from eval.datasets import load
     from searcher.agent import S3Searcher
     from searcher.config import RetrieverConfig, SearcherConfig
-    from searcher.corpus import write_corpus
+    from s3core.corpus import write_corpus
     from searcher.heap import freeze_loaded_heap
     from searcher.policy import ScriptedPolicy
     from searcher.retrieval import build_index, load_retriever

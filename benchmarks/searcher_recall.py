@@ -43,7 +43,7 @@ def _data_file() -> Path:
 def prepare(out: Path) -> tuple[Any, list[Any]]:
     from eval.datasets import load
     from searcher.config import RetrieverConfig
-    from searcher.corpus import write_corpus
+    from s3core.corpus import write_corpus
     from searcher.retrieval import build_index, load_retriever
 
     corpus, questions = load("hotpotqa", [_data_file()])
@@ -60,7 +60,7 @@ def measure_speed(model: str) -> dict[str, float]:
     """llama.cpp prompt processing (tok/s, cold prompt) and generation (tok/s) through the same litellm path."""
     import litellm
 
-    from searcher.llm_local import register_local_provider
+    from s3core.llm_local import register_local_provider
 
     register_local_provider()
     words = " ".join(f"word{i} is a token sequence about item {i}." for i in range(120))
@@ -99,9 +99,9 @@ def main() -> int:
 
     from searcher.agent import S3Searcher, admission_stats
     from searcher.config import SearcherConfig
-    from searcher.configbase import parse_override
+    from s3core.configbase import parse_override
     from searcher.policy.litellm_policy import LiteLLMPolicy
-    from searcher.types import SearchResult
+    from s3core.types import SearchResult
 
     out: Path = args.out or Path(f"/work/runs/searcher_recall_{args.profile}")
     out.mkdir(parents=True, exist_ok=True)

@@ -76,7 +76,7 @@ def main() -> int:
 
     from s3.config import S3Config
     from searcher.agent import S3Searcher
-    from searcher.corpus import read_questions
+    from s3core.corpus import read_questions
     from searcher.policy import ScriptedPolicy
     from searcher.retrieval import build_index, load_retriever
     from searcher.service import create_search_app

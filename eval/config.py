@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Literal, Protocol
 
 from pydantic import Field
 
-from searcher.configbase import Section
+from generator_adapters.config import GeneratorConfig, JudgeConfig
+from s3core.configbase import Section
+from searcher.config import RetrieverConfig, SearcherConfig
 
 
 class EvalConfig(Section):
@@ -17,3 +20,25 @@ class EvalConfig(Section):
     bootstrap_samples: int = Field(1000, ge=100, description="Bootstrap resamples for 95% intervals.")
     seed: int = Field(0, description="Seed of the bootstrap.")
     out_dir: str = Field("runs/eval", description="Default parent of run directories.")
+
+
+class EvalSettings(Protocol):
+    """What evaluation reads of the one configuration (`s3.config.S3Config` is one): typed sections, not `Any`."""
+
+    @property
+    def retriever(self) -> RetrieverConfig: ...
+    @property
+    def searcher(self) -> SearcherConfig: ...
+    @property
+    def eval(self) -> EvalConfig: ...
+    @property
+    def generator_resolved(self) -> GeneratorConfig:
+        """[generator] with its cache_path resolved against the config file's folder."""
+        ...
+    @property
+    def judge_resolved(self) -> JudgeConfig:
+        """[judge] with its cache_path resolved against the config file's folder."""
+        ...
+    def resolve(self, path: str | Path | None) -> Path | None:
+        """A path from the config, resolved against the config file's folder."""
+        ...

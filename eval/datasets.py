@@ -42,9 +42,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from searcher.corpus import file_sha256, read_questions, write_corpus, write_questions
-from searcher.errors import DataFormatError
-from searcher.types import Document, QAExample
+from s3core.corpus import read_questions, write_corpus, write_questions
+from s3core.io import file_sha256
+from s3core.errors import DataFormatError
+from s3core.types import Document, QAExample
 
 __all__ = [
     "CORPUS_FILE",
@@ -795,7 +796,7 @@ def read_hipporag_corpus(path: str | Path) -> list[Document]:
 def read_flashrag_corpus(path: str | Path) -> list[Document]:
     """A FlashRAG / DPR corpus ({"id","contents"} or {"id","title","text"} lines) with stable, hash-derived ids.
 
-    To keep a corpus's own ids instead, read it with `searcher.corpus.iter_corpus`.
+    To keep a corpus's own ids instead, read it with `s3core.corpus.iter_corpus`.
     """
     return _read_corpus_only(path)
 

@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from eval.stats import mean_ci
-from searcher.corpus import file_sha256, iter_corpus
-from searcher.errors import ConfigError, DataFormatError, S3Error
-from searcher.types import Document, QAExample
+from s3core.corpus import iter_corpus
+from s3core.io import file_sha256
+from s3core.errors import ConfigError, DataFormatError, S3Error
+from s3core.types import Document, QAExample
 
 METHODS = ("no_retrieval", "naive_rag", "searcher", "search_r1", "search_r1_ret")
 METRIC_KEYS = ("genacc", "span", "em", "f1")
@@ -723,7 +724,7 @@ def agent_contexts(agent: Any, own_answer: bool) -> ContextFn:
 
 def retriever_contexts(retriever: Any, k: int) -> ContextFn:
     """Naive RAG: top-k of the question itself, one batched retrieval call per batch."""
-    from searcher.errors import RetrievalError
+    from s3core.errors import RetrievalError
 
     async def contexts(qs: list[QAExample]) -> list[ContextOut]:
         t0 = time.perf_counter()
@@ -749,9 +750,9 @@ async def _no_contexts(qs: list[QAExample]) -> list[ContextOut]:
 
 
 def _local_gguf_sha256(model: str, api_base: str | None = None) -> str | None:
-    """sha256 of the GGUF behind an offline model string (searcher.llm_local.model_fingerprint; hashed from the file
+    """sha256 of the GGUF behind an offline model string (s3core.llm_local.model_fingerprint; hashed from the file
     when the registry has no pinned value yet)."""
-    from searcher import llm_local, local_models
+    from s3core import llm_local, local_models
 
     info = llm_local.model_fingerprint(model, api_base)
     if "gguf_sha256" not in info:
@@ -759,7 +760,7 @@ def _local_gguf_sha256(model: str, api_base: str | None = None) -> str | None:
     if info["gguf_sha256"]:
         return str(info["gguf_sha256"])
     name = model.partition("/")[2]
-    return local_models.file_sha256(local_models.gguf_path(name))
+    return file_sha256(local_models.gguf_path(name))
 
 
 def _llm_fingerprint(obj: Any, llm_cfg: Any) -> dict[str, Any]:
@@ -854,12 +855,12 @@ def build_run(cfg: Any, opts: EvalOptions) -> tuple[Dataset, Components, dict[st
 
     models = [opts.generator or cfg.generator.model, cfg.judge.model, cfg.searcher.model]
     if any(m.startswith("local/") for m in models):
-        from searcher.llm_local import register_local_provider
+        from s3core.llm_local import register_local_provider
 
         register_local_provider()  # idempotent: offline `local/<name>` models reachable through litellm
 
     if method != "search_r1":
-        gen_cfg = cfg.llm_section("generator")
+        gen_cfg = cfg.generator_resolved
         if opts.generator:
             gen_cfg = gen_cfg.model_copy(update={"model": opts.generator})
         generator = Generator(gen_cfg)
@@ -877,7 +878,7 @@ def build_run(cfg: Any, opts: EvalOptions) -> tuple[Dataset, Components, dict[st
         closers.append(generator)
     judge = None
     if use_judge or judge_only:
-        judge_cfg = cfg.llm_section("judge")
+        judge_cfg = cfg.judge_resolved
         judge = Judge(judge_cfg)
         config["judge"] = {**_llm_fingerprint(judge, judge_cfg),
                            "mode": "judge_only" if judge_only else "span_or_judge"}

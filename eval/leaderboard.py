@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from searcher.errors import DataFormatError, S3Error
+from s3core.errors import DataFormatError, S3Error
 
 METHOD_ORDER = ("no_retrieval", "naive_rag", "searcher", "search_r1", "search_r1_ret")
 METHOD_LABELS = {

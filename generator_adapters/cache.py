@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from searcher.errors import S3Error
+from s3core.errors import S3Error
 
 __all__ = ["CacheError", "ResponseCache", "cache_key"]
 

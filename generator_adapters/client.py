@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from generator_adapters.cache import ResponseCache, cache_key
 from generator_adapters.config import LLMCallConfig
 from generator_adapters.errors import GeneratorError, map_exception
-from searcher.errors import ConfigError
+from s3core.errors import ConfigError
 
 __all__ = ["Answer", "CompletionFn", "LLMClient", "run_sync"]
 
@@ -110,7 +110,7 @@ class LLMClient:
             raise ConfigError(f"processes = {cfg.processes} cannot be used with {what}; set processes = 1")
         self._pool: Any = None
         if _is_local(cfg.model) and completion_fn is None:
-            from searcher.llm_local import register_local_provider
+            from s3core.llm_local import register_local_provider
 
             register_local_provider()
         if completion_fn is None:

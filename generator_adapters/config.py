@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from searcher.configbase import Section
+from s3core.configbase import Section
 
 
 class LLMCallConfig(Section):

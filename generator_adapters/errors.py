@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 
-from searcher.errors import S3Error
+from s3core.errors import S3Error
 
 __all__ = [
     "AuthError",

@@ -24,8 +24,8 @@ from generator_adapters.prompts import (
     render_context,
     resolve_template,
 )
-from searcher.errors import S3Error
-from searcher.types import Document
+from s3core.errors import S3Error
+from s3core.types import Document
 
 __all__ = ["Generator"]
 
@@ -81,7 +81,7 @@ class Generator(ClientOwner):
 
     def fingerprint(self) -> dict[str, Any]:
         """What a run records: litellm model string, api_base, GGUF sha256 for local models, prompt hash, decoding."""
-        from searcher.llm_local import model_fingerprint
+        from s3core.llm_local import model_fingerprint
 
         return {
             **model_fingerprint(self.cfg.model, self.cfg.api_base),

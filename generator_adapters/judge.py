@@ -18,7 +18,7 @@ from generator_adapters.cache import ResponseCache
 from generator_adapters.client import Answer, ClientOwner, CompletionFn, LLMClient, run_sync
 from generator_adapters.config import JudgeConfig
 from generator_adapters.prompts import JUDGE_PROMPTS, prompt_hash, resolve_template
-from searcher.errors import S3Error
+from s3core.errors import S3Error
 
 __all__ = ["Judge", "parse_yes_no"]
 
@@ -103,7 +103,7 @@ class Judge(ClientOwner):
     check_sync = check
 
     def fingerprint(self) -> dict[str, Any]:
-        from searcher.llm_local import model_fingerprint
+        from s3core.llm_local import model_fingerprint
 
         return {
             **model_fingerprint(self.cfg.model, self.cfg.api_base),

@@ -2,7 +2,7 @@
 
 A prompt setting is either a registered name (below) or a template string with the named fields in braces.
 
-    >>> from searcher.types import Document
+    >>> from s3core.types import Document
     >>> print(render_context([Document(id="1", title="Paris", text="Capital of France.")]))
     Doc 1 (Title: Paris) Capital of France.
     >>> print(render_answer_prompt("s3_answer", "Where?", "Doc 1 (Title: Paris) Capital of France."))
@@ -22,8 +22,8 @@ import hashlib
 import string
 from collections.abc import Sequence
 
-from searcher.errors import ConfigError
-from searcher.types import Document
+from s3core.errors import ConfigError
+from s3core.types import Document
 
 __all__ = [
     "ANSWER_PROMPTS",

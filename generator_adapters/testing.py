@@ -26,7 +26,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from searcher.errors import ServiceError
+from s3core.errors import ServiceError
 
 __all__ = ["FakeLLMServer", "default_reply"]
 

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from searcher.errors import S3Error
+from s3core.errors import S3Error
 
 # Command modules, in help order. Each registers one or more subcommands.
 COMMAND_MODULES = [

@@ -15,7 +15,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from eval.config import EvalConfig
 from generator_adapters.config import GeneratorConfig, JudgeConfig
 from searcher.config import RetrieverConfig, SearcherConfig, ServiceConfig
-from searcher.configbase import Section, apply_overrides, build_model, load_toml
+from s3core.configbase import Section, apply_overrides, build_model, load_toml
 from training.config import TrainingConfig
 
 DEFAULT_CONFIG_NAME = "config.toml"
@@ -52,13 +52,18 @@ class S3Config(Section):
         p = Path(path).expanduser()
         return p if p.is_absolute() else (self._base_dir / p)
 
-    def llm_section(self, name: str) -> Any:
-        """The `generator` or `judge` section with its cache_path resolved like every other path in the config
-        (against the config file's folder), so that every command opens the same cache file."""
-        section = getattr(self, name)
-        if not section.cache_path:
-            return section
-        return section.model_copy(update={"cache_path": str(self.resolve(section.cache_path))})
+    @property
+    def generator_resolved(self) -> GeneratorConfig:
+        """[generator] with its cache_path resolved like every other path in the config (against the config file's
+        folder), so that every command opens the same cache file."""
+        g = self.generator
+        return g.model_copy(update={"cache_path": str(self.resolve(g.cache_path))}) if g.cache_path else g
+
+    @property
+    def judge_resolved(self) -> JudgeConfig:
+        """[judge] with its cache_path resolved against the config file's folder."""
+        j = self.judge
+        return j.model_copy(update={"cache_path": str(self.resolve(j.cache_path))}) if j.cache_path else j
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> S3Config:

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searcher.corpus import file_sha256, iter_corpus, write_corpus, write_questions
-from searcher.errors import S3Error
-from searcher.local_models import file_lock
-from searcher.types import Document, QAExample
+from s3core.corpus import iter_corpus, write_corpus, write_questions
+from s3core.io import file_sha256
+from s3core.errors import S3Error
+from s3core.local_models import file_lock
+from s3core.types import Document, QAExample
 
 __all__ = [
     "DEMO_DISTRIBUTION",

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from searcher.configbase import Section
+from s3core.configbase import Section
 
 
 class BM25Config(Section):

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from searcher.types import Document
+from s3core.types import Document
 
 __all__ = [
     "S3_EXAMPLE",
@@ -148,7 +148,7 @@ def render_information(
     `head` / `tail` are written before / after the lines in the same join (the search loop wraps every window in
     `<information>` tags this way: one copy of the window's text instead of three).
 
-    >>> from searcher.types import Document
+    >>> from s3core.types import Document
     >>> print(render_information([Document(id="a", title="Earthship", text="An Earthship is a house")], 3), end="")
     Doc 1 (Title: Earthship) An Earthship is
     """

@@ -33,8 +33,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from searcher.config import SearcherConfig, ServiceConfig
-from searcher.errors import RetrievalError, S3Error, ServiceError
-from searcher.types import SearchResult
+from s3core.errors import RetrievalError, S3Error, ServiceError
+from s3core.types import SearchResult
 
 __all__ = [
     "SearchRequest",

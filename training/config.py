@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Literal, Protocol
 
 from pydantic import Field, model_validator
 
-from searcher.configbase import Section
+from eval.config import EvalSettings
+from s3core.configbase import Section
 
 
 class TrainingConfig(Section):
@@ -92,3 +94,14 @@ class TrainingConfig(Section):
         if self.mode == "search_r1" and self.reward not in ("em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated"):
             raise ValueError(f"search_r1 mode answers itself: training.reward={self.reward!r} needs a generator; use 'em'")
         return self
+
+
+class TrainSettings(EvalSettings, Protocol):
+    """What training reads of the one configuration (`s3.config.S3Config` is one)."""
+
+    @property
+    def training(self) -> TrainingConfig: ...
+    @property
+    def base_dir(self) -> Path:
+        """The config file's folder (relative paths resolve against it)."""
+        ...

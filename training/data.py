@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searcher.errors import ConfigError, DataFormatError, S3Error
-from searcher.types import Document, QAExample
+from s3core.errors import ConfigError, DataFormatError, S3Error
+from s3core.types import Document, QAExample
 
 if TYPE_CHECKING:
     from s3.config import S3Config  # noqa: F401  (type only; training never imports s3 at run time)
@@ -149,7 +149,7 @@ def baseline_key(cfg: Any, index_fingerprint: str) -> dict[str, Any]:
     """What a cached baseline depends on: generator (model + fingerprint), prompt, retriever, k, metric."""
     from generator_adapters import Generator
 
-    gen = Generator(cfg.llm_section("generator"))
+    gen = Generator(cfg.generator_resolved)
     fp: Any = gen.fingerprint()
     gen.close()
     return {
@@ -195,12 +195,12 @@ def make_accuracy(cfg: Any) -> Any:
     from eval import metrics
     from generator_adapters import Generator
 
-    gen = Generator(cfg.llm_section("generator"))
+    gen = Generator(cfg.generator_resolved)
     judge = None
     if cfg.eval.metric == "judge" or (cfg.eval.metric == "genacc" and cfg.eval.use_judge):
         from generator_adapters import Judge
 
-        judge = Judge(cfg.llm_section("judge"))
+        judge = Judge(cfg.judge_resolved)
 
     async def accuracy(questions: list[str], documents: list[list[Document]], golden: list[list[str]]) -> list[float | None]:
         answers = await gen.answer(questions, documents)

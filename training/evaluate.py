@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
-from searcher.errors import S3Error
+from s3core.errors import S3Error
 
 __all__ = ["heldout_rewards"]
 

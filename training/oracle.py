@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from searcher.types import QAExample
+from s3core.types import QAExample
 
 __all__ = ["gold_titles", "oracle_script"]
 

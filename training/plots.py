@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from searcher.errors import S3Error
+from s3core.errors import S3Error
 
 __all__ = ["format_trend", "plot_run", "reward_trend"]
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from searcher.types import QAExample, SearchResult, Trajectory
+from s3core.types import QAExample, SearchResult, Trajectory
 
 __all__ = [
     "REWARDS",
@@ -222,7 +222,7 @@ class RewardScorer:
         self.end_to_end = end_to_end
 
     def _baseline_for(self, examples: Sequence[QAExample]) -> list[float | None]:
-        from searcher.errors import S3Error
+        from s3core.errors import S3Error
 
         missing = [e.id for e in examples if e.id not in self.baseline]
         if missing:

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searcher.errors import S3Error
-from searcher.types import QAExample, SearchResult
+from s3core.errors import S3Error
+from s3core.types import QAExample, SearchResult
 
 __all__ = ["S3Trainer", "SearchR1Trainer", "export_policy", "make_trainer", "read_metrics"]
 

@@ -71,7 +71,7 @@ def prepare_demo_dataset(out: Path, cache: Path | None, n: int | None) -> tuple[
     cached BM25 index exists. Returns (dataset dir, index dir, questions)."""
     from s3.demo_data import demo_corpus_info, demo_questions
     from searcher.config import RetrieverConfig
-    from searcher.corpus import write_questions
+    from s3core.corpus import write_questions
     from searcher.retrieval import build_index
     from searcher.retrieval.store import MANIFEST
 
@@ -158,7 +158,7 @@ def _print_table(console: Any, methods: dict[str, dict[str, Any]]) -> None:
 def run_demo(args: argparse.Namespace, cfg: Any) -> int:
     from eval.harness import EvalOptions, build_run, run_eval, validate_options
     from eval.leaderboard import build_leaderboard, write_leaderboard
-    from searcher.errors import ConfigError
+    from s3core.errors import ConfigError
 
     console = _console()
     out = Path(args.out).resolve()

@@ -72,7 +72,7 @@ def _index_info(args: argparse.Namespace, cfg: Any) -> int:
 
 
 def _retrieve(args: argparse.Namespace, cfg: Any) -> int:
-    from searcher.errors import S3Error
+    from s3core.errors import S3Error
 
     if args.k is not None and args.k <= 0:
         raise S3Error(f"--k must be positive, got {args.k}")
@@ -110,8 +110,8 @@ def _retrieve_file(args: argparse.Namespace, retriever: Any) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from searcher.corpus import read_questions
-    from searcher.errors import IndexDirError, S3Error
+    from s3core.corpus import read_questions
+    from s3core.errors import IndexDirError, S3Error
     from searcher.retrieval import support_recall
 
     k = args.k or 10

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from searcher.errors import DataFormatError, S3Error
+from s3core.errors import DataFormatError, S3Error
 
 CONTEXTS_HELP = (
     'one JSON line per question: {"id", "question", "documents": [{"id","title","score","turn"}], "turns", '
@@ -190,7 +190,7 @@ def _search_file(args: argparse.Namespace, cfg: Any) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from searcher.corpus import read_questions
+    from s3core.corpus import read_questions
 
     questions = read_questions(args.questions)
     if args.limit is not None:

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from searcher.errors import S3Error
+from s3core.errors import S3Error
 
 
 class MissingExtraError(S3Error, ImportError):

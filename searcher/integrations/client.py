@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from searcher.errors import S3Error, ServiceError
+from s3core.errors import S3Error, ServiceError
 from searcher.service import SearchResponse, SearchSettings, run_search, summarize_result
 
 __all__ = ["LocalSearch", "SearchBackend", "SearchClient", "as_backend"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from searcher.errors import ConfigError
+from s3core.errors import ConfigError
 from searcher.policy.base import (
     Message,
     Policy,

@@ -107,7 +107,7 @@ class ChatTokenizerMixin:
 
     def encode_chat(self, messages: list[Message]) -> list[int]:
         if getattr(self.tokenizer, "chat_template", None) is None:
-            from searcher.errors import S3Error
+            from s3core.errors import S3Error
 
             raise S3Error(f"{self.name}: the tokenizer has no chat template; cannot build a chat prompt")
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from searcher.errors import ConfigError, ServiceError
+from s3core.errors import ConfigError, ServiceError
 from searcher.policy.base import Message, PolicyOutput, PolicyPrompt, TokenPrompt
 from searcher.policy.stopping import restore_stop
 
@@ -82,10 +82,10 @@ class LiteLLMPolicy:
             return self._completion
         if self.is_local:
             try:
-                from searcher.llm_local import register_local_provider
+                from s3core.llm_local import register_local_provider
             except ImportError as e:  # pragma: no cover - depends on the local extra
                 raise ConfigError(
-                    f"model {self.model} needs the offline provider (searcher.llm_local): install the 'local' extra ({e})"
+                    f"model {self.model} needs the offline provider (s3core.llm_local): install the 'local' extra ({e})"
                 ) from None
             register_local_provider()
         self._completion = litellm.completion

@@ -4,7 +4,7 @@
     policy = TransformersPolicy.load("runs/train1/checkpoint-20")   # a trained checkpoint (full or LoRA adapter)
     policy.enable_lora(r=8)                                          # wrap in a peft LoRA for training
 
-Offline GGUF models (searcher.local_models) are dequantized once with
+Offline GGUF models (s3core.local_models) are dequantized once with
 `AutoModelForCausalLM.from_pretrained(dir, gguf_file=f, quantization_config=GgufConfig(dequantize=True))`, saved as
 safetensors under `<model cache>/hf/<gguf sha256[:16]>/` (the 0.5B takes ~65 s once, then reloads in seconds).
 Generation is batched with left padding; the prompt prefix a batch shares (the s3 instruction) is computed once
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from searcher.errors import ConfigError, S3Error
+from s3core.errors import ConfigError, S3Error
 from searcher.policy.base import ChatTokenizerMixin, PolicyOutput, PolicyPrompt
 from searcher.policy.prefix_kv import (
     MIN_SHARED_PREFIX,
@@ -41,7 +41,7 @@ def _hf_cache_root() -> Path:
     env = os.environ.get("S3_HF_CACHE")
     if env:
         return Path(env).expanduser()
-    from searcher.local_models import model_dir
+    from s3core.local_models import model_dir
 
     return model_dir() / "hf"
 
@@ -51,7 +51,7 @@ def converted_gguf_dir(gguf_file: Path, sha256: str | None = None, cache_root: P
 
     The first call dequantizes the GGUF (GgufConfig(dequantize=True)); later calls return the cached directory.
     """
-    from searcher.local_models import file_sha256
+    from s3core.io import file_sha256
 
     gguf_file = Path(gguf_file)
     if not gguf_file.is_file():
@@ -120,7 +120,7 @@ def resolve_checkpoint(spec: str) -> Path | str:
         hint = f"; {p.parent} holds: {', '.join(near[:12])}" if near else ""
         raise S3Error(f"no checkpoint at {spec!r}: no such directory{hint}")
     name = spec.split("/", 1)[1] if spec.startswith("local/") else spec
-    from searcher.local_models import MODELS, gguf_path, resolve_name
+    from s3core.local_models import MODELS, gguf_path, resolve_name
 
     try:
         model = resolve_name(name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from searcher.errors import ConfigError
+from s3core.errors import ConfigError
 from searcher.policy.base import ChatTokenizerMixin, PolicyOutput, PolicyPrompt
 from searcher.policy.stopping import truncate_token_ids
 

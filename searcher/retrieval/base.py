@@ -21,8 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from searcher.errors import IndexDirError, RetrievalError
-from searcher.types import Document
+from s3core.errors import IndexDirError, RetrievalError
+from s3core.types import Document
 
 
 @runtime_checkable

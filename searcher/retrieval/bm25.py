@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from searcher.config import BM25Config
-from searcher.errors import ConfigError
+from s3core.errors import ConfigError
 from searcher.retrieval.base import IndexedRetriever, top_k_rows
 from searcher.retrieval.store import DocStore, IndexManifest
-from searcher.types import Document
+from s3core.types import Document
 
 SUBDIR = "bm25"
 

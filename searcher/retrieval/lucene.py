@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from searcher.config import LuceneConfig
-from searcher.errors import IndexDirError, RetrievalError
+from s3core.errors import IndexDirError, RetrievalError
 from searcher.retrieval.base import IndexedRetriever, check_k, check_queries
 from searcher.retrieval.lucene_env import import_pyserini_lucene
 from searcher.retrieval.store import DocStore, IndexManifest
-from searcher.types import Document
+from s3core.types import Document
 
 SUBDIR = "lucene"
 

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from searcher.errors import ConfigError
+from s3core.errors import ConfigError
 
 _DROP_JVM_OPTIONS = ("--add-modules=jdk.incubator.vector",)
 _LOCK = threading.Lock()

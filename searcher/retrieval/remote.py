@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 
 from searcher.config import RemoteConfig
-from searcher.errors import RetrievalError
+from s3core.errors import RetrievalError
 from searcher.retrieval.base import check_k, check_queries
-from searcher.types import Document
+from s3core.types import Document
 
 
 class RemoteRetriever:

@@ -24,9 +24,9 @@ from pydantic import BaseModel, Field
 
 from searcher.batching import MicroBatcher
 from searcher.config import ServiceConfig
-from searcher.errors import RetrievalError
+from s3core.errors import RetrievalError
 from searcher.retrieval.base import Retriever
-from searcher.types import Document
+from s3core.types import Document
 
 
 class RetrieveRequest(BaseModel):

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from searcher.corpus import file_sha256
-from searcher.errors import IndexDirError, RetrievalError
-from searcher.types import Document, construct_trusted
+from s3core.io import file_sha256
+from s3core.errors import IndexDirError, RetrievalError
+from s3core.types import Document, construct_trusted
 
 MANIFEST = "index.json"
 DOCS = "docs.jsonl"

@@ -28,7 +28,7 @@ def hotpot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, list
     if not DATA.is_file():
         pytest.skip(f"shared data missing: {DATA}")
     from eval.datasets import load
-    from searcher.corpus import write_corpus
+    from s3core.corpus import write_corpus
     from searcher.retrieval import build_index, load_retriever
 
     corpus, questions = load("hotpotqa", [DATA])
@@ -62,7 +62,7 @@ def _runs(mask: list[int]) -> list[tuple[int, int, int]]:
 
 def test_transformers_policy_masks_match_real_tokenization(hotpot: tuple[Any, list[Any]]) -> None:
     pytest.importorskip("transformers")
-    from searcher.local_models import is_installed
+    from s3core.local_models import is_installed
     from searcher.policy.transformers_policy import TransformersPolicy
 
     if not is_installed("smollm2-135m-instruct"):
@@ -127,7 +127,7 @@ def test_transformers_policy_masks_match_real_tokenization(hotpot: tuple[Any, li
 
 def test_litellm_local_provider_runs_one_question(hotpot: tuple[Any, list[Any]]) -> None:
     pytest.importorskip("llama_cpp")
-    from searcher.local_models import is_installed
+    from s3core.local_models import is_installed
     from searcher.policy.litellm_policy import LiteLLMPolicy
 
     if not is_installed("smollm2-135m-instruct"):

@@ -18,7 +18,7 @@ import pytest
 from eval.datasets import load, load_prepared
 from eval.metrics import span_check
 from s3.cli import main
-from searcher.corpus import iter_corpus
+from s3core.corpus import iter_corpus
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,9 @@ from s3.demo_data import (
     load_demo_questions,
     normalize_answer,
 )
-from searcher.corpus import file_sha256, read_corpus, read_questions
-from searcher.types import Document, QAExample
+from s3core.corpus import read_corpus, read_questions
+from s3core.io import file_sha256
+from s3core.types import Document, QAExample
 
 pytestmark = pytest.mark.integration
 

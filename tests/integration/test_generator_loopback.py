@@ -10,7 +10,7 @@ import pytest
 
 from generator_adapters import Generator, GeneratorConfig, Judge, JudgeConfig
 from generator_adapters.testing import FakeLLMServer
-from searcher.types import Document
+from s3core.types import Document
 
 pytestmark = pytest.mark.integration
 
@@ -123,7 +123,7 @@ def test_client_processes_keep_order_accounting_and_cache(tmp_path: Path) -> Non
 
 
 def test_client_processes_refuse_local_models() -> None:
-    from searcher.errors import ConfigError
+    from s3core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="processes = 2 cannot be used with a local/ model"):
         Generator(GeneratorConfig(model="local/smollm2-135m-instruct", processes=2, cache_path=None))

@@ -98,7 +98,7 @@ def test_llamaindex_query_engine(via: str, real_searcher: Any, live_server: Any)
 
 
 def test_http_client_errors_are_clear(live_server: Any) -> None:
-    from searcher.errors import S3Error, ServiceError
+    from s3core.errors import S3Error, ServiceError
     from searcher.integrations.client import SearchClient
     from searcher.integrations.langchain import S3Retriever
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from searcher.config import RetrieverConfig
-from searcher.errors import RetrievalError
+from s3core.errors import RetrievalError
 from searcher.retrieval import build_index, load_retriever
 
 pytestmark = pytest.mark.integration

@@ -18,9 +18,10 @@ import pytest
 
 from eval.datasets import prepare
 from searcher.config import RetrieverConfig
-from searcher.corpus import file_sha256, read_questions
+from s3core.corpus import read_questions
+from s3core.io import file_sha256
 from searcher.retrieval import build_index, load_retriever, support_recall
-from searcher.types import QAExample
+from s3core.types import QAExample
 
 pytestmark = pytest.mark.integration
 

@@ -107,7 +107,7 @@ def test_remote_client_reports_a_dead_server_after_retries() -> None:
     import socket
 
     from searcher.config import RemoteConfig
-    from searcher.errors import RetrievalError
+    from s3core.errors import RetrievalError
     from searcher.retrieval.remote import RemoteRetriever
 
     with socket.socket() as s:  # a port nobody listens on

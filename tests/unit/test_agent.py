@@ -9,10 +9,10 @@ import pytest
 
 from searcher.agent import S3Searcher, SearchR1Agent, admission_stats
 from searcher.config import SearcherConfig
-from searcher.errors import ConfigError, S3Error
+from s3core.errors import ConfigError, S3Error
 from searcher.policy import PolicyOutput, ScriptedPolicy
 from searcher.policy.base import PolicyPrompt
-from searcher.types import Document, QAExample
+from s3core.types import Document, QAExample
 
 
 class TinyRetriever:
@@ -309,7 +309,7 @@ def test_step_draft_has_exactly_the_search_step_fields() -> None:
     import dataclasses
 
     from searcher.agent import _Step
-    from searcher.types import SearchStep
+    from s3core.types import SearchStep
 
     assert [f.name for f in dataclasses.fields(_Step)] == list(SearchStep.model_fields)
     full = _Step(turn=2, query="q", retrieved_ids=["a"], selected_ids=["a"], selection_fallback=True,
@@ -324,7 +324,7 @@ def test_step_draft_has_exactly_the_search_step_fields() -> None:
 
 
 def test_results_are_valid_search_results_and_rerendering_windows_uses_the_line_cache() -> None:
-    from searcher.types import SearchResult
+    from s3core.types import SearchResult
 
     def script(prompt: str, _: int) -> str:
         return "<important_info>[1]</important_info><search_complete>False</search_complete><query>alpha</query>"

@@ -9,8 +9,8 @@ import pytest
 
 from s3.config import S3Config, load_config
 from s3.configdoc import render_markdown, render_toml
-from searcher.configbase import parse_override
-from searcher.errors import ConfigError
+from s3core.configbase import parse_override
+from s3core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,8 +69,8 @@ def test_llm_cache_paths_resolve_against_config_file(tmp_path: Path) -> None:
     cfgfile.parent.mkdir()
     cfgfile.write_text('[generator]\ncache_path = "../c.sqlite"\n[judge]\ncache_path = "/abs/j.sqlite"\n')
     cfg = load_config(cfgfile)
-    assert cfg.llm_section("generator").cache_path == str(cfgfile.parent / "../c.sqlite")
-    assert cfg.llm_section("judge").cache_path == "/abs/j.sqlite"
+    assert cfg.generator_resolved.cache_path == str(cfgfile.parent / "../c.sqlite")
+    assert cfg.judge_resolved.cache_path == "/abs/j.sqlite"
     assert cfg.generator.cache_path == "../c.sqlite"  # the loaded config itself is unchanged
 
 

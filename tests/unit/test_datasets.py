@@ -23,8 +23,8 @@ from eval.datasets import (
     read_flashrag_corpus,
     read_hipporag_corpus,
 )
-from searcher.corpus import read_corpus, read_questions
-from searcher.errors import DataFormatError
+from s3core.corpus import read_corpus, read_questions
+from s3core.errors import DataFormatError
 
 # one HotpotQA question in the original layout (with an extra field to ignore)
 HOTPOT_ORIGINAL: dict[str, Any] = {

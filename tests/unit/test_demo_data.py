@@ -21,8 +21,8 @@ from s3.demo_data import (
     load_demo_questions,
     normalize_answer,
 )
-from searcher.corpus import read_corpus
-from searcher.types import Document
+from s3core.corpus import read_corpus
+from s3core.types import Document
 
 
 def _write_source(path: Path, records: dict[str, dict[str, str]]) -> Path:

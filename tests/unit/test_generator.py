@@ -8,8 +8,8 @@ import pytest
 
 from generator_adapters import Generator, GeneratorConfig, Judge, JudgeConfig, parse_yes_no
 from generator_adapters.prompts import prompt_hash
-from searcher.errors import ConfigError, S3Error
-from searcher.types import Document
+from s3core.errors import ConfigError, S3Error
+from s3core.types import Document
 
 DOCS = [Document(id="a", title="Earthship", text="A passive solar house."), Document(id="b", title="Garbage Warrior", text="A 2007 film.")]
 

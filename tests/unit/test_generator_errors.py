@@ -150,7 +150,7 @@ def test_our_own_deadline_is_a_timeout() -> None:
 
 
 def test_key_comes_from_env_only(monkeypatch) -> None:
-    from searcher.errors import ConfigError
+    from s3core.errors import ConfigError
 
     cfg = GeneratorConfig(model="openai/fake", api_key_env="S3_TEST_KEY_XYZ", cache_path=None)
     monkeypatch.delenv("S3_TEST_KEY_XYZ", raising=False)

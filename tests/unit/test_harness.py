@@ -26,8 +26,8 @@ from eval.harness import (
     summarize,
     validate_options,
 )
-from searcher.errors import ConfigError, DataFormatError
-from searcher.types import Document, QAExample
+from s3core.errors import ConfigError, DataFormatError
+from s3core.types import Document, QAExample
 
 GOLD = {f"q{i}": f"answer{i}" for i in range(7)}
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from eval.leaderboard import LeaderboardError, build_leaderboard, write_leaderboard
-from searcher.errors import DataFormatError
+from s3core.errors import DataFormatError
 
 
 def write_run(root: Path, gen: str, method: str, ds: str, genacc: float, em: float, *, k: int = 3,

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from searcher.protocol import build_s3_prompt, information_observation, parse_s3_reply, render_information
-from searcher.types import Document, QAExample
+from s3core.types import Document, QAExample
 from training.oracle import gold_titles, oracle_script
 
 Q = "Who directed the film about the inventor of the Earthship?"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from searcher.config import SearcherConfig
-from searcher.errors import ConfigError
+from s3core.errors import ConfigError
 from searcher.policy import PolicyOutput, ScriptedPolicy, TokenPrompt, load_policy, uses_token_ids
 from searcher.policy.litellm_policy import LiteLLMPolicy
 from searcher.policy.stopping import find_stop, restore_stop, truncate_text, truncate_token_ids
@@ -211,7 +211,7 @@ def test_scripted_policy_delay_is_the_whole_call_not_added_to_the_script(monkeyp
 def test_litellm_fatal_errors_raise_one_clear_service_error() -> None:
     import litellm
 
-    from searcher.errors import ServiceError
+    from s3core.errors import ServiceError
 
     def completion(**kw: Any) -> Any:
         raise litellm.exceptions.AuthenticationError(message="bad key", llm_provider="openai", model="openai/m")
@@ -221,7 +221,7 @@ def test_litellm_fatal_errors_raise_one_clear_service_error() -> None:
 
 
 def test_a_missing_checkpoint_path_is_a_clear_error_not_a_hub_lookup(tmp_path: Path) -> None:
-    from searcher.errors import S3Error
+    from s3core.errors import S3Error
     from searcher.policy.transformers_policy import resolve_checkpoint
 
     ckpts = tmp_path / "run" / "checkpoints"

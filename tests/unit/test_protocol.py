@@ -18,7 +18,7 @@ from searcher.protocol import (
     render_information,
     truncate_words,
 )
-from searcher.types import Document
+from s3core.types import Document
 
 DOCS = [
     Document(id="d1", title="Earthship", text="An Earthship is a type of passive solar house made of tires."),

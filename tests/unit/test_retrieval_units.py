@@ -12,10 +12,10 @@ import pytest
 
 from searcher.batching import MicroBatcher
 from searcher.config import RemoteConfig, ServiceConfig
-from searcher.errors import RetrievalError
+from s3core.errors import RetrievalError
 from searcher.retrieval import check_k, check_queries, support_recall, top_k_rows
 from searcher.retrieval.remote import RemoteRetriever
-from searcher.types import Document
+from s3core.types import Document
 
 # ---------------------------------------------------------------- validation
 

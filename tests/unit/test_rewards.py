@@ -9,8 +9,8 @@ import math
 import pytest
 
 import training.rewards as rw
-from searcher.errors import S3Error
-from searcher.types import Document, QAExample, SearchResult, SearchStep, Trajectory
+from s3core.errors import S3Error
+from s3core.types import Document, QAExample, SearchResult, SearchStep, Trajectory
 
 
 def test_doctests() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from searcher.config import SearcherConfig, ServiceConfig
-from searcher.errors import DataFormatError, RetrievalError, S3Error
+from s3core.errors import DataFormatError, RetrievalError, S3Error
 from searcher.service import (
     SearchRequest,
     SearchSettings,
@@ -25,7 +25,7 @@ from searcher.service import (
     summarize_result,
     with_settings,
 )
-from searcher.types import Document, SearchResult, SearchStep
+from s3core.types import Document, SearchResult, SearchStep
 
 
 def _doc(i: str, score: float = 1.0) -> Document:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from searcher.errors import S3Error
-from searcher.types import QAExample
+from s3core.errors import S3Error
+from s3core.types import QAExample
 
 
 def _fake_trainer(n: int, batch: int, seed: int = 0) -> SimpleNamespace:
@@ -98,7 +98,7 @@ def test_cli_registers_training_commands() -> None:
 
 def test_config_checks() -> None:
     from s3.config import load_config
-    from searcher.errors import ConfigError
+    from s3core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="group_size >= 2"):
         load_config(None, ["training.algorithm=grpo", "training.group_size=1"])
@@ -118,7 +118,7 @@ def _tiny_llama(**over: int) -> Any:
 
 def test_forward_on_response_positions_matches_a_full_forward() -> None:
     torch = pytest.importorskip("torch")
-    from searcher.types import SearchResult, Trajectory
+    from s3core.types import SearchResult, Trajectory
     from training.algorithms import gather_logprobs
     from training.trainer import S3Trainer
 
@@ -160,7 +160,7 @@ def test_shared_prefix_forward_equals_the_plain_forward_in_values_and_gradients(
     """training.share_prefix: the 40 tokens all rows share are computed once (batch 1) and every row continues from
     their KV cache; log-probs, hidden states and every parameter's gradient equal those of the plain forward."""
     torch = pytest.importorskip("torch")
-    from searcher.types import SearchResult, Trajectory
+    from s3core.types import SearchResult, Trajectory
     from training.trainer import S3Trainer
 
     model = _tiny_llama(vocab_size=60, num_hidden_layers=2, num_key_value_heads=1, max_position_embeddings=128)
@@ -200,7 +200,7 @@ def test_shared_prefix_forward_equals_the_plain_forward_in_values_and_gradients(
 @pytest.mark.parametrize("drop", [False, True])
 def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool) -> None:
     torch = pytest.importorskip("torch")
-    from searcher.types import SearchResult, Trajectory
+    from s3core.types import SearchResult, Trajectory
     from training.trainer import S3Trainer
 
     model = _tiny_llama()

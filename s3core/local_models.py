@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searcher.errors import S3Error
+from s3core.errors import S3Error
+from s3core.io import file_sha256
 
 __all__ = [
     "MODELS",
@@ -34,7 +35,6 @@ __all__ = [
     "ModelIntegrityError",
     "ModelNotInstalledError",
     "chat_template",
-    "file_sha256",
     "gguf_metadata",
     "gguf_path",
     "is_installed",
@@ -139,14 +139,6 @@ def model_dir() -> Path:
     """The cache folder for joined GGUF files: $S3_MODEL_DIR or ~/.cache/s3/models."""
     env = os.environ.get("S3_MODEL_DIR")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "s3" / "models"
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _part_number(path: Path) -> int:

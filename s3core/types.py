@@ -1,7 +1,7 @@
 """Typed records shared by every layer: documents, QA examples, search steps, results, trajectories.
 
-These are the stable data contracts of the toolkit. `searcher` owns them because it is the lowest layer:
-generator adapters, evaluation and training all import from here, never the other way round.
+These are the stable data contracts of the toolkit. They live in `s3core`, below every package: the searcher,
+data preparation, generator adapters, evaluation and training all import from here, never the other way round.
 """
 
 from __future__ import annotations

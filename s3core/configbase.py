@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from searcher.errors import ConfigError
+from s3core.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -1,0 +1,1 @@
+"""Data preparation: raw benchmark formats -> the FlashRAG-shaped questions + corpus every other flow reads."""

@@ -1,0 +1,191 @@
+"""File helpers every layer shares: jsonl with line numbers, append-and-resume logs, sha256, atomic writes.
+
+One implementation each, so "what happens to a line torn by a kill" has one answer everywhere:
+
+- `iter_jsonl` / `read_jsonl`: strict readers. A malformed line is a `DataFormatError` naming `path:line`;
+  with `torn_tail="skip"` an unparseable *last* line (a write cut short by a kill) is passed over instead.
+- `read_log_jsonl`: lenient reader for logs a person may also append to (metrics.jsonl): complete object lines only.
+- `repair_tail` + `append_jsonl`: the append-and-resume pair. Before appending to a file another run may have been
+  killed while writing, cut its partial last line; each append is one write followed by fsync.
+- `file_sha256`, `text_sha256`, `write_json_atomic`, `write_jsonl_atomic`, `write_text_atomic`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from s3core.errors import DataFormatError
+
+JsonObject = dict[str, Any]  # a parsed JSON object: its values are JSON, typed at the point of use
+
+_CHUNK = 1 << 20
+
+
+# ----------------------------------------------------------------------------------------------- reading
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str, bool, bool]]:
+    """(lineno, text, complete, is_last) per line, streamed with one line of look-ahead; a line is incomplete when
+    it is the last one and the file lacks a final newline."""
+    with path.open("rb") as fh:
+        prev: bytes | None = None
+        lineno = 0
+        for raw in fh:
+            if prev is not None:
+                yield lineno, prev.decode("utf-8", errors="replace"), True, False
+            prev = raw
+            lineno += 1
+        if prev is not None:
+            complete = prev.endswith(b"\n")
+            yield lineno, prev.decode("utf-8", errors="replace").rstrip("\n"), complete, True
+
+
+def iter_jsonl(
+    path: str | Path, *, torn_tail: Literal["error", "skip"] = "error", what: str = "a JSON object"
+) -> Iterator[tuple[int, JsonObject]]:
+    """(lineno, object) for each non-blank line of a jsonl file.
+
+    A line that is not a JSON object is a DataFormatError naming the file and line. With `torn_tail="skip"` the last
+    line is dropped when it has no final newline or does not parse (a write cut short by a kill): resumable files.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataFormatError(f"file not found: {p}")
+    for lineno, text, complete, is_last in _lines(p):
+        if not text.strip():
+            continue
+        if torn_tail == "skip" and is_last and not complete:
+            return
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            if torn_tail == "skip" and is_last:
+                return
+            raise DataFormatError(f"{p}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise DataFormatError(f"{p}:{lineno}: expected {what}, got {type(obj).__name__}")
+        yield lineno, obj
+
+
+def read_jsonl(path: str | Path, *, torn_tail: Literal["error", "skip"] = "error") -> list[JsonObject]:
+    """Every object of a jsonl file (see `iter_jsonl`)."""
+    return [obj for _, obj in iter_jsonl(path, torn_tail=torn_tail)]
+
+
+def read_log_jsonl(path: str | Path) -> list[JsonObject]:
+    """Every complete JSON-object line of a log file; anything else (a torn or hand-edited line) is passed over."""
+    p = Path(path)
+    out: list[JsonObject] = []
+    if not p.is_file():
+        return out
+    for _, text, complete, _last in _lines(p):
+        if not complete or not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def latest_by_id(path: str | Path, *, what: str = "row") -> dict[str, JsonObject]:
+    """The final view of an append-only jsonl log keyed by "id": the latest row per id (a torn last line is skipped,
+    a broken line elsewhere or a row without an id is an error naming it). A missing file is empty."""
+    p = Path(path)
+    latest: dict[str, JsonObject] = {}
+    if not p.is_file():
+        return latest
+    for lineno, row in iter_jsonl(p, torn_tail="skip", what=f"a {what}"):
+        if "id" not in row:
+            raise DataFormatError(f"{p}:{lineno}: a {what} needs an 'id'")
+        latest[str(row["id"])] = row
+    return latest
+
+
+# ----------------------------------------------------------------------------------------------- appending
+
+
+def repair_tail(path: str | Path) -> int:
+    """Cut a partial last line (left by a kill mid-write) so appends start on a fresh line. Returns bytes cut."""
+    p = Path(path)
+    if not p.is_file():
+        return 0
+    size = p.stat().st_size
+    if size == 0:
+        return 0
+    with p.open("rb+") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return 0
+        pos, keep = size, 0
+        while pos > 0:
+            start = max(0, pos - (1 << 16))
+            fh.seek(start)
+            j = fh.read(pos - start).rfind(b"\n")
+            if j >= 0:
+                keep = start + j + 1
+                break
+            pos = start
+        fh.truncate(keep)
+        fh.flush()
+        os.fsync(fh.fileno())
+        return size - keep
+
+
+def append_jsonl(path: str | Path, rows: Sequence[JsonObject]) -> None:
+    """Append rows as one write, then flush + fsync: a batch is on disk before the next one starts."""
+    if not rows:
+        return
+    payload = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+    with Path(path).open("ab") as fh:
+        fh.write(payload)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+# ----------------------------------------------------------------------------------------------- hashing
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        while block := fh.read(_CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------- atomic writes
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write through a temporary sibling, fsync, rename: readers see the old file or the new one, never half."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, p)
+
+
+def write_json_atomic(path: str | Path, obj: object) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_jsonl_atomic(path: str | Path, rows: Iterable[JsonObject]) -> int:
+    """Write rows as jsonl atomically; returns the count."""
+    lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in rows]
+    write_text_atomic(path, "".join(lines))
+    return len(lines)
