@@ -65,9 +65,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from eval.datasets import load
-    from searcher.agent import S3Searcher
-    from searcher.config import RetrieverConfig, SearcherConfig
     from s3core.corpus import write_corpus
+    from searcher.build import build_searcher
+    from searcher.config import RetrieverConfig, SearcherConfig
     from searcher.heap import freeze_loaded_heap
     from searcher.policy import ScriptedPolicy
     from searcher.retrieval import build_index, load_retriever
@@ -80,14 +80,14 @@ def main() -> int:
         retriever = load_retriever(RetrieverConfig(), index)
         qs = [q.question for q in questions][: args.questions]
         frozen = 0 if args.no_freeze else freeze_loaded_heap()  # what s3 serve does once its index is loaded
-        cfg = SearcherConfig(profile="paper", k=8, max_select=3, max_turns=3)
+        cfg = SearcherConfig(k=8, max_select=3, max_turns=3)  # the paper's 8-3-3
         rows = []
         t_before = cpu_times()
         for b in [int(x) for x in args.batches.split(",")]:
             runs = []
             for _ in range(args.repeats):
                 policy = ScriptedPolicy(script, delay_s=args.delay_ms / 1000, max_batch=b)
-                searcher = S3Searcher(policy, retriever, cfg, k0=3)
+                searcher = build_searcher(cfg, retriever, policy, k0=3)
                 res = searcher.search(qs)
                 st = searcher.last_stats
                 assert all(r.turns == 2 for r in res), "every question should use 2 searches + the final reply"

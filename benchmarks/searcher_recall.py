@@ -1,7 +1,7 @@
 """Support recall of the untrained s3 searcher (offline 0.5B model through litellm) on HotpotQA dev vs naive RAG.
 
-    nice -n 10 .venv/bin/python benchmarks/searcher_recall.py --n 100 --profile cpu
-    nice -n 10 .venv/bin/python benchmarks/searcher_recall.py --n 100 --profile paper --out /work/runs/searcher_recall_paper
+    nice -n 10 .venv/bin/python benchmarks/searcher_recall.py --n 100 --preset cpu
+    nice -n 10 .venv/bin/python benchmarks/searcher_recall.py --n 100 --preset paper --out /work/runs/searcher_recall_paper
 
 Builds (once) a bm25s index over the paragraphs of ../shared/data/hotpotqa_dev500 under --out (never in the repo),
 runs the searcher question by question (resumable: finished questions are read back from contexts.jsonl) and
@@ -42,8 +42,8 @@ def _data_file() -> Path:
 
 def prepare(out: Path) -> tuple[Any, list[Any]]:
     from eval.datasets import load
-    from searcher.config import RetrieverConfig
     from s3core.corpus import write_corpus
+    from searcher.config import RetrieverConfig
     from searcher.retrieval import build_index, load_retriever
 
     corpus, questions = load("hotpotqa", [_data_file()])
@@ -89,25 +89,27 @@ def measure_speed(model: str) -> dict[str, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=100, help="questions (the first n of the file)")
-    ap.add_argument("--profile", choices=["cpu", "paper"], default="cpu")
+    ap.add_argument("--preset", choices=["cpu", "paper"], default="cpu", help="cpu = configs/cpu.toml; paper = the defaults")
     ap.add_argument("--model", default="local/qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--out", type=Path, default=None, help="run folder (default /work/runs/searcher_recall_<profile>)")
+    ap.add_argument("--out", type=Path, default=None, help="run folder (default /work/runs/searcher_recall_<preset>)")
     ap.add_argument("--index-dir", type=Path, default=None, help="share a bm25 index folder between runs")
-    ap.add_argument("--set", action="append", default=[], help="extra searcher overrides key=value (e.g. cpu_k=3)")
+    ap.add_argument("--set", action="append", default=[], help="extra searcher overrides key=value (e.g. k=3)")
     ap.add_argument("--summary-only", action="store_true", help="recompute summary.json from contexts.jsonl")
     args = ap.parse_args()
 
-    from searcher.agent import S3Searcher, admission_stats
-    from searcher.config import SearcherConfig
+    from s3.config import preset_section
     from s3core.configbase import parse_override
-    from searcher.policy.litellm_policy import LiteLLMPolicy
     from s3core.types import SearchResult
+    from searcher.agent import admission_stats
+    from searcher.build import build_searcher
+    from searcher.config import SearcherConfig
+    from searcher.policy.litellm_policy import LiteLLMPolicy
 
-    out: Path = args.out or Path(f"/work/runs/searcher_recall_{args.profile}")
+    out: Path = args.out or Path(f"/work/runs/searcher_recall_{args.preset}")
     out.mkdir(parents=True, exist_ok=True)
     retriever, questions = prepare(args.index_dir or out)
     questions = [q for q in questions if q.supporting_ids][: args.n]
-    overrides: dict[str, Any] = {"profile": args.profile, "model": args.model}
+    overrides: dict[str, Any] = {**(preset_section("cpu", "searcher") if args.preset == "cpu" else {}), "model": args.model}
     for item in args.set:
         path, value = parse_override(item)
         overrides[path[-1]] = value
@@ -125,10 +127,10 @@ def main() -> int:
         speed_file.write_text(json.dumps(speed, indent=1) + "\n")
         print("llama.cpp speed:", speed, flush=True)
     if not args.summary_only:
-        searcher = S3Searcher(LiteLLMPolicy(args.model), retriever, cfg, k0=3)
+        searcher = build_searcher(cfg, retriever, LiteLLMPolicy(args.model), k0=3)
         todo = [q for q in questions if q.id not in done]
-        print(f"{len(done)} done, {len(todo)} to go; cfg k={cfg.effective_k} turns={cfg.effective_max_turns} "
-              f"budget={cfg.effective_doc_token_budget} cap={cfg.max_contexts}", flush=True)
+        print(f"{len(done)} done, {len(todo)} to go; cfg k={cfg.k} turns={cfg.max_turns} "
+              f"budget={cfg.doc_token_budget} cap={cfg.max_contexts}", flush=True)
         with contexts.open("a") as fh:
             for _i, q in enumerate(todo):
                 res: SearchResult = searcher.search([q])[0]
@@ -171,7 +173,7 @@ def main() -> int:
     summary = {
         "questions": len(rows),
         "model": args.model,
-        "profile": args.profile,
+        "preset": args.preset,
         "searcher": cfg.model_dump(),
         "max_contexts": cfg.max_contexts,
         "support_recall_s3": round(statistics.mean(s3), 4),
@@ -189,7 +191,7 @@ def main() -> int:
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print()
-    print(f"| method (n={len(rows)}, {args.profile} profile) | support recall | ratio vs top-3 | mean docs |")
+    print(f"| method (n={len(rows)}, {args.preset} preset) | support recall | ratio vs top-3 | mean docs |")
     print("| --- | --- | --- | --- |")
     base = summary["support_recall_naive_top3"] or 1e-9
     for name, val, docs in [

@@ -75,10 +75,10 @@ def main() -> int:
     args = ap.parse_args()
 
     from s3.config import S3Config
-    from searcher.agent import S3Searcher
     from s3core.corpus import read_questions
+    from searcher.build import build_retriever, build_searcher
     from searcher.policy import ScriptedPolicy
-    from searcher.retrieval import build_index, load_retriever
+    from searcher.retrieval import build_index
     from searcher.service import create_search_app
 
     questions = [q.question for q in read_questions(DATA / "nq_test_quickstart.jsonl")][: args.requests]
@@ -92,8 +92,8 @@ def main() -> int:
                 "service": {"batch_window_ms": window_ms, "max_batch": max_batch},
             })
             policy = ScriptedPolicy(script, delay_s=args.delay_ms / 1000)
-            searcher = S3Searcher(policy, load_retriever(cfg.retriever, index), cfg.searcher, k0=3)
-            app = create_search_app(searcher, searcher.retriever, cfg)
+            searcher = build_searcher(cfg.searcher, build_retriever(cfg.retriever, index), policy, k0=3)
+            app = create_search_app(searcher, searcher.retriever, cfg.service, searcher_cfg=cfg.searcher)
             server, th, url = run_server(app)
             try:
                 asyncio.run(fire(url, questions[:4]))  # warm-up

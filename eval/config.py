@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, overload
 
 from pydantic import Field
 
@@ -39,6 +39,10 @@ class EvalSettings(Protocol):
     def judge_resolved(self) -> JudgeConfig:
         """[judge] with its cache_path resolved against the config file's folder."""
         ...
+    @overload
+    def resolve(self, path: str | Path) -> Path: ...
+    @overload
+    def resolve(self, path: None) -> None: ...
     def resolve(self, path: str | Path | None) -> Path | None:
         """A path from the config, resolved against the config file's folder."""
         ...

@@ -33,7 +33,6 @@ __all__ = [
     "render_answer_prompt",
     "render_context",
     "render_judge_prompt",
-    "render_no_context_prompt",
     "resolve_template",
 ]
 
@@ -97,11 +96,6 @@ def render_context(documents: Sequence[Document]) -> str:
 def render_answer_prompt(setting: str, question: str, context: str) -> str:
     template = resolve_template(setting, ANSWER_PROMPTS, {"context", "question"}, "answer")
     return template.format(context=context, question=question)
-
-
-def render_no_context_prompt(setting: str, question: str) -> str:
-    template = resolve_template(setting, NO_CONTEXT_PROMPTS, {"question"}, "no-context")
-    return template.format(question=question)
 
 
 def render_judge_prompt(setting: str, response: str, golden_answers: Sequence[str]) -> str:

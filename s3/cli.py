@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "s3.commands.data",
     "s3.commands.retrieval",
     "s3.commands.search",
+    "s3.commands.serve",
     "s3.commands.evaluate",
     "s3.commands.train",
     "s3.commands.demo",
@@ -30,7 +31,11 @@ COMMAND_MODULES = [
 
 def _common_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", default=None, help="config file (default: ./config.toml, else built-in defaults)")
+    common.add_argument(
+        "--config", action="append", default=None, metavar="FILE",
+        help="config file, or a preset name from configs/ (repeatable: later files win; default ./config.toml, "
+        "else the built-in defaults), e.g. --config cpu --config mine.toml",
+    )
     common.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
         help="override one config value (repeatable), e.g. --set searcher.max_turns=2",
@@ -43,13 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     common = _common_parser()
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:  # command module not written yet
-                continue
-            raise
-        module.register(sub, common)
+        importlib.import_module(name).register(sub, common)
     return parser
 
 

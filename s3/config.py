@@ -2,20 +2,26 @@
 
     cfg = load_config("config.toml", ["searcher.max_turns=2", "generator.model=openai/gpt-4o-mini"])
 
-Relative paths inside the file are resolved against the file's folder (`cfg.resolve(cfg.retriever.index)`).
+Presets are config files (configs/cpu.toml); files layer in order, later wins, then `--set`:
+
+    cfg = load_config(["configs/cpu.toml", "mine.toml"], ["searcher.max_turns=1"])   # s3 --config cpu --config mine.toml
+
+Relative paths inside a file are resolved against that file's folder (`cfg.resolve(cfg.retriever.index)`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from pydantic import Field, PrivateAttr, model_validator
 
 from eval.config import EvalConfig
 from generator_adapters.config import GeneratorConfig, JudgeConfig
-from searcher.config import RetrieverConfig, SearcherConfig, ServiceConfig
 from s3core.configbase import Section, apply_overrides, build_model, load_toml
+from s3core.errors import ConfigError
+from searcher.config import RetrieverConfig, SearcherConfig, ServiceConfig
 from training.config import TrainingConfig
 
 DEFAULT_CONFIG_NAME = "config.toml"
@@ -31,13 +37,14 @@ class S3Config(Section):
     service: ServiceConfig = Field(default_factory=ServiceConfig)
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _explicit: frozenset[str] = PrivateAttr(default_factory=frozenset)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> S3Config:
         s = self.searcher
-        if s.max_select > s.effective_k:
+        if s.max_select > s.k:
             raise ValueError(
-                f"searcher.max_select={s.max_select} exceeds the per-turn k={s.effective_k}: lower max_select or raise k"
+                f"searcher.max_select={s.max_select} exceeds the per-turn k={s.k}: lower max_select or raise k"
             )
         return self
 
@@ -45,6 +52,16 @@ class S3Config(Section):
     def base_dir(self) -> Path:
         return self._base_dir
 
+    @property
+    def explicit_keys(self) -> frozenset[str]:
+        """Dotted keys the user set on purpose: in a --config file or with --set (not the implicit ./config.toml,
+        not the defaults). A trained searcher's recorded settings give way to these."""
+        return self._explicit
+
+    @overload
+    def resolve(self, path: str | Path) -> Path: ...
+    @overload
+    def resolve(self, path: None) -> None: ...
     def resolve(self, path: str | Path | None) -> Path | None:
         """Resolve a path from the config against the config file's folder (absolute paths pass through)."""
         if path is None:
@@ -66,19 +83,117 @@ class S3Config(Section):
         return j.model_copy(update={"cache_path": str(self.resolve(j.cache_path))}) if j.cache_path else j
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> S3Config:
-    """Load config.toml (or `path`), apply `--set` overrides, validate strictly.
+# Keys that hold paths. A config file's relative paths resolve against that file's folder: when several files are
+# layered, those of every file but the last are made absolute as the file is read (the last file's folder is the
+# config's base_dir, which also resolves --set values).
+PATH_KEYS = {
+    "retriever": ("index",),
+    "searcher": ("policy_path",),
+    "generator": ("cache_path",),
+    "judge": ("cache_path",),
+    "training": ("output_dir", "train_data"),
+    "eval": ("out_dir",),
+}
+# The project's presets: `--config cpu` is configs/cpu.toml (a source checkout, which is how s3 is installed).
+PRESET_DIR = Path(__file__).resolve().parents[1] / "configs"
 
-    With no path, ./config.toml is used when it exists, else the built-in defaults (which equal config.toml).
+
+def preset_path(name: str) -> Path:
+    """configs/NAME.toml, or a clear error listing the presets there."""
+    path = PRESET_DIR / f"{name}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in PRESET_DIR.glob("*.toml")) if PRESET_DIR.is_dir() else []
+        raise ConfigError(f"no preset {name!r} in {PRESET_DIR}" + (f"; presets: {', '.join(known)}" if known else ""))
+    return path
+
+
+def preset_section(name: str, section: str) -> dict[str, Any]:
+    """One section of a preset file as a dict (e.g. the demo applies the cpu preset's [searcher])."""
+    table = load_toml(preset_path(name)).get(section, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{preset_path(name)}: [{section}] is not a table")
+    return table
+
+
+def _config_file(item: str | Path) -> Path:
+    """A --config value: a file path, or the bare name of a preset in configs/ (`--config cpu`)."""
+    p = Path(item).expanduser()
+    if p.is_file() or p.suffix or "/" in str(item):
+        return p
+    return preset_path(str(item))
+
+
+def _absolutize_paths(data: dict[str, Any], base: Path) -> None:
+    for section, keys in PATH_KEYS.items():
+        table = data.get(section)
+        if not isinstance(table, dict):
+            continue
+        for key in keys:
+            value = table.get(key)
+            if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+                table[key] = str((base / value).resolve())
+    training = data.get("training")
+    if isinstance(training, dict) and isinstance(training.get("train_sources"), list):
+        fixed = []
+        for item in training["train_sources"]:
+            fmt, sep, raw = str(item).partition(":")
+            fixed.append(f"{fmt}:{(base / raw).resolve()}" if sep and raw and not Path(raw).is_absolute() else item)
+        training["train_sources"] = fixed
+
+
+def merge_tables(into: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge `layer` into `into` (tables merge key by key; any other value of the later layer wins)."""
+    for key, value in layer.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge_tables(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+def load_config(
+    path: str | Path | Sequence[str | Path] | None = None, overrides: list[str] | None = None
+) -> S3Config:
+    """Load config.toml (or the files in `path`, layered in order: later wins), apply `--set` overrides, validate.
+
+        load_config(["configs/cpu.toml", "mine.toml"], ["searcher.max_turns=1"])
+
+    With no path, ./config.toml is used when it exists, else the built-in defaults (which equal config.toml). A bare
+    name (`cpu`) is a preset in configs/.
     """
+    if path is None:
+        paths: list[str | Path] = [DEFAULT_CONFIG_NAME] if Path(DEFAULT_CONFIG_NAME).is_file() else []
+    elif isinstance(path, (str, Path)):
+        paths = [path]
+    else:
+        paths = list(path)
     data: dict[str, Any] = {}
+    explicit: set[str] = set()
     base = Path.cwd()
-    if path is None and Path(DEFAULT_CONFIG_NAME).is_file():
-        path = DEFAULT_CONFIG_NAME
-    if path is not None:
-        data = load_toml(path)
-        base = Path(path).resolve().parent
-    apply_overrides(data, overrides or [])
-    cfg = build_model(S3Config, data, where=f" in {path}" if path else "")
+    files = [_config_file(p) for p in paths]
+    for i, file in enumerate(files):
+        layer = load_toml(file)
+        base = file.resolve().parent
+        if path is not None:
+            explicit.update(_dotted_keys(layer))
+        if i < len(files) - 1:
+            _absolutize_paths(layer, base)
+        merge_tables(data, layer)
+    sets = apply_overrides({}, overrides or [])
+    explicit.update(_dotted_keys(sets))
+    merge_tables(data, sets)
+    where = f" in {', '.join(str(f) for f in files)}" if files else ""
+    cfg = build_model(S3Config, data, where=where)
     cfg._base_dir = base
+    cfg._explicit = frozenset(explicit)
     return cfg
+
+
+def _dotted_keys(table: dict[str, Any], prefix: str = "") -> set[str]:
+    out: set[str] = set()
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out |= _dotted_keys(value, f"{prefix}{key}.")
+        else:
+            out.add(f"{prefix}{key}")
+    return out

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from s3core.corpus import iter_corpus, write_corpus, write_questions
-from s3core.io import file_sha256
 from s3core.errors import S3Error
+from s3core.io import file_sha256
 from s3core.local_models import file_lock
 from s3core.types import Document, QAExample
 

@@ -55,9 +55,6 @@ class Document(BaseModel):
             title = title[1:-1]
         return cls(id=id, title=title, text=text.strip(), score=score)
 
-    def with_score(self, score: float | None) -> Document:
-        return self.model_copy(update={"score": score})
-
 
 class QAExample(BaseModel):
     """A question in the FlashRAG shape: {"id", "question", "golden_answers", "metadata"}.

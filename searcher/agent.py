@@ -26,8 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from searcher.config import SearcherConfig
 from s3core.errors import ConfigError, S3Error
+from s3core.types import Document, QAExample, SearchResult, SearchStep, Trajectory, construct_trusted
+from searcher.config import SearcherConfig
 from searcher.policy.base import Message, Policy, PolicyOutput, PolicyPrompt, TokenPrompt, uses_token_ids
 from searcher.protocol import (
     INFORMATION_CHAT_HEAD,
@@ -45,7 +46,6 @@ from searcher.protocol import (
     search_r1_invalid_observation,
     search_required_observation,
 )
-from s3core.types import Document, QAExample, SearchResult, SearchStep, Trajectory, construct_trusted
 
 __all__ = ["LoopStats", "S3Searcher", "SearchR1Agent", "SupportsSearch", "admission_stats"]
 
@@ -135,7 +135,7 @@ class S3Searcher:
 
     policy: any `Policy` (searcher.policy.load_policy(cfg) builds one from the config).
     retriever: anything with `search(queries: list[str], k: int) -> list[list[Document]]`.
-    cfg: the [searcher] section (profile, k, max_select, max_turns, doc budget, no_selection, sampling).
+    cfg: the [searcher] section (k, max_select, max_turns, doc budget, no_selection, sampling).
     k0: begin-with-search depth; must equal the naive-RAG k (retriever.k, 3) so that GBR compares like with like.
     count_tokens: token counter for the per-document budget (default: whitespace words; token policies use their
         tokenizer).
@@ -188,18 +188,18 @@ class S3Searcher:
         instead of once per reply or window (the service may swap `cfg` between searches, so never only once)."""
         self._cap = self.max_contexts
         self._max_select = self.cfg.max_select
-        budget = self.cfg.effective_doc_token_budget
+        budget = self.cfg.doc_token_budget
         # whole passages (no budget) are written straight from the documents: no cache (render_information)
         self._lines = (budget, self._line_cache(budget) if budget is not None else None)
 
     # ------------------------------------------------------------------------------------------------ public API
     @property
     def max_turns(self) -> int:
-        return self.cfg.effective_max_turns
+        return self.cfg.max_turns
 
     @property
     def k(self) -> int:
-        return self.cfg.effective_k
+        return self.cfg.k
 
     @property
     def max_contexts(self) -> int:

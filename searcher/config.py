@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from s3core.configbase import Section
+
+log = logging.getLogger("s3.config")
+
+# The pre-preset profile system: `profile = "cpu"` selected the cpu_* values (these were their defaults).
+LEGACY_CPU_DEFAULTS = {"k": 4, "max_turns": 2, "doc_token_budget": 64}
+LEGACY_PROFILE_KEYS = frozenset({"profile", *(f"cpu_{k}" for k in LEGACY_CPU_DEFAULTS)})
 
 
 class BM25Config(Section):
@@ -70,9 +77,6 @@ class SearcherConfig(Section):
     )
     policy_path: str | None = Field(None, description="A trained checkpoint to load instead of `model` (s3 train output).")
     api_base: str | None = Field(None, description="api_base for a served searcher model (litellm backend).")
-    profile: Literal["paper", "cpu"] = Field(
-        "paper", description="'paper' = 8-3-3 as in the s3 paper; 'cpu' = the cpu_* values below (seconds per question here)."
-    )
     begin_with_search: bool = Field(True, description="Start from top-k0 of the question itself (D0), as naive RAG does.")
     k: int = Field(8, ge=1, description="Documents retrieved per search turn (paper: 8).")
     max_select: int = Field(3, ge=1, description="Documents the policy may select per window (paper: 3).")
@@ -91,33 +95,38 @@ class SearcherConfig(Section):
         None,
         ge=1,
         description="Cap on |D_s3| (#MaxContexts). None = the paper's max_select x turns (9 for 8-3-3; 3 for one "
-        "cpu turn). Set it to let D0's selection and the search turns' selections add up (e.g. 6 for one cpu turn).",
+        "turn). Set it to let D0's selection and the search turns' selections add up (e.g. 6 for one turn).",
     )
-    cpu_k: int = Field(4, ge=1, description="Per-turn k in the cpu profile.")
-    cpu_max_turns: int = Field(2, ge=0, description="Turns in the cpu profile.")
-    cpu_doc_token_budget: int = Field(64, ge=8, description="Per-document token budget in the cpu profile.")
     temperature: float = Field(0.0, ge=0, description="Sampling temperature at inference (training uses training.temperature).")
     max_new_tokens: int = Field(160, ge=8, description="Tokens the policy may write per turn.")
     concurrency: int = Field(4, ge=1, description="Concurrent policy calls (litellm backend).")
 
-    @property
-    def effective_k(self) -> int:
-        return self.cpu_k if self.profile == "cpu" else self.k
-
-    @property
-    def effective_max_turns(self) -> int:
-        return self.cpu_max_turns if self.profile == "cpu" else self.max_turns
-
-    @property
-    def effective_doc_token_budget(self) -> int | None:
-        return self.cpu_doc_token_budget if self.profile == "cpu" else self.doc_token_budget
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate_profile(cls, data: object) -> object:
+        """Configs and run directories written before presets became files (`searcher.profile` + `cpu_*` keys) still
+        load: the values the old profile selected are written into k / max_turns / doc_token_budget, with one line."""
+        if not isinstance(data, dict) or not LEGACY_PROFILE_KEYS.intersection(data):
+            return data
+        data = dict(data)
+        profile = data.pop("profile", "paper")
+        cpu = {key: data.pop(f"cpu_{key}", default) for key, default in LEGACY_CPU_DEFAULTS.items()}
+        if profile == "cpu":
+            data.update(cpu)
+            moved = ", ".join(f"{k}={v}" for k, v in cpu.items())
+            log.warning(f"config: searcher.profile = 'cpu' is deprecated, read as {moved}; use --config configs/cpu.toml")
+        elif profile == "paper":
+            log.warning("config: searcher.profile and searcher.cpu_* are deprecated and were dropped (the paper values are the defaults)")
+        else:
+            raise ValueError(f"searcher.profile={profile!r}: the profiles were 'paper' and 'cpu'; presets are config files now (configs/cpu.toml)")
+        return data
 
     @property
     def max_contexts(self) -> int:
         """The paper's #MaxContexts: the cap on |D_s3| (`context_cap` when set)."""
         if self.context_cap is not None:
             return self.context_cap
-        return self.max_select * max(self.effective_max_turns, 1)
+        return self.max_select * max(self.max_turns, 1)
 
 
 class ServiceConfig(Section):
@@ -131,6 +140,3 @@ class ServiceConfig(Section):
     batch_window_ms: float = Field(5.0, ge=0, description="How long concurrent requests are gathered into one batch.")
     max_batch: int = Field(256, ge=1, description="Largest gathered batch.")
 
-    @model_validator(mode="after")
-    def _check(self) -> ServiceConfig:
-        return self

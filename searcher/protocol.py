@@ -19,6 +19,7 @@ The s3 loop as the policy sees it (one reply per window; ids in `<important_info
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -213,6 +214,11 @@ def _s3_prompt_head(max_select: int) -> str:
         S3_INSTRUCTION.replace("{max_select}", str(max_select)), "\n", S3_EXAMPLE, "\n",
         "Now, start the loop with the following question and initial searched results:\n\n",
     ])
+
+
+def s3_prompt_sha256(max_select: int = 3) -> str:
+    """sha256 of the fixed s3 prompt head (instruction + example) for `max_select`: what a trained searcher saw."""
+    return hashlib.sha256(_s3_prompt_head(max_select).encode("utf-8")).hexdigest()
 
 
 def build_search_r1_prompt(question: str) -> str:

@@ -1,6 +1,6 @@
 """`s3 serve`: the HTTP /search service that plugs a (trained) searcher into an existing RAG app.
 
-    app = create_search_app(searcher, retriever, cfg)      # cfg: S3Config (or anything with .service)
+    app = create_search_app(searcher, retriever, cfg.service, searcher_cfg=cfg.searcher, default_topk=cfg.retriever.k)
     uvicorn.run(app, host="127.0.0.1", port=8000)
 
 Endpoints
@@ -27,14 +27,16 @@ import copy
 import inspect
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from searcher.config import SearcherConfig, ServiceConfig
 from s3core.errors import RetrievalError, S3Error, ServiceError
 from s3core.types import SearchResult
+from searcher.config import SearcherConfig, ServiceConfig
+from searcher.retrieval.base import Retriever
 
 __all__ = [
     "SearchRequest",
@@ -162,7 +164,7 @@ def summarize_result(result: SearchResult, settings: SearchSettings | None = Non
 
 
 def default_settings(searcher_cfg: SearcherConfig) -> SearchSettings:
-    return SearchSettings(k=searcher_cfg.effective_k, max_turns=searcher_cfg.effective_max_turns)
+    return SearchSettings(k=searcher_cfg.k, max_turns=searcher_cfg.max_turns)
 
 
 def check_request(req: SearchRequest, limits: ServiceConfig, searcher_cfg: SearcherConfig) -> SearchSettings:
@@ -190,18 +192,14 @@ def check_request(req: SearchRequest, limits: ServiceConfig, searcher_cfg: Searc
 
 def with_settings(searcher: Any, settings: SearchSettings) -> Any:
     """The searcher to run `settings` with: itself when they are its configured ones, else a shallow copy whose
-    [searcher] config has the requested per-turn k and turn budget (in the active profile's fields)."""
+    [searcher] config has the requested per-turn k and turn budget."""
     cfg = getattr(searcher, "cfg", None)
     if not isinstance(cfg, SearcherConfig):
         raise S3Error(f"{type(searcher).__name__} has no SearcherConfig .cfg: it cannot run per-request k / max_turns")
-    if (cfg.effective_k, cfg.effective_max_turns) == (settings.k, settings.max_turns):
+    if (cfg.k, cfg.max_turns) == (settings.k, settings.max_turns):
         return searcher
-    if cfg.profile == "cpu":
-        update = {"cpu_k": settings.k, "cpu_max_turns": settings.max_turns}
-    else:
-        update = {"k": settings.k, "max_turns": settings.max_turns}
     clone = copy.copy(searcher)
-    clone.cfg = cfg.model_copy(update=update)
+    clone.cfg = cfg.model_copy(update={"k": settings.k, "max_turns": settings.max_turns})
     return clone
 
 
@@ -227,6 +225,9 @@ def run_search(searcher: Any, questions: Sequence[str], settings: SearchSettings
 # ------------------------------------------------------------------------------------------------------ batching
 
 
+RECENT_BATCHES = 256
+
+
 class SettingsBatcher:
     """Gathers concurrent searches into lockstep batches, one micro-batcher per distinct SearchSettings.
 
@@ -244,7 +245,9 @@ class SettingsBatcher:
         self._max_batch = max_batch
         self._lock = threading.Lock()
         self._batchers: dict[SearchSettings, Any] = {}
-        self.batches: list[tuple[SearchSettings, int]] = []  # (settings, size) of every batch run, for tests / stats
+        # (settings, size) of the most recent batches, for tests and stats: bounded, a server runs for months
+        self.batches: deque[tuple[SearchSettings, int]] = deque(maxlen=RECENT_BATCHES)
+        self.batches_run = 0
 
     def _make(self, settings: SearchSettings) -> Any:
         from searcher.batching import MicroBatcher
@@ -252,6 +255,7 @@ class SettingsBatcher:
         def run_batch(questions: list[str]) -> list[SearchResult]:
             with self._lock:
                 self.batches.append((settings, len(questions)))
+                self.batches_run += 1
                 return self._run(list(questions), settings)
 
         return MicroBatcher(
@@ -276,16 +280,6 @@ class SettingsBatcher:
 # ----------------------------------------------------------------------------------------------------------- app
 
 
-def _service_cfg(cfg: Any) -> tuple[ServiceConfig, SearcherConfig]:
-    if isinstance(cfg, ServiceConfig):
-        return cfg, SearcherConfig.model_validate({})
-    service = getattr(cfg, "service", None)
-    searcher_cfg = getattr(cfg, "searcher", None)
-    if not isinstance(service, ServiceConfig) or not isinstance(searcher_cfg, SearcherConfig):
-        raise TypeError("create_search_app: cfg must be an S3Config (with .service and .searcher) or a ServiceConfig")
-    return service, searcher_cfg
-
-
 def _corpus_size(retriever: Any) -> int | None:
     for name in ("corpus_size", "num_docs", "n_docs"):
         v = getattr(retriever, name, None)
@@ -304,9 +298,11 @@ def _corpus_size(retriever: Any) -> int | None:
 
 def create_search_app(
     searcher: Any,
-    retriever: Any,
-    cfg: Any,
+    retriever: Retriever,
+    service_cfg: ServiceConfig,
     *,
+    searcher_cfg: SearcherConfig | None = None,
+    default_topk: int = 3,
     model: str | None = None,
     index: str | None = None,
 ) -> Any:
@@ -314,21 +310,19 @@ def create_search_app(
 
     searcher: an S3Searcher (per-request k / max_turns run on a reconfigured copy, see `with_settings`), or anything
         with `search(questions, k=, max_turns=) -> list[SearchResult]`;
-    retriever: the searcher's retriever (for /retrieve and the corpus size); cfg: S3Config (or a ServiceConfig);
-    model / index: names reported by /health (default: from the config)."""
+    retriever: the searcher's retriever (for /retrieve and the corpus size); service_cfg: limits, timeouts, batching;
+    searcher_cfg: request defaults when the searcher has no SearcherConfig of its own; default_topk: /retrieve's topk;
+    model / index: names reported by /health (default: the searcher's model)."""
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI, HTTPException
 
-    service_cfg, searcher_cfg = _service_cfg(cfg)
     own_cfg = getattr(searcher, "cfg", None)
     if isinstance(own_cfg, SearcherConfig):  # defaults and limits follow the searcher actually served
         searcher_cfg = own_cfg
+    searcher_cfg = searcher_cfg or SearcherConfig()
     if model is None:
         model = searcher_cfg.policy_path or searcher_cfg.model
-    retr_cfg = getattr(cfg, "retriever", None)
-    if index is None:
-        index = getattr(retr_cfg, "index", None)
 
     batcher = SettingsBatcher(
         lambda qs, st: run_search(searcher, qs, st), window_ms=service_cfg.batch_window_ms, max_batch=service_cfg.max_batch
@@ -336,7 +330,7 @@ def create_search_app(
 
     from searcher.retrieval.server import create_retrieve_app
 
-    retrieve_app = create_retrieve_app(retriever, service_cfg, default_topk=getattr(retr_cfg, "k", 3))
+    retrieve_app = create_retrieve_app(retriever, service_cfg, default_topk=default_topk)
 
     @asynccontextmanager
     async def lifespan(app: Any) -> Any:

@@ -32,7 +32,6 @@ __all__ = [
     "grpo_loss",
     "kl_k3",
     "masked_mean",
-    "masked_whiten",
     "policy_gradient_loss",
     "ppo_loss",
     "token_rewards",
@@ -50,13 +49,6 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     if dim is None:
         return (x * mask).sum() / mask.sum().clamp(min=1.0)
     return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1.0)
-
-
-def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
-    """(x - mean) / std over masked positions; masked-out positions become 0. x, mask: (B, T)."""
-    mean = masked_mean(x, mask)
-    var = masked_mean((x - mean) ** 2, mask)
-    return (x - mean) * torch.rsqrt(var + eps) * mask.to(x.dtype)
 
 
 def gather_logprobs(logits: Tensor, ids: Tensor, temperature: float = 1.0) -> Tensor:

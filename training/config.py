@@ -105,3 +105,6 @@ class TrainSettings(EvalSettings, Protocol):
     def base_dir(self) -> Path:
         """The config file's folder (relative paths resolve against it)."""
         ...
+    def model_dump_json(self, *, indent: int | None = None) -> str:
+        """The whole configuration as JSON (a run directory keeps it as config.json)."""
+        ...

@@ -14,6 +14,9 @@ Run directory (training.output_dir):
                                 value head), written to a temporary dir and renamed: a kill never leaves half a checkpoint
     checkpoints/latest          the name of the newest complete checkpoint
     config.json                 the full configuration of the run
+    searcher.json               what the searcher is trained with: loop settings, prompt hash, the index (relative
+                                path, fingerprint, the command that rebuilds it); also in every checkpoint's policy/,
+                                so `s3 search --policy RUN_DIR` / `s3 serve --policy RUN_DIR` serve it the same way
 
 Resume: `s3 train` on an existing run directory continues from `checkpoints/latest` (same data order: the order is a
 function of (seed, epoch), and the position is stored).
@@ -37,6 +40,11 @@ from typing import Any
 
 from s3core.errors import S3Error
 from s3core.types import QAExample, SearchResult
+from searcher.agent import S3Searcher
+from searcher.build import AgentKind, build_searcher
+from searcher.config import SearcherConfig
+from searcher.trained import TrainedSearcherRecord, make_record, write_record
+from training.config import TrainSettings
 
 __all__ = ["S3Trainer", "SearchR1Trainer", "export_policy", "make_trainer", "read_metrics"]
 
@@ -100,15 +108,16 @@ class S3Trainer:
     """GRPO / PPO trainer for an s3 searcher with a frozen generator (the reward calls the generator)."""
 
     end_to_end = False
+    agent_kind: AgentKind = "s3"
 
-    def __init__(self, cfg: Any, log: Callable[[str], None] = print) -> None:
+    def __init__(self, cfg: TrainSettings, log: Callable[[str], None] = print) -> None:
         import torch
 
         self.cfg = cfg
         self.tc = cfg.training
         self.log = log
         torch.set_num_threads(self.tc.torch_threads)
-        self.run_dir = Path(cfg.resolve(self.tc.output_dir))
+        self.run_dir = cfg.resolve(self.tc.output_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.step = 0
@@ -129,11 +138,6 @@ class S3Trainer:
             # the generator / prompt / metric changed since preparation: complete the cache, then load strictly
             prepare_training(self.cfg, d, log=self.log)
             return load_training_set(self.cfg, d)
-
-    def _agent_class(self) -> Any:
-        from searcher.agent import S3Searcher
-
-        return S3Searcher
 
     def _setup(self) -> None:
         import torch
@@ -176,10 +180,12 @@ class S3Trainer:
         scfg = self.cfg.searcher.model_copy(update={"temperature": tc.temperature})
         if tc.max_new_tokens:
             scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
-        self.agent = self._agent_class()(self.policy, self.retriever, scfg, k0=self.cfg.retriever.k)
+        self.agent = build_searcher(scfg, self.retriever, self.policy, k0=self.cfg.retriever.k, agent=self.agent_kind)
         self.oracle_agent = self._oracle_agent(scfg) if tc.sft_warmup_steps else None
         self.metrics = _MetricsWriter(self.run_dir)
         (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
+        self.loop_cfg = scfg
+        write_record(self._searcher_record(self.run_dir), self.run_dir)
         if resume_dir is not None:
             self._load_state(resume_dir)
 
@@ -245,10 +251,9 @@ class S3Trainer:
             end_to_end=self.end_to_end,
         )
 
-    def _oracle_agent(self, scfg: Any) -> Any:
+    def _oracle_agent(self, scfg: SearcherConfig) -> S3Searcher:
         """The same loop driven by oracle replies (training/oracle.py), tokenized with the student's tokenizer, so
         its trajectories carry the student's chat template and exact policy / environment masks."""
-        from searcher.agent import S3Searcher
         from searcher.policy.scripted import ScriptedPolicy
         from training.oracle import gold_titles, oracle_script
 
@@ -258,9 +263,9 @@ class S3Trainer:
         if not any(gold.values()):
             raise S3Error("training.sft_warmup_steps needs gold supporting paragraphs (metadata.supporting_ids or "
                           "supporting_titles) in the training questions; these have none")
-        script = oracle_script(gold, scfg.max_select, scfg.effective_max_turns)
+        script = oracle_script(gold, scfg.max_select, scfg.max_turns)
         oracle = ScriptedPolicy(script, name="oracle", tokenizer=self.policy)
-        return S3Searcher(oracle, self.retriever, scfg, k0=self.cfg.retriever.k)
+        return build_searcher(scfg, self.retriever, oracle, k0=self.cfg.retriever.k)
 
     # ------------------------------------------------------------------ data order
     def batch_indices(self, step: int) -> list[int]:
@@ -553,6 +558,7 @@ class S3Trainer:
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         self._save_policy(tmp / "policy")
+        write_record(self._searcher_record(final / "policy"), tmp / "policy")  # relative to where it will live
         if self.tc.lora:
             self.model.save_pretrained(str(tmp / "adapter"))
         state = {
@@ -594,6 +600,13 @@ class S3Trainer:
         with torch.no_grad():
             self.ref_model.load_state_dict(self.model.state_dict())
         self.log(f"train: warm-up done; reference policy = {final}")
+
+    def _searcher_record(self, folder: Path) -> TrainedSearcherRecord:
+        """What this searcher is trained with (loop settings, prompt, index), paths relative to `folder`."""
+        return make_record(
+            self.loop_cfg, self.cfg.retriever, self.data.index_dir, folder,
+            base_model=self.tc.base_model, corpus=self.data.directory / "corpus.jsonl",
+        )
 
     def _save_policy(self, out: Path) -> None:
         """A plain HF checkpoint (LoRA merged) + tokenizer: what `s3 search --policy` and a vLLM server load."""
@@ -658,10 +671,7 @@ class SearchR1Trainer(S3Trainer):
 
     end_to_end = True
 
-    def _agent_class(self) -> Any:
-        from searcher.agent import SearchR1Agent
-
-        return SearchR1Agent
+    agent_kind: AgentKind = "search_r1"
 
 
 def _new_policy(cls: Any, source: str) -> Any:
@@ -669,7 +679,7 @@ def _new_policy(cls: Any, source: str) -> Any:
     return cls.load(source)
 
 
-def make_trainer(cfg: Any, log: Callable[[str], None] = print) -> S3Trainer:
+def make_trainer(cfg: TrainSettings, log: Callable[[str], None] = print) -> S3Trainer:
     return SearchR1Trainer(cfg, log) if cfg.training.mode == "search_r1" else S3Trainer(cfg, log)
 
 

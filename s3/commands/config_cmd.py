@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from s3.config import S3Config
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -13,6 +16,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_show)
 
 
-def _show(args: argparse.Namespace, cfg: Any) -> int:
+def _show(args: argparse.Namespace, cfg: S3Config) -> int:
     print(json.dumps(cfg.model_dump(mode="json"), indent=2))
     return 0

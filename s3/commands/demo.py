@@ -39,7 +39,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help=f"a handful of questions ({QUICK_N}) and one search turn, for CI")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N questions")
     p.add_argument("--cache", default=None, metavar="DIR", help="corpus + index cache (default: ~/.cache/s3/demo)")
-    p.add_argument("--paper-profile", action="store_true", help="use the paper's 8-3-3 searcher instead of the CPU profile")
+    p.add_argument("--paper-profile", action="store_true", help="use the paper's 8-3-3 searcher instead of the cpu preset (configs/cpu.toml)")
     p.add_argument(
         "--min-turns", type=int, default=1, metavar="N",
         help="search turns the untrained searcher must take before it may stop (default 1: the untrained 0.5B model "
@@ -70,8 +70,8 @@ def prepare_demo_dataset(out: Path, cache: Path | None, n: int | None) -> tuple[
     """Write DIR/data (questions.jsonl + corpus.jsonl + manifest.json, what `s3 data prepare` writes) and make sure the
     cached BM25 index exists. Returns (dataset dir, index dir, questions)."""
     from s3.demo_data import demo_corpus_info, demo_questions
-    from searcher.config import RetrieverConfig
     from s3core.corpus import write_questions
+    from searcher.config import RetrieverConfig
     from searcher.retrieval import build_index
     from searcher.retrieval.store import MANIFEST
 
@@ -158,6 +158,7 @@ def _print_table(console: Any, methods: dict[str, dict[str, Any]]) -> None:
 def run_demo(args: argparse.Namespace, cfg: Any) -> int:
     from eval.harness import EvalOptions, build_run, run_eval, validate_options
     from eval.leaderboard import build_leaderboard, write_leaderboard
+    from s3.config import preset_section
     from s3core.errors import ConfigError
 
     console = _console()
@@ -165,13 +166,13 @@ def run_demo(args: argparse.Namespace, cfg: Any) -> int:
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     n = args.limit if args.limit is not None else (QUICK_N if args.quick else None)
-    if not args.paper_profile:
-        cfg.searcher.profile = "cpu"
+    if not args.paper_profile:  # the cpu preset's searcher settings (configs/cpu.toml) over the loaded config
+        cfg.searcher = cfg.searcher.model_copy(update=preset_section("cpu", "searcher"))
     if args.quick:
-        cfg.searcher.cpu_max_turns = min(cfg.searcher.cpu_max_turns, 1)
+        cfg.searcher.max_turns = min(cfg.searcher.max_turns, 1)
     if args.min_turns < 0:
         raise ConfigError(f"--min-turns must be >= 0, got {args.min_turns}")
-    cfg.searcher.min_turns = min(args.min_turns, cfg.searcher.effective_max_turns)
+    cfg.searcher.min_turns = min(args.min_turns, cfg.searcher.max_turns)
     if cfg.generator.cache_path and not Path(cfg.generator.cache_path).is_absolute():
         cfg.generator.cache_path = str(out / "llm_cache.sqlite")  # a fresh --out measures fresh calls
         cfg.judge.cache_path = cfg.generator.cache_path
@@ -209,8 +210,9 @@ def run_demo(args: argparse.Namespace, cfg: Any) -> int:
         "methods": methods,
         "gbr": None if naive is None or s3acc is None else s3acc - naive,
         "generator": cfg.generator.model,
-        "searcher": {"model": cfg.searcher.model, "profile": cfg.searcher.profile, "min_turns": cfg.searcher.min_turns,
-                     "k": cfg.searcher.effective_k, "max_turns": cfg.searcher.effective_max_turns},
+        "searcher": {"model": cfg.searcher.model, "preset": None if args.paper_profile else "cpu",
+                     "min_turns": cfg.searcher.min_turns, "k": cfg.searcher.k, "max_turns": cfg.searcher.max_turns,
+                     "doc_token_budget": cfg.searcher.doc_token_budget},
         "seconds": round(time.perf_counter() - t0, 1),
     }
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
@@ -226,7 +228,8 @@ def run_demo(args: argparse.Namespace, cfg: Any) -> int:
 
 def _show_one_trajectory(console: Any, cfg: Any, index: Path, questions: list[Any]) -> None:
     """Re-run the searcher on one multi-hop question and print its trajectory (turns, queries, selections)."""
-    from s3.commands.search import build_searcher, print_trajectory
+    from s3.build import build_searcher
+    from s3.commands.search import print_trajectory
 
     q = next((q for q in questions if q.metadata.get("hops") == 2), questions[0])
     console.print("\n[bold]One trajectory[/bold] (gold: " + ", ".join(q.metadata.get("gold_titles", [])) + ")")

@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from s3.config import S3Config
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -23,7 +26,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_models)
 
 
-def _models(args: argparse.Namespace, cfg: Any) -> int:
+def _models(args: argparse.Namespace, cfg: S3Config) -> int:
     from s3core import local_models
     from s3core.errors import S3Error
 

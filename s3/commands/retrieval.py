@@ -1,4 +1,4 @@
-"""`s3 index build|info`, `s3 retrieve`, `s3 serve-retriever`: build indexes, query them, serve /retrieve."""
+"""`s3 index build|info`, `s3 retrieve`: build indexes and query them (`s3 serve-retriever` is in serve.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from s3.config import S3Config
+    from searcher.retrieval.base import Retriever
 
 RECALL_KS = (1, 3, 5, 10)
 
@@ -34,26 +38,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     r.add_argument("--batch-size", type=int, default=64, help="queries per backend call with --questions")
     r.set_defaults(handler=_retrieve)
 
-    s = sub.add_parser("serve-retriever", help="serve an index over the Search-R1 /retrieve contract", parents=[common])
-    s.add_argument("--index", default=None, help="index directory (default: retriever.index)")
-    s.add_argument("--host", default=None, help="bind address (default: service.host)")
-    s.add_argument("--port", type=int, default=None, help="port (default: service.port)")
-    s.set_defaults(handler=_serve)
+
+def _open(args: argparse.Namespace, cfg: S3Config) -> Retriever:
+    from s3.build import index_dir
+    from searcher.build import build_retriever
+
+    return build_retriever(cfg.retriever, index_dir(cfg, Path(args.index) if args.index else None))
 
 
-def _index_dir(args: argparse.Namespace, cfg: Any) -> Path | None:
-    if args.index:
-        return Path(args.index)
-    return cfg.resolve(cfg.retriever.index)
-
-
-def _open(args: argparse.Namespace, cfg: Any) -> Any:
-    from searcher.retrieval import load_retriever
-
-    return load_retriever(cfg.retriever, _index_dir(args, cfg))
-
-
-def _index_build(args: argparse.Namespace, cfg: Any) -> int:
+def _index_build(args: argparse.Namespace, cfg: S3Config) -> int:
     from searcher.retrieval import build_index, read_manifest
 
     backend = args.backend or cfg.retriever.backend
@@ -64,14 +57,14 @@ def _index_build(args: argparse.Namespace, cfg: Any) -> int:
     return 0
 
 
-def _index_info(args: argparse.Namespace, cfg: Any) -> int:
+def _index_info(args: argparse.Namespace, cfg: S3Config) -> int:
     from searcher.retrieval import read_manifest
 
     print(json.dumps(read_manifest(args.index).model_dump(mode="json"), indent=2))
     return 0
 
 
-def _retrieve(args: argparse.Namespace, cfg: Any) -> int:
+def _retrieve(args: argparse.Namespace, cfg: S3Config) -> int:
     from s3core.errors import S3Error
 
     if args.k is not None and args.k <= 0:
@@ -156,20 +149,4 @@ def _retrieve_file(args: argparse.Namespace, retriever: Any) -> int:
     for kk, r in rec.items():
         table.add_row(str(kk), f"{r.any_gold:.3f}", f"{r.all_gold:.3f}", f"{r.mean_recall:.3f}")
     console.print(table)
-    return 0
-
-
-def _serve(args: argparse.Namespace, cfg: Any) -> int:
-    import uvicorn
-
-    from searcher.heap import freeze_loaded_heap
-    from searcher.retrieval.server import create_retrieve_app
-
-    retriever = _open(args, cfg)
-    host = args.host or cfg.service.host
-    port = cfg.service.port if args.port is None else args.port
-    app = create_retrieve_app(retriever, cfg.service, default_topk=cfg.retriever.k)
-    print(f"serving {retriever!r} on http://{host}:{port}/retrieve", flush=True)
-    freeze_loaded_heap()  # the index and the doc store: out of every later full GC pass
-    uvicorn.run(app, host=host, port=port, log_level="warning")
     return 0

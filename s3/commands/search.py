@@ -1,11 +1,12 @@
-"""`s3 search` (one question, or a questions file -> contexts.jsonl) and `s3 serve` (the /search HTTP service).
+"""`s3 search`: one question (prints its trajectory), or a questions file -> contexts.jsonl (resumable).
 
     s3 search "who wrote the novel the film Blade Runner is based on?"
-    s3 search --index runs/index/hotpot --questions dev.jsonl --out runs/contexts.jsonl     # resumable
-    s3 serve --index runs/index/hotpot --policy runs/train/ckpt --port 8000
+    s3 search --index runs/index/hotpot --questions dev.jsonl --out runs/contexts.jsonl
+    s3 search --policy runs/train/smoke "who ...?"       # a trained searcher: its settings and its index
 
-The index and the searcher policy default to the config's ([retriever].index, [searcher] = the offline model);
-`--policy PATH` loads a trained checkpoint with the transformers backend.
+The index and the searcher policy default to the config's ([retriever].index, [searcher] = the offline model).
+`--policy RUN_DIR` loads a trained searcher (transformers backend, or vLLM when searcher.policy=vllm is set) with the
+turns / k / selection / document budget and the index it was trained with; an explicit --index, --config or --set wins.
 """
 
 from __future__ import annotations
@@ -17,9 +18,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from s3core.errors import DataFormatError, S3Error
+
+if TYPE_CHECKING:
+    from s3.build import BuiltSearcher
+    from s3.config import S3Config
 
 CONTEXTS_HELP = (
     'one JSON line per question: {"id", "question", "documents": [{"id","title","score","turn"}], "turns", '
@@ -42,58 +47,28 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     _add_searcher_args(p)
     p.set_defaults(handler=_search)
 
-    s = sub.add_parser(
-        "serve", parents=[common], help="serve /search, /retrieve and /health over HTTP (FastAPI)",
-        description="Serve the searcher: POST /search {question, k?, max_turns?}, POST /retrieve (Search-R1 "
-        "contract), GET /health. Host, port, limits and timeouts come from [service].",
-    )
-    _add_searcher_args(s)
-    s.add_argument("--host", default=None, help="bind address (default: service.host)")
-    s.add_argument("--port", type=int, default=None, help="port (default: service.port; 0 = a free one)")
-    s.set_defaults(handler=_serve)
-
 
 def _add_searcher_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--index", type=Path, default=None, help="index directory (default: retriever.index)")
+    p.add_argument("--index", type=Path, default=None, help="index directory (default: the trained run's, else retriever.index)")
     p.add_argument(
         "--policy", type=Path, default=None,
-        help="a trained searcher checkpoint (sets searcher.policy_path and the transformers backend)",
+        help="a trained searcher: run directory, checkpoint or policy folder (applies its recorded settings and index)",
     )
 
 
 # ------------------------------------------------------------------------------------------------------- loading
 
 
-def _apply_policy_arg(cfg: Any, policy: Path | None) -> None:
-    if policy is None:
-        return
-    if not policy.exists():
-        raise S3Error(f"--policy {policy}: no such checkpoint")
-    cfg.searcher.policy_path = str(policy.resolve())
-    cfg.searcher.policy = "transformers"
+def build_searcher(cfg: S3Config, index: Path | None = None, policy: Path | None = None) -> BuiltSearcher:
+    """Deprecated home of `s3.build_searcher` (the public API moved to `from s3 import build_searcher`)."""
+    import warnings
 
+    from s3.build import build_searcher as build
 
-def _index_dir(cfg: Any, index: Path | None) -> Path:
-    path = index if index is not None else cfg.resolve(cfg.retriever.index)
-    if path is None and cfg.retriever.backend != "remote" and not cfg.retriever.lucene.prebuilt_index:
-        raise S3Error("no index: pass --index DIR or set retriever.index (build one with `s3 index build`)")
-    return Path(path) if path is not None else Path()
-
-
-def build_searcher(cfg: Any, index: Path | None = None, policy: Path | None = None) -> tuple[Any, Any, str]:
-    """Load the retriever, the policy and the S3Searcher the config (plus --index / --policy) asks for.
-
-    Returns (searcher, retriever, index name)."""
-    _apply_policy_arg(cfg, policy)
-    index_dir = _index_dir(cfg, index)
-    from searcher.agent import S3Searcher
-    from searcher.policy import load_policy
-    from searcher.retrieval import load_retriever
-
-    retriever = load_retriever(cfg.retriever, index_dir)
-    pol = load_policy(cfg.searcher)
-    searcher = S3Searcher(pol, retriever, cfg.searcher, k0=cfg.retriever.k)
-    return searcher, retriever, str(index_dir)
+    warnings.warn(
+        "s3.commands.search.build_searcher moved: use `from s3 import build_searcher`", DeprecationWarning, stacklevel=2
+    )
+    return build(cfg, index, policy)
 
 
 # ------------------------------------------------------------------------------------------------- contexts file
@@ -164,7 +139,9 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 # ------------------------------------------------------------------------------------------------------ handlers
 
 
-def _search(args: argparse.Namespace, cfg: Any) -> int:
+def _search(args: argparse.Namespace, cfg: S3Config) -> int:
+    from s3.build import build_searcher as build
+
     if args.question and args.questions:
         raise S3Error("give a question or --questions FILE, not both")
     if not args.question and not args.questions:
@@ -177,7 +154,7 @@ def _search(args: argparse.Namespace, cfg: Any) -> int:
         raise S3Error("the question is empty")
     if args.questions:
         return _search_file(args, cfg)
-    searcher, retriever, _ = build_searcher(cfg, args.index, args.policy)
+    searcher, retriever, _ = build(cfg, args.index, args.policy)
     (result,) = searcher.search([args.question.strip()])
     if args.json:
         print(result.model_dump_json(indent=2, exclude={"trajectory"}))
@@ -186,10 +163,11 @@ def _search(args: argparse.Namespace, cfg: Any) -> int:
     return 0
 
 
-def _search_file(args: argparse.Namespace, cfg: Any) -> int:
+def _search_file(args: argparse.Namespace, cfg: S3Config) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from s3.build import build_searcher as build
     from s3core.corpus import read_questions
 
     questions = read_questions(args.questions)
@@ -207,7 +185,7 @@ def _search_file(args: argparse.Namespace, cfg: Any) -> int:
     console.print(f"{len(questions)} questions, {len(questions) - len(todo)} already in {out}, {len(todo)} to search")
     if not todo:
         return 0
-    searcher, _, _ = build_searcher(cfg, args.index, args.policy)
+    searcher, _, _ = build(cfg, args.index, args.policy)
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     n_docs = n_turns = 0
@@ -287,33 +265,3 @@ def print_trajectory(result: Any, retriever: Any = None, file: Any = None) -> No
     if result.answer is not None:
         console.print(f"\n[bold]Answer:[/bold] {escape(result.answer)}")
     console.print(f"[dim]{result.turns} turns, {result.seconds:.2f}s[/dim]")
-
-
-def _serve(args: argparse.Namespace, cfg: Any) -> int:
-    import socket
-
-    import uvicorn
-
-    from searcher.heap import freeze_loaded_heap
-    from searcher.service import create_search_app
-
-    host = args.host or cfg.service.host
-    port = cfg.service.port if args.port is None else args.port
-    if not 0 <= port <= 65535:
-        raise S3Error(f"--port must be in 0..65535, got {port}")
-    searcher, retriever, index_name = build_searcher(cfg, args.index, args.policy)
-    app = create_search_app(searcher, retriever, cfg, index=index_name)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise S3Error(f"cannot bind {host}:{port}: {e.strerror}") from None
-    bound_port = sock.getsockname()[1]
-    print(f"s3 serve: http://{host}:{bound_port}  (POST /search, POST /retrieve, GET /health)", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    freeze_loaded_heap()  # the model, the index and the libraries: out of every later full GC pass
-    server.run(sockets=[sock])
-    return 0

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from s3.config import S3Config
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -34,7 +37,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_train_eval)
 
 
-def _prepare(args: argparse.Namespace, cfg: Any) -> int:
+def _prepare(args: argparse.Namespace, cfg: S3Config) -> int:
     from pathlib import Path
 
     from training.data import prepare_training
@@ -44,7 +47,7 @@ def _prepare(args: argparse.Namespace, cfg: Any) -> int:
     return 0
 
 
-def _train(args: argparse.Namespace, cfg: Any) -> int:
+def _train(args: argparse.Namespace, cfg: S3Config) -> int:
     from searcher.heap import freeze_loaded_heap
     from training.trainer import make_trainer
 
@@ -55,7 +58,7 @@ def _train(args: argparse.Namespace, cfg: Any) -> int:
     return 0
 
 
-def _plot(args: argparse.Namespace, cfg: Any) -> int:
+def _plot(args: argparse.Namespace, cfg: S3Config) -> int:
     from training.plots import format_trend, plot_run, reward_trend
     from training.trainer import read_metrics
 
@@ -67,14 +70,14 @@ def _plot(args: argparse.Namespace, cfg: Any) -> int:
     return 0
 
 
-def _export(args: argparse.Namespace, cfg: Any) -> int:
+def _export(args: argparse.Namespace, cfg: S3Config) -> int:
     from training.trainer import export_policy
 
     print(export_policy(args.checkpoint, args.out, base_model=cfg.training.base_model))
     return 0
 
 
-def _train_eval(args: argparse.Namespace, cfg: Any) -> int:
+def _train_eval(args: argparse.Namespace, cfg: S3Config) -> int:
     from training.evaluate import heldout_rewards
 
     for row in heldout_rewards(cfg, args.policy, limit=args.limit, split=args.split):

@@ -43,8 +43,8 @@ class LocalSearch:
         if k is None and max_turns is None:
             return None
         cfg = getattr(self.searcher, "cfg", None)
-        dk = getattr(cfg, "effective_k", None)
-        dt = getattr(cfg, "effective_max_turns", None)
+        dk = getattr(cfg, "k", None)
+        dt = getattr(cfg, "max_turns", None)
         k = k if k is not None else dk
         max_turns = max_turns if max_turns is not None else dt
         if k is None or max_turns is None:

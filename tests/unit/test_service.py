@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from searcher.config import SearcherConfig, ServiceConfig
 from s3core.errors import DataFormatError, RetrievalError, S3Error
+from s3core.types import Document, SearchResult, SearchStep
+from searcher.config import SearcherConfig, ServiceConfig
 from searcher.service import (
     SearchRequest,
     SearchSettings,
@@ -25,7 +26,6 @@ from searcher.service import (
     summarize_result,
     with_settings,
 )
-from s3core.types import Document, SearchResult, SearchStep
 
 
 def _doc(i: str, score: float = 1.0) -> Document:
@@ -57,8 +57,8 @@ class FakeSearcher:
         self._lock = threading.Lock()
 
     def search(self, questions: list[str], k: int | None = None, max_turns: int | None = None) -> list[SearchResult]:
-        k = self.cfg.effective_k if k is None else k
-        max_turns = self.cfg.effective_max_turns if max_turns is None else max_turns
+        k = self.cfg.k if k is None else k
+        max_turns = self.cfg.max_turns if max_turns is None else max_turns
         with self._lock:
             self.calls.append((list(questions), k, max_turns))
         if self.delay_s:
@@ -86,7 +86,7 @@ SCFG = SearcherConfig()  # paper profile: k=8, max_select=3, max_turns=3
 
 def test_check_request_defaults_to_the_searcher_config() -> None:
     assert check_request(SearchRequest(question="who?"), LIMITS, SCFG) == SearchSettings(k=8, max_turns=3)
-    cpu = SearcherConfig(profile="cpu", cpu_k=4, cpu_max_turns=1)
+    cpu = SearcherConfig(k=4, max_turns=1)
     assert check_request(SearchRequest(question="who?"), LIMITS, cpu) == SearchSettings(k=4, max_turns=1)
     assert check_request(SearchRequest(question="who?", k=5, max_turns=0), LIMITS, SCFG) == SearchSettings(k=5, max_turns=0)
 
@@ -155,16 +155,17 @@ def test_run_search_runs_a_reconfigured_copy_of_a_searcher_without_per_call_sett
             self.cfg = cfg
 
         def search(self, questions: list[str]) -> list[SearchResult]:
-            steps = [SearchStep(turn=t, query=f"q{t}", retrieved_ids=["x"] * self.cfg.effective_k)
-                     for t in range(self.cfg.effective_max_turns + 1)]
+            steps = [SearchStep(turn=t, query=f"q{t}", retrieved_ids=["x"] * self.cfg.k)
+                     for t in range(self.cfg.max_turns + 1)]
             return [SearchResult(question=q, steps=steps) for q in questions]
 
-    for cfg in (SearcherConfig(), SearcherConfig(profile="cpu")):
+    for cfg in (SearcherConfig(), SearcherConfig(k=4, max_turns=2, doc_token_budget=64)):
+        before = cfg.model_copy()
         s = Configured(cfg)
         (r,) = run_search(s, ["a"], SearchSettings(k=5, max_turns=1))
         assert (r.turns, len(r.steps[0].retrieved_ids)) == (1, 5)
-        assert s.cfg is cfg and cfg == type(cfg)(profile=cfg.profile)  # the original searcher is untouched
-        assert with_settings(s, SearchSettings(k=cfg.effective_k, max_turns=cfg.effective_max_turns)) is s
+        assert s.cfg is cfg and cfg == before  # the original searcher is untouched
+        assert with_settings(s, SearchSettings(k=cfg.k, max_turns=cfg.max_turns)) is s
 
     class NoCfg:
         def search(self, questions: list[str]) -> list[SearchResult]:
@@ -250,19 +251,12 @@ class FakeRetriever:
         return 42
 
 
-class _Cfg:
-    def __init__(self, service: ServiceConfig) -> None:
-        self.service = service
-        self.searcher = SearcherConfig()
-        self.retriever = None
-
-
 def _client(searcher: Any, service: ServiceConfig) -> Any:
     from fastapi.testclient import TestClient
 
     from searcher.service import create_search_app
 
-    return TestClient(create_search_app(searcher, FakeRetriever(), _Cfg(service), model="fake-model", index="idx"))
+    return TestClient(create_search_app(searcher, FakeRetriever(), service, model="fake-model", index="idx"))
 
 
 def test_app_search_health_and_limits() -> None:
@@ -335,7 +329,7 @@ def test_read_done_ids_drops_a_torn_tail_and_rejects_bad_lines(tmp_path: Path) -
 
 
 def test_search_file_is_resumable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import s3.commands.search as cmd
+    import s3.build as build
     from s3.cli import main
 
     qfile = tmp_path / "q.jsonl"
@@ -344,7 +338,7 @@ def test_search_file_is_resumable(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         encoding="utf-8",
     )
     fake = FakeSearcher()
-    monkeypatch.setattr(cmd, "build_searcher", lambda cfg, index=None, policy=None: (fake, FakeRetriever(), "idx"))
+    monkeypatch.setattr(build, "build_searcher", lambda cfg, index=None, policy=None: (fake, FakeRetriever(), "idx"))
     out = tmp_path / "ctx.jsonl"
     assert main(["search", "--questions", str(qfile), "--out", str(out), "--limit", "3", "--batch-size", "2"]) == 0
     assert [len(qs) for qs, _, _ in fake.calls] == [2, 1]
@@ -354,7 +348,7 @@ def test_search_file_is_resumable(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert [r["id"] for r in rows] == [f"id{i}" for i in range(5)]
     assert rows[4]["documents"][0]["id"] == "question 4-0-0"
     # a third run has nothing to do and does not load the searcher
-    monkeypatch.setattr(cmd, "build_searcher", lambda *a, **k: pytest.fail("searcher loaded for nothing"))
+    monkeypatch.setattr(build, "build_searcher", lambda *a, **k: pytest.fail("searcher loaded for nothing"))
     assert main(["search", "--questions", str(qfile), "--out", str(out)]) == 0
 
 

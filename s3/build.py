@@ -1,0 +1,72 @@
+"""Build what the one configuration describes: the public entry point for Python users and every `s3` command.
+
+    from s3 import build_searcher, load_config
+
+    cfg = load_config(["configs/cpu.toml"], ["retriever.index=indexes/wiki"])
+    searcher, retriever, index = build_searcher(cfg)                       # or build_searcher(cfg, policy=RUN_DIR)
+    result = searcher.search_one("Who directed the film about the inventor of the Earthship?")
+
+Each layer owns the builders of its own components, from its own typed config section: `searcher/build.py`
+(retriever, policy, searcher), `generator_adapters/build.py` (generator, judge), `eval/accuracy.py`
+(Acc(G(Q, D))). This module only composes them from `S3Config` and applies what a trained searcher recorded
+(`searcher/trained.py`): its loop settings and its index, unless the user set them explicitly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+from s3.config import S3Config
+from s3core.errors import S3Error
+from searcher.agent import S3Searcher
+from searcher.build import AgentKind, build_policy, build_retriever
+from searcher.build import build_searcher as _build_loop
+from searcher.retrieval.base import Retriever
+from searcher.trained import apply_record, find_record
+
+
+class BuiltSearcher(NamedTuple):
+    searcher: S3Searcher
+    retriever: Retriever
+    index_dir: Path | None
+
+
+def apply_trained_policy(cfg: S3Config, policy: Path, index: Path | None = None) -> Path | None:
+    """Point `cfg` at a trained policy (a run directory, a checkpoint or an exported policy folder) and apply the
+    searcher and retriever settings it was trained with, except what the user set explicitly. Returns the index to
+    use (the explicit one, else the recorded one, else None = the config's)."""
+    if not policy.exists():
+        raise S3Error(f"--policy {policy}: no such checkpoint or run directory")
+    found = find_record(policy)
+    if found is not None:
+        record, folder = found
+        cfg.searcher, cfg.retriever, index = apply_record(
+            record, folder, cfg.searcher, cfg.retriever, explicit=cfg.explicit_keys, index=index
+        )
+    cfg.searcher.policy_path = str(policy.resolve())
+    if "searcher.policy" not in cfg.explicit_keys or cfg.searcher.policy == "litellm":
+        cfg.searcher.policy = "transformers"  # a checkpoint loads in process (vLLM when set explicitly)
+    return index
+
+
+def index_dir(cfg: S3Config, index: Path | None = None) -> Path | None:
+    """The index to open: --index, else retriever.index; None where the backend needs none (remote, prebuilt)."""
+    path = index if index is not None else cfg.resolve(cfg.retriever.index)
+    if path is None and cfg.retriever.backend != "remote" and not cfg.retriever.lucene.prebuilt_index:
+        raise S3Error("no index: pass --index DIR or set retriever.index (build one with `s3 index build`)")
+    return path
+
+
+def build_searcher(
+    cfg: S3Config, index: Path | None = None, policy: Path | None = None, *, agent: AgentKind = "s3"
+) -> BuiltSearcher:
+    """The retriever, the policy and the searcher `cfg` describes (plus --index / --policy).
+
+    With `policy` (a trained run, checkpoint or policy folder) the settings it was trained with are applied first."""
+    if policy is not None:
+        index = apply_trained_policy(cfg, policy, index)
+    where = index_dir(cfg, index)
+    retriever = build_retriever(cfg.retriever, where)
+    searcher = _build_loop(cfg.searcher, retriever, build_policy(cfg.searcher), k0=cfg.retriever.k, agent=agent)
+    return BuiltSearcher(searcher, retriever, where)

@@ -1,0 +1,101 @@
+"""`s3 serve` (/search, /retrieve, /health for a (trained) searcher) and `s3 serve-retriever` (/retrieve alone).
+
+    s3 serve --policy runs/train/smoke --port 8000          # the trained searcher, with the index it was trained on
+    s3 serve-retriever --index indexes/wiki --port 8001     # one retriever for many trainers (Search-R1 contract)
+
+Host, port, limits and timeouts come from [service]. Both bind their socket before saying they serve: a port in use
+or out of range is one clear error, never a traceback after "serving".
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from s3core.errors import S3Error
+
+if TYPE_CHECKING:
+    from s3.config import S3Config
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    s = sub.add_parser(
+        "serve", parents=[common], help="serve /search, /retrieve and /health over HTTP (FastAPI)",
+        description="Serve the searcher: POST /search {question, k?, max_turns?}, POST /retrieve (Search-R1 "
+        "contract), GET /health. Host, port, limits and timeouts come from [service]. With --policy RUN_DIR the "
+        "searcher is served with the settings and the index it was trained with (explicit --index / --set win).",
+    )
+    s.add_argument("--index", type=Path, default=None, help="index directory (default: the trained run's, else retriever.index)")
+    s.add_argument("--policy", type=Path, default=None, help="a trained searcher: run directory, checkpoint or policy folder")
+    s.add_argument("--host", default=None, help="bind address (default: service.host)")
+    s.add_argument("--port", type=int, default=None, help="port (default: service.port; 0 = a free one)")
+    s.set_defaults(handler=_serve)
+
+    r = sub.add_parser("serve-retriever", help="serve an index over the Search-R1 /retrieve contract", parents=[common])
+    r.add_argument("--index", type=Path, default=None, help="index directory (default: retriever.index)")
+    r.add_argument("--host", default=None, help="bind address (default: service.host)")
+    r.add_argument("--port", type=int, default=None, help="port (default: service.port; 0 = a free one)")
+    r.set_defaults(handler=_serve_retriever)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening-ready socket on host:port, or one clear error (port out of range, address in use)."""
+    if not 0 <= port <= 65535:
+        raise S3Error(f"--port must be in 0..65535, got {port}")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise S3Error(f"cannot bind {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
+def _run(app: Any, sock: socket.socket) -> None:
+    import uvicorn
+
+    from searcher.heap import freeze_loaded_heap
+
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    freeze_loaded_heap()  # the model, the index and the libraries: out of every later full GC pass
+    server.run(sockets=[sock])
+
+
+def _serve(args: argparse.Namespace, cfg: S3Config) -> int:
+    from s3.build import build_searcher
+    from searcher.service import create_search_app
+
+    host = args.host or cfg.service.host
+    port = cfg.service.port if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        raise S3Error(f"--port must be in 0..65535, got {port}")
+    searcher, retriever, index = build_searcher(cfg, args.index, args.policy)
+    app = create_search_app(
+        searcher, retriever, cfg.service, searcher_cfg=cfg.searcher, default_topk=cfg.retriever.k,
+        index=str(index) if index is not None else None,
+    )
+    sock = bind(host, port)
+    print(f"s3 serve: http://{host}:{sock.getsockname()[1]}  (POST /search, POST /retrieve, GET /health)", flush=True)
+    _run(app, sock)
+    return 0
+
+
+def _serve_retriever(args: argparse.Namespace, cfg: S3Config) -> int:
+    from s3.build import index_dir
+    from searcher.build import build_retriever
+    from searcher.retrieval.server import create_retrieve_app
+
+    host = args.host or cfg.service.host
+    port = cfg.service.port if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        raise S3Error(f"--port must be in 0..65535, got {port}")
+    retriever = build_retriever(cfg.retriever, index_dir(cfg, args.index))
+    app = create_retrieve_app(retriever, cfg.service, default_topk=cfg.retriever.k)
+    sock = bind(host, port)
+    print(f"s3 serve-retriever: http://{host}:{sock.getsockname()[1]}/retrieve  ({retriever!r})", flush=True)
+    _run(app, sock)
+    return 0

@@ -1,0 +1,159 @@
+"""What a trained searcher was trained with, written beside its weights so it is served the way it was trained.
+
+A training run writes `searcher.json` into the run directory and into every checkpoint's `policy/` folder (so an
+exported or copied policy carries it too):
+
+    {"format": 1,
+     "base_model": "smollm2-135m-instruct",
+     "searcher": {"k": 3, "max_turns": 1, "max_select": 2, "doc_token_budget": 40, ...},   # the loop's settings
+     "prompt_sha256": "...",                                                                 # the s3 instruction
+     "retriever": {"backend": "bm25", "k": 3, "index": "data/index",                       # relative to the record
+                   "index_fingerprint": "<sha256 of index.json>", "corpus_sha256": "...",
+                   "rebuild": "s3 index build --corpus data/corpus.jsonl --backend bm25 --out data/index"}}
+
+`s3 search --policy RUN_DIR` and `s3 serve --policy RUN_DIR` apply both, so a searcher trained with one turn is not
+served with three. Whatever the user gives explicitly (--index, keys of a --config file, --set) wins; an index taken
+from the record whose fingerprint no longer matches (rebuilt from another corpus) is a clear error with the command
+that rebuilds the right one. A trained searcher needs `searcher/` (and `s3core/`) alone: so does this module.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from s3core.errors import ConfigError, S3Error
+from s3core.io import file_sha256, write_json_atomic
+from searcher.config import RetrieverConfig, SearcherConfig
+from searcher.protocol import s3_prompt_sha256
+
+RECORD_FILE = "searcher.json"
+# The [searcher] settings that shape the loop (what the policy sees and may do). Sampling and serving keys
+# (temperature, concurrency, the backend) stay the user's.
+LOOP_KEYS = (
+    "begin_with_search", "k", "max_select", "max_turns", "doc_token_budget", "min_turns", "no_selection",
+    "context_cap", "max_new_tokens",
+)
+
+
+class RetrieverRecord(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    backend: str
+    k: int
+    index: str | None = None
+    index_fingerprint: str | None = None
+    corpus_sha256: str | None = None
+    rebuild: str | None = None
+
+
+class TrainedSearcherRecord(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    format: int = 1
+    base_model: str | None = None
+    searcher: dict[str, int | str | bool | None]
+    prompt_sha256: str | None = None
+    retriever: RetrieverRecord
+
+
+def index_fingerprint(index_dir: Path) -> str | None:
+    """sha256 of the index's self-description (index.json: backend, parameters, corpus sha256, doc count)."""
+    meta = index_dir / "index.json"
+    return file_sha256(meta) if meta.is_file() else None
+
+
+def _corpus_sha256(index_dir: Path) -> str | None:
+    from searcher.retrieval.store import read_manifest
+
+    try:
+        manifest = read_manifest(index_dir)
+    except S3Error:
+        return None
+    return manifest.corpus.sha256 if manifest.corpus else None
+
+
+def make_record(
+    searcher_cfg: SearcherConfig, retriever_cfg: RetrieverConfig, index_dir: Path | None, folder: Path,
+    *, base_model: str | None = None, corpus: Path | None = None,
+) -> TrainedSearcherRecord:
+    """The record of a searcher trained with these settings over `index_dir`, paths relative to `folder`."""
+
+    def rel(p: Path) -> str:
+        return os.path.relpath(p.resolve(), folder.resolve())
+
+    retr = RetrieverRecord(backend=retriever_cfg.backend, k=retriever_cfg.k)
+    if index_dir is not None:
+        retr.index = rel(index_dir)
+        retr.index_fingerprint = index_fingerprint(index_dir)
+        retr.corpus_sha256 = _corpus_sha256(index_dir)
+        if corpus is not None:
+            retr.rebuild = f"s3 index build --corpus {rel(corpus)} --backend {retriever_cfg.backend} --out {rel(index_dir)}"
+    return TrainedSearcherRecord(
+        base_model=base_model,
+        searcher={k: getattr(searcher_cfg, k) for k in LOOP_KEYS},
+        prompt_sha256=s3_prompt_sha256(searcher_cfg.max_select),
+        retriever=retr,
+    )
+
+
+def write_record(record: TrainedSearcherRecord, folder: Path) -> Path:
+    """Write `record` as folder/searcher.json (atomically). Its relative paths must be relative to `folder`."""
+    path = folder / RECORD_FILE
+    write_json_atomic(path, record.model_dump(mode="json"))
+    return path
+
+
+def find_record(policy: Path) -> tuple[TrainedSearcherRecord, Path] | None:
+    """The record of a trained policy (a run directory, a checkpoint, or a policy/ folder) and the folder it is in.
+
+    Looks in the policy folder itself, then up through checkpoint and run directories (at most three levels)."""
+    p = policy.resolve()
+    for folder in [p, *list(p.parents)[:3]]:
+        path = folder / RECORD_FILE
+        if path.is_file():
+            try:
+                record = TrainedSearcherRecord.model_validate_json(path.read_text(encoding="utf-8"))
+            except ValueError as e:
+                raise ConfigError(f"{path}: not a trained-searcher record ({e.__class__.__name__})") from None
+            return record, folder
+    return None
+
+
+def apply_record(
+    record: TrainedSearcherRecord,
+    folder: Path,
+    searcher_cfg: SearcherConfig,
+    retriever_cfg: RetrieverConfig,
+    *,
+    explicit: Collection[str] = (),
+    index: Path | None = None,
+) -> tuple[SearcherConfig, RetrieverConfig, Path | None]:
+    """The searcher and retriever settings to serve a trained policy with, and its index.
+
+    explicit: dotted keys the user set ("searcher.max_turns", "retriever.k"): those keep the user's value.
+    index: an explicit --index (wins; the record's fingerprint is then not checked).
+    """
+    s_update = {k: v for k, v in record.searcher.items() if k in LOOP_KEYS and f"searcher.{k}" not in explicit}
+    r_update: dict[str, object] = {}
+    for key in ("backend", "k"):
+        if f"retriever.{key}" not in explicit:
+            r_update[key] = getattr(record.retriever, key)
+    searcher_out = SearcherConfig.model_validate({**searcher_cfg.model_dump(), **s_update})
+    retriever_out = retriever_cfg.model_copy(update=r_update)
+    if index is not None or "retriever.index" in explicit or record.retriever.index is None:
+        return searcher_out, retriever_out, index
+    recorded = (folder / record.retriever.index).resolve()
+    rebuild = f" (rebuild it: cd {folder} && {record.retriever.rebuild})" if record.retriever.rebuild else ""
+    if not recorded.is_dir():
+        raise ConfigError(f"the searcher was trained with the index {recorded}, which is missing{rebuild}; or pass --index DIR")
+    want = record.retriever.index_fingerprint
+    if want is not None and index_fingerprint(recorded) != want:
+        raise ConfigError(
+            f"the index {recorded} is not the one the searcher was trained with (index.json fingerprint differs){rebuild}; "
+            "or pass --index DIR to use another index on purpose"
+        )
+    return searcher_out, retriever_out, recorded

@@ -1,0 +1,89 @@
+"""Presets are config files layered in order; configs and run directories from the profile era still load."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from s3.config import PRESET_DIR, S3Config, load_config
+from s3core.errors import ConfigError
+from searcher.config import SearcherConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_cpu_preset_is_a_file_and_layers_under_the_users_config(tmp_path: Path) -> None:
+    mine = _write(tmp_path / "mine.toml", "[searcher]\nmax_turns = 1\n[retriever]\nindex = 'idx'\n")
+    cfg = load_config(["cpu", str(mine)], ["searcher.k=5"])
+    # the preset's values, then mine.toml over them, then --set
+    assert (cfg.searcher.k, cfg.searcher.max_turns, cfg.searcher.doc_token_budget) == (5, 1, 64)
+    assert cfg.base_dir == tmp_path and cfg.resolve(cfg.retriever.index) == tmp_path / "idx"
+    assert cfg.explicit_keys == {"searcher.k", "searcher.max_turns", "searcher.doc_token_budget", "retriever.index"}
+    # by path, the same file
+    assert load_config([PRESET_DIR / "cpu.toml"]).searcher == load_config(["cpu"]).searcher
+    # the paper profile stays the defaults
+    assert load_config([]).searcher == SearcherConfig()
+
+
+def test_each_layers_relative_paths_resolve_against_its_own_folder(tmp_path: Path) -> None:
+    base = _write(tmp_path / "a" / "base.toml", "[retriever]\nindex = 'indexes/x'\n[training]\noutput_dir = 'runs/t'\n"
+                  "train_sources = ['hotpotqa:data/h.json']\n")
+    over = _write(tmp_path / "b" / "over.toml", "[training]\noutput_dir = 'mine'\n")
+    cfg = load_config([base, over])
+    assert cfg.resolve(cfg.retriever.index) == (tmp_path / "a" / "indexes" / "x").resolve()
+    assert cfg.resolve(cfg.training.output_dir) == tmp_path / "b" / "mine"
+    assert cfg.training.train_sources == [f"hotpotqa:{(tmp_path / 'a' / 'data' / 'h.json').resolve()}"]
+
+
+def test_implicit_config_toml_keys_are_not_explicit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "config.toml", "[searcher]\nmax_turns = 2\n")
+    cfg = load_config(None, ["retriever.k=4"])
+    assert cfg.searcher.max_turns == 2 and cfg.explicit_keys == {"retriever.k"}
+
+
+def test_unknown_preset_lists_the_presets() -> None:
+    with pytest.raises(ConfigError, match=r"no preset 'gpu-monster'.*cpu"):
+        load_config(["gpu-monster"])
+
+
+def test_profile_era_configs_migrate_with_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    old = _write(tmp_path / "old.toml", "[searcher]\nprofile = 'cpu'\ncpu_k = 3\ncpu_max_turns = 1\nmax_select = 2\n")
+    with caplog.at_level(logging.WARNING, logger="s3.config"):
+        cfg = load_config([old])
+    # what profile = "cpu" selected: cpu_k / cpu_max_turns as given, the cpu budget's old default
+    assert (cfg.searcher.k, cfg.searcher.max_turns, cfg.searcher.doc_token_budget, cfg.searcher.max_select) == (3, 1, 64, 2)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "deprecated" in line and "k=3, max_turns=1, doc_token_budget=64" in line and "configs/cpu.toml" in line
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="s3.config"):
+        paper = load_config([_write(tmp_path / "p.toml", "[searcher]\nprofile = 'paper'\ncpu_k = 2\nk = 6\n")])
+    assert (paper.searcher.k, paper.searcher.max_turns, paper.searcher.doc_token_budget) == (6, 3, None)
+    assert len(caplog.records) == 1
+    with pytest.raises(ConfigError, match="profiles were 'paper' and 'cpu'"):
+        load_config([_write(tmp_path / "bad.toml", "[searcher]\nprofile = 'gpu'\n")])
+
+
+def test_a_profile_era_run_config_json_still_loads() -> None:
+    # what a run directory's config.json looked like before presets became files
+    old = json.loads(S3Config().model_dump_json())
+    old["searcher"].update({"profile": "cpu", "cpu_k": 3, "cpu_max_turns": 1, "cpu_doc_token_budget": 40})
+    cfg = S3Config.model_validate(old)
+    assert (cfg.searcher.k, cfg.searcher.max_turns, cfg.searcher.doc_token_budget) == (3, 1, 40)
+
+
+def test_project_configs_load_and_use_no_profile_keys() -> None:
+    for path in sorted((ROOT / "configs").glob("*.toml")):
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"^\s*(profile|cpu_k|cpu_max_turns|cpu_doc_token_budget)\s*=", text, re.M), path
+        load_config([path])

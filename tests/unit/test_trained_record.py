@@ -1,0 +1,98 @@
+"""A trained searcher carries what it was trained with (searcher/trained.py) and is served that way (s3/build.py)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from s3.build import apply_trained_policy
+from s3.config import load_config
+from s3core.corpus import write_corpus
+from s3core.errors import ConfigError, S3Error
+from s3core.types import Document
+from searcher.config import RetrieverConfig, SearcherConfig
+from searcher.retrieval import build_index
+from searcher.trained import RECORD_FILE, apply_record, find_record, make_record, write_record
+
+DOCS = [Document(id=f"d{i}", title=f"T{i}", text=f"alpha beta {i} gamma") for i in range(6)]
+
+
+def _run(tmp_path: Path) -> tuple[Path, Path]:
+    """A run directory laid out as the trainer lays it out: data/{corpus.jsonl,index}, checkpoints/step_N/policy."""
+    run = tmp_path / "run"
+    corpus = run / "data" / "corpus.jsonl"
+    corpus.parent.mkdir(parents=True)
+    write_corpus(corpus, DOCS)
+    index = build_index(corpus, "bm25", run / "data" / "index", RetrieverConfig(), overwrite=True)
+    trained = SearcherConfig(k=3, max_turns=1, max_select=2, doc_token_budget=40, max_new_tokens=48)
+    retr = RetrieverConfig(k=2)
+    write_record(make_record(trained, retr, index, run, base_model="smollm2-135m-instruct", corpus=corpus), run)
+    policy = run / "checkpoints" / "step_000003" / "policy"
+    policy.mkdir(parents=True)
+    write_record(make_record(trained, retr, index, policy, corpus=corpus), policy)
+    return run, policy
+
+
+def test_the_record_says_what_the_searcher_was_trained_with(tmp_path: Path) -> None:
+    run, policy = _run(tmp_path)
+    rec = json.loads((run / RECORD_FILE).read_text())
+    assert rec["searcher"]["max_turns"] == 1 and rec["searcher"]["k"] == 3 and rec["searcher"]["doc_token_budget"] == 40
+    assert rec["retriever"]["index"] == "data/index" and rec["retriever"]["k"] == 2
+    assert rec["retriever"]["rebuild"] == "s3 index build --corpus data/corpus.jsonl --backend bm25 --out data/index"
+    assert len(rec["prompt_sha256"]) == 64 and len(rec["retriever"]["index_fingerprint"]) == 64
+    assert json.loads((policy / RECORD_FILE).read_text())["retriever"]["index"] == "../../../data/index"
+    # found from the run dir, a checkpoint, or its policy folder
+    for where in (run, run / "checkpoints" / "step_000003", policy):
+        found = find_record(where)
+        assert found is not None and found[0].searcher["max_turns"] == 1
+
+
+def test_recorded_settings_apply_and_explicit_ones_win(tmp_path: Path) -> None:
+    run, _ = _run(tmp_path)
+    record, folder = find_record(run) or pytest.fail("no record")
+    s, r, index = apply_record(record, folder, SearcherConfig(), RetrieverConfig())
+    assert (s.k, s.max_turns, s.max_select, s.doc_token_budget, r.k) == (3, 1, 2, 40, 2)
+    assert index == (run / "data" / "index").resolve()
+    s, r, index = apply_record(record, folder, SearcherConfig(max_turns=3), RetrieverConfig(k=5),
+                               explicit={"searcher.max_turns", "retriever.k"}, index=tmp_path / "other")
+    assert (s.max_turns, s.k, r.k, index) == (3, 3, 5, tmp_path / "other")
+
+
+def test_a_rebuilt_or_missing_index_is_a_clear_error(tmp_path: Path) -> None:
+    run, _ = _run(tmp_path)
+    record, folder = find_record(run) or pytest.fail("no record")
+    write_corpus(run / "data" / "corpus.jsonl", DOCS[:3])  # another corpus, rebuilt in place
+    build_index(run / "data" / "corpus.jsonl", "bm25", run / "data" / "index", RetrieverConfig(), overwrite=True)
+    with pytest.raises(ConfigError, match=r"not the one the searcher was trained with.*s3 index build --corpus"):
+        apply_record(record, folder, SearcherConfig(), RetrieverConfig())
+    apply_record(record, folder, SearcherConfig(), RetrieverConfig(), index=run / "data" / "index")  # on purpose: fine
+    import shutil
+
+    shutil.rmtree(run / "data" / "index")
+    with pytest.raises(ConfigError, match="which is missing"):
+        apply_record(record, folder, SearcherConfig(), RetrieverConfig())
+
+
+def test_apply_trained_policy_reads_explicit_keys_from_the_config(tmp_path: Path) -> None:
+    run, policy = _run(tmp_path)
+    cfg = load_config([], ["searcher.min_turns=0", "searcher.max_turns=2"])
+    index = apply_trained_policy(cfg, policy)
+    assert cfg.searcher.max_turns == 2 and cfg.searcher.k == 3  # --set wins, the rest is the record's
+    assert cfg.searcher.policy == "transformers" and cfg.searcher.policy_path == str(policy.resolve())
+    assert index == (run / "data" / "index").resolve()
+    vllm = load_config([], ["searcher.policy=vllm"])
+    apply_trained_policy(vllm, run)
+    assert vllm.searcher.policy == "vllm"
+
+
+def test_the_old_build_searcher_path_warns() -> None:
+    import s3.commands.search as old
+
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(S3Error, match="no index"):
+        warnings.simplefilter("always")
+        old.build_searcher(load_config([], ["retriever.backend=bm25"]))
+    assert any(issubclass(w.category, DeprecationWarning) and "from s3 import build_searcher" in str(w.message)
+               for w in caught)
