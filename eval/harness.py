@@ -840,7 +840,7 @@ def build_run(cfg: Any, opts: EvalOptions) -> tuple[Dataset, Components, dict[st
         contexts = agent_contexts(agent, own_answer=(method == "search_r1"))
         s = cfg.searcher
         config["searcher"] = {"class": cls.__name__, "policy": s.policy, "model": s.model, "policy_path": s.policy_path,
-                              "profile": s.profile, "k": s.effective_k, "max_turns": s.effective_max_turns,
+                              "k": s.k, "max_turns": s.max_turns, "doc_token_budget": s.doc_token_budget,
                               "max_select": s.max_select, "temperature": s.temperature,
                               "gguf_sha256": _local_gguf_sha256(s.model)}
         if method == "search_r1":
