@@ -38,7 +38,7 @@ FAST = [
     "training.batch_size=1",
     "training.group_size=2",
     "searcher.max_new_tokens=24",
-    "searcher.cpu_doc_token_budget=24",
+    "searcher.doc_token_budget=24",
 ]
 
 
@@ -173,6 +173,25 @@ def test_kill_and_resume_continues_with_the_same_data_order(tmp_path: Path) -> N
     for row in rows:
         s = row["step"] - 1
         assert row["data/question_ids"] == [questions[i] for i in perm[s * b : s * b + b]]
+
+
+def test_search_with_a_run_dir_applies_its_recorded_settings_and_index(trainer) -> None:  # type: ignore[no-untyped-def]
+    """`s3 search --policy RUN_DIR "q"` with no --index and no --config: the run's searcher.json gives the index it was
+    trained on and its loop settings (one search turn here, against the defaults' three)."""
+    t = trainer
+    if not (t.ckpt_dir / "latest").is_file():
+        t.train()
+    record = json.loads((t.run_dir / "searcher.json").read_text())
+    assert record["searcher"]["max_turns"] == 1 and record["retriever"]["index"] == "data/index"
+    out = subprocess.run(
+        [sys.executable, "-m", "s3.cli", "search", "--policy", str(t.run_dir), "--json", t.examples[0].question],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert len(result["steps"]) <= 2  # D0 + at most one search turn (the defaults would allow three)
+    assert all(len(s["retrieved_ids"]) == 3 for s in result["steps"])  # k0 = k = 3, as trained
+    assert result["documents"]
 
 
 def test_trained_checkpoint_serves_search_over_http(trainer) -> None:  # type: ignore[no-untyped-def]
