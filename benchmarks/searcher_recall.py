@@ -41,9 +41,9 @@ def _data_file() -> Path:
 
 
 def prepare(out: Path) -> tuple[Any, list[Any]]:
-    from eval.datasets import load
-    from searcher.config import RetrieverConfig
+    from dataprep import load
     from s3core.corpus import write_corpus
+    from searcher.config import RetrieverConfig
     from searcher.retrieval import build_index, load_retriever
 
     corpus, questions = load("hotpotqa", [_data_file()])
@@ -97,11 +97,11 @@ def main() -> int:
     ap.add_argument("--summary-only", action="store_true", help="recompute summary.json from contexts.jsonl")
     args = ap.parse_args()
 
+    from s3core.configbase import parse_override
+    from s3core.types import SearchResult
     from searcher.agent import S3Searcher, admission_stats
     from searcher.config import SearcherConfig
-    from s3core.configbase import parse_override
     from searcher.policy.litellm_policy import LiteLLMPolicy
-    from s3core.types import SearchResult
 
     out: Path = args.out or Path(f"/work/runs/searcher_recall_{args.profile}")
     out.mkdir(parents=True, exist_ok=True)

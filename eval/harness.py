@@ -206,7 +206,7 @@ class Dataset:
 
 def load_dataset(dir: Path, limit: int | None = None) -> Dataset:
     """Open a prepared dataset folder (what `s3 data prepare` wrote: questions.jsonl [+ corpus.jsonl, manifest.json])."""
-    from eval.datasets import load_prepared
+    from dataprep import load_prepared
 
     corpus_path, questions = load_prepared(dir)
     manifest: dict[str, Any] = {}

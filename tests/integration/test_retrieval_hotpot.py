@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from eval.datasets import prepare
-from searcher.config import RetrieverConfig
+from dataprep import prepare
 from s3core.corpus import read_questions
 from s3core.io import file_sha256
-from searcher.retrieval import build_index, load_retriever, support_recall
 from s3core.types import QAExample
+from searcher.config import RetrieverConfig
+from searcher.retrieval import build_index, load_retriever, support_recall
 
 pytestmark = pytest.mark.integration
 
