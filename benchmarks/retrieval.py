@@ -11,7 +11,7 @@ Rows:
   queries/s, recall@10 relative to flat. The vectors are REAL all-MiniLM-L6-v2 embeddings of hotpotqa paragraphs
   (from `--dense-index`, or encoded here) plus perturbed copies of them (gaussian noise, re-normalised) up to
   `--vectors`; queries are perturbed copies of real vectors. The table says how many were real.
-Corpus and questions: hotpotqa_dev500 (4,943 paragraphs, 500 questions), prepared with eval.datasets.
+Corpus and questions: hotpotqa_dev500 (4,943 paragraphs, 500 questions), prepared with dataprep (`s3 data prepare`).
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def main() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from eval.datasets import prepare
+    from dataprep import prepare
     from s3core.corpus import read_questions
 
     work = Path(tempfile.mkdtemp(prefix="s3-bench-retrieval-"))

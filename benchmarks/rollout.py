@@ -64,7 +64,7 @@ def main() -> int:
                     help="leave the loaded heap to the garbage collector (s3 serve / s3 train freeze it once loaded)")
     args = ap.parse_args()
 
-    from eval.datasets import load
+    from dataprep import load
     from s3core.corpus import write_corpus
     from searcher.build import build_searcher
     from searcher.config import RetrieverConfig, SearcherConfig

@@ -41,7 +41,7 @@ def _data_file() -> Path:
 
 
 def prepare(out: Path) -> tuple[Any, list[Any]]:
-    from eval.datasets import load
+    from dataprep import load
     from s3core.corpus import write_corpus
     from searcher.config import RetrieverConfig
     from searcher.retrieval import build_index, load_retriever

@@ -15,7 +15,7 @@ from s3core.errors import DataFormatError
 from s3core.io import iter_jsonl, write_jsonl_atomic
 from s3core.types import Document, QAExample
 
-__all__ = ["iter_corpus", "iter_questions", "read_corpus", "read_questions", "write_corpus", "write_questions"]
+__all__ = ["iter_corpus", "iter_questions", "read_questions", "write_corpus", "write_questions"]
 
 
 def _doc_from_obj(obj: Any, path: Path, lineno: int) -> Document:
@@ -46,10 +46,6 @@ def iter_corpus(path: str | Path, check_unique: bool = True) -> Iterator[Documen
                 raise DataFormatError(f"{p}:{lineno}: duplicate document id {doc.id!r}")
             seen.add(doc.id)
         yield doc
-
-
-def read_corpus(path: str | Path) -> list[Document]:
-    return list(iter_corpus(path))
 
 
 def write_corpus(path: str | Path, docs: Iterable[Document], fmt: str = "contents") -> int:

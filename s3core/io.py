@@ -29,34 +29,45 @@ _CHUNK = 1 << 20
 # ----------------------------------------------------------------------------------------------- reading
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str, bool, bool]]:
+def _lines(path: Path, *, strict_utf8: bool = False) -> Iterator[tuple[int, str, bool, bool]]:
     """(lineno, text, complete, is_last) per line, streamed with one line of look-ahead; a line is incomplete when
-    it is the last one and the file lacks a final newline."""
+    it is the last one and the file lacks a final newline. Bytes that are not UTF-8 become U+FFFD, or with
+    `strict_utf8` a DataFormatError naming the line and the byte offset in the file."""
+    errors = "strict" if strict_utf8 else "replace"
     with path.open("rb") as fh:
         prev: bytes | None = None
-        lineno = 0
-        for raw in fh:
+        lineno = start = 0  # start: the file offset of `prev`
+        try:
+            for raw in fh:
+                if prev is not None:
+                    yield lineno, prev.decode("utf-8", errors), True, False
+                    start += len(prev)
+                prev = raw
+                lineno += 1
             if prev is not None:
-                yield lineno, prev.decode("utf-8", errors="replace"), True, False
-            prev = raw
-            lineno += 1
-        if prev is not None:
-            complete = prev.endswith(b"\n")
-            yield lineno, prev.decode("utf-8", errors="replace").rstrip("\n"), complete, True
+                complete = prev.endswith(b"\n")
+                yield lineno, prev.decode("utf-8", errors).rstrip("\n"), complete, True
+        except UnicodeDecodeError as e:
+            raise DataFormatError(f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte {start + e.start})") from None
 
 
 def iter_jsonl(
-    path: str | Path, *, torn_tail: Literal["error", "skip"] = "error", what: str = "a JSON object"
+    path: str | Path,
+    *,
+    torn_tail: Literal["error", "skip"] = "error",
+    what: str = "a JSON object",
+    strict_utf8: bool = False,
 ) -> Iterator[tuple[int, JsonObject]]:
     """(lineno, object) for each non-blank line of a jsonl file.
 
     A line that is not a JSON object is a DataFormatError naming the file and line. With `torn_tail="skip"` the last
     line is dropped when it has no final newline or does not parse (a write cut short by a kill): resumable files.
+    With `strict_utf8` a byte that is not UTF-8 is a DataFormatError too (raw inputs), not a replacement character.
     """
     p = Path(path)
     if not p.is_file():
         raise DataFormatError(f"file not found: {p}")
-    for lineno, text, complete, is_last in _lines(p):
+    for lineno, text, complete, is_last in _lines(p, strict_utf8=strict_utf8):
         if not text.strip():
             continue
         if torn_tail == "skip" and is_last and not complete:

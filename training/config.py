@@ -58,7 +58,7 @@ class TrainingConfig(Section):
             "hotpotqa:../shared/data/train_hotpotqa_musique100/hotpotqa_train.json",
             "musique:../shared/data/train_hotpotqa_musique100/musique_train.json",
         ],
-        description="Raw QA files as 'format:path' (eval/datasets.py formats; paths relative to the config file); "
+        description="Raw QA files as 'format:path' (the formats of `s3 data formats`; paths relative to the config file); "
         "their paragraphs form the training corpus. Used when train_data is missing.",
     )
     max_questions: int | None = Field(None, ge=1, description="Cap on questions taken from the sources (None = all).")

@@ -1,6 +1,6 @@
 """Training data: `s3 prepare-training`.
 
-From QA files (here ../shared/data/train_hotpotqa_musique100, via eval/datasets.py) to a training directory:
+From QA files (here ../shared/data/train_hotpotqa_musique100, via dataprep/) to a training directory:
 
     corpus.jsonl        the paragraphs of every source question (the retrieval corpus)
     questions.jsonl     every question loaded (FlashRAG shape)
@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from s3core.errors import ConfigError, DataFormatError, S3Error
+from dataprep.training_sources import TrainingSources, load_sources
+from s3core.errors import DataFormatError, S3Error
 from s3core.types import Document, QAExample
 
 if TYPE_CHECKING:
@@ -109,34 +110,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _load_sources(cfg: Any) -> tuple[list[Document], list[QAExample], list[dict[str, Any]]]:
-    """Load every 'format:path' of training.train_sources through eval/datasets.py; merge corpora (dedup by id)."""
-    from eval import datasets
-
-    corpus: dict[str, Document] = {}
-    questions: list[QAExample] = []
-    sources: list[dict[str, Any]] = []
-    for item in cfg.training.train_sources:
-        fmt, sep, raw = item.partition(":")
-        if not sep or not raw:
-            raise ConfigError(f"training.train_sources entry {item!r}: expected 'format:path'")
-        if fmt not in datasets.FORMATS:
-            raise ConfigError(f"training.train_sources: unknown format {fmt!r}; known: {', '.join(sorted(datasets.FORMATS))}")
-        path = cfg.resolve(raw)
-        if not path.exists():
-            raise DataFormatError(f"training source not found: {path} (from training.train_sources {item!r})")
-        docs, qs = datasets.load(fmt, [path])
-        for d in docs:
-            corpus.setdefault(d.id, d)
-        questions.extend(qs)
-        sources.append({"format": fmt, "path": str(path), "sha256": _sha256_file(path), "questions": len(qs), "paragraphs": len(docs)})
-    seen: set[str] = set()
-    unique = []
-    for q in questions:
-        if q.id not in seen:
-            seen.add(q.id)
-            unique.append(q)
-    return list(corpus.values()), unique, sources
+def _load_sources(cfg: Any) -> TrainingSources:
+    """Load every 'format:path' of training.train_sources (paths relative to the config file's folder)."""
+    return load_sources(cfg.training.train_sources, cfg.base_dir)
 
 
 def needs_baseline(cfg: Any) -> bool:

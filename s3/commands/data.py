@@ -47,7 +47,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _prepare(args: argparse.Namespace, cfg: Any) -> int:
-    from eval.datasets import prepare
+    from dataprep import prepare
 
     m = prepare(args.format, [Path(p) for p in args.inputs], Path(args.out))
     c = m.counts
@@ -73,7 +73,7 @@ def _prepare(args: argparse.Namespace, cfg: Any) -> int:
 
 
 def _formats(args: argparse.Namespace, cfg: Any) -> int:
-    from eval.datasets import FORMATS
+    from dataprep import FORMATS
 
     for name, spec in FORMATS.items():
         kind = "questions + paragraphs" if spec.carries_paragraphs else "questions"
@@ -82,7 +82,7 @@ def _formats(args: argparse.Namespace, cfg: Any) -> int:
 
 
 def _show(args: argparse.Namespace, cfg: Any) -> int:
-    from eval.datasets import MANIFEST_FILE, load_prepared
+    from dataprep import MANIFEST_FILE, load_prepared
 
     corpus, questions = load_prepared(args.dir)
     mpath = Path(args.dir) / MANIFEST_FILE

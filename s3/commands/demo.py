@@ -69,7 +69,7 @@ def _pick(questions: list[Any], n: int) -> list[Any]:
 def prepare_demo_dataset(out: Path, cache: Path | None, n: int | None) -> tuple[Path, Path, list[Any]]:
     """Write DIR/data (questions.jsonl + corpus.jsonl + manifest.json, what `s3 data prepare` writes) and make sure the
     cached BM25 index exists. Returns (dataset dir, index dir, questions)."""
-    from s3.demo_data import demo_corpus_info, demo_questions
+    from dataprep.demo import demo_corpus_info, demo_questions
     from s3core.corpus import write_questions
     from searcher.config import RetrieverConfig
     from searcher.retrieval import build_index

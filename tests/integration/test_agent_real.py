@@ -27,7 +27,7 @@ def hotpot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, list
     """bm25s index over the paragraphs of the first 30 HotpotQA dev questions (~300 paragraphs)."""
     if not DATA.is_file():
         pytest.skip(f"shared data missing: {DATA}")
-    from eval.datasets import load
+    from dataprep import load
     from s3core.corpus import write_corpus
     from searcher.retrieval import build_index, load_retriever
 

@@ -2,7 +2,8 @@
 
 Expected counts are the ones each folder's SOURCE.txt states (checked there independently of this code):
 hotpotqa_dev500 500 questions / 4,943 distinct paragraphs; musique_dev200 200 / 3,141; 2wiki_dev200 164 usable
-(36 rows without context) / 1,294; the HippoRAG train corpora are the union of their questions' paragraphs.
+(36 rows without context) / 1,294; the HippoRAG train corpora are the union of their questions' paragraphs;
+train_hotpotqa1200 1,196 / 11,798.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from eval.datasets import load, load_prepared
+from dataprep import load, load_prepared
 from eval.metrics import span_check
 from s3.cli import main
 from s3core.corpus import iter_corpus
@@ -41,6 +42,7 @@ CASES: list[tuple[str, str, list[str], int, int | None, int]] = [
      ["train_hotpotqa_musique100/hotpotqa_train.json", "train_hotpotqa_musique100/hotpotqa_train_corpus.json"], 100, 994, 0),
     ("musique_train", "musique",
      ["train_hotpotqa_musique100/musique_train.json", "train_hotpotqa_musique100/musique_train_corpus.json"], 100, 1890, 0),
+    ("hotpotqa_train1200", "hotpotqa", ["train_hotpotqa1200/hotpot_train.jsonl"], 1196, 11798, 0),
 ]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from s3.demo_data import (
+from dataprep.demo import (
     DEMO_DISTRIBUTION,
     DEMO_SOURCE_SHA256,
     DemoCorpusInfo,
@@ -20,7 +20,7 @@ from s3.demo_data import (
     load_demo_questions,
     normalize_answer,
 )
-from s3core.corpus import read_corpus, read_questions
+from s3core.corpus import iter_corpus, read_questions
 from s3core.io import file_sha256
 from s3core.types import Document, QAExample
 
@@ -39,7 +39,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> DemoCorpusInfo:
 
 @pytest.fixture(scope="module")
 def docs(built: DemoCorpusInfo) -> dict[str, Document]:
-    return {d.id: d for d in read_corpus(built.corpus_path)}
+    return {d.id: d for d in iter_corpus(built.corpus_path)}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_ids_are_stable_across_two_loads(built: DemoCorpusInfo, tmp_path: Path) 
     again = demo_corpus_info(tmp_path)  # a fresh cache: converted from scratch a second time
     assert again.built
     assert file_sha256(again.corpus_path) == file_sha256(built.corpus_path)
-    assert [d.id for d in read_corpus(again.corpus_path)] == [d.id for d in read_corpus(built.corpus_path)]
+    assert [d.id for d in iter_corpus(again.corpus_path)] == [d.id for d in iter_corpus(built.corpus_path)]
     reused = demo_corpus_info(built.corpus_path.parent.parent)
     assert not reused.built and reused.corpus_path == built.corpus_path
 

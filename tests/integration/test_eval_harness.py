@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def hotpot(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """hotpotqa_dev500 prepared (questions + its 4,943 paragraphs) and a bm25 index over it."""
-    from eval.datasets import prepare
+    from dataprep import prepare
     from searcher.retrieval import build_index
 
     root = tmp_path_factory.mktemp("hotpot")

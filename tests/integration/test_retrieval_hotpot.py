@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.datasets import prepare
+from dataprep import prepare
 from s3core.corpus import read_questions
 from s3core.io import file_sha256
 from s3core.types import QAExample

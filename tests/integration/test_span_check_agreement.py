@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import regex  # the Unicode-class regex module (a dependency of litellm's tiktoken) for the reference tokenizer
 
-from eval.datasets import load
+from dataprep import load
 from eval.metrics import normalize_answer, span_check, span_tokens
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ if not DATA.is_file():
 
 
 def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_paragraphs(tmp_path: Path) -> None:
-    from eval.datasets import load
+    from dataprep import load
     from s3.config import load_config
     from training.data import prepare_training
 

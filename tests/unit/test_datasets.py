@@ -1,17 +1,19 @@
-"""Dataset loaders on tiny hand-written files: layouts, dedup, stable ids, merging, manifests, clear errors."""
+"""Data preparation (dataprep) on tiny hand-written files: layouts, dedup, stable ids, merging, manifests, errors."""
 
 from __future__ import annotations
 
 import doctest
 import hashlib
+import importlib
 import json
+import pkgutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import eval.datasets as datasets
-from eval.datasets import (
+import dataprep
+from dataprep import (
     FORMATS,
     Manifest,
     iter_records,
@@ -20,11 +22,9 @@ from eval.datasets import (
     load_prepared,
     paragraph_id,
     prepare,
-    read_flashrag_corpus,
-    read_hipporag_corpus,
 )
-from s3core.corpus import read_corpus, read_questions
-from s3core.errors import DataFormatError
+from s3core.corpus import iter_corpus, read_questions
+from s3core.errors import ConfigError, DataFormatError
 
 # one HotpotQA question in the original layout (with an extra field to ignore)
 HOTPOT_ORIGINAL: dict[str, Any] = {
@@ -79,8 +79,9 @@ def write_json(path: Path, obj: Any, indent: int | None = 2) -> Path:
 
 
 def test_doctests() -> None:
-    result = doctest.testmod(datasets)
-    assert result.attempted >= 2 and result.failed == 0
+    modules = [importlib.import_module(m.name) for m in pkgutil.walk_packages(dataprep.__path__, "dataprep.")]
+    results = [doctest.testmod(m) for m in modules]
+    assert sum(r.attempted for r in results) >= 4 and sum(r.failed for r in results) == 0  # builder + demo
 
 
 def test_registry_names_match_the_cli() -> None:
@@ -257,9 +258,10 @@ def test_hipporag_corpus_merges_with_questions(tmp_path: Path) -> None:
     )
     data = load("hotpotqa", [qs, dict_corpus])
     assert sorted(d.title for d in data.corpus) == ["Big Ben", "Eiffel Tower", "Extra", "France"]
-    assert data.stats.duplicates_merged == 1
+    assert data.stats.counts.duplicates_merged == 1
     list_corpus = write_json(tmp_path / "corpus2.json", [{"title": "Extra", "text": "Only in the corpus."}])
-    assert [d.id for d in read_hipporag_corpus(list_corpus)] == [d.id for d in read_hipporag_corpus(dict_corpus)][1:]
+    # a corpus file alone (no questions) loads as a corpus, in either HippoRAG layout, with the same ids
+    assert [d.id for d in load("hotpotqa", [list_corpus]).corpus] == [d.id for d in load("hotpotqa", [dict_corpus]).corpus][1:]
 
 
 # ---------------------------------------------------------------------------------------------- 2Wiki / MuSiQue
@@ -377,7 +379,7 @@ def test_duplicate_question_ids_across_inputs(tmp_path: Path) -> None:
     data = load("nq", [a, b])
     assert [q.id for q in data.questions] == ["0", "1", "nq_pre:0"]
     assert data.questions[2].metadata["original_id"] == "0"
-    assert data.stats.question_ids_renamed == 1 and data.stats.duplicate_questions_merged == 1
+    assert data.stats.counts.question_ids_renamed == 1 and data.stats.counts.duplicate_questions_merged == 1
 
 
 def test_mirage_multiple_choice(tmp_path: Path) -> None:
@@ -412,13 +414,15 @@ def test_flashrag_corpus_and_questions_merge(tmp_path: Path) -> None:
             {"id": "2", "contents": "no title line at all"},
         ],
     )
-    docs = read_flashrag_corpus(corpus_file)
+    docs = load("flashrag", [corpus_file]).corpus
     assert [(d.title, d.text) for d in docs] == [("Evan Morris", "Evan Morris was a lobbyist."), ("", "no title line at all")]
     qs = write_jsonl(tmp_path / "test.jsonl", [{"id": "t0", "question": "who?", "golden_answers": ["Evan"]}])
     m = prepare("flashrag", [qs, corpus_file], tmp_path / "out")
     assert (m.counts.questions, m.counts.paragraphs, m.counts.duplicates_merged) == (1, 2, 1)
-    with pytest.raises(DataFormatError, match=r"test\.jsonl:1: not a corpus record"):
-        read_flashrag_corpus(qs)
+    # a record that is neither a corpus record nor a question is an error naming its line
+    neither = write_jsonl(tmp_path / "neither.jsonl", [{"id": "1", "title": "T"}])
+    with pytest.raises(DataFormatError, match=r"neither\.jsonl:1: row has no 'question' text"):
+        load("flashrag", [corpus_file, neither])
 
 
 # ---------------------------------------------------------------------------------- prepare / load_prepared
@@ -433,7 +437,7 @@ def test_prepare_writes_files_and_manifest(tmp_path: Path) -> None:
     assert (m.counts.questions, m.counts.paragraphs, m.counts.paragraph_occurrences, m.counts.duplicates_merged) == (2, 4, 5, 1)
     assert m.sources[0].sha256 == hashlib.sha256(src.read_bytes()).hexdigest()
     assert (m.sources[0].records, m.sources[0].questions, m.sources[0].paragraphs) == (2, 2, 5)
-    corpus = read_corpus(out / "corpus.jsonl")  # readable by the shared corpus reader, unique ids
+    corpus = list(iter_corpus(out / "corpus.jsonl"))  # readable by the shared corpus reader, unique ids
     assert len(corpus) == 4
     corpus_path, questions = load_prepared(out)
     assert corpus_path == out / "corpus.jsonl"
@@ -487,6 +491,26 @@ def test_load_prepared_bad_question_lines(tmp_path: Path, row: dict[str, Any], m
     write_jsonl(tmp_path / "questions.jsonl", [{"question": "ok?", "golden_answers": ["y"]}, row])
     with pytest.raises(DataFormatError, match=rf"questions\.jsonl:2: {message}"):
         load_prepared(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------ training sources
+
+
+def test_training_sources_merge_by_id_and_name_bad_entries(tmp_path: Path) -> None:
+    from dataprep.training_sources import load_sources
+
+    a = write_json(tmp_path / "a.json", [HOTPOT_ORIGINAL])
+    b = write_json(tmp_path / "b.json", [HOTPOT_ORIGINAL, HOTPOT_Q2])
+    corpus, questions, sources = load_sources(["hotpotqa:a.json", f"hotpotqa:{b}"], tmp_path)  # relative + absolute
+    assert [q.id for q in questions] == ["q1", "q2"] and len(corpus) == 4  # q1 and 3 paragraphs shared: kept once
+    assert [(s["path"], s["questions"], s["paragraphs"]) for s in sources] == [(str(a), 1, 3), (str(b), 2, 4)]
+    assert sources[0]["sha256"] == hashlib.sha256(a.read_bytes()).hexdigest()
+    with pytest.raises(ConfigError, match=r"'a\.json': expected 'format:path'"):
+        load_sources(["a.json"], tmp_path)
+    with pytest.raises(ConfigError, match="unknown format 'squad'"):
+        load_sources(["squad:a.json"], tmp_path)
+    with pytest.raises(DataFormatError, match=r"training source not found: .*nope\.json"):
+        load_sources(["hotpotqa:nope.json"], tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------------- CLI

