@@ -42,8 +42,8 @@ def _data_file() -> Path:
 
 def prepare(out: Path) -> tuple[Any, list[Any]]:
     from eval.datasets import load
-    from searcher.config import RetrieverConfig
     from s3core.corpus import write_corpus
+    from searcher.config import RetrieverConfig
     from searcher.retrieval import build_index, load_retriever
 
     corpus, questions = load("hotpotqa", [_data_file()])
@@ -97,16 +97,17 @@ def main() -> int:
     ap.add_argument("--summary-only", action="store_true", help="recompute summary.json from contexts.jsonl")
     args = ap.parse_args()
 
+    from s3core.configbase import parse_override
+    from s3core.types import SearchResult
     from searcher.agent import S3Searcher, admission_stats
     from searcher.config import SearcherConfig
-    from s3core.configbase import parse_override
     from searcher.policy.litellm_policy import LiteLLMPolicy
-    from s3core.types import SearchResult
+    from searcher.retrieval.metrics import support_recall
 
     out: Path = args.out or Path(f"/work/runs/searcher_recall_{args.profile}")
     out.mkdir(parents=True, exist_ok=True)
     retriever, questions = prepare(args.index_dir or out)
-    questions = [q for q in questions if q.supporting_ids][: args.n]
+    questions = [q for q in questions if q.supporting_ids][: args.n]  # support recall is never None below
     overrides: dict[str, Any] = {"profile": args.profile, "model": args.model}
     for item in args.set:
         path, value = parse_override(item)
@@ -153,19 +154,16 @@ def main() -> int:
     gold = {q.id: set(q.supporting_ids) for q in questions}
     qtext = {q.id: q.question for q in questions}
 
-    def recall(ids: list[str], g: set[str]) -> float:
-        return len(g.intersection(ids)) / len(g)
-
     sizes = [len(r["documents"]) for r in rows]
     mean_n = statistics.mean(sizes)
     N = max(1, round(mean_n))
     kmax = max([N, 3, *sizes])
     naive = retriever.search([qtext[r["id"]] for r in rows], kmax)
     naive_ids = [[d.id for d in lst] for lst in naive]
-    s3 = [recall([d["id"] for d in r["documents"]], gold[r["id"]]) for r in rows]
-    top3 = [recall(ids[:3], gold[r["id"]]) for ids, r in zip(naive_ids, rows, strict=True)]
-    topN = [recall(ids[:N], gold[r["id"]]) for ids, r in zip(naive_ids, rows, strict=True)]
-    topNi = [recall(ids[: max(len(r["documents"]), 1)], gold[r["id"]]) for ids, r in zip(naive_ids, rows, strict=True)]
+    s3 = [support_recall([d["id"] for d in r["documents"]], gold[r["id"]]) for r in rows]
+    top3 = [support_recall(ids[:3], gold[r["id"]]) for ids, r in zip(naive_ids, rows, strict=True)]
+    topN = [support_recall(ids[:N], gold[r["id"]]) for ids, r in zip(naive_ids, rows, strict=True)]
+    topNi = [support_recall(ids[: max(len(r["documents"]), 1)], gold[r["id"]]) for ids, r in zip(naive_ids, rows, strict=True)]
     all_s3 = [float(gold[r["id"]] <= {d["id"] for d in r["documents"]}) for r in rows]
     replies = sum(r["stats"]["replies"] for r in rows)
     summary = {
