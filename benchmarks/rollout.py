@@ -65,9 +65,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from eval.datasets import load
+    from s3core.corpus import write_corpus
     from searcher.agent import S3Searcher
     from searcher.config import RetrieverConfig, SearcherConfig
-    from s3core.corpus import write_corpus
     from searcher.heap import freeze_loaded_heap
     from searcher.policy import ScriptedPolicy
     from searcher.retrieval import build_index, load_retriever

@@ -75,8 +75,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from s3.config import S3Config
-    from searcher.agent import S3Searcher
     from s3core.corpus import read_questions
+    from searcher.agent import S3Searcher
     from searcher.policy import ScriptedPolicy
     from searcher.retrieval import build_index, load_retriever
     from searcher.service import create_search_app

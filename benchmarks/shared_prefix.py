@@ -35,8 +35,8 @@ REPLY = '<important_info>[1, 2]</important_info>\n<search_complete>False</search
 
 def _questions(n: int) -> list[tuple[str, str]]:
     """(question, rendered D0 window) for the first n HotpotQA dev questions."""
-    from searcher.protocol import render_information
     from s3core.types import Document
+    from searcher.protocol import render_information
 
     rows = [json.loads(line) for line in sorted(DATA.glob("*.jsonl"))[0].read_text().splitlines()[:n]]
     out = []
@@ -67,10 +67,10 @@ def main() -> None:
 
     import torch
 
+    from s3core.types import SearchResult, Trajectory
     from searcher.policy import TokenPrompt
     from searcher.policy.transformers_policy import TransformersPolicy
     from searcher.protocol import build_s3_prompt, information_observation
-    from s3core.types import SearchResult, Trajectory
     from training.trainer import S3Trainer
 
     torch.set_num_threads(args.threads)

@@ -29,8 +29,8 @@ REPLY = '<important_info>[1, 2]</important_info>\n<search_complete>False</search
 
 
 def _batch(tokenizer: object, n: int) -> tuple[list[list[int]], list[list[int]]]:
-    from searcher.protocol import build_s3_prompt, information_observation, render_information
     from s3core.types import Document
+    from searcher.protocol import build_s3_prompt, information_observation, render_information
 
     rows = [json.loads(line) for line in sorted(DATA.glob("*.jsonl"))[0].read_text().splitlines()[:n]]
     seqs, masks = [], []

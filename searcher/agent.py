@@ -26,8 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from searcher.config import SearcherConfig
 from s3core.errors import ConfigError, S3Error
+from s3core.types import Document, QAExample, SearchResult, SearchStep, Trajectory, construct_trusted
+from searcher.config import SearcherConfig
 from searcher.policy.base import Message, Policy, PolicyOutput, PolicyPrompt, TokenPrompt, uses_token_ids
 from searcher.protocol import (
     INFORMATION_CHAT_HEAD,
@@ -45,7 +46,6 @@ from searcher.protocol import (
     search_r1_invalid_observation,
     search_required_observation,
 )
-from s3core.types import Document, QAExample, SearchResult, SearchStep, Trajectory, construct_trusted
 
 __all__ = ["LoopStats", "S3Searcher", "SearchR1Agent", "SupportsSearch", "admission_stats"]
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from searcher.config import BM25Config
 from s3core.errors import ConfigError
+from s3core.types import Document
+from searcher.config import BM25Config
 from searcher.retrieval.base import IndexedRetriever, top_k_rows
 from searcher.retrieval.store import DocStore, IndexManifest
-from s3core.types import Document
 
 SUBDIR = "bm25"
 

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from searcher.config import DenseConfig
 from s3core.errors import ConfigError, IndexDirError
+from s3core.types import Document
+from searcher.config import DenseConfig
 from searcher.retrieval.base import IndexedRetriever
 from searcher.retrieval.store import DocStore, IndexManifest
-from s3core.types import Document
 
 INDEX_FILE = "dense.faiss"
 OFFLINE_MINILM = "minilm"

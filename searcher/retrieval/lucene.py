@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from searcher.config import LuceneConfig
 from s3core.errors import IndexDirError, RetrievalError
+from s3core.types import Document
+from searcher.config import LuceneConfig
 from searcher.retrieval.base import IndexedRetriever, check_k, check_queries
 from searcher.retrieval.lucene_env import import_pyserini_lucene
 from searcher.retrieval.store import DocStore, IndexManifest
-from s3core.types import Document
 
 SUBDIR = "lucene"
 

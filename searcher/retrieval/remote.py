@@ -18,10 +18,10 @@ from typing import Any
 
 import httpx
 
-from searcher.config import RemoteConfig
 from s3core.errors import RetrievalError
-from searcher.retrieval.base import check_k, check_queries
 from s3core.types import Document
+from searcher.config import RemoteConfig
+from searcher.retrieval.base import check_k, check_queries
 
 
 class RemoteRetriever:

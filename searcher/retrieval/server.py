@@ -22,11 +22,11 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from s3core.errors import RetrievalError
+from s3core.types import Document
 from searcher.batching import MicroBatcher
 from searcher.config import ServiceConfig
-from s3core.errors import RetrievalError
 from searcher.retrieval.base import Retriever
-from s3core.types import Document
 
 
 class RetrieveRequest(BaseModel):

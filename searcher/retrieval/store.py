@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from s3core.io import file_sha256
 from s3core.errors import IndexDirError, RetrievalError
+from s3core.io import file_sha256
 from s3core.types import Document, construct_trusted
 
 MANIFEST = "index.json"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from searcher.config import RetrieverConfig
 from s3core.errors import RetrievalError
+from searcher.config import RetrieverConfig
 from searcher.retrieval import build_index, load_retriever
 
 pytestmark = pytest.mark.integration

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from s3.cli import main
-from searcher.config import RetrieverConfig
-from s3core.io import file_sha256
 from s3core.errors import ConfigError, DataFormatError, IndexDirError
+from s3core.io import file_sha256
+from searcher.config import RetrieverConfig
 from searcher.retrieval import build_index, load_retriever, read_manifest
 
 pytestmark = pytest.mark.integration

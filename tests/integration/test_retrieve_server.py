@@ -106,8 +106,8 @@ def test_health_and_document_lookup(served) -> None:  # type: ignore[no-untyped-
 def test_remote_client_reports_a_dead_server_after_retries() -> None:
     import socket
 
-    from searcher.config import RemoteConfig
     from s3core.errors import RetrievalError
+    from searcher.config import RemoteConfig
     from searcher.retrieval.remote import RemoteRetriever
 
     with socket.socket() as s:  # a port nobody listens on

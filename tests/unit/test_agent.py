@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 import pytest
 
+from s3core.errors import ConfigError, S3Error
+from s3core.types import Document, QAExample
 from searcher.agent import S3Searcher, SearchR1Agent, admission_stats
 from searcher.config import SearcherConfig
-from s3core.errors import ConfigError, S3Error
 from searcher.policy import PolicyOutput, ScriptedPolicy
 from searcher.policy.base import PolicyPrompt
-from s3core.types import Document, QAExample
 
 
 class TinyRetriever:
@@ -308,8 +308,8 @@ def test_min_turns_turns_an_early_stop_into_an_observation_asking_for_a_query() 
 def test_step_draft_has_exactly_the_search_step_fields() -> None:
     import dataclasses
 
-    from searcher.agent import _Step
     from s3core.types import SearchStep
+    from searcher.agent import _Step
 
     assert [f.name for f in dataclasses.fields(_Step)] == list(SearchStep.model_fields)
     full = _Step(turn=2, query="q", retrieved_ids=["a"], selected_ids=["a"], selection_fallback=True,

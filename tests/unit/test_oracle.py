@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from searcher.protocol import build_s3_prompt, information_observation, parse_s3_reply, render_information
 from s3core.types import Document, QAExample
+from searcher.protocol import build_s3_prompt, information_observation, parse_s3_reply, render_information
 from training.oracle import gold_titles, oracle_script
 
 Q = "Who directed the film about the inventor of the Earthship?"

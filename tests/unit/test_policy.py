@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from searcher.config import SearcherConfig
 from s3core.errors import ConfigError
+from searcher.config import SearcherConfig
 from searcher.policy import PolicyOutput, ScriptedPolicy, TokenPrompt, load_policy, uses_token_ids
 from searcher.policy.litellm_policy import LiteLLMPolicy
 from searcher.policy.stopping import find_stop, restore_stop, truncate_text, truncate_token_ids

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from s3core.types import Document
 from searcher.protocol import (
     S3_INSTRUCTION,
     build_s3_prompt,
@@ -18,7 +19,6 @@ from searcher.protocol import (
     render_information,
     truncate_words,
 )
-from s3core.types import Document
 
 DOCS = [
     Document(id="d1", title="Earthship", text="An Earthship is a type of passive solar house made of tires."),

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from searcher.config import SearcherConfig, ServiceConfig
 from s3core.errors import DataFormatError, RetrievalError, S3Error
+from s3core.types import Document, SearchResult, SearchStep
+from searcher.config import SearcherConfig, ServiceConfig
 from searcher.service import (
     SearchRequest,
     SearchSettings,
@@ -25,7 +26,6 @@ from searcher.service import (
     summarize_result,
     with_settings,
 )
-from s3core.types import Document, SearchResult, SearchStep
 
 
 def _doc(i: str, score: float = 1.0) -> Document:
