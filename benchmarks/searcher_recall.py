@@ -104,11 +104,12 @@ def main() -> int:
     from searcher.build import build_searcher
     from searcher.config import SearcherConfig
     from searcher.policy.litellm_policy import LiteLLMPolicy
+    from searcher.retrieval.metrics import support_recall
 
     out: Path = args.out or Path(f"/work/runs/searcher_recall_{args.preset}")
     out.mkdir(parents=True, exist_ok=True)
     retriever, questions = prepare(args.index_dir or out)
-    questions = [q for q in questions if q.supporting_ids][: args.n]
+    questions = [q for q in questions if q.supporting_ids][: args.n]  # support recall is never None below
     overrides: dict[str, Any] = {**(preset_section("cpu", "searcher") if args.preset == "cpu" else {}), "model": args.model}
     for item in args.set:
         path, value = parse_override(item)
@@ -155,19 +156,16 @@ def main() -> int:
     gold = {q.id: set(q.supporting_ids) for q in questions}
     qtext = {q.id: q.question for q in questions}
 
-    def recall(ids: list[str], g: set[str]) -> float:
-        return len(g.intersection(ids)) / len(g)
-
     sizes = [len(r["documents"]) for r in rows]
     mean_n = statistics.mean(sizes)
     N = max(1, round(mean_n))
     kmax = max([N, 3, *sizes])
     naive = retriever.search([qtext[r["id"]] for r in rows], kmax)
     naive_ids = [[d.id for d in lst] for lst in naive]
-    s3 = [recall([d["id"] for d in r["documents"]], gold[r["id"]]) for r in rows]
-    top3 = [recall(ids[:3], gold[r["id"]]) for ids, r in zip(naive_ids, rows, strict=True)]
-    topN = [recall(ids[:N], gold[r["id"]]) for ids, r in zip(naive_ids, rows, strict=True)]
-    topNi = [recall(ids[: max(len(r["documents"]), 1)], gold[r["id"]]) for ids, r in zip(naive_ids, rows, strict=True)]
+    s3 = [support_recall([d["id"] for d in r["documents"]], gold[r["id"]]) for r in rows]
+    top3 = [support_recall(ids[:3], gold[r["id"]]) for ids, r in zip(naive_ids, rows, strict=True)]
+    topN = [support_recall(ids[:N], gold[r["id"]]) for ids, r in zip(naive_ids, rows, strict=True)]
+    topNi = [support_recall(ids[: max(len(r["documents"]), 1)], gold[r["id"]]) for ids, r in zip(naive_ids, rows, strict=True)]
     all_s3 = [float(gold[r["id"]] <= {d["id"] for d in r["documents"]}) for r in rows]
     replies = sum(r["stats"]["replies"] for r in rows)
     summary = {

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eval.methods import METHODS
 from s3core.errors import DataFormatError, S3Error
 
-METHOD_ORDER = ("no_retrieval", "naive_rag", "searcher", "search_r1", "search_r1_ret")
 METHOD_LABELS = {
     "no_retrieval": "No retrieval",
     "naive_rag": "Naive RAG",
@@ -141,7 +141,7 @@ def check_comparable(runs: list[RunInfo]) -> None:
 @dataclass
 class Row:
     generator: str
-    method: str  # a METHOD_ORDER entry or "gbr"
+    method: str  # a METHODS entry or "gbr"
     cells: dict[str, tuple[float | None, float | None]]  # dataset -> (genacc, em), fractions (GBR: differences)
     mean: tuple[float | None, float | None]
     cost_usd: float | None
@@ -245,7 +245,7 @@ def build_leaderboard(paths: list[Path]) -> Leaderboard:
     rows: list[Row] = []
     for g in generators:
         by_method: dict[str, Row] = {}
-        for m in sorted({r.method for r in runs if r.generator == g}, key=lambda x: (*METHOD_ORDER, x).index(x)):
+        for m in sorted({r.method for r in runs if r.generator == g}, key=lambda x: (*METHODS, x).index(x)):
             mine = [cell[(g, m, d)] for d in datasets if (g, m, d) in cell]
             cells = {r.dataset: (r.genacc, r.em) for r in mine}
             lat_w = [(r.mean_latency_s, r.n_scored) for r in mine if r.mean_latency_s is not None and r.n_scored]

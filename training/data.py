@@ -16,30 +16,48 @@ whose baseline call failed is dropped and counted (it is never scored as 0). At 
 cached baseline is an error (`load_training_set`), never a silent fallback. Optionally (training.keep_answerable) the
 complementary filter: drop training questions the generator gets wrong even from their gold supporting paragraphs
 (cached in gold.jsonl), whose rollouts would all get the same reward.
+
+Acc is the evaluation layer's (eval/accuracy.py): the baseline, the gold-context accuracy and the training rewards
+are scored exactly as `s3 eval` scores a row.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dataprep.training_sources import TrainingSources, load_sources
-from s3core.errors import DataFormatError, S3Error
+from eval.accuracy import Accuracy
+from eval.build import build_accuracy
+from generator_adapters.build import build_generator
+from s3core.errors import S3Error
+from s3core.io import (
+    append_jsonl,
+    file_sha256,
+    read_jsonl,
+    repair_tail,
+    text_sha256,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
 from s3core.types import Document, QAExample
+from searcher.build import build_retriever
+from searcher.retrieval import build_index
+from searcher.retrieval.base import Retriever
+from training.config import TrainSettings
 
-if TYPE_CHECKING:
-    from s3.config import S3Config  # noqa: F401  (type only; training never imports s3 at run time)
+Log = Callable[[str], object]  # where progress lines go (print by default)
 
 __all__ = [
     "TrainingSet",
     "baseline_key",
     "is_yes_no",
     "load_training_set",
+    "make_accuracy",
     "prepare_training",
     "training_dir",
 ]
@@ -56,145 +74,110 @@ def is_yes_no(answers: list[str]) -> bool:
     return bool(answers) and all(a.strip().strip(".!").strip().lower() in YES_NO for a in answers)
 
 
-def training_dir(cfg: Any) -> Path:
+def training_dir(cfg: TrainSettings) -> Path:
     """The prepared training directory: training.train_data, else <output_dir>/data."""
-    d = cfg.resolve(cfg.training.train_data) if cfg.training.train_data else cfg.resolve(cfg.training.output_dir) / "data"
-    return Path(d)
+    t = cfg.training
+    return _resolve(cfg, t.train_data or Path(t.output_dir) / "data")
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def _resolve(cfg: TrainSettings, path: str | Path) -> Path:
+    """A path of the config, resolved against the config file's folder."""
+    resolved = cfg.resolve(path)
+    assert resolved is not None  # only None resolves to None
+    return resolved
 
 
-def _write_jsonl_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for r in rows:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+def _load_sources(cfg: TrainSettings) -> TrainingSources:
+    """Load every 'format:path' of training.train_sources (paths relative to the config file's folder)."""
+    return load_sources(cfg.training.train_sources, cfg.base_dir)
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+def needs_baseline(cfg: TrainSettings) -> bool:
+    """The baseline is needed by the GBR rewards (s3 mode) and by the keep-baseline-zero filter."""
+    t = cfg.training
+    return t.keep_baseline_zero or (t.mode == "s3" and t.reward in ("gbr", "acc_plus_gbr"))
+
+
+def baseline_key(cfg: TrainSettings, index_fingerprint: str) -> dict[str, Any]:
+    """What a cached baseline depends on: generator (model + fingerprint), prompt, retriever, k, metric."""
+    gen = build_generator(cfg.generator_resolved)
+    fp = gen.fingerprint()
+    gen.close()
+    e = cfg.eval
+    return {
+        "generator": cfg.generator_resolved.model,
+        "generator_fingerprint": fp,
+        "retriever": cfg.retriever.backend,
+        "index": index_fingerprint,
+        "k": cfg.retriever.k,
+        "metric": e.metric,
+        "use_judge": e.use_judge,
+        "judge": cfg.judge_resolved.model if e.use_judge or e.metric == "judge" else None,
+    }
+
+
+def _key_hash(key: dict[str, Any]) -> str:
+    return text_sha256(json.dumps(key, sort_keys=True, default=str))[:16]
+
+
+def ensure_index(cfg: TrainSettings, data_dir: Path) -> Path:
+    """The index directory: retriever.index when configured (built over corpus.jsonl if absent), else data_dir/index."""
+    index_dir = _resolve(cfg, cfg.retriever.index) if cfg.retriever.index else data_dir / "index"
+    if not index_dir.exists() or not any(index_dir.iterdir()):
+        corpus = data_dir / "corpus.jsonl"
+        if not corpus.is_file():
+            raise S3Error(f"cannot build the index {index_dir}: {corpus} is missing (run `s3 prepare-training`)")
+        build_index(corpus, cfg.retriever.backend, index_dir, cfg.retriever, overwrite=True)
+    return index_dir
+
+
+def _index_fingerprint(index_dir: Path) -> str:
+    meta = index_dir / "index.json"
+    if meta.is_file():
+        return file_sha256(meta)[:16]
+    return str(index_dir.resolve())
+
+
+def make_accuracy(cfg: TrainSettings) -> Accuracy:
+    """Acc(G(Q, D)) as the configuration sets it (eval/accuracy.py): `await accuracy(questions, documents, golden)`
+    -> list[float | None]; the frozen generator answers (batched, concurrent, cached) and eval.metric scores (GenAcc
+    calls the judge only when the span check fails). A failed generator or judge call gives None."""
+    return build_accuracy(cfg.generator_resolved, cfg.judge_resolved, cfg.eval)
 
 
 def _cached_acc(path: Path, khash: str) -> dict[str, float | None]:
     """question id -> cached accuracy (None = the call failed: retried) from the rows of `path` written under `khash`."""
     if not path.is_file():
         return {}
-    return {r["id"]: r["acc"] for r in _read_jsonl(path) if r.get("key") == khash}
+    return {r["id"]: r["acc"] for r in read_jsonl(path, torn_tail="skip") if r.get("key") == khash}
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                # a truncated last line (killed mid-write) is tolerated; anything else is an error
-                if fh.readline() == "":
-                    break
-                raise DataFormatError(f"{path}:{i}: not valid JSON") from None
-    return rows
-
-
-def _load_sources(cfg: Any) -> TrainingSources:
-    """Load every 'format:path' of training.train_sources (paths relative to the config file's folder)."""
-    return load_sources(cfg.training.train_sources, cfg.base_dir)
-
-
-def needs_baseline(cfg: Any) -> bool:
-    """The baseline is needed by the GBR rewards (s3 mode) and by the keep-baseline-zero filter."""
-    t = cfg.training
-    return t.keep_baseline_zero or (t.mode == "s3" and t.reward in ("gbr", "acc_plus_gbr"))
-
-
-def baseline_key(cfg: Any, index_fingerprint: str) -> dict[str, Any]:
-    """What a cached baseline depends on: generator (model + fingerprint), prompt, retriever, k, metric."""
-    from generator_adapters import Generator
-
-    gen = Generator(cfg.generator_resolved)
-    fp: Any = gen.fingerprint()
-    gen.close()
-    return {
-        "generator": cfg.generator.model,
-        "generator_fingerprint": fp,
-        "retriever": cfg.retriever.backend,
-        "index": index_fingerprint,
-        "k": cfg.retriever.k,
-        "metric": cfg.eval.metric,
-        "use_judge": cfg.eval.use_judge,
-        "judge": cfg.judge.model if cfg.eval.use_judge or cfg.eval.metric == "judge" else None,
-    }
-
-
-def _key_hash(key: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def ensure_index(cfg: Any, data_dir: Path) -> Path:
-    """The index directory: retriever.index when configured (built over corpus.jsonl if absent), else data_dir/index."""
-    from searcher import retrieval
-
-    index_dir = cfg.resolve(cfg.retriever.index) if cfg.retriever.index else data_dir / "index"
-    if not Path(index_dir).exists() or not any(Path(index_dir).iterdir()):
-        corpus = data_dir / "corpus.jsonl"
-        if not corpus.is_file():
-            raise S3Error(f"cannot build the index {index_dir}: {corpus} is missing (run `s3 prepare-training`)")
-        retrieval.build_index(corpus, cfg.retriever.backend, Path(index_dir), cfg.retriever, overwrite=True)
-    return Path(index_dir)
-
-
-def _index_fingerprint(index_dir: Path) -> str:
-    meta = index_dir / "index.json"
-    if meta.is_file():
-        return hashlib.sha256(meta.read_bytes()).hexdigest()[:16]
-    return str(index_dir.resolve())
-
-
-def make_accuracy(cfg: Any) -> Any:
-    """An async batch function (questions, documents, golden) -> list[float | None]: the frozen generator answers
-    (batched, concurrent, cached) and the configured metric (eval.metric; GenAcc calls the judge only when the span
-    check fails) scores. A failed generator or judge call gives None."""
-    from eval import metrics
-    from generator_adapters import Generator
-
-    gen = Generator(cfg.generator_resolved)
-    judge = None
-    if cfg.eval.metric == "judge" or (cfg.eval.metric == "genacc" and cfg.eval.use_judge):
-        from generator_adapters import Judge
-
-        judge = Judge(cfg.judge_resolved)
-
-    async def accuracy(questions: list[str], documents: list[list[Document]], golden: list[list[str]]) -> list[float | None]:
-        answers = await gen.answer(questions, documents)
-        preds: list[str | None] = [a.text if a.ok else None for a in answers]
-        m = cfg.eval.metric
-        if m == "span":
-            scores = metrics.span_check(preds, golden)
-        elif m == "em":
-            scores = metrics.exact_match(preds, golden)
-        elif m == "genacc":
-            scores = await asyncio.to_thread(metrics.genacc, preds, golden, judge)
-        else:
-            scores = await asyncio.to_thread(metrics.genacc, preds, golden, judge, judge_only=True)
-        # a failed generation is missing, whatever the metric returns for it
-        return [None if p is None or s is None else float(s) for p, s in zip(preds, scores, strict=True)]
-
-    accuracy.generator = gen  # type: ignore[attr-defined]
-    return accuracy
+def _compute_acc(
+    cfg: TrainSettings,
+    index_dir: Path,
+    todo: list[QAExample],
+    documents: Callable[[Retriever, list[QAExample]], list[list[Document]]],
+    path: Path,
+    khash: str,
+    cached: dict[str, float | None],
+    log: Log,
+    what: str,
+) -> None:
+    """Acc(G(Q, D)) of the `todo` questions, D = documents(retriever, batch), in batches of training.baseline_batch;
+    each batch is appended to the cache `path` under `khash` (resumable) and into `cached`."""
+    retriever = build_retriever(cfg.retriever, index_dir)
+    accuracy = make_accuracy(cfg)
+    bs = cfg.training.baseline_batch
+    repair_tail(path)  # a line torn by a kill: cut before appending
+    for start in range(0, len(todo), bs):
+        batch = todo[start : start + bs]
+        docs = documents(retriever, batch)
+        acc = asyncio.run(accuracy([q.question for q in batch], docs, [q.golden_answers for q in batch]))
+        rows = [{"id": q.id, "acc": a, "key": khash, "doc_ids": [d.id for d in ds]}
+                for q, a, ds in zip(batch, acc, docs, strict=True)]
+        append_jsonl(path, rows)
+        cached.update({q.id: a for q, a in zip(batch, acc, strict=True)})
+        log(f"prepare-training: {what} {min(start + bs, len(todo))}/{len(todo)}")
 
 
 @dataclass
@@ -206,28 +189,27 @@ class TrainingSet:
     manifest: dict[str, Any]
 
 
-def prepare_training(cfg: Any, out_dir: Path | None = None, log: Any = print) -> dict[str, Any]:
+def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log = print) -> dict[str, Any]:
     """Build (or complete) the training directory; return the manifest. Every step is skipped when done already."""
-    from searcher import retrieval
-
+    t = cfg.training
     out = Path(out_dir) if out_dir else training_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     qpath, cpath = out / "questions.jsonl", out / "corpus.jsonl"
     sources: list[dict[str, Any]] = []
     if not qpath.is_file() or not cpath.is_file():
         docs, qs, sources = _load_sources(cfg)
-        if cfg.training.max_questions:
-            qs = qs[: cfg.training.max_questions]
-        _write_jsonl_atomic(cpath, [{"id": d.id, "contents": d.contents} for d in docs])
-        _write_jsonl_atomic(qpath, [q.model_dump() for q in qs])
-        _write_json_atomic(out / "sources.json", sources)
+        if t.max_questions:
+            qs = qs[: t.max_questions]
+        write_jsonl_atomic(cpath, [{"id": d.id, "contents": d.contents} for d in docs])
+        write_jsonl_atomic(qpath, [q.model_dump() for q in qs])
+        write_json_atomic(out / "sources.json", sources)
         log(f"prepare-training: {len(qs)} questions, {len(docs)} paragraphs -> {out}")
     elif (out / "sources.json").is_file():
         sources = json.loads((out / "sources.json").read_text())
-    questions = [QAExample.model_validate(r) for r in _read_jsonl(qpath)]
+    questions = [QAExample.model_validate(r) for r in read_jsonl(qpath)]
     counts: dict[str, int] = {"loaded": len(questions)}
 
-    if cfg.training.drop_yes_no:
+    if t.drop_yes_no:
         questions = [q for q in questions if not is_yes_no(q.golden_answers)]
     counts["after_drop_yes_no"] = len(questions)
 
@@ -237,15 +219,14 @@ def prepare_training(cfg: Any, out_dir: Path | None = None, log: Any = print) ->
         manifest0: dict[str, Any] = {
             "counts": counts, "baseline": "skipped (reward needs none, keep_baseline_zero=false)",
             "index": str(index_dir), "sources": sources,
-            "filters": {"drop_yes_no": cfg.training.drop_yes_no, "keep_baseline_zero": False,
-                        "keep_answerable": cfg.training.keep_answerable},
+            "filters": {"drop_yes_no": t.drop_yes_no, "keep_baseline_zero": False, "keep_answerable": t.keep_answerable},
         }
-        if cfg.training.keep_answerable:
+        if t.keep_answerable:
             key0 = baseline_key(cfg, _index_fingerprint(index_dir))
             questions, manifest0["answerable"] = _keep_answerable(cfg, out, questions, index_dir, key0, log)
             counts["after_keep_answerable"] = len(questions)
-        _write_jsonl_atomic(out / "train.jsonl", [q.model_dump() for q in questions])
-        _write_json_atomic(out / "manifest.json", manifest0)
+        write_jsonl_atomic(out / "train.jsonl", [q.model_dump() for q in questions])
+        write_json_atomic(out / "manifest.json", manifest0)
         log(f"prepare-training: counts {counts} (baseline skipped)")
         return manifest0
     key = baseline_key(cfg, _index_fingerprint(index_dir))
@@ -255,31 +236,20 @@ def prepare_training(cfg: Any, out_dir: Path | None = None, log: Any = print) ->
     todo = [q for q in questions if q.id not in cached or cached[q.id] is None]  # failed ones are retried
     hits = len(questions) - len(todo)
     if todo:
-        retriever = retrieval.load_retriever(cfg.retriever, index_dir)
-        accuracy = make_accuracy(cfg)
-        bs = cfg.training.baseline_batch
-        for start in range(0, len(todo), bs):
-            batch = todo[start : start + bs]
-            docs = retriever.search([q.question for q in batch], cfg.retriever.k)
-            acc = asyncio.run(accuracy([q.question for q in batch], docs, [q.golden_answers for q in batch]))
-            with bpath.open("a", encoding="utf-8") as fh:
-                for q, a, ds in zip(batch, acc, docs, strict=True):
-                    cached[q.id] = a
-                    fh.write(json.dumps({"id": q.id, "acc": a, "key": khash, "doc_ids": [d.id for d in ds]}) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            log(f"prepare-training: baseline {min(start + bs, len(todo))}/{len(todo)}")
+        k = cfg.retriever.k
+        _compute_acc(cfg, index_dir, todo, lambda r, batch: r.search([q.question for q in batch], k),
+                     bpath, khash, cached, log, "baseline")
     counts["baseline_failed"] = sum(1 for q in questions if cached.get(q.id) is None)
     questions = [q for q in questions if cached.get(q.id) is not None]
     counts["after_baseline_ok"] = len(questions)
-    if cfg.training.keep_baseline_zero:
+    if t.keep_baseline_zero:
         questions = [q for q in questions if cached[q.id] == 0.0]
     counts["after_keep_baseline_zero"] = len(questions)
     answerable: dict[str, Any] | None = None
-    if cfg.training.keep_answerable:
+    if t.keep_answerable:
         questions, answerable = _keep_answerable(cfg, out, questions, index_dir, key, log)
         counts["after_keep_answerable"] = len(questions)
-    _write_jsonl_atomic(out / "train.jsonl", [q.model_dump() for q in questions])
+    write_jsonl_atomic(out / "train.jsonl", [q.model_dump() for q in questions])
     manifest = {
         "counts": counts,
         "baseline_key": key,
@@ -290,26 +260,24 @@ def prepare_training(cfg: Any, out_dir: Path | None = None, log: Any = print) ->
         ),
         "index": str(index_dir),
         "sources": sources,
-        "filters": {"drop_yes_no": cfg.training.drop_yes_no, "keep_baseline_zero": cfg.training.keep_baseline_zero,
-                    "keep_answerable": cfg.training.keep_answerable},
+        "filters": {"drop_yes_no": t.drop_yes_no, "keep_baseline_zero": t.keep_baseline_zero,
+                    "keep_answerable": t.keep_answerable},
     }
     if answerable is not None:
         manifest["answerable"] = answerable
-    _write_json_atomic(out / "manifest.json", manifest)
+    write_json_atomic(out / "manifest.json", manifest)
     log(f"prepare-training: counts {counts}")
     return manifest
 
 
 def _keep_answerable(
-    cfg: Any, out: Path, questions: list[QAExample], index_dir: Path, key: dict[str, Any], log: Any
+    cfg: TrainSettings, out: Path, questions: list[QAExample], index_dir: Path, key: dict[str, Any], log: Log
 ) -> tuple[list[QAExample], dict[str, Any]]:
     """training.keep_answerable: drop the training questions the generator gets wrong even from their gold supporting
     paragraphs, Acc(G(Q, D_gold)) = 0: whatever the searcher finds, every rollout of such a question gets the same
     reward (a zero-variance group). The last training.heldout_questions are never filtered (the held-out comparison
     keeps the natural mix), and a question without gold paragraphs is kept (nothing to judge it by).
     Acc(G(Q, D_gold)) is cached in gold.jsonl like the baseline (key: generator, prompt, metric)."""
-    from searcher import retrieval
-
     held = cfg.training.heldout_questions
     pool, kept_out = (questions[:-held], questions[-held:]) if 0 < held < len(questions) else (questions, [])
     gkey = {k: v for k, v in key.items() if k not in ("retriever", "index", "k")} | {"context": "gold supporting paragraphs"}
@@ -319,20 +287,8 @@ def _keep_answerable(
     with_gold = [q for q in pool if q.supporting_ids]
     todo = [q for q in with_gold if cached.get(q.id) is None]
     if todo:
-        retriever = retrieval.load_retriever(cfg.retriever, index_dir)
-        accuracy = make_accuracy(cfg)
-        bs = cfg.training.baseline_batch
-        for start in range(0, len(todo), bs):
-            batch = todo[start : start + bs]
-            docs = [retriever.get(q.supporting_ids) for q in batch]
-            acc = asyncio.run(accuracy([q.question for q in batch], docs, [q.golden_answers for q in batch]))
-            with gpath.open("a", encoding="utf-8") as fh:
-                for q, a in zip(batch, acc, strict=True):
-                    cached[q.id] = a
-                    fh.write(json.dumps({"id": q.id, "acc": a, "key": ghash}) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            log(f"prepare-training: gold-context accuracy {min(start + bs, len(todo))}/{len(todo)}")
+        _compute_acc(cfg, index_dir, todo, lambda r, batch: [r.get(q.supporting_ids) for q in batch],
+                     gpath, ghash, cached, log, "gold-context accuracy")
     kept = [q for q in pool if not q.supporting_ids or cached.get(q.id) == 1.0]
     stats = {
         "key": gkey, "key_hash": ghash, "judged": len(with_gold), "no_gold_kept": len(pool) - len(with_gold),
@@ -344,7 +300,7 @@ def _keep_answerable(
     return kept + kept_out, stats
 
 
-def load_training_set(cfg: Any, directory: Path | None = None) -> TrainingSet:
+def load_training_set(cfg: TrainSettings, directory: Path | None = None) -> TrainingSet:
     """Load a prepared training directory. Every training question must have a cached baseline under the CURRENT
     key (generator, prompt, retriever, k, metric): otherwise an error, never a silent fallback."""
     d = Path(directory) if directory else training_dir(cfg)
@@ -353,7 +309,7 @@ def load_training_set(cfg: Any, directory: Path | None = None) -> TrainingSet:
         if not p.is_file():
             raise S3Error(f"training data not prepared: {p} is missing (run `s3 prepare-training`)")
     manifest = json.loads(mpath.read_text())
-    examples = [QAExample.model_validate(r) for r in _read_jsonl(tpath)]
+    examples = [QAExample.model_validate(r) for r in read_jsonl(tpath)]
     if not examples:
         raise S3Error(f"{tpath} has no training question left after the filters {manifest.get('counts')}")
     index_dir = Path(manifest["index"])
@@ -361,7 +317,7 @@ def load_training_set(cfg: Any, directory: Path | None = None) -> TrainingSet:
     if cfg.training.mode == "s3" and cfg.training.reward in ("gbr", "acc_plus_gbr"):
         khash = _key_hash(baseline_key(cfg, _index_fingerprint(index_dir)))
         if bpath.is_file():
-            for r in _read_jsonl(bpath):
+            for r in read_jsonl(bpath, torn_tail="skip"):
                 if r.get("key") == khash and r.get("acc") is not None:
                     baseline[r["id"]] = float(r["acc"])
         missing = [e.id for e in examples if e.id not in baseline]

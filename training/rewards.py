@@ -20,11 +20,11 @@ batched and concurrently through the generator layer.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from s3core.types import QAExample, SearchResult, Trajectory
+from s3core.types import Document, QAExample, SearchResult, Trajectory
 
 __all__ = [
     "REWARDS",
@@ -184,8 +184,9 @@ class RewardBatch:
     generator_failures: int = 0
 
 
-# (questions, contexts, golden) -> accuracy per sample, None on a failed generator / judge call
-AccuracyFn = Callable[[list[str], list[list[Any]], list[list[str]]], "Any"]
+# Acc(G(Q, D)) of a batch: (questions, documents per question, golden answers) -> one value per question, None on a
+# failed generator / judge call. eval.accuracy.Accuracy (training.data.make_accuracy) is the one the trainer uses.
+AccuracyFn = Callable[[list[str], list[list[Document]], list[list[str]]], Awaitable[list[float | None]]]
 
 
 class RewardScorer:
@@ -200,7 +201,7 @@ class RewardScorer:
         self,
         reward: str,
         *,
-        accuracy: Any | None = None,
+        accuracy: AccuracyFn | None = None,
         baseline: dict[str, float] | None = None,
         em: Callable[[str, Sequence[str]], float] | None = None,
         f1: Callable[[str, Sequence[str]], float] | None = None,

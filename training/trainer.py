@@ -56,13 +56,9 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise S3Error(f"no metrics.jsonl in {run_dir}: is it a training run directory?")
-    by_step: dict[int, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a truncated last line after a kill
-        by_step[int(row["step"])] = row
+    from s3core.io import read_log_jsonl
+
+    by_step = {int(row["step"]): row for row in read_log_jsonl(path)}  # a line torn by a kill is passed over
     return [by_step[k] for k in sorted(by_step)]
 
 

@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-METHODS = ("no_retrieval", "naive_rag", "searcher")
+from eval.methods import METHODS
+
+DEMO_METHODS = tuple(m for m in METHODS if not m.startswith("search_r1"))  # no Search-R1 agent: it needs training
 QUICK_N = 4
 DEFAULT_OUT = "s3-demo"
 
@@ -109,7 +111,7 @@ def _mean(xs: list[float]) -> float | None:
 
 
 def _method_stats(run_dir: Path, summary: dict[str, Any], seconds: float) -> dict[str, Any]:
-    from eval.harness import RESULTS_FILE, read_results
+    from eval.rundir import RESULTS_FILE, read_results
 
     rows = list(read_results(run_dir / RESULTS_FILE).values())
     turns = [float(r["turns"]) for r in rows if r.get("turns") is not None]
@@ -156,7 +158,8 @@ def _print_table(console: Any, methods: dict[str, dict[str, Any]]) -> None:
 
 
 def run_demo(args: argparse.Namespace, cfg: Any) -> int:
-    from eval.harness import EvalOptions, build_run, run_eval, validate_options
+    from eval.build import build_run
+    from eval.harness import EvalOptions, run_eval, validate_options
     from eval.leaderboard import build_leaderboard, write_leaderboard
     from s3.config import preset_section
     from s3core.errors import ConfigError
@@ -185,7 +188,7 @@ def run_demo(args: argparse.Namespace, cfg: Any) -> int:
 
     methods: dict[str, dict[str, Any]] = {}
     run_dirs: list[Path] = []
-    for i, method in enumerate(METHODS, start=2):
+    for i, method in enumerate(DEMO_METHODS, start=2):
         label = {"no_retrieval": "no retrieval", "naive_rag": "naive RAG top-3", "searcher": "s3 searcher (untrained)"}
         console.print(f"[bold]{i}/4[/bold] {label[method]} -> frozen generator {cfg.generator.model}")
         run_dir = out / "runs" / method

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-_METHODS = ("no_retrieval", "naive_rag", "searcher", "search_r1", "search_r1_ret")
+from eval.methods import METHODS
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -20,7 +20,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "RUN_DIR/summary.json holds means over scored rows with bootstrap 95%% intervals.",
     )
     p.add_argument("--dataset", required=True, metavar="DIR", help="folder written by `s3 data prepare`")
-    p.add_argument("--method", required=True, choices=_METHODS)
+    p.add_argument("--method", required=True, choices=METHODS)
     p.add_argument("--index", default=None, metavar="DIR", help="retrieval index (default: retriever.index)")
     p.add_argument("--contexts", default=None, metavar="FILE",
                    help="searcher contexts jsonl {id, documents:[{id,...}]} (method searcher)")
@@ -46,7 +46,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _eval(args: argparse.Namespace, cfg: Any) -> int:
-    from eval.harness import EvalOptions, build_run, run_eval, validate_options
+    from eval.build import build_run
+    from eval.harness import EvalOptions, run_eval, validate_options
 
     given = {name for name in ("index", "contexts", "generator") if getattr(args, name) is not None}
     opts = EvalOptions(

@@ -105,7 +105,7 @@ def _retrieve_file(args: argparse.Namespace, retriever: Any) -> int:
 
     from s3core.corpus import read_questions
     from s3core.errors import IndexDirError, S3Error
-    from searcher.retrieval import support_recall
+    from searcher.retrieval import recall_at_k
 
     k = args.k or 10
     questions = read_questions(args.questions)
@@ -142,7 +142,7 @@ def _retrieve_file(args: argparse.Namespace, retriever: Any) -> int:
         if missing:
             console.print(f"[yellow]warning: {missing} of {total} supporting ids are not in the index[/yellow]")
     ks = [x for x in RECALL_KS if x <= k] or [k]
-    rec = support_recall([[d.id for d in docs] for docs in rankings], gold, ks)
+    rec = recall_at_k([[d.id for d in docs] for docs in rankings], gold, ks)
     table = Table(title=f"support recall ({len(with_gold)} questions with supporting ids)")
     for col in ("k", "any gold in top-k", "all gold in top-k", "mean support recall"):
         table.add_column(col, justify="right")

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eval.contexts import contexts_row, read_done_ids  # the contexts.jsonl contract (read by `s3 eval`)
 from s3core.errors import DataFormatError, S3Error
 
 if TYPE_CHECKING:
@@ -69,66 +70,6 @@ def build_searcher(cfg: S3Config, index: Path | None = None, policy: Path | None
         "s3.commands.search.build_searcher moved: use `from s3 import build_searcher`", DeprecationWarning, stacklevel=2
     )
     return build(cfg, index, policy)
-
-
-# ------------------------------------------------------------------------------------------------- contexts file
-
-
-def contexts_row(result: Any, question_id: str) -> dict[str, Any]:
-    """One contexts.jsonl row for a SearchResult (documents without text: the eval harness joins the corpus)."""
-    from searcher.service import summarize_result
-
-    summary = summarize_result(result)
-    return {
-        "id": question_id,
-        "question": result.question,
-        "documents": [{"id": d.id, "title": d.title, "score": d.score, "turn": d.turn} for d in summary.documents],
-        "turns": summary.trajectory.turns,
-        "queries": summary.trajectory.queries,
-        "steps": [
-            {
-                "turn": s.turn,
-                "query": s.query,
-                "retrieved_ids": s.retrieved_ids,
-                "selected_ids": s.selected_ids,
-                "selection_fallback": s.selection_fallback,
-                "search_complete": s.search_complete,
-                "invalid_reason": s.invalid_reason,
-            }
-            for s in summary.trajectory.steps
-        ],
-        "seconds": summary.trajectory.seconds,
-    }
-
-
-def read_done_ids(path: Path) -> set[str]:
-    """Ids already written to a contexts file. A torn last line (an interrupted run) is cut off the file;
-    a malformed line elsewhere is an error naming it."""
-    if not path.is_file():
-        return set()
-    done: set[str] = set()
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    good_bytes = 0
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            good_bytes += len(line.encode("utf-8"))
-            continue
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict) or "id" not in row:
-                raise ValueError("no 'id'")
-        except ValueError as e:
-            if lineno == len(lines):  # torn tail of an interrupted run: drop it and redo that question
-                with path.open("r+b") as fh:
-                    fh.truncate(good_bytes)
-                break
-            raise DataFormatError(f"{path}:{lineno}: not a contexts row ({e}); fix or remove the line") from None
-        if not line.endswith("\n"):
-            with path.open("a", encoding="utf-8") as fh:
-                fh.write("\n")
-        done.add(str(row["id"]))
-        good_bytes += len(line.encode("utf-8"))
-    return done
 
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:

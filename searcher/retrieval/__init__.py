@@ -22,7 +22,7 @@ from s3core.errors import ConfigError, IndexDirError
 from s3core.io import file_sha256
 from searcher.config import RetrieverConfig
 from searcher.retrieval.base import Retriever, check_k, check_queries, top_k_rows
-from searcher.retrieval.metrics import SupportRecall, support_recall
+from searcher.retrieval.metrics import RecallAtK, recall_at_k, support_recall
 from searcher.retrieval.store import (
     MANIFEST,
     CorpusInfo,
@@ -40,13 +40,14 @@ __all__ = [
     "BACKENDS",
     "DocStore",
     "IndexManifest",
+    "RecallAtK",
     "Retriever",
-    "SupportRecall",
     "build_index",
     "check_k",
     "check_queries",
     "load_retriever",
     "read_manifest",
+    "recall_at_k",
     "support_recall",
     "top_k_rows",
 ]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from eval.harness import RESULTS_FILE, read_results
+from eval.rundir import RESULTS_FILE, read_results
 from s3.cli import main as s3_main
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from s3core.corpus import read_questions
 from s3core.io import file_sha256
 from s3core.types import QAExample
 from searcher.config import RetrieverConfig
-from searcher.retrieval import build_index, load_retriever, support_recall
+from searcher.retrieval import build_index, load_retriever, recall_at_k
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +43,7 @@ def _recall(retriever: object, questions: list[QAExample], k: int = 10) -> dict[
     ranked = []
     for s in range(0, len(questions), 100):
         ranked += retriever.search([q.question for q in questions[s : s + 100]], k)  # type: ignore[attr-defined]
-    return support_recall([[d.id for d in docs] for docs in ranked], [q.supporting_ids for q in questions], (3, 10))
+    return recall_at_k([[d.id for d in docs] for docs in ranked], [q.supporting_ids for q in questions], (3, 10))
 
 
 def _plain_bm25s_recall(corpus: Path, questions: list[QAExample]) -> dict[int, object]:
@@ -59,7 +59,7 @@ def _plain_bm25s_recall(corpus: Path, questions: list[QAExample]) -> dict[int, o
     qt = bm25s.tokenize([q.question for q in questions], stopwords="en", stemmer=stem, show_progress=False)
     idx, _ = model.retrieve(qt, k=10, show_progress=False)
     ranked = [[rows[i]["id"] for i in r] for r in idx.tolist()]
-    return support_recall(ranked, [q.supporting_ids for q in questions], (3, 10))
+    return recall_at_k(ranked, [q.supporting_ids for q in questions], (3, 10))
 
 
 def test_bm25_recall_pins_and_is_not_worse_than_plain_bm25s(hotpot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -9,24 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from eval.harness import (
-    Components,
-    ContextOut,
-    EvalOptions,
-    Prediction,
-    RunDirError,
-    Scores,
-    append_rows,
-    load_dataset,
-    read_contexts_file,
-    read_results,
-    repair_tail,
-    run_eval,
-    run_lock,
-    summarize,
-    validate_options,
-)
+from eval.accuracy import Prediction, Scores
+from eval.contexts import ContextOut, read_contexts_file
+from eval.harness import Components, EvalOptions, load_dataset, run_eval, validate_options
+from eval.rundir import RunDirError, read_results, run_lock
+from eval.summary import summarize
 from s3core.errors import ConfigError, DataFormatError
+from s3core.io import append_jsonl, repair_tail
 from s3core.types import Document, QAExample
 
 GOLD = {f"q{i}": f"answer{i}" for i in range(7)}
@@ -164,10 +153,10 @@ def test_repair_tail_and_corrupt_middle_line(tmp_path: Path) -> None:
     assert sorted(read_results(p)) == ["a"]
 
 
-def test_append_rows_is_one_fsynced_write_per_batch(tmp_path: Path) -> None:
+def test_append_jsonl_is_one_fsynced_write_per_batch(tmp_path: Path) -> None:
     p = tmp_path / "r.jsonl"
-    append_rows(p, [{"id": "a"}, {"id": "b"}])
-    append_rows(p, [{"id": "a", "v": 2}])
+    append_jsonl(p, [{"id": "a"}, {"id": "b"}])
+    append_jsonl(p, [{"id": "a", "v": 2}])
     assert read_results(p) == {"a": {"id": "a", "v": 2}, "b": {"id": "b"}}
 
 
@@ -295,7 +284,8 @@ def test_cli_rejects_unused_option_in_one_line(tmp_path: Path, capsys: pytest.Ca
 def test_scorer_asks_the_judge_only_when_the_span_check_fails() -> None:
     import asyncio
 
-    from eval.harness import scorer_from_metrics
+    from eval.accuracy import Accuracy
+    from eval.build import scorer
 
     class Judge:
         def __init__(self) -> None:
@@ -307,7 +297,7 @@ def test_scorer_asks_the_judge_only_when_the_span_check_fails() -> None:
 
     judge = Judge()
     qs = [QAExample(id=str(i), question="q?", golden_answers=[g]) for i, g in enumerate(["Barack Obama", "25", "Paris", "x"])]
-    got = asyncio.run(scorer_from_metrics(judge, judge_only=False)(qs, ["Barack Obama.", "twenty-five", "Marseille", "timeout"]))
+    got = asyncio.run(scorer(Accuracy(None, judge))(qs, ["Barack Obama.", "twenty-five", "Marseille", "timeout"]))
     assert judge.asked == ["twenty-five", "Marseille", "timeout"]
     assert [s.genacc for s in got] == [1.0, 1.0, 0.0, None]
     assert [s.judge for s in got] == [None, 1.0, 0.0, None]
@@ -316,14 +306,14 @@ def test_scorer_asks_the_judge_only_when_the_span_check_fails() -> None:
     judge.asked.clear()
     mc = [QAExample(id="m", question="Which? A. x B. y", golden_answers=["B", "B. y", "y"],
                     metadata={"multiple_choice": True})]
-    got = asyncio.run(scorer_from_metrics(judge, judge_only=False)(mc, ["B"]))
+    got = asyncio.run(scorer(Accuracy(None, judge))(mc, ["B"]))
     assert judge.asked == ["B"] and got[0].genacc == 0.0  # judge-only item: the span match on "B" is not enough
 
 
 def test_searcher_contexts_file_looked_up_in_the_corpus(tmp_path: Path) -> None:
     import asyncio
 
-    from eval.harness import fixed_contexts, lookup_documents
+    from eval.contexts import fixed_contexts, lookup_documents
 
     ds = make_dataset(tmp_path, n=2)
     found = lookup_documents({"d1", "d2"}, ds / "corpus.jsonl", None)

@@ -14,7 +14,7 @@ from s3core.errors import RetrievalError
 from s3core.types import Document
 from searcher.batching import MicroBatcher
 from searcher.config import RemoteConfig, ServiceConfig
-from searcher.retrieval import check_k, check_queries, support_recall, top_k_rows
+from searcher.retrieval import check_k, check_queries, recall_at_k, support_recall, top_k_rows
 from searcher.retrieval.remote import RemoteRetriever
 
 # ---------------------------------------------------------------- validation
@@ -65,17 +65,24 @@ def test_top_k_rows_matches_a_plain_sort_with_ties(seed: int) -> None:
 # ---------------------------------------------------------------- recall
 
 
-def test_support_recall_values_and_skips_questions_without_gold() -> None:
+def test_support_recall_of_one_context() -> None:
+    assert support_recall(["a", "b", "c"], ["b", "d"]) == 0.5
+    assert support_recall(["b", "d", "b"], ("d", "b", "d")) == 1.0  # sets: repeats count once
+    assert support_recall([], ["x"]) == 0.0
+    assert support_recall(["a"], []) is None  # no gold ids: nothing to recall, not 0
+
+
+def test_recall_at_k_values_and_skips_questions_without_gold() -> None:
     ranked = [["a", "b", "c"], ["x", "y", "z"], ["q"]]
     gold = [["b", "c"], ["z"], []]
-    r = support_recall(ranked, gold, ks=(1, 2, 3))
+    r = recall_at_k(ranked, gold, ks=(1, 2, 3))
     assert r[1].questions == 2
     assert (r[1].any_gold, r[1].all_gold, r[1].mean_recall) == (0.0, 0.0, 0.0)
     assert (r[2].any_gold, r[2].all_gold, r[2].mean_recall) == (0.5, 0.0, 0.25)
     assert (r[3].any_gold, r[3].all_gold, r[3].mean_recall) == (1.0, 1.0, 1.0)
-    assert support_recall([["a"]], [[]]) == {}
+    assert recall_at_k([["a"]], [[]]) == {}
     with pytest.raises(ValueError, match="rankings"):
-        support_recall([["a"]], [])
+        recall_at_k([["a"]], [])
 
 
 # ---------------------------------------------------------------- micro-batcher

@@ -302,7 +302,7 @@ def test_app_timeout_is_504_and_errors_are_mapped() -> None:
 
 
 def test_contexts_row_shape() -> None:
-    from s3.commands.search import contexts_row
+    from eval.contexts import contexts_row
 
     row = contexts_row(_result("who?"), "q7")
     assert row["id"] == "q7" and row["question"] == "who?"
@@ -316,7 +316,7 @@ def test_contexts_row_shape() -> None:
 
 
 def test_read_done_ids_drops_a_torn_tail_and_rejects_bad_lines(tmp_path: Path) -> None:
-    from s3.commands.search import read_done_ids
+    from eval.contexts import read_done_ids
 
     assert read_done_ids(tmp_path / "missing.jsonl") == set()
     p = tmp_path / "ctx.jsonl"
