@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
 
 from eval.accuracy import Accuracy, Prediction, Scores
 from eval.config import EvalConfig, EvalSettings
@@ -31,7 +30,7 @@ from generator_adapters.config import GeneratorConfig, JudgeConfig
 from generator_adapters.generator import Generator
 from generator_adapters.judge import Judge
 from s3core.errors import ConfigError, DataFormatError
-from s3core.io import file_sha256
+from s3core.io import JsonObject, file_sha256
 from s3core.types import Document, QAExample
 from searcher.build import build_policy, build_retriever, build_searcher
 from searcher.config import RetrieverConfig
@@ -53,7 +52,7 @@ def build_accuracy(
     )
 
 
-def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components, dict[str, Any]]:
+def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components, JsonObject]:
     """Assemble the real pieces of `s3 eval` from the configuration (plus the options): the dataset, the context
     source of the method, Acc (generator and judge), and the run's identity for run.json."""
     dataset = load_dataset(opts.dataset, opts.limit)
@@ -67,7 +66,7 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
     if index_dir is not None and (needs_index or "index" in opts.given):
         retriever = build_retriever(rcfg, index_dir)
 
-    config: dict[str, Any] = {
+    config: JsonObject = {
         "dataset": {"name": dataset.name, "format": dataset.manifest.get("format"), "dir": str(dataset.dir),
                     "questions_sha256": dataset.questions_sha256,
                     "n_questions": len(dataset.questions), "limit": opts.limit},
@@ -180,7 +179,7 @@ def _local_gguf_sha256(model: str, api_base: str | None = None) -> str | None:
     return file_sha256(local_models.gguf_path(name))
 
 
-def _llm_fingerprint(llm: Generator | Judge) -> dict[str, Any]:
+def _llm_fingerprint(llm: Generator | Judge) -> JsonObject:
     """What run.json records of the generator or the judge: its fingerprint (model, api_base, prompt, decoding, GGUF),
     with the identity keys prompt_sha256, temperature, max_tokens and gguf_sha256 at the top level."""
     fp = llm.fingerprint()
@@ -194,8 +193,8 @@ def _llm_fingerprint(llm: Generator | Judge) -> dict[str, Any]:
 
 def _retriever_fingerprint(
     cfg: RetrieverConfig, retriever: Retriever, index_dir: Path | None, dataset: Dataset
-) -> dict[str, Any]:
-    fp: dict[str, Any] = {"backend": retriever.backend, "k": cfg.k, "index": str(index_dir) if index_dir else None}
+) -> JsonObject:
+    fp: JsonObject = {"backend": retriever.backend, "k": cfg.k, "index": str(index_dir) if index_dir else None}
     corpus_sha = None
     if index_dir is not None:
         with contextlib.suppress(Exception):

@@ -20,6 +20,8 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from generator_adapters.config import LLMCallConfig
+
 if TYPE_CHECKING:
     from generator_adapters.client import LLMClient
 
@@ -29,10 +31,8 @@ _CLIENTS: dict[str, LLMClient] = {}
 _LOOP: asyncio.AbstractEventLoop | None = None
 
 
-def worker_config(cfg: Any) -> str:
+def worker_config(cfg: LLMCallConfig) -> str:
     """The JSON of the LLMCallConfig a worker runs: the parent's call settings, one process, its share of concurrency."""
-    from generator_adapters.config import LLMCallConfig
-
     data = cfg.model_dump(include=set(LLMCallConfig.model_fields))
     data["concurrency"] = max(1, math.ceil(cfg.concurrency / cfg.processes))
     data["processes"] = 1

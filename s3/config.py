@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import overload
 
 from pydantic import Field, PrivateAttr, model_validator
 
@@ -107,7 +107,7 @@ def preset_path(name: str) -> Path:
     return path
 
 
-def preset_section(name: str, section: str) -> dict[str, Any]:
+def preset_section(name: str, section: str) -> dict[str, object]:
     """One section of a preset file as a dict (e.g. the demo applies the cpu preset's [searcher])."""
     table = load_toml(preset_path(name)).get(section, {})
     if not isinstance(table, dict):
@@ -123,7 +123,7 @@ def _config_file(item: str | Path) -> Path:
     return preset_path(str(item))
 
 
-def _absolutize_paths(data: dict[str, Any], base: Path) -> None:
+def _absolutize_paths(data: dict[str, object], base: Path) -> None:
     for section, keys in PATH_KEYS.items():
         table = data.get(section)
         if not isinstance(table, dict):
@@ -141,11 +141,12 @@ def _absolutize_paths(data: dict[str, Any], base: Path) -> None:
         training["train_sources"] = fixed
 
 
-def merge_tables(into: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+def merge_tables(into: dict[str, object], layer: dict[str, object]) -> dict[str, object]:
     """Deep-merge `layer` into `into` (tables merge key by key; any other value of the later layer wins)."""
     for key, value in layer.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            merge_tables(into[key], value)
+        below = into.get(key)
+        if isinstance(value, dict) and isinstance(below, dict):
+            merge_tables(below, value)
         else:
             into[key] = value
     return into
@@ -167,7 +168,7 @@ def load_config(
         paths = [path]
     else:
         paths = list(path)
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     explicit: set[str] = set()
     base = Path.cwd()
     files = [_config_file(p) for p in paths]
@@ -189,7 +190,7 @@ def load_config(
     return cfg
 
 
-def _dotted_keys(table: dict[str, Any], prefix: str = "") -> set[str]:
+def _dotted_keys(table: dict[str, object], prefix: str = "") -> set[str]:
     out: set[str] = set()
     for key, value in table.items():
         if isinstance(value, dict):

@@ -9,12 +9,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from s3core.errors import S3Error
+from training.config import TrainSettings
 
 __all__ = ["heldout_rewards"]
 
 
 def heldout_rewards(
-    cfg: Any, policies: list[str], limit: int | None = None, split: str = "heldout"
+    cfg: TrainSettings, policies: list[str], limit: int | None = None, split: str = "heldout"
 ) -> Iterator[dict[str, Any]]:
     """For each policy (a run dir, a checkpoint, or the base model name), as soon as it is done: mean reward, mean
     Acc(s3), the naive-RAG baseline's mean Acc on the same questions, turns and documents over the held-out questions

@@ -8,7 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from s3.config import S3Config
 
 FORMAT_NAMES = ["hotpotqa", "2wiki", "musique", "flashrag", "nq", "triviaqa", "popqa", "bamboogle", "mirage"]
 
@@ -46,7 +49,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     show.set_defaults(handler=_show)
 
 
-def _prepare(args: argparse.Namespace, cfg: Any) -> int:
+def _prepare(args: argparse.Namespace, cfg: S3Config) -> int:
     from dataprep import prepare
 
     m = prepare(args.format, [Path(p) for p in args.inputs], Path(args.out))
@@ -72,7 +75,7 @@ def _prepare(args: argparse.Namespace, cfg: Any) -> int:
     return 0
 
 
-def _formats(args: argparse.Namespace, cfg: Any) -> int:
+def _formats(args: argparse.Namespace, cfg: S3Config) -> int:
     from dataprep import FORMATS
 
     for name, spec in FORMATS.items():
@@ -81,7 +84,7 @@ def _formats(args: argparse.Namespace, cfg: Any) -> int:
     return 0
 
 
-def _show(args: argparse.Namespace, cfg: Any) -> int:
+def _show(args: argparse.Namespace, cfg: S3Config) -> int:
     from dataprep import MANIFEST_FILE, load_prepared
 
     corpus, questions = load_prepared(args.dir)

@@ -20,9 +20,12 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eval.methods import METHODS
+
+if TYPE_CHECKING:
+    from s3.config import S3Config
 
 DEMO_METHODS = tuple(m for m in METHODS if not m.startswith("search_r1"))  # no Search-R1 agent: it needs training
 QUICK_N = 4
@@ -157,7 +160,7 @@ def _print_table(console: Any, methods: dict[str, dict[str, Any]]) -> None:
     console.print("GenAcc / EM / support recall in %; GBR = searcher GenAcc - naive RAG GenAcc (Gain Beyond RAG).")
 
 
-def run_demo(args: argparse.Namespace, cfg: Any) -> int:
+def run_demo(args: argparse.Namespace, cfg: S3Config) -> int:
     from eval.build import build_run
     from eval.harness import EvalOptions, run_eval, validate_options
     from eval.leaderboard import build_leaderboard, write_leaderboard
@@ -229,7 +232,7 @@ def run_demo(args: argparse.Namespace, cfg: Any) -> int:
     return 0
 
 
-def _show_one_trajectory(console: Any, cfg: Any, index: Path, questions: list[Any]) -> None:
+def _show_one_trajectory(console: Any, cfg: S3Config, index: Path, questions: list[Any]) -> None:
     """Re-run the searcher on one multi-hop question and print its trajectory (turns, queries, selections)."""
     from s3.build import build_searcher
     from s3.commands.search import print_trajectory

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eval.methods import METHODS
+
+if TYPE_CHECKING:
+    from s3.config import S3Config
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -45,7 +48,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     lb.set_defaults(handler=_leaderboard)
 
 
-def _eval(args: argparse.Namespace, cfg: Any) -> int:
+def _eval(args: argparse.Namespace, cfg: S3Config) -> int:
     from eval.build import build_run
     from eval.harness import EvalOptions, run_eval, validate_options
 
@@ -94,7 +97,7 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
               f"included), cost ${t.get('cost_usd', 0.0):.4f}")
 
 
-def _leaderboard(args: argparse.Namespace, cfg: Any) -> int:
+def _leaderboard(args: argparse.Namespace, cfg: S3Config) -> int:
     from eval.leaderboard import build_leaderboard, write_leaderboard
 
     board = build_leaderboard([Path(r) for r in args.runs])

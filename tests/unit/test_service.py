@@ -203,6 +203,24 @@ def test_settings_batcher_groups_concurrent_requests_by_settings() -> None:
     assert sorted(n for _, n in batcher.batches) == [2, 3]
 
 
+def test_settings_batcher_history_stays_bounded_in_a_long_running_server() -> None:
+    from searcher.service import RECENT_BATCHES
+
+    fake = FakeSearcher()
+    batcher = SettingsBatcher(lambda qs, st: run_search(fake, qs, st), window_ms=0, max_batch=1)
+    n = RECENT_BATCHES + 40
+
+    async def go() -> None:
+        try:
+            for i in range(n):  # one at a time: one batch each
+                await batcher.submit(f"q{i}", SearchSettings(k=4, max_turns=1))
+        finally:
+            await batcher.aclose()
+
+    asyncio.run(go())
+    assert batcher.batches_run == n and len(batcher.batches) == RECENT_BATCHES
+
+
 def test_settings_batcher_respects_max_batch() -> None:
     fake = FakeSearcher()
     batcher = SettingsBatcher(lambda qs, st: run_search(fake, qs, st), window_ms=30, max_batch=2)
