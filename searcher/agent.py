@@ -133,7 +133,7 @@ _DONE = _Decision(done=True)
 class S3Searcher:
     """The s3 searcher: a policy LLM that queries `retriever`, selects documents and decides when to stop.
 
-    policy: any `Policy` (searcher.policy.load_policy(cfg) builds one from the config).
+    policy: any `Policy` (searcher.build.build_policy(cfg) builds one from the config).
     retriever: anything with `search(queries: list[str], k: int) -> list[list[Document]]`.
     cfg: the [searcher] section (k, max_select, max_turns, doc budget, no_selection, sampling).
     k0: begin-with-search depth; must equal the naive-RAG k (retriever.k, 3) so that GBR compares like with like.

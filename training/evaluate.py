@@ -21,9 +21,9 @@ def heldout_rewards(
     Acc(s3), the naive-RAG baseline's mean Acc on the same questions, turns and documents over the held-out questions
     (the last training.heldout_questions of the prepared set; `split="train"`: the questions before them), greedy
     decoding. Every policy is resolved before any runs, so a wrong path fails at once."""
-    from searcher.agent import S3Searcher, SearchR1Agent
-    from searcher.policy.transformers_policy import TransformersPolicy, resolve_checkpoint
-    from searcher.retrieval import load_retriever
+    from searcher.build import build_policy, build_retriever, build_searcher
+    from searcher.policy.base import TokenPolicy
+    from searcher.policy.transformers_policy import resolve_checkpoint
     from training.data import load_training_set, make_accuracy
     from training.rewards import RewardScorer
 
@@ -38,18 +38,19 @@ def heldout_rewards(
         raise S3Error("set training.heldout_questions > 0 (the questions kept out of training) for train-eval")
     pool = data.examples[-n:] if split == "heldout" else data.examples[:-n]
     examples = pool[: limit or len(pool)]
-    retriever = load_retriever(cfg.retriever, data.index_dir)
-    scfg = cfg.searcher.model_copy(update={"temperature": 0.0})
+    retriever = build_retriever(cfg.retriever, data.index_dir)
+    scfg = cfg.searcher.model_copy(update={"temperature": 0.0, "policy": "transformers"})
     if tc.max_new_tokens:
         scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
     end_to_end = tc.mode == "search_r1"
     accuracy = None if end_to_end else make_accuracy(cfg)
     for name in policies:
-        pol = TransformersPolicy.load(name)
-        agent = (SearchR1Agent if end_to_end else S3Searcher)(pol, retriever, scfg, k0=cfg.retriever.k)
+        pol = build_policy(scfg.model_copy(update={"policy_path": name}))
+        agent = build_searcher(scfg, retriever, pol, k0=cfg.retriever.k, agent="search_r1" if end_to_end else "s3")
         results = agent.search([e.question for e in examples])
         scorer = RewardScorer(tc.reward, accuracy=accuracy, baseline=data.baseline, end_to_end=end_to_end,
-                              decode=pol.decode, beta=tc.confidence_beta)
+                              decode=pol.decode if isinstance(pol, TokenPolicy) else None,
+                              beta=tc.confidence_beta)
         scored = asyncio.run(scorer.score(results, examples))
         r = [x for x in scored.rewards if x is not None]
         acc = [x for x in (scored.acc_s3 or []) if x is not None]

@@ -41,7 +41,7 @@ from typing import Any
 from s3core.errors import S3Error
 from s3core.types import QAExample, SearchResult
 from searcher.agent import S3Searcher
-from searcher.build import AgentKind, build_searcher
+from searcher.build import AgentKind, build_retriever, build_searcher
 from searcher.config import SearcherConfig
 from searcher.trained import TrainedSearcherRecord, make_record, write_record
 from training.config import TrainSettings
@@ -138,8 +138,6 @@ class S3Trainer:
     def _setup(self) -> None:
         import torch
 
-        from searcher.retrieval import load_retriever
-
         tc = self.tc
         self.data = self._prepare_data()
         examples = self.data.examples
@@ -151,7 +149,7 @@ class S3Trainer:
         else:
             self.heldout = []
         self.examples: list[QAExample] = examples
-        self.retriever = load_retriever(self.cfg.retriever, self.data.index_dir)
+        self.retriever = build_retriever(self.cfg.retriever, self.data.index_dir)
 
         latest = self.ckpt_dir / "latest"
         resume_dir = self.ckpt_dir / latest.read_text().strip() if latest.is_file() else None
