@@ -36,6 +36,7 @@ from eval.rundir import (
     run_lock,
 )
 from eval.summary import summarize, wall_clock
+from s3core.credentials import redact
 from s3core.errors import ConfigError, DataFormatError, S3Error
 from s3core.io import append_jsonl, file_sha256, repair_tail, write_json_atomic
 from s3core.types import Document, QAExample
@@ -263,7 +264,7 @@ def _make_row(
         "cached": bool(pred.cached) if pred is not None else False,
         "turns": ctx.turns,
         "note": pred.note if pred is not None else None,
-        "error": error,
+        "error": redact(error) if error else None,  # the one redaction step for every stored error text
         "attempt": attempt,
         "ts": round(time.time(), 3),
     }
