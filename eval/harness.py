@@ -90,6 +90,8 @@ def validate_options(opts: EvalOptions) -> None:
         raise ConfigError(f"--limit must be >= 1, got {opts.limit}")
     if opts.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {opts.batch_size}")
+    if opts.out.exists() and not opts.out.is_dir():
+        raise ConfigError(f"--out {opts.out} is a file: give a run directory (created, or resumed if it exists)")
     if not opts.dataset.is_dir():
         raise DataFormatError(f"--dataset {opts.dataset}: not a directory (expected what `s3 data prepare` wrote)")
     if opts.contexts is not None and not opts.contexts.is_file():
