@@ -117,6 +117,8 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:  # found by tests/unit/test_config_fuzz.py
+        raise ConfigError(f"{p}: not valid TOML: not UTF-8 text (byte {e.start})") from None
 
 
 def build_model(model: type[M], data: dict[str, Any], where: str = "") -> M:

@@ -77,7 +77,7 @@ class ErrorBody(BaseModel):
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": code}
-    for status, code in ERROR_CODES.items() if status in (401, 408, 413, 422, 500, 502, 503, 504)
+    for status, code in ERROR_CODES.items() if status in (400, 401, 408, 413, 422, 500, 502, 503, 504)
 }
 
 

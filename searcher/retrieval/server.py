@@ -31,7 +31,7 @@ from s3core.types import Document
 from searcher.batching import MicroBatcher
 from searcher.config import ServiceConfig
 from searcher.retrieval.base import Retriever
-from searcher.serving import ERROR_RESPONSES, ApiError, app_kwargs, check_response_budget, protect
+from searcher.serving import ERROR_RESPONSES, ApiError, ErrorBody, app_kwargs, check_response_budget, protect
 
 HIT_OVERHEAD_BYTES = 64  # JSON around one hit: {"document": {"id": , "contents": }, "score": }
 
@@ -48,6 +48,32 @@ class DocumentsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     ids: list[str]
+
+
+class DocumentOut(BaseModel):
+    id: str
+    contents: str = Field(description='"Title"\ntext')
+
+
+class ScoredHit(BaseModel):
+    document: DocumentOut
+    score: float | None = None
+
+
+class RetrieveResponse(BaseModel):
+    """`result[i]`: the hits of query i, `{document, score}` with return_scores, bare documents without."""
+
+    result: list[list[ScoredHit | DocumentOut]]
+
+
+class DocumentsResponse(BaseModel):
+    documents: list[DocumentOut]
+
+
+class RetrieverHealth(BaseModel):
+    status: str
+    backend: str
+    documents: int | None
 
 
 def _invalid(detail: str) -> ApiError:
@@ -120,7 +146,7 @@ def create_retrieve_app(retriever: Retriever, service_cfg: ServiceConfig | None 
     app.state.retriever = retriever
     passage_bytes = mean_passage_bytes(retriever)
 
-    @app.post("/retrieve", responses=ERROR_RESPONSES)
+    @app.post("/retrieve", responses={200: {"model": RetrieveResponse}, **ERROR_RESPONSES})
     async def retrieve(req: RetrieveRequest) -> JSONResponse:
         _check_limits(req, cfg)
         k = req.topk or min(default_topk, cfg.max_topk)
@@ -138,7 +164,8 @@ def create_retrieve_app(retriever: Retriever, service_cfg: ServiceConfig | None 
         body = {"result": [[_hit(d, req.return_scores) for d in docs] for docs in results]}
         return JSONResponse(body)
 
-    @app.post("/documents", responses=ERROR_RESPONSES)
+    @app.post("/documents", responses={200: {"model": DocumentsResponse}, 404: {"model": ErrorBody},
+                                       **ERROR_RESPONSES})
     async def documents(req: DocumentsRequest) -> JSONResponse:
         limit = cfg.max_queries_per_request * cfg.max_topk
         if len(req.ids) > limit:
@@ -151,12 +178,12 @@ def create_retrieve_app(retriever: Retriever, service_cfg: ServiceConfig | None 
         return JSONResponse({"documents": [{"id": d.id, "contents": d.contents} for d in docs]})
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health() -> RetrieverHealth:
         try:
             n: int | None = len(retriever)
         except RetrievalError:
             n = None
-        return {"status": "ok", "backend": getattr(retriever, "backend", "?"), "documents": n}
+        return RetrieverHealth(status="ok", backend=str(getattr(retriever, "backend", "?")), documents=n)
 
     protect(app, cfg)
     return app
