@@ -108,6 +108,7 @@ class FakeLLMServer:
         self.process = process
         self._stopping = False
         self._proc: Any = None
+        self._log: Any = None
 
     # ------------------------------------------------------------------ failure plan
 
@@ -253,11 +254,17 @@ class FakeLLMServer:
             cmd.append("--echo-headers")
         if self.hang_on is not None:
             cmd += ["--hang-on", self.hang_on]
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        import tempfile
+
+        # its log (a hung request cancelled at shutdown is logged there) goes to a file, read back if it fails to start
+        self._log = tempfile.TemporaryFile(mode="w+")
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log)
         deadline = time.monotonic() + timeout_s
         while True:
             if self._proc.poll() is not None:
-                raise ServiceError(f"fake LLM server process exited with code {self._proc.returncode}")
+                self._log.seek(0)
+                tail = self._log.read()[-1000:]
+                raise ServiceError(f"fake LLM server process exited with code {self._proc.returncode}: {tail}")
             try:
                 if httpx.get(f"{self.api_base}/models", timeout=1.0).status_code == 200:
                     return
@@ -280,6 +287,7 @@ class FakeLLMServer:
                 self._proc.kill()
                 self._proc.wait(timeout=10)
             self._proc = None
+            self._log.close()
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:

@@ -176,7 +176,11 @@ class ServiceConfig(Section):
         description="The request line and headers must arrive within this after a connection opens or its previous "
         "response ends, else the connection is closed (slowloris).",
     )
-    keep_alive_timeout_s: int = Field(5, ge=1, description="An idle keep-alive connection is closed after this (seconds).")
+    keep_alive_timeout_s: int = Field(
+        15, ge=1,
+        description="An idle keep-alive connection is closed after this (seconds). Keep it above the clients' own idle "
+        "expiry (httpx: 5 s), or a client may reuse a connection in the instant the server closes it.",
+    )
     max_header_bytes: int = Field(
         16 * 1024, ge=1024, description="Largest request line + headers (uvicorn's h11_max_incomplete_event_size).")
     max_response_bytes: int = Field(

@@ -98,14 +98,15 @@ def _check_limits(req: RetrieveRequest, cfg: ServiceConfig) -> None:
 
 
 def mean_passage_bytes(retriever: Retriever) -> float | None:
-    """Mean bytes of one stored passage (from the index manifest's doc store), None when the retriever cannot say."""
-    manifest = getattr(retriever, "manifest", None)
-    store = getattr(manifest, "docstore", None)
-    count = getattr(manifest, "doc_count", None)
-    size = getattr(store, "bytes", None)
-    if isinstance(size, int) and isinstance(count, int) and count > 0:
-        return size / count
-    return None
+    """Mean bytes of one stored passage (the doc store's size over its rows), None when the retriever cannot say
+    (a remote or prebuilt index: then only the real bytes are checked, after retrieval)."""
+    store = getattr(retriever, "store", None)
+    offsets = getattr(store, "offsets", None)
+    try:
+        n = len(store) if store is not None else 0
+        return float(offsets[-1]) / n if offsets is not None and n > 0 else None
+    except (TypeError, IndexError):
+        return None
 
 
 def hits_bytes(results: list[list[Document]]) -> int:
