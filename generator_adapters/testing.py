@@ -257,7 +257,7 @@ class FakeLLMServer:
         import tempfile
 
         # its log (a hung request cancelled at shutdown is logged there) goes to a file, read back if it fails to start
-        self._log = tempfile.TemporaryFile(mode="w+")
+        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in stop(), it outlives this call
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log)
         deadline = time.monotonic() + timeout_s
         while True:
