@@ -136,6 +136,14 @@ def prepare(fmt: str, inputs: list[Path], out_dir: str | Path) -> Manifest:
     """Load `inputs` (one format, merged) and write corpus.jsonl (if any paragraphs), questions.jsonl, manifest.json."""
     data = load(fmt, inputs)
     out = Path(out_dir)
+    if not data.questions:
+        names = ", ".join(str(p) for p in inputs)
+        records = sum(src.records for src in data.sources)
+        dropped = "; ".join(f"{c} dropped: {r}" for r, c in sorted(data.stats.dropped.items()))
+        raise DataFormatError(
+            f"no {fmt} questions in {names} ({records} records read, {len(data.corpus)} corpus paragraphs"
+            + (f"; {dropped}" if dropped else "") + f"): is it a {fmt} file? `s3 data formats` lists the formats"
+        )
     if out.exists() and not out.is_dir():
         raise DataFormatError(f"--out {out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ with the hashes that make two runs comparable (questions, corpus, contexts file,
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 
 from eval.accuracy import Accuracy, Prediction, Scores
@@ -35,6 +36,9 @@ from s3core.types import Document, QAExample
 from searcher.build import build_policy, build_retriever, build_searcher
 from searcher.config import RetrieverConfig
 from searcher.retrieval.base import Retriever
+from searcher.retrieval.metrics import supporting_ids_in_index
+
+log = logging.getLogger("s3.eval")
 
 
 def build_accuracy(
@@ -75,6 +79,15 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
     }
     if retriever is not None:
         config["retriever"] = _retriever_fingerprint(rcfg, retriever, index_dir, dataset)
+        coverage = supporting_ids_in_index(retriever, [q.supporting_ids for q in dataset.questions])
+        if coverage is not None and method != "no_retrieval":
+            held, total = coverage
+            config["retriever"]["supporting_ids_in_index"] = round(held / total, 4)
+            if held == 0:
+                log.warning(f"warning: none of the {total} supporting ids of {dataset.name} is in the index "
+                            f"{index_dir}: it was built from another corpus, so support recall will be 0")
+            elif held < total:
+                log.warning(f"warning: {total - held} of {total} supporting ids of {dataset.name} are not in the index")
 
     contexts: ContextFn
     if method == "no_retrieval":

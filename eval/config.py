@@ -20,6 +20,11 @@ class EvalConfig(Section):
     bootstrap_samples: int = Field(1000, ge=100, description="Bootstrap resamples for 95% intervals.")
     seed: int = Field(0, description="Seed of the bootstrap.")
     out_dir: str = Field("runs/eval", description="Default parent of run directories.")
+    max_failed_fraction: float = Field(
+        0.1, ge=0, le=1,
+        description="`s3 eval` exits non-zero (1, with a one-line summary) when nothing was scored or more than this "
+        "fraction of the rows failed; re-running the same command resumes and retries the failed rows.",
+    )
 
 
 class EvalSettings(Protocol):

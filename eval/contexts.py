@@ -73,7 +73,10 @@ def retriever_contexts(retriever: Retriever, k: int) -> ContextFn:
 
 
 def _policy_error(result: SearchResult) -> str | None:
-    """A failed policy call makes the question's contexts missing (retried on resume), not an empty context."""
+    """A failed policy call makes the question's contexts missing (retried on resume), not an empty context (nor
+    the degraded D0 fallback the service returns)."""
+    if result.error is not None:
+        return f"searcher: {result.error}"
     for s in result.steps:
         reason = s.invalid_reason or ""
         if reason.startswith("policy call failed"):

@@ -36,6 +36,7 @@ from eval.rundir import (
     run_lock,
 )
 from eval.summary import summarize, wall_clock
+from s3core.credentials import redact
 from s3core.errors import ConfigError, DataFormatError, S3Error
 from s3core.io import append_jsonl, file_sha256, repair_tail, write_json_atomic
 from s3core.types import Document, QAExample
@@ -89,6 +90,8 @@ def validate_options(opts: EvalOptions) -> None:
         raise ConfigError(f"--limit must be >= 1, got {opts.limit}")
     if opts.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {opts.batch_size}")
+    if opts.out.exists() and not opts.out.is_dir():
+        raise ConfigError(f"--out {opts.out} is a file: give a run directory (created, or resumed if it exists)")
     if not opts.dataset.is_dir():
         raise DataFormatError(f"--dataset {opts.dataset}: not a directory (expected what `s3 data prepare` wrote)")
     if opts.contexts is not None and not opts.contexts.is_file():
@@ -263,7 +266,7 @@ def _make_row(
         "cached": bool(pred.cached) if pred is not None else False,
         "turns": ctx.turns,
         "note": pred.note if pred is not None else None,
-        "error": error,
+        "error": redact(error) if error else None,  # the one redaction step for every stored error text
         "attempt": attempt,
         "ts": round(time.time(), 3),
     }

@@ -62,6 +62,22 @@ def summarize(
     }
 
 
+def verdict(summary: dict[str, Any], max_failed_fraction: float) -> str | None:
+    """None when a run is good enough to exit 0; else the one line that says why not (nothing scored, or more than
+    `max_failed_fraction` of the rows failed), with the failures by kind and how to resume."""
+    scored, failed = int(summary.get("n_scored", 0)), int(summary.get("n_failed", 0))
+    total = scored + failed + int(summary.get("n_missing", 0))
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted((summary.get("failed_by_kind") or {}).items(), key=lambda x: -x[1]))
+    why = f" ({kinds})" if kinds else ""
+    resume = "fix the cause and run the same command again to retry the failed rows"
+    if scored == 0:
+        return f"nothing was scored: {failed} of {total} rows failed{why}; {resume}"
+    if total and failed / total > max_failed_fraction:
+        return (f"{failed} of {total} rows failed{why}, more than eval.max_failed_fraction={max_failed_fraction:g}; "
+                f"{resume}")
+    return None
+
+
 def wall_clock(invocations: Path) -> dict[str, Any]:
     """Wall-clock seconds over every invocation of a run, and per row written (what a user waits per question,
     queueing included; per-row `latency_s` counts the time a call waited behind the others of its batch)."""

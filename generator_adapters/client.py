@@ -8,7 +8,6 @@ the sqlite cache, usage, cost and latency. One failed call yields an `Answer` wi
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import threading
 import time
@@ -22,14 +21,13 @@ from pydantic import BaseModel, Field
 from generator_adapters.cache import ResponseCache, cache_key
 from generator_adapters.config import LLMCallConfig
 from generator_adapters.errors import GeneratorError, map_exception
+from s3core.credentials import llm_api_key, redact
 from s3core.errors import ConfigError
 
 __all__ = ["Answer", "CompletionFn", "LLMClient", "run_sync"]
 
 CompletionFn = Callable[..., Awaitable[Any]]
 T = TypeVar("T")
-
-_LOOPBACK = ("http://127.0.0.1", "http://localhost", "http://[::1]")
 
 # A local model computes one answer at a time (one llama.cpp context per model), so its calls queue in front of it
 # rather than inside it: one semaphore per (event loop, model), shared by every client of that model. The per-call
@@ -116,7 +114,9 @@ class LLMClient:
         if completion_fn is None:
             # import litellm here, not inside the first call: its import takes seconds and would block the event
             # loop while the first calls' timeouts are already running
-            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            from s3core.upstream import quiet_litellm
+
+            quiet_litellm()
             import litellm
 
             completion_fn = litellm.acompletion
@@ -127,15 +127,10 @@ class LLMClient:
         self._counts: Counter[str] = Counter()
 
     def _read_key(self) -> str | None:
-        env = self.cfg.api_key_env
-        if env:
-            key = os.environ.get(env)
-            if not key:
-                raise ConfigError(f"api_key_env names {env!r}, but that environment variable is not set")
-            return key
-        if self.cfg.api_base and self.cfg.api_base.startswith(_LOOPBACK):
-            return "EMPTY"  # loopback OpenAI-compatible servers need some key; never a real one
-        return None
+        """The key of this endpoint, only from the variable its own api_key_env names; without one a placeholder,
+        so litellm never picks a provider variable (OPENAI_API_KEY, ...) up by itself (s3core/credentials.py)."""
+        section = {"GeneratorConfig": "generator", "JudgeConfig": "judge"}.get(type(self.cfg).__name__, "llm")
+        return llm_api_key(self.cfg.model, self.cfg.api_key_env, self.cfg.api_base, setting=f"{section}.api_key_env")
 
     # ------------------------------------------------------------------ accounting
 
@@ -267,7 +262,7 @@ class LLMClient:
         self._count("failed")
         assert last is not None
         return Answer(
-            error=str(last),
+            error=redact(str(last)),
             error_type=type(last).__name__,
             latency_s=time.perf_counter() - t0,
             attempts=attempts,

@@ -14,7 +14,12 @@ class LLMCallConfig(Section):
         "'anthropic/claude-3-haiku-20240307', 'hosted_vllm/<name>' with api_base, ...",
     )
     api_base: str | None = Field(None, description="Base URL for served models (vLLM, llama.cpp server, proxies).")
-    api_key_env: str | None = Field(None, description="Name of the environment variable holding the key (never the key).")
+    api_key_env: str | None = Field(
+        None,
+        description="Name of the environment variable holding this endpoint's key (never the key). Keys are never "
+        "picked up implicitly: without it the endpoint gets a placeholder key, never OPENAI_API_KEY or another "
+        "provider variable.",
+    )
     temperature: float = Field(0.0, ge=0, description="Decoding temperature.")
     max_tokens: int = Field(64, ge=1, description="Maximum answer tokens.")
     seed: int | None = Field(None, description="Sampling seed passed to the provider (None = provider default).")

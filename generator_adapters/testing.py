@@ -10,12 +10,18 @@ client's concurrency, timeouts, retries and error accounting can be tested; it i
 
 Which prompts fail is deterministic (sha256 of the prompt and `seed`), so a test knows them in advance;
 `failures_per_prompt` says how many times a failing prompt fails before it succeeds (a large number = always).
+
+For the secrets tests it records the credential headers of every request (`headers_seen`), and with
+`echo_headers=True` its injected errors quote the Authorization header back, like a careless proxy would: a key that
+reaches it must never come back out of our error texts. `hang_on="..."` hangs every prompt containing that text
+(one hung upstream among healthy ones). `reply="s3"` is a scripted s3 searcher (`s3_reply`), also in a child process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import threading
 import time
 import uuid
@@ -28,9 +34,12 @@ from fastapi.responses import JSONResponse
 
 from s3core.errors import ServiceError
 
-__all__ = ["FakeLLMServer", "default_reply"]
+__all__ = ["FakeLLMServer", "default_reply", "s3_reply"]
 
 FailureKind = Literal["500", "503", "429", "timeout", "400", "401", "mixed"]
+# request headers that carry credentials: recorded per request for the secrets tests
+CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key", "proxy-authorization")
+S3_REPLY_MARK = "[fake-s3-turn]"
 
 
 def default_reply(prompt: str) -> str:
@@ -41,6 +50,21 @@ def default_reply(prompt: str) -> str:
         if line.startswith("Question:"):
             return "answer to " + line.removeprefix("Question:").strip()
     return "answer"
+
+
+def s3_reply(prompt: str) -> str:
+    """A scripted s3 searcher, for real searcher loops without a model: the first reply selects document 1 and asks
+    one follow-up query, the next ones select document 1 and stop."""
+    turn = prompt.count(S3_REPLY_MARK)
+    if turn == 0:
+        question = next((ln for ln in prompt.splitlines() if ln.strip() and "<" not in ln), "more")[:80]
+        query = json.dumps({"query": f"{question} details"})
+        return (f"{S3_REPLY_MARK}<important_info>[1]</important_info><search_complete>False</search_complete>"
+                f"<query>{query}</query>")
+    return f"{S3_REPLY_MARK}<important_info>[1]</important_info><search_complete>True</search_complete>"
+
+
+REPLIES: dict[str, Callable[[str], str]] = {"default": default_reply, "s3": s3_reply}
 
 
 class FakeLLMServer:
@@ -54,8 +78,10 @@ class FakeLLMServer:
         failures_per_prompt: int = 1_000_000,
         hang_s: float = 30.0,
         seed: int = 0,
-        reply: Callable[[str], str] = default_reply,
+        reply: Callable[[str], str] | str = default_reply,
         process: bool = False,
+        echo_headers: bool = False,
+        hang_on: str | None = None,
     ) -> None:
         if not 0.0 <= failure_rate <= 1.0:
             raise ValueError(f"failure_rate must be within [0, 1], got {failure_rate}")
@@ -65,7 +91,14 @@ class FakeLLMServer:
         self.failures_per_prompt = failures_per_prompt
         self.hang_s = hang_s
         self.seed = seed
+        if isinstance(reply, str):
+            if reply not in REPLIES:
+                raise ValueError(f"reply {reply!r}: choose one of {', '.join(REPLIES)} or pass a function")
+            reply = REPLIES[reply]
         self.reply = reply
+        self.echo_headers = echo_headers
+        self.hang_on = hang_on
+        self.headers_seen: list[dict[str, str]] = []  # per request: path + credential headers (secrets tests)
         self.port = 0
         self._lock = threading.Lock()
         self._seen: Counter[str] = Counter()
@@ -75,6 +108,7 @@ class FakeLLMServer:
         self.process = process
         self._stopping = False
         self._proc: Any = None
+        self._log: Any = None
 
     # ------------------------------------------------------------------ failure plan
 
@@ -114,18 +148,26 @@ class FakeLLMServer:
             with self._lock:
                 return {"attempts": self._seen[str(body.get("prompt", ""))]}
 
+        @app.get("/_headers")
+        async def headers() -> list[dict[str, str]]:
+            with self._lock:
+                return list(self.headers_seen)
+
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> Any:
             body = await request.json()
             prompt = self.prompt_of(body.get("messages", []))
+            creds = {h: request.headers[h] for h in CREDENTIAL_HEADERS if h in request.headers}
             with self._lock:
                 self._counts["requests"] += 1
                 self._seen[prompt] += 1
                 n = self._seen[prompt]
+                self.headers_seen.append({"path": request.url.path, "host": request.headers.get("host", ""), **creds})
             if self.latency_s:
                 await asyncio.sleep(self.latency_s)
-            if self.fails(prompt) and n <= self.failures_per_prompt:
-                kind = self.kind_for(prompt)
+            hang = self.hang_on is not None and self.hang_on in prompt
+            if hang or (self.fails(prompt) and n <= self.failures_per_prompt):
+                kind = "timeout" if hang else self.kind_for(prompt)
                 with self._lock:
                     self._counts[f"failed_{kind}"] += 1
                 if kind == "timeout":  # hang (past the client's timeout), but let a stopping server finish
@@ -134,8 +176,9 @@ class FakeLLMServer:
                         await asyncio.sleep(0.05)
                     return JSONResponse({"error": {"message": "too late"}}, status_code=504)
                 status = int(kind)
+                echo = f"; request headers: {creds}" if self.echo_headers else ""
                 return JSONResponse(
-                    {"error": {"message": f"injected failure {status}", "type": "server_error", "code": status}},
+                    {"error": {"message": f"injected failure {status}{echo}", "type": "server_error", "code": status}},
                     status_code=status,
                 )
             text = self.reply(prompt)
@@ -197,19 +240,31 @@ class FakeLLMServer:
 
         import httpx
 
-        if self.reply is not default_reply:
-            raise ValueError("a custom reply function only works in-process (process=False)")
+        names = {fn: name for name, fn in REPLIES.items()}
+        if self.reply not in names:
+            raise ValueError("a custom reply function only works in-process (process=False); by name: "
+                             + ", ".join(REPLIES))
         cmd = [
             sys.executable, "-m", "generator_adapters.testing", "--port", str(self.port),
             "--latency", str(self.latency_s), "--failure-rate", str(self.failure_rate),
             "--failure-kind", self.failure_kind, "--failures-per-prompt", str(self.failures_per_prompt),
-            "--hang", str(self.hang_s), "--seed", str(self.seed),
+            "--hang", str(self.hang_s), "--seed", str(self.seed), "--reply", names[self.reply],
         ]
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        if self.echo_headers:
+            cmd.append("--echo-headers")
+        if self.hang_on is not None:
+            cmd += ["--hang-on", self.hang_on]
+        import tempfile
+
+        # its log (a hung request cancelled at shutdown is logged there) goes to a file, read back if it fails to start
+        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in stop(), it outlives this call
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log)
         deadline = time.monotonic() + timeout_s
         while True:
             if self._proc.poll() is not None:
-                raise ServiceError(f"fake LLM server process exited with code {self._proc.returncode}")
+                self._log.seek(0)
+                tail = self._log.read()[-1000:]
+                raise ServiceError(f"fake LLM server process exited with code {self._proc.returncode}: {tail}")
             try:
                 if httpx.get(f"{self.api_base}/models", timeout=1.0).status_code == 200:
                     return
@@ -232,6 +287,7 @@ class FakeLLMServer:
                 self._proc.kill()
                 self._proc.wait(timeout=10)
             self._proc = None
+            self._log.close()
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
@@ -258,6 +314,15 @@ class FakeLLMServer:
             return dict(httpx.get(f"http://127.0.0.1:{self.port}/_stats", timeout=10).json())
         return self._local_stats()
 
+    def seen_headers(self) -> list[dict[str, str]]:
+        """Path, Host and credential headers of every request received, in order."""
+        if self._proc is not None:
+            import httpx
+
+            return list(httpx.get(f"http://127.0.0.1:{self.port}/_headers", timeout=10).json())
+        with self._lock:
+            return list(self.headers_seen)
+
     def attempts(self, prompt: str) -> int:
         """How many times this exact prompt was requested."""
         if self._proc is not None:
@@ -283,8 +348,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--failures-per-prompt", type=int, default=1_000_000)
     ap.add_argument("--hang", type=float, default=30.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reply", default="default", choices=sorted(REPLIES))
+    ap.add_argument("--echo-headers", action="store_true")
+    ap.add_argument("--hang-on", default=None)
     a = ap.parse_args(argv)
-    srv = FakeLLMServer(a.latency, a.failure_rate, a.failure_kind, a.failures_per_prompt, a.hang, a.seed)
+    srv = FakeLLMServer(a.latency, a.failure_rate, a.failure_kind, a.failures_per_prompt, a.hang, a.seed,
+                        reply=a.reply, echo_headers=a.echo_headers, hang_on=a.hang_on)
     uvicorn.run(srv._app(), host="127.0.0.1", port=a.port, log_level="error", access_log=False,
                 timeout_graceful_shutdown=1, backlog=4096)
 

@@ -2,7 +2,8 @@
 
 Every command takes `--config FILE` and `--set section.key=value` (repeatable). Command modules live in
 s3/commands/; each exposes `register(subparsers, common)` and does its heavy imports inside its handlers, so
-`s3 --help` stays instant. Errors the toolkit raises on purpose (S3Error) print one clear line, no traceback.
+`s3 --help` stays instant. Errors the toolkit raises on purpose (S3Error) and failed file / socket operations on the
+paths and ports a user gave (OSError) print one clear line and exit 2, no traceback.
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(rc or 0)
     except S3Error as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a path or a port the user gave: a missing file, a file where a folder belongs, ...
+        from s3core.io import describe_os_error
+
+        print(f"error: {describe_os_error(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -8,20 +8,45 @@ from __future__ import annotations
 
 import json
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from s3core.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
 
 
+NONE_WORDS = frozenset({"none", "null"})
+
+
+def _admits_none(annotation: object) -> bool:
+    return annotation is None or type(None) in typing.get_args(annotation)
+
+
 class Section(BaseModel):
-    """Base of every config section: unknown keys are rejected, assignments are validated."""
+    """Base of every config section: unknown keys are rejected, assignments are validated.
+
+    TOML has no null, so for a setting that may be None (off) the words "none" / "null" (any case) mean None, in a
+    file and in `--set key=none` alike: `generator.cache_path = "none"` turns the cache off, it does not name a file
+    called "none". Settings that cannot be None keep the word as it is."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _none_words(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        fixed: dict[str, Any] | None = None
+        for name, field in cls.model_fields.items():
+            value = data.get(name)
+            if isinstance(value, str) and value.strip().lower() in NONE_WORDS and _admits_none(field.annotation):
+                fixed = dict(data) if fixed is None else fixed
+                fixed[name] = None
+        return data if fixed is None else fixed
 
 
 def _format_validation_error(err: ValidationError, model: type[BaseModel], where: str) -> str:
@@ -92,6 +117,8 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:  # found by tests/unit/test_config_fuzz.py
+        raise ConfigError(f"{p}: not valid TOML: not UTF-8 text (byte {e.start})") from None
 
 
 def build_model(model: type[M], data: dict[str, Any], where: str = "") -> M:

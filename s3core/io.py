@@ -200,3 +200,22 @@ def write_jsonl_atomic(path: str | Path, rows: Iterable[JsonObject]) -> int:
     lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in rows]
     write_text_atomic(path, "".join(lines))
     return len(lines)
+
+
+def describe_os_error(e: OSError) -> str:
+    """One clear sentence for a failed file or socket operation (what the CLI prints instead of a traceback): names
+    the path and, for "not a directory" / "file exists", the part of the path that is a file."""
+    name = e.filename if e.filename is not None else ""
+    path = Path(str(name)) if name else None
+    if isinstance(e, NotADirectoryError | FileExistsError) and path is not None:
+        for part in (path, *path.parents):
+            if part.exists() and not part.is_dir():
+                return f"{path}: {part} is a file, not a directory"
+    if isinstance(e, FileNotFoundError) and path is not None:
+        return f"no such file or directory: {path}"
+    if isinstance(e, IsADirectoryError) and path is not None:
+        return f"{path} is a directory, not a file"
+    if isinstance(e, PermissionError) and path is not None:
+        return f"permission denied: {path}"
+    what = e.strerror or str(e) or type(e).__name__
+    return f"{what}: {path}" if path is not None else what

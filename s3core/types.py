@@ -124,6 +124,19 @@ class SearchResult(BaseModel):
     answer: str | None = Field(default=None, description="Set by end-to-end agents (Search-R1) that answer themselves.")
     trajectory: Trajectory | None = None
     seconds: float = 0.0
+    error: str | None = Field(
+        default=None,
+        description="Set when the search ended early: a policy call failed, or the caller's deadline passed. `documents`"
+        " are then what was admitted before, or D0 (begin-with-search) when nothing was: degraded, never empty for "
+        "nothing.",
+    )
+    error_code: str | None = Field(default=None, description="The stable code of `error` (s3core.errors), e.g. "
+                                   "'upstream_rate_limited', 'deadline_exceeded'.")
+
+    @property
+    def degraded(self) -> bool:
+        """The search did not run to its end (see `error`)."""
+        return self.error is not None
 
     @property
     def turns(self) -> int:

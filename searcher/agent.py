@@ -117,6 +117,9 @@ class _Rollout:
     answer: str | None = None
     done: bool = False
     finished_at: float = 0.0
+    d0: list[Document] = field(default_factory=list)  # begin-with-search documents: the fallback of a failed search
+    error: str | None = None
+    error_code: str | None = None
 
 
 class _Decision(NamedTuple):
@@ -208,9 +211,17 @@ class S3Searcher:
     def search_one(self, question: str | QAExample) -> SearchResult:
         return self.search([question])[0]
 
-    def search(self, questions: Sequence[str | QAExample]) -> list[SearchResult]:
+    def search(
+        self, questions: Sequence[str | QAExample], *, cancelled: Sequence[Callable[[], bool]] | None = None
+    ) -> list[SearchResult]:
         """Run the loop for every question; questions advance in lockstep batches of `policy.max_batch` (all at once
-        when None). Returns one SearchResult per question, in order."""
+        when None). Returns one SearchResult per question, in order.
+
+        cancelled: one callable per question, asked before every turn; a question whose callable says True leaves
+        the batch there (its result ends `degraded` with error_code 'deadline_exceeded') and the others go on. The
+        /search service passes the requests' deadlines this way."""
+        if cancelled is not None and len(cancelled) != len(questions):
+            raise S3Error(f"cancelled has {len(cancelled)} entries for {len(questions)} questions")
         items: list[tuple[str, str | None]] = []
         for i, q in enumerate(questions):
             text, qid = (q.question, q.id) if isinstance(q, QAExample) else (q, None)
@@ -223,18 +234,23 @@ class S3Searcher:
         chunk = self.policy.max_batch or max(len(items), 1)
         results: list[SearchResult] = []
         for lo in range(0, len(items), chunk):
-            results.extend(self._run_batch(items[lo : lo + chunk], lo, stats))
+            results.extend(self._run_batch(items[lo : lo + chunk], lo, stats, cancelled))
         stats.seconds = time.perf_counter() - t_start
         return results
 
     # --------------------------------------------------------------------------------------------- the lockstep loop
-    def _run_batch(self, items: list[tuple[str, str | None]], offset: int, stats: LoopStats) -> list[SearchResult]:
+    def _run_batch(
+        self, items: list[tuple[str, str | None]], offset: int, stats: LoopStats,
+        cancelled: Sequence[Callable[[], bool]] | None = None,
+    ) -> list[SearchResult]:
         t0 = time.perf_counter()
         self._read_batch_settings()
         states = [_Rollout(index=offset + i, question=q, question_id=qid) for i, (q, qid) in enumerate(items)]
         self._begin(states, stats)
         T = self.max_turns
         for r in range(T + 1):
+            if cancelled is not None:
+                self._leave_if_cancelled(states, t0, cancelled)
             active = [st for st in states if not st.done]
             if not active:
                 break
@@ -291,9 +307,27 @@ class S3Searcher:
             results.append(construct_trusted(SearchResult, {
                 "question_id": st.question_id, "question": st.question, "documents": list(st.docs.values()),
                 "steps": [x.record() for x in st.steps], "answer": st.answer, "trajectory": st.trajectory,
-                "seconds": st.finished_at or now,
+                "seconds": st.finished_at or now, "error": st.error, "error_code": st.error_code,
             }))  # every field from the loop's own typed state (test_agent checks the result against the schema)
         return results
+
+    def _leave_if_cancelled(self, states: list[_Rollout], t0: float, cancelled: Sequence[Callable[[], bool]]) -> None:
+        """Questions whose caller gave up (their deadline passed) leave the batch before the next policy call."""
+        for st in states:
+            if not st.done and cancelled[st.index]():
+                if st.step is not None:
+                    st.step.invalid_reason = "cancelled: the request's deadline passed"
+                    st.steps.append(st.step)
+                    st.step = None
+                self._fail(st, "cancelled: the request's deadline passed", "deadline_exceeded")
+                st.done = True
+                st.finished_at = time.perf_counter() - t0
+
+    def _fail(self, st: _Rollout, error: str, code: str) -> None:
+        """End a question's search early, degraded: it keeps what was admitted, or D0 when nothing was."""
+        st.error, st.error_code = error, code
+        if not st.docs and st.d0:
+            self._admit(st, st.d0, self._cap)
 
     def _begin(self, states: list[_Rollout], stats: LoopStats) -> None:
         """Begin-with-search (one batched retrieval of every question) and the first prompt."""
@@ -309,6 +343,7 @@ class S3Searcher:
                 raise RuntimeError(f"retriever returned {len(d0)} result lists for {len(states)} queries")
         for st, docs in zip(states, d0, strict=True):
             st.window = docs
+            st.d0 = docs
             bws = self._begins_with_search()
             st.step = _Step(
                 turn=0,
@@ -391,6 +426,7 @@ class S3Searcher:
         assert step is not None
         if out.error is not None:
             step.invalid_reason = f"policy call failed: {out.error}"
+            self._fail(st, f"policy call failed: {out.error}", out.error_code or "upstream_error")
             return _DONE
         window = st.window
         action = parse_s3_reply(out.text, len(window), self._max_select)
@@ -454,6 +490,7 @@ class SearchR1Agent(S3Searcher):
             self._admit(st, st.window, None)
         if out.error is not None:
             step.invalid_reason = f"policy call failed: {out.error}"
+            self._fail(st, f"policy call failed: {out.error}", out.error_code or "upstream_error")
             return _DONE
         action = parse_search_r1_reply(out.text)
         step.invalid_reason = action.invalid_reason

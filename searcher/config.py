@@ -57,6 +57,11 @@ class RemoteConfig(Section):
     timeout_s: float = Field(30.0, gt=0, description="Per-request timeout.")
     max_retries: int = Field(3, ge=0, description="Retries on 5xx and connection errors before a clear error.")
     backoff_s: float = Field(0.5, ge=0, description="First retry delay; doubles each try.")
+    auth_token_env: str | None = Field(
+        None,
+        description="Name of the environment variable holding the bearer token of the /retrieve server (its "
+        "service.auth_token_env); sent only to `url`'s origin.",
+    )
 
 
 class RetrieverConfig(Section):
@@ -77,6 +82,13 @@ class SearcherConfig(Section):
     )
     policy_path: str | None = Field(None, description="A trained checkpoint to load instead of `model` (s3 train output).")
     api_base: str | None = Field(None, description="api_base for a served searcher model (litellm backend).")
+    api_key_env: str | None = Field(
+        None,
+        description="Name of the environment variable holding the key for api_base (never the key). Keys are never "
+        "picked up implicitly: without it the searcher model gets a placeholder key.",
+    )
+    timeout_s: float = Field(60.0, gt=0, description="Per-call timeout of the policy model (litellm backend): a hung upstream is cut here.")
+    max_retries: int = Field(2, ge=0, description="Retries of a failed policy call (rate limits, 5xx, timeouts) before it counts as failed.")
     begin_with_search: bool = Field(True, description="Start from top-k0 of the question itself (D0), as naive RAG does.")
     k: int = Field(8, ge=1, description="Documents retrieved per search turn (paper: 8).")
     max_select: int = Field(3, ge=1, description="Documents the policy may select per window (paper: 3).")
@@ -136,7 +148,50 @@ class ServiceConfig(Section):
     max_query_chars: int = Field(2000, ge=1, description="Limit on the length of one query or question.")
     max_topk: int = Field(100, ge=1, description="Limit on topk / k in a request.")
     max_search_turns: int = Field(8, ge=0, description="Limit on max_turns in a /search request.")
-    request_timeout_s: float = Field(120.0, gt=0, description="A request still running after this fails with 504.")
+    request_timeout_s: float = Field(
+        120.0, gt=0,
+        description="Per-request deadline: a request still running after this gets 504 and leaves its batch (the "
+        "batch goes on without it).",
+    )
     batch_window_ms: float = Field(5.0, ge=0, description="How long concurrent requests are gathered into one batch.")
     max_batch: int = Field(256, ge=1, description="Largest gathered batch.")
+    batch_workers: int = Field(
+        4, ge=1,
+        description="/search batches that may run at once, so one slow batch (a hung upstream) does not hold the "
+        "others; capped by the policy (1 for local llama.cpp and in-process models).",
+    )
+    max_concurrent_requests: int = Field(
+        64, ge=1, description="Requests handled at once; beyond it: 503 with Retry-After (typed JSON).")
+    max_connections: int = Field(
+        512, ge=1, description="Open connections (uvicorn's limit_concurrency): the backstop against connection floods.")
+    retry_after_s: int = Field(1, ge=0, description="Retry-After (seconds) sent with a 503 when the server is at its limit.")
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024,
+        description="Largest request body, checked from Content-Length and while the body streams in, before any "
+        "parsing (413). Keep it >= max_queries_per_request x max_query_chars.",
+    )
+    body_timeout_s: float = Field(30.0, gt=0, description="The whole request body must arrive within this (408).")
+    header_timeout_s: float = Field(
+        10.0, gt=0,
+        description="The request line and headers must arrive within this after a connection opens or its previous "
+        "response ends, else the connection is closed (slowloris).",
+    )
+    keep_alive_timeout_s: int = Field(
+        15, ge=1,
+        description="An idle keep-alive connection is closed after this (seconds). Keep it above the clients' own idle "
+        "expiry (httpx: 5 s), or a client may reuse a connection in the instant the server closes it.",
+    )
+    max_header_bytes: int = Field(
+        16 * 1024, ge=1024, description="Largest request line + headers (uvicorn's h11_max_incomplete_event_size).")
+    max_response_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024,
+        description="Response-size budget: a request whose documents would exceed it (queries x topk x passage bytes) "
+        "is refused with 422 before the response is built.",
+    )
+    auth_token_env: str | None = Field(
+        None,
+        description="Name of the environment variable holding a bearer token: when set, every endpoint but /health "
+        "needs `Authorization: Bearer <token>` (401 otherwise; compared in constant time).",
+    )
+    openapi: bool = Field(False, description="Serve /docs and /openapi.json (off: the schema is not published).")
 

@@ -12,9 +12,16 @@ Endpoints
 - `GET /health` model, index, corpus size, limits.
 
 Concurrent /search requests are gathered into lockstep batches by `searcher.batching` (one micro-batcher per
-distinct (k, max_turns) setting, so a batch always runs with one setting); the searcher itself runs one batch at a
-time in a worker thread. A request still waiting after `service.request_timeout_s` gets 504 (its batch keeps running;
-its result is dropped).
+distinct (k, max_turns) setting, so a batch always runs with one setting); up to `service.batch_workers` batches run
+at once in worker threads (capped by the policy: one for a local llama.cpp model), so one slow batch does not hold the
+others. A request still running after `service.request_timeout_s` gets 504 and leaves its batch at the next turn (the
+batch goes on without it); the policy's own per-call timeout (`searcher.timeout_s`) cuts a hung upstream call.
+
+Failures (searcher/serving.py turns them into typed JSON): a policy call that fails for one question (rate limit, 5xx,
+timeout, a rejected prompt) ends that question's search early and the answer is 200 with the documents it had, or D0
+when it had none, `degraded: true` and `error: {code, message}`; credentials refused or an unknown model (every
+question fails alike) are 502 `upstream_auth` / `upstream_model_not_found`; a retriever failure is 502
+`retrieval_failed`; the deadline is 504 `deadline_exceeded`; the concurrency limit 503 `overloaded` + Retry-After.
 
 The request / response models and `summarize_result` have no web-framework dependency: the HTTP client and the
 LangChain / LlamaIndex integrations reuse them.
@@ -33,7 +40,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from s3core.errors import RetrievalError, S3Error, ServiceError
+from s3core.credentials import redact
+from s3core.errors import DeadlineExceededError, S3Error
 from s3core.types import SearchResult
 from searcher.config import SearcherConfig, ServiceConfig
 from searcher.retrieval.base import Retriever
@@ -59,9 +67,10 @@ __all__ = [
 
 
 class SearchRequest(BaseModel):
-    """Body of `POST /search`. Limits are checked against `[service]` by `check_request` (422 naming the limit)."""
+    """Body of `POST /search`. Limits are checked against `[service]` by `check_request` (422 naming the limit).
+    Strict: unknown fields and wrong types (`"k": "5"`) are refused, never coerced."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     question: str = Field(description="The user's question.")
     k: int | None = Field(default=None, description="Documents retrieved per search turn (default: searcher's k).")
@@ -105,12 +114,25 @@ class SearchSettings(BaseModel):
     max_turns: int
 
 
+class SearchError(BaseModel):
+    """Why a search ended early (a degraded answer)."""
+
+    code: str = Field(description="Stable code (s3core.errors), e.g. 'upstream_rate_limited', 'upstream_timeout'.")
+    message: str = Field(description="What failed, for people (redacted).")
+
+
 class SearchResponse(BaseModel):
     question: str
     documents: list[ServedDocument] = Field(default_factory=list)
     trajectory: TrajectorySummary
     settings: SearchSettings | None = None
     answer: str | None = Field(default=None, description="Only for end-to-end agents (Search-R1) that answer themselves.")
+    degraded: bool = Field(
+        default=False,
+        description="The search ended early (see `error`): `documents` are what it had admitted, or D0 (the "
+        "begin-with-search top-k) when it had none.",
+    )
+    error: SearchError | None = None
 
 
 # ------------------------------------------------------------------------------------------------ pure functions
@@ -148,7 +170,7 @@ def summarize_result(result: SearchResult, settings: SearchSettings | None = Non
             selected_ids=list(s.selected_ids),
             selection_fallback=s.selection_fallback,
             search_complete=s.search_complete,
-            invalid_reason=s.invalid_reason,
+            invalid_reason=redact(s.invalid_reason) if s.invalid_reason else s.invalid_reason,
             seconds=round(s.policy_seconds + s.retrieval_seconds, 4),
         )
         for s in result.steps
@@ -159,8 +181,12 @@ def summarize_result(result: SearchResult, settings: SearchSettings | None = Non
         steps=steps,
         seconds=round(result.seconds, 4),
     )
+    error = getattr(result, "error", None)
+    failure = None
+    if error is not None:
+        failure = SearchError(code=getattr(result, "error_code", None) or "upstream_error", message=redact(error))
     return SearchResponse(question=result.question, documents=docs, trajectory=traj, settings=settings,
-                          answer=result.answer)
+                          answer=result.answer, degraded=failure is not None, error=failure)
 
 
 def default_settings(searcher_cfg: SearcherConfig) -> SearchSettings:
@@ -203,19 +229,25 @@ def with_settings(searcher: Any, settings: SearchSettings) -> Any:
     return clone
 
 
-def run_search(searcher: Any, questions: Sequence[str], settings: SearchSettings | None = None) -> list[SearchResult]:
+def run_search(
+    searcher: Any,
+    questions: Sequence[str],
+    settings: SearchSettings | None = None,
+    cancelled: Sequence[Callable[[], bool]] | None = None,
+) -> list[SearchResult]:
     """Run the searcher on a batch of questions with one setting (None = its configured one).
 
     Per-call `k` / `max_turns` go in as keyword arguments when the searcher's `search` takes them; otherwise the
-    searcher runs as a copy configured with them (`with_settings`)."""
+    searcher runs as a copy configured with them (`with_settings`). `cancelled` (one callable per question: has its
+    caller gone?) is passed on when the searcher's `search` takes it (S3Searcher does)."""
+    params = inspect.signature(searcher.search).parameters
+    extra: dict[str, Any] = {"cancelled": list(cancelled)} if cancelled is not None and "cancelled" in params else {}
     if settings is None:
-        results = searcher.search(list(questions))
+        results = searcher.search(list(questions), **extra)
+    elif "k" in params and "max_turns" in params:
+        results = searcher.search(list(questions), k=settings.k, max_turns=settings.max_turns, **extra)
     else:
-        params = inspect.signature(searcher.search).parameters
-        if "k" in params and "max_turns" in params:
-            results = searcher.search(list(questions), k=settings.k, max_turns=settings.max_turns)
-        else:
-            results = with_settings(searcher, settings).search(list(questions))
+        results = with_settings(searcher, settings).search(list(questions), **extra)
     results = list(results)
     if len(results) != len(questions):
         raise S3Error(f"searcher returned {len(results)} results for {len(questions)} questions")
@@ -231,18 +263,24 @@ RECENT_BATCHES = 256
 class SettingsBatcher:
     """Gathers concurrent searches into lockstep batches, one micro-batcher per distinct SearchSettings.
 
-    `run(questions, settings)` is called in a worker thread, one batch at a time (a lock serialises batches of
-    different settings: the policy and the CPU are shared)."""
+    `run(questions, settings)` (or `run(questions, settings, cancelled)` when it takes a `cancelled` parameter: one
+    callable per question, True once its caller has gone) is called in a worker thread; at most `workers` batches run
+    at once over all settings (the policy and the CPU are shared), so with workers > 1 a slow batch does not hold the
+    others."""
 
     def __init__(
         self,
-        run: Callable[[list[str], SearchSettings], list[SearchResult]],
+        run: Callable[..., list[SearchResult]],
         window_ms: float,
         max_batch: int,
+        workers: int = 1,
     ) -> None:
         self._run = run
+        self._pass_cancel = "cancelled" in inspect.signature(run).parameters
         self._window_ms = window_ms
         self._max_batch = max_batch
+        self.workers = workers
+        self._slots = threading.BoundedSemaphore(workers)
         self._lock = threading.Lock()
         self._batchers: dict[SearchSettings, Any] = {}
         # (settings, size) of the most recent batches, for tests and stats: bounded, a server runs for months
@@ -252,14 +290,18 @@ class SettingsBatcher:
     def _make(self, settings: SearchSettings) -> Any:
         from searcher.batching import MicroBatcher
 
-        def run_batch(questions: list[str]) -> list[SearchResult]:
-            with self._lock:
-                self.batches.append((settings, len(questions)))
-                self.batches_run += 1
+        def run_batch(questions: list[str], gone: list[Callable[[], bool]]) -> list[SearchResult]:
+            with self._slots:
+                with self._lock:
+                    self.batches.append((settings, len(questions)))
+                    self.batches_run += 1
+                if self._pass_cancel:
+                    return self._run(list(questions), settings, cancelled=gone)
                 return self._run(list(questions), settings)
 
         return MicroBatcher(
-            run_batch, window_ms=self._window_ms, max_batch=self._max_batch, name=f"search-k{settings.k}-t{settings.max_turns}"
+            run_batch, window_ms=self._window_ms, max_batch=self._max_batch,
+            name=f"search-k{settings.k}-t{settings.max_turns}", workers=self.workers, cancel_aware=True,
         )
 
     async def submit(self, question: str, settings: SearchSettings) -> SearchResult:
@@ -314,8 +356,11 @@ def create_search_app(
     searcher_cfg: request defaults when the searcher has no SearcherConfig of its own; default_topk: /retrieve's topk;
     model / index: names reported by /health (default: the searcher's model)."""
     from contextlib import asynccontextmanager
+    from pathlib import PurePath
 
-    from fastapi import FastAPI, HTTPException
+    from fastapi import FastAPI
+
+    from searcher.serving import ERROR_RESPONSES, ApiError, app_kwargs, check_response_budget, protect
 
     own_cfg = getattr(searcher, "cfg", None)
     if isinstance(own_cfg, SearcherConfig):  # defaults and limits follow the searcher actually served
@@ -323,10 +368,22 @@ def create_search_app(
     searcher_cfg = searcher_cfg or SearcherConfig()
     if model is None:
         model = searcher_cfg.policy_path or searcher_cfg.model
+    if index is not None:
+        index = PurePath(index).name  # /health names the index, never a path of the serving machine
 
-    batcher = SettingsBatcher(
-        lambda qs, st: run_search(searcher, qs, st), window_ms=service_cfg.batch_window_ms, max_batch=service_cfg.max_batch
-    )
+    # batches at once: the service's setting, capped by what the policy can take (one llama.cpp context: 1; a policy
+    # that says nothing is assumed to take one at a time)
+    policy = getattr(searcher, "policy", None)
+    cap = getattr(policy, "max_concurrent_batches", 1) if policy is not None else service_cfg.batch_workers
+    workers = max(1, min(service_cfg.batch_workers, cap if isinstance(cap, int) else service_cfg.batch_workers))
+
+    def run(questions: list[str], settings: SearchSettings, cancelled: list[Callable[[], bool]]) -> list[SearchResult]:
+        # a shallow copy per batch: batches may run at once, and the loop keeps per-batch state on the instance
+        own = copy.copy(searcher) if workers > 1 else searcher
+        return run_search(own, questions, settings, cancelled)
+
+    batcher = SettingsBatcher(run, window_ms=service_cfg.batch_window_ms, max_batch=service_cfg.max_batch,
+                              workers=workers)
 
     from searcher.retrieval.server import create_retrieve_app
 
@@ -340,31 +397,29 @@ def create_search_app(
             finally:
                 await batcher.aclose()
 
-    app = FastAPI(title="s3 search service", lifespan=lifespan)
+    app = FastAPI(title="s3 search service", lifespan=lifespan, **app_kwargs(service_cfg))
     app.state.batcher = batcher
     app.state.searcher = searcher
 
-    @app.post("/search", response_model=SearchResponse)
+    @app.post("/search", response_model=SearchResponse, responses=ERROR_RESPONSES)
     async def search(req: SearchRequest) -> SearchResponse:
         try:
             settings = check_request(req, service_cfg, searcher_cfg)
         except ValueError as e:
-            raise HTTPException(status_code=422, detail=str(e)) from None
+            raise ApiError(422, "invalid_request", str(e)) from None
         t0 = time.perf_counter()
         try:
             result = await asyncio.wait_for(
                 batcher.submit(req.question.strip(), settings), timeout=service_cfg.request_timeout_s
             )
         except TimeoutError:
-            raise HTTPException(
-                status_code=504,
-                detail=f"search did not finish within service.request_timeout_s={service_cfg.request_timeout_s}",
+            raise DeadlineExceededError(
+                f"search did not finish within service.request_timeout_s={service_cfg.request_timeout_s}"
             ) from None
-        except (RetrievalError, ServiceError) as e:
-            raise HTTPException(status_code=503, detail=f"search failed: {e}") from None
-        except S3Error as e:
-            raise HTTPException(status_code=500, detail=f"search failed: {e}") from None
+        # S3Errors (retrieval failed, credentials refused, ...) go to the typed handler: 502 / 503 / 504 as fits
         response = summarize_result(result, settings)
+        check_response_budget(sum(len(d.text.encode()) + len(d.title.encode()) + len(d.id) + 64
+                                  for d in response.documents), service_cfg, "this search")
         if response.trajectory.seconds == 0.0:
             response.trajectory.seconds = round(time.perf_counter() - t0, 4)
         return response
@@ -389,4 +444,5 @@ def create_search_app(
     for route in retrieve_app.router.routes:
         if getattr(route, "path", None) in ("/retrieve", "/documents"):
             app.router.routes.append(route)
+    protect(app, service_cfg)
     return app

@@ -69,6 +69,12 @@ def _eval(args: argparse.Namespace, cfg: S3Config) -> int:
     dataset, comp, config = build_run(cfg, opts)
     summary = run_eval(opts, dataset, comp, config, n_resamples=cfg.eval.bootstrap_samples, seed=cfg.eval.seed)
     _print_summary(summary, opts.out)
+    from eval.summary import verdict
+
+    problem = verdict(summary, cfg.eval.max_failed_fraction)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -83,7 +89,9 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
     m = summary["metrics"]
     inv = summary.get("invocation", {})
     print(f"run: {out}")
-    print(f"scored {summary['n_scored']}, failed {summary['n_failed']}, missing {summary['n_missing']}"
+    total = summary["n_scored"] + summary["n_failed"] + summary["n_missing"]
+    print(f"scored {summary['n_scored']} of {total}; failed {summary['n_failed']} (no score; retried when the run is "
+          f"resumed); not run yet {summary['n_missing']}"
           f" (this invocation: {inv.get('rows_written', 0)} rows, {inv.get('skipped_finished', 0)} skipped,"
           f" {inv.get('retried_failed', 0)} retried; cache {inv.get('cache', {})})")
     for key in ("genacc", "span", "em", "f1", "support_recall"):

@@ -106,6 +106,7 @@ def _retrieve_file(args: argparse.Namespace, retriever: Any) -> int:
     from s3core.corpus import read_questions
     from s3core.errors import IndexDirError, S3Error
     from searcher.retrieval import recall_at_k
+    from searcher.retrieval.metrics import supporting_ids_in_index
 
     k = args.k or 10
     questions = read_questions(args.questions)
@@ -131,10 +132,10 @@ def _retrieve_file(args: argparse.Namespace, retriever: Any) -> int:
     with_gold = [g for g in gold if g]
     if not with_gold:
         return 0
-    known = getattr(getattr(retriever, "store", None), "row_of", None)
-    if known is not None:
-        missing = sum(1 for g in with_gold for i in g if i not in known)
-        total = sum(len(g) for g in with_gold)
+    coverage = supporting_ids_in_index(retriever, with_gold)
+    if coverage is not None:
+        held, total = coverage
+        missing = total - held
         if missing == total:
             raise IndexDirError(
                 "none of the questions' supporting ids is in the index: it was built from a different corpus"

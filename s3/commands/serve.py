@@ -55,12 +55,15 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _run(app: Any, sock: socket.socket) -> None:
+def _run(app: Any, sock: socket.socket, service: Any = None) -> None:
     import uvicorn
 
+    from searcher.config import ServiceConfig
     from searcher.heap import freeze_loaded_heap
+    from searcher.serving import uvicorn_config
 
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    # the [service] limits: header / keep-alive timeouts, header size, open connections; redacted logs
+    server = uvicorn.Server(uvicorn_config(app, service or ServiceConfig()))
     freeze_loaded_heap()  # the model, the index and the libraries: out of every later full GC pass
     server.run(sockets=[sock])
 
@@ -80,7 +83,7 @@ def _serve(args: argparse.Namespace, cfg: S3Config) -> int:
     )
     sock = bind(host, port)
     print(f"s3 serve: http://{host}:{sock.getsockname()[1]}  (POST /search, POST /retrieve, GET /health)", flush=True)
-    _run(app, sock)
+    _run(app, sock, cfg.service)
     return 0
 
 
@@ -97,5 +100,5 @@ def _serve_retriever(args: argparse.Namespace, cfg: S3Config) -> int:
     app = create_retrieve_app(retriever, cfg.service, default_topk=cfg.retriever.k)
     sock = bind(host, port)
     print(f"s3 serve-retriever: http://{host}:{sock.getsockname()[1]}/retrieve  ({retriever!r})", flush=True)
-    _run(app, sock)
+    _run(app, sock, cfg.service)
     return 0

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from s3core.credentials import bearer_for, redact
 from s3core.errors import S3Error, ServiceError
 from searcher.service import SearchResponse, SearchSettings, run_search, summarize_result
 
@@ -67,26 +68,35 @@ def _error_detail(resp: httpx.Response) -> str:
     try:
         body = resp.json()
     except ValueError:
-        return resp.text[:300]
+        return redact(resp.text)[:300]
     detail = body.get("detail", body) if isinstance(body, dict) else body
-    return str(detail)[:500]
+    code = body.get("code") if isinstance(body, dict) else None
+    text = redact(str(detail))[:500]
+    return f"{text} [{code}]" if isinstance(code, str) else text
 
 
 class SearchClient:
     """HTTP client of `POST /search` on a running `s3 serve` (sync and async).
 
     Errors: a 4xx answer raises S3Error with the server's message (e.g. the limit a request broke); connection
-    failures, timeouts and 5xx raise ServiceError naming the URL."""
+    failures, timeouts and 5xx raise ServiceError naming the URL (with the server's Retry-After, where it sent one).
 
-    def __init__(self, url: str, timeout_s: float = 120.0, headers: dict[str, str] | None = None) -> None:
+    auth_token_env: the environment variable holding the server's bearer token (`s3 serve` with
+    service.auth_token_env); the token is sent to this server's origin only, never followed through a redirect."""
+
+    def __init__(
+        self, url: str, timeout_s: float = 120.0, headers: dict[str, str] | None = None,
+        auth_token_env: str | None = None,
+    ) -> None:
         base = url.rstrip("/")
         if base.endswith("/search"):
             base = base[: -len("/search")]
-        if not base.startswith(("http://", "https://")):
-            raise S3Error(f"SearchClient: url must start with http:// or https://, got {url!r}")
+        if not base.lower().startswith(("http://", "https://")):
+            raise S3Error(f"SearchClient: url must start with http:// or https://, got {redact(url)!r}")
         self.base_url = base
         self.timeout_s = timeout_s
         self.headers = dict(headers or {})
+        self._auth = bearer_for(auth_token_env, base, setting="auth_token_env")
 
     @property
     def search_url(self) -> str:
@@ -103,7 +113,9 @@ class SearchClient:
 
     def _parse(self, resp: httpx.Response) -> SearchResponse:
         if resp.status_code >= 500:
-            raise ServiceError(f"{self.search_url} answered {resp.status_code}: {_error_detail(resp)}")
+            retry = resp.headers.get("retry-after")
+            raise ServiceError(f"{self.search_url} answered {resp.status_code}: {_error_detail(resp)}",
+                               retry_after_s=float(retry) if retry and retry.isdigit() else None)
         if resp.status_code >= 400:
             raise S3Error(f"{self.search_url} rejected the request ({resp.status_code}): {_error_detail(resp)}")
         try:
@@ -113,34 +125,39 @@ class SearchClient:
 
     def search(self, question: str, k: int | None = None, max_turns: int | None = None) -> SearchResponse:
         try:
-            with httpx.Client(timeout=self.timeout_s, headers=self.headers) as client:
+            with httpx.Client(timeout=self.timeout_s, headers=self.headers, auth=self._auth) as client:
                 resp = client.post(self.search_url, json=self._body(question, k, max_turns))
         except httpx.HTTPError as e:
-            raise ServiceError(f"{self.search_url}: {type(e).__name__}: {e}") from None
+            raise ServiceError(redact(f"{self.search_url}: {type(e).__name__}: {e}")) from None
         return self._parse(resp)
 
     async def asearch(self, question: str, k: int | None = None, max_turns: int | None = None) -> SearchResponse:
         try:
-            async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
+            async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers, auth=self._auth) as client:
                 resp = await client.post(self.search_url, json=self._body(question, k, max_turns))
         except httpx.HTTPError as e:
-            raise ServiceError(f"{self.search_url}: {type(e).__name__}: {e}") from None
+            raise ServiceError(redact(f"{self.search_url}: {type(e).__name__}: {e}")) from None
         return self._parse(resp)
 
     def health(self) -> dict[str, Any]:
         try:
-            resp = httpx.get(f"{self.base_url}/health", timeout=self.timeout_s, headers=self.headers)
+            resp = httpx.get(f"{self.base_url}/health", timeout=self.timeout_s, headers=self.headers, auth=self._auth)
             resp.raise_for_status()
         except httpx.HTTPError as e:
-            raise ServiceError(f"{self.base_url}/health: {type(e).__name__}: {e}") from None
+            raise ServiceError(redact(f"{self.base_url}/health: {type(e).__name__}: {e}")) from None
         result: dict[str, Any] = resp.json()
         return result
 
 
-def as_backend(searcher: Any = None, url: str | None = None, timeout_s: float = 120.0) -> SearchBackend:
-    """Exactly one of `searcher` (Python API) or `url` (a running `s3 serve`)."""
+def as_backend(
+    searcher: Any = None, url: str | None = None, timeout_s: float = 120.0, auth_token_env: str | None = None
+) -> SearchBackend:
+    """Exactly one of `searcher` (Python API) or `url` (a running `s3 serve`; `auth_token_env` names the variable
+    holding its bearer token)."""
     if (searcher is None) == (url is None):
         raise S3Error("give exactly one of searcher= (an S3Searcher) or url= (a running `s3 serve`)")
     if url is not None:
-        return SearchClient(url, timeout_s=timeout_s)
+        return SearchClient(url, timeout_s=timeout_s, auth_token_env=auth_token_env)
+    if auth_token_env is not None:
+        raise S3Error("auth_token_env is for url= (a running `s3 serve`), not for an in-process searcher")
     return LocalSearch(searcher)

@@ -54,17 +54,20 @@ class S3Retriever(BaseRetriever):
     k: int | None = None
     max_turns: int | None = None
     timeout_s: float = 120.0
+    auth_token_env: str | None = None  # with url=: the variable holding the server's bearer token
 
     _backend: SearchBackend | None = PrivateAttr(default=None)
 
     def model_post_init(self, context: Any, /) -> None:
         super().model_post_init(context)
-        self._backend = as_backend(searcher=self.searcher, url=self.url, timeout_s=self.timeout_s)
+        self._backend = as_backend(searcher=self.searcher, url=self.url, timeout_s=self.timeout_s,
+                                       auth_token_env=self.auth_token_env)
 
     @property
     def backend(self) -> SearchBackend:
         if self._backend is None:
-            self._backend = as_backend(searcher=self.searcher, url=self.url, timeout_s=self.timeout_s)
+            self._backend = as_backend(searcher=self.searcher, url=self.url, timeout_s=self.timeout_s,
+                                       auth_token_env=self.auth_token_env)
         return self._backend
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[LCDocument]:

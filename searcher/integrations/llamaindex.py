@@ -55,10 +55,12 @@ class S3LlamaRetriever(BaseRetriever):
         k: int | None = None,
         max_turns: int | None = None,
         timeout_s: float = 120.0,
+        auth_token_env: str | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
-        self.backend: SearchBackend = as_backend(searcher=searcher, url=url, timeout_s=timeout_s)
+        self.backend: SearchBackend = as_backend(searcher=searcher, url=url, timeout_s=timeout_s,
+                                                   auth_token_env=auth_token_env)
         self.k = k
         self.max_turns = max_turns
         super().__init__(callback_manager=callback_manager, verbose=verbose)

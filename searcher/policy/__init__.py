@@ -59,7 +59,11 @@ def load_policy(cfg: SearcherConfig, *, threads: int | None = None) -> Policy:
                     "searcher.api_base (e.g. `vllm serve PATH`); or load it in-process with searcher.policy='transformers'"
                 )
             model = f"hosted_vllm/{cfg.policy_path}"
-        return LiteLLMPolicy(model, api_base=cfg.api_base, concurrency=cfg.concurrency)
+        from s3core.credentials import llm_api_key
+
+        key = llm_api_key(model, cfg.api_key_env, cfg.api_base, setting="searcher.api_key_env")
+        return LiteLLMPolicy(model, api_base=cfg.api_base, api_key=key, concurrency=cfg.concurrency,
+                             timeout_s=cfg.timeout_s, num_retries=cfg.max_retries)
     spec = cfg.policy_path or cfg.model
     if cfg.policy == "transformers":
         from searcher.policy.transformers_policy import TransformersPolicy

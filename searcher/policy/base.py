@@ -44,6 +44,8 @@ class PolicyOutput:
     token_ids / logprobs: the sampled tokens and their sampling log-probabilities (token backends); None otherwise.
     stop: the stop string that ended the reply, or None (end-of-sequence or the token limit).
     error: set when the call failed after retries (text is then ""); the agent records it, never scores it.
+    error_code / retry_after_s: the failure's stable code (s3core.errors, e.g. 'upstream_rate_limited') and the
+        upstream's Retry-After where it sent one.
     """
 
     text: str
@@ -55,6 +57,8 @@ class PolicyOutput:
     finish_reason: str | None = None
     error: str | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    error_code: str | None = None
+    retry_after_s: float | None = None
 
 
 @runtime_checkable

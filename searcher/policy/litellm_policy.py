@@ -9,12 +9,12 @@ extends the previous one's prefix instead of interleaving questions on the cache
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from s3core.errors import ConfigError, ServiceError
+from s3core.errors import AuthError, ConfigError, ModelNotFoundError, PermanentError, UpstreamError
+from s3core.upstream import map_exception
 from searcher.policy.base import Message, PolicyOutput, PolicyPrompt, TokenPrompt
 from searcher.policy.stopping import restore_stop
 
@@ -36,8 +36,15 @@ class LiteLLMPolicy:
     """A `Policy` over `litellm.completion`.
 
     model: litellm model string ("openai/gpt-4o-mini", "hosted_vllm/<name>" with api_base, "local/<name>").
+    api_key: the key for `api_base` (s3core.credentials.llm_api_key: the value of searcher.api_key_env, else the
+        placeholder, so litellm never picks up a provider variable by itself); None passes no key (local models).
     concurrency: parallel requests within one batched call (API models; ignored for local models).
+    timeout_s / num_retries: per call (searcher.timeout_s / searcher.max_retries): a hung upstream is cut here.
     completion_fn: injectable stand-in for `litellm.completion` (unit tests); same signature and response shape.
+
+    Failures (s3core/upstream.py maps them): credentials refused or an unknown model fail every question alike, so
+    they raise (AuthError / ModelNotFoundError / PermanentError, typed, redacted); anything else (rate limit, 5xx,
+    timeout, a rejected prompt) makes that question's reply an error, which ends its search `degraded`.
     """
 
     supports_token_ids = False
@@ -47,6 +54,7 @@ class LiteLLMPolicy:
         model: str,
         *,
         api_base: str | None = None,
+        api_key: str | None = None,
         concurrency: int = 4,
         max_batch: int | None = None,
         timeout_s: float = 600.0,
@@ -61,23 +69,22 @@ class LiteLLMPolicy:
         self.model = model
         self.name = f"litellm:{model}"
         self.api_base = api_base
+        self._api_key = api_key
         self.is_local = model.startswith("local/")
         self.concurrency = 1 if self.is_local else max(1, concurrency)
         self.max_batch = max_batch if max_batch is not None else (1 if self.is_local else None)
+        # batches the /search service may run at once through this policy: one llama.cpp context for local models
+        self.max_concurrent_batches: int | None = 1 if self.is_local else None
         self.timeout_s = timeout_s
         self.num_retries = num_retries
         self._completion = completion_fn
-        self._exc: tuple[type[BaseException], ...] = ()
-        self._fatal: tuple[type[BaseException], ...] = ()
 
     def _client(self) -> Callable[..., Any]:
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        from s3core.upstream import quiet_litellm
+
+        quiet_litellm()
         import litellm
 
-        if not self._exc:  # litellm's typed exceptions -> a missing reply (transient) or ServiceError (fatal)
-            ex = litellm.exceptions
-            self._fatal = (ex.AuthenticationError, ex.NotFoundError, ex.PermissionDeniedError)
-            self._exc = (ex.APIError, ex.APIConnectionError, ex.Timeout, ex.RateLimitError, ex.BadRequestError)
         if self._completion is not None:
             return self._completion
         if self.is_local:
@@ -116,12 +123,18 @@ class LiteLLMPolicy:
                 kwargs["stop"] = stops[:_MAX_API_STOPS]
             if self.api_base:
                 kwargs["api_base"] = self.api_base
+            if self._api_key is not None:
+                kwargs["api_key"] = self._api_key
             try:
                 resp = client(**kwargs)
-            except self._fatal as e:
-                raise ServiceError(f"searcher model {self.model}: {type(e).__name__}: {e}") from None
-            except self._exc as e:
-                return PolicyOutput(text="", error=f"{type(e).__name__}: {str(e)[:300]}")
+            except Exception as e:
+                err = map_exception(e)
+                if err is None:
+                    raise  # not an upstream failure: a bug, let it surface
+                if isinstance(err, AuthError | ModelNotFoundError) or type(err) is PermanentError:
+                    fatal: UpstreamError = type(err)(f"searcher model {self.model}: {err}", err.status_code)
+                    raise fatal from None
+                return PolicyOutput(text="", error=str(err), error_code=err.code, retry_after_s=err.retry_after_s)
             choice = resp.choices[0]
             raw = choice.message.content or ""
             finish = getattr(choice, "finish_reason", None)
@@ -135,7 +148,8 @@ class LiteLLMPolicy:
                 finish_reason=finish,
             )
 
-        if self.concurrency == 1 or len(convs) == 1:
-            return [one(m) for m in convs]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(convs))) as pool:
+        # always from worker threads of our own, also for one call: litellm's sync path asks the calling thread for an
+        # event loop (asyncio.get_event_loop) and, in a main thread without one, creates one it never closes
+        with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(convs))),
+                                thread_name_prefix="s3-policy") as pool:
             return list(pool.map(one, convs))

@@ -163,6 +163,18 @@ def load_retriever(
                 f"sha256 {str(have)[:12]}...) than {expect_corpus} (sha256 {want[:12]}...); rebuild the index"
             )
     store = open_docstore(d, manifest)
+    try:
+        return _open_backend(d, store, manifest, cfg)
+    except (OSError, ValueError, KeyError, EOFError) as e:  # a backend file missing, truncated or not what it says
+        what = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.filename else f"{type(e).__name__}: {e}"
+        corpus = manifest.corpus.path if manifest.corpus else "CORPUS"
+        raise IndexDirError(
+            f"{d}: the {manifest.backend} index files are missing or damaged ({what}); rebuild the index: "
+            f"s3 index build --corpus {corpus} --backend {manifest.backend} --out {d} --overwrite"
+        ) from None
+
+
+def _open_backend(d: Path, store: Any, manifest: Any, cfg: RetrieverConfig) -> Any:
     if manifest.backend == "bm25":
         from searcher.retrieval.bm25 import BM25Retriever
 

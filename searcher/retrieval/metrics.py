@@ -73,3 +73,14 @@ def recall_at_k(
             questions=n,
         )
     return out
+
+
+def supporting_ids_in_index(retriever: object, gold: Iterable[Iterable[str]]) -> tuple[int, int] | None:
+    """(how many of the gold supporting ids the index holds, how many there are), or None when the retriever cannot
+    say (no local doc store) or there are no gold ids. 0 held = an index built from another corpus: support recall
+    would be 0 whatever the method does."""
+    known = getattr(getattr(retriever, "store", None), "row_of", None)
+    ids = [i for g in gold for i in g]
+    if known is None or not ids:
+        return None
+    return sum(1 for i in ids if i in known), len(ids)

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from s3core.credentials import bearer_for, redact
 from s3core.errors import RetrievalError
 from s3core.types import Document
 from searcher.config import RemoteConfig
@@ -32,7 +33,9 @@ class RemoteRetriever:
             raise RetrievalError("retriever.remote.url is not set: give the base URL of a /retrieve server")
         self.cfg = cfg
         self.url = cfg.url.rstrip("/")
-        self._client = httpx.Client(timeout=cfg.timeout_s, transport=transport)
+        auth = bearer_for(cfg.auth_token_env, self.url, setting="retriever.remote.auth_token_env")
+        # no redirects: the token and the queries go to `url` and nowhere else
+        self._client = httpx.Client(timeout=cfg.timeout_s, transport=transport, auth=auth, follow_redirects=False)
 
     def _request(self, method: str, path: str, payload: Any = None) -> Any:
         url = self.url + path
@@ -47,21 +50,23 @@ class RemoteRetriever:
                 last = f"timed out after {self.cfg.timeout_s:g}s"
                 continue
             except httpx.TransportError as e:
-                last = f"connection error ({type(e).__name__}: {e})"
+                last = redact(f"connection error ({type(e).__name__}: {e})")
                 continue
             if r.status_code >= 500:
-                last = f"HTTP {r.status_code}: {r.text[:200]}"
+                last = f"HTTP {r.status_code}: {redact(r.text)[:200]}"
                 continue
             if r.status_code >= 400:
                 try:
                     detail = r.json().get("detail", r.text)
                 except (json.JSONDecodeError, AttributeError):
                     detail = r.text
-                raise RetrievalError(f"{method} {url} rejected the request (HTTP {r.status_code}): {str(detail)[:300]}")
+                raise RetrievalError(
+                    f"{method} {url} rejected the request (HTTP {r.status_code}): {redact(str(detail))[:300]}"
+                )
             try:
                 return r.json()
             except json.JSONDecodeError:
-                raise RetrievalError(f"{method} {url} answered with invalid JSON: {r.text[:200]!r}") from None
+                raise RetrievalError(f"{method} {url} answered with invalid JSON: {redact(r.text)[:200]!r}") from None
         raise RetrievalError(f"{method} {url} failed after {tries} tries: {last}")
 
     def search(self, queries: list[str], k: int) -> list[list[Document]]:

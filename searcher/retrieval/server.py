@@ -8,7 +8,11 @@
     POST /documents {"ids": [...]} -> {"documents": [{"id", "contents"}, ...]}   (lookup by id; our extension)
 
 Queries from concurrent requests are gathered by a `MicroBatcher` into one batched backend call.
-Limits (`[service]`: queries per request, query length, topk) are checked before anything runs: 422 naming the limit.
+Limits (`[service]`: queries per request, query length, topk) are checked before anything runs: 422 naming the limit;
+so is the response-size budget (queries x topk x the index's mean passage bytes, then the real bytes, against
+service.max_response_bytes). Request bodies are strict, like /search's: unknown fields and wrong types (`"topk": "5"`,
+`"return_scores": 1`) are 422, never coerced. Body size, header / body / keep-alive timeouts, concurrency, bearer auth
+and the typed JSON errors come from searcher/serving.py.
 """
 
 from __future__ import annotations
@@ -18,42 +22,96 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from s3core.errors import RetrievalError
+from s3core.errors import DeadlineExceededError, RetrievalError
 from s3core.types import Document
 from searcher.batching import MicroBatcher
 from searcher.config import ServiceConfig
 from searcher.retrieval.base import Retriever
+from searcher.serving import ERROR_RESPONSES, ApiError, ErrorBody, app_kwargs, check_response_budget, protect
+
+HIT_OVERHEAD_BYTES = 64  # JSON around one hit: {"document": {"id": , "contents": }, "score": }
 
 
 class RetrieveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     queries: list[str] = Field(description="Queries to answer.")
     topk: int | None = Field(default=None, description="Documents per query (default: the server's default_topk).")
     return_scores: bool = Field(default=False, description="Wrap each hit as {document, score}.")
 
 
 class DocumentsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     ids: list[str]
+
+
+class DocumentOut(BaseModel):
+    id: str
+    contents: str = Field(description='"Title"\ntext')
+
+
+class ScoredHit(BaseModel):
+    document: DocumentOut
+    score: float | None = None
+
+
+class RetrieveResponse(BaseModel):
+    """`result[i]`: the hits of query i, `{document, score}` with return_scores, bare documents without."""
+
+    result: list[list[ScoredHit | DocumentOut]]
+
+
+class DocumentsResponse(BaseModel):
+    documents: list[DocumentOut]
+
+
+class RetrieverHealth(BaseModel):
+    status: str
+    backend: str
+    documents: int | None
+
+
+def _invalid(detail: str) -> ApiError:
+    return ApiError(422, "invalid_request", detail)
 
 
 def _check_limits(req: RetrieveRequest, cfg: ServiceConfig) -> None:
     n = len(req.queries)
     if n == 0:
-        raise HTTPException(422, "queries is empty: send at least one query")
+        raise _invalid("queries is empty: send at least one query")
     if n > cfg.max_queries_per_request:
-        raise HTTPException(422, f"too many queries: {n} > service.max_queries_per_request={cfg.max_queries_per_request}")
+        raise _invalid(f"too many queries: {n} > service.max_queries_per_request={cfg.max_queries_per_request}")
     for i, q in enumerate(req.queries):
         if not q.strip():
-            raise HTTPException(422, f"query {i} is empty")
+            raise _invalid(f"query {i} is empty")
         if len(q) > cfg.max_query_chars:
-            raise HTTPException(422, f"query {i} is too long: {len(q)} chars > service.max_query_chars={cfg.max_query_chars}")
+            raise _invalid(f"query {i} is too long: {len(q)} chars > service.max_query_chars={cfg.max_query_chars}")
     if req.topk is not None and req.topk <= 0:
-        raise HTTPException(422, f"topk must be positive, got {req.topk}")
+        raise _invalid(f"topk must be positive, got {req.topk}")
     if req.topk is not None and req.topk > cfg.max_topk:
-        raise HTTPException(422, f"topk too large: {req.topk} > service.max_topk={cfg.max_topk}")
+        raise _invalid(f"topk too large: {req.topk} > service.max_topk={cfg.max_topk}")
+
+
+def mean_passage_bytes(retriever: Retriever) -> float | None:
+    """Mean bytes of one stored passage (the doc store's size over its rows), None when the retriever cannot say
+    (a remote or prebuilt index: then only the real bytes are checked, after retrieval)."""
+    store = getattr(retriever, "store", None)
+    offsets = getattr(store, "offsets", None)
+    try:
+        n = len(store) if store is not None else 0
+        return float(offsets[-1]) / n if offsets is not None and n > 0 else None
+    except (TypeError, IndexError):
+        return None
+
+
+def hits_bytes(results: list[list[Document]]) -> int:
+    """About the bytes the documents of a response take on the wire."""
+    return sum(len(d.id) + len(d.contents.encode()) + HIT_OVERHEAD_BYTES for docs in results for d in docs)
 
 
 def _hit(d: Document, with_score: bool) -> dict[str, Any]:
@@ -84,52 +142,62 @@ def create_retrieve_app(retriever: Retriever, service_cfg: ServiceConfig | None 
         yield
         await batcher.aclose()
 
-    app = FastAPI(title="s3 retrieval service", lifespan=lifespan)
+    app = FastAPI(title="s3 retrieval service", lifespan=lifespan, **app_kwargs(cfg))
     app.state.batcher = batcher
     app.state.retriever = retriever
+    passage_bytes = mean_passage_bytes(retriever)
 
-    @app.post("/retrieve")
+    @app.post("/retrieve", responses={200: {"model": RetrieveResponse}, **ERROR_RESPONSES})
     async def retrieve(req: RetrieveRequest) -> JSONResponse:
         _check_limits(req, cfg)
         k = req.topk or min(default_topk, cfg.max_topk)
+        if passage_bytes is not None:  # refuse before the work: queries x topk x passage bytes
+            estimate = int(len(req.queries) * k * (passage_bytes + HIT_OVERHEAD_BYTES))
+            check_response_budget(estimate, cfg, f"{len(req.queries)} queries x topk {k}")
         try:
             results = await asyncio.wait_for(
                 batcher.submit_many([(q, k) for q in req.queries]), timeout=cfg.request_timeout_s
             )
         except TimeoutError:
-            raise HTTPException(504, f"retrieval took longer than service.request_timeout_s={cfg.request_timeout_s:g}") from None
-        except RetrievalError as e:
-            raise HTTPException(502, f"retriever failed: {e}") from None
+            raise DeadlineExceededError(
+                f"retrieval took longer than service.request_timeout_s={cfg.request_timeout_s:g}") from None
+        check_response_budget(hits_bytes(results), cfg, f"{len(req.queries)} queries x topk {k}")
         body = {"result": [[_hit(d, req.return_scores) for d in docs] for docs in results]}
         return JSONResponse(body)
 
-    @app.post("/documents")
+    @app.post("/documents", responses={200: {"model": DocumentsResponse}, 404: {"model": ErrorBody},
+                                       **ERROR_RESPONSES})
     async def documents(req: DocumentsRequest) -> JSONResponse:
         limit = cfg.max_queries_per_request * cfg.max_topk
         if len(req.ids) > limit:
-            raise HTTPException(422, f"too many ids: {len(req.ids)} > {limit} (max_queries_per_request * max_topk)")
+            raise _invalid(f"too many ids: {len(req.ids)} > {limit} (max_queries_per_request * max_topk)")
         try:
             docs = await asyncio.to_thread(retriever.get, req.ids)
         except RetrievalError as e:
-            raise HTTPException(404, str(e)) from None
+            raise ApiError(404, "not_found", str(e)) from None
+        check_response_budget(hits_bytes([docs]), cfg, f"{len(req.ids)} documents")
         return JSONResponse({"documents": [{"id": d.id, "contents": d.contents} for d in docs]})
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health() -> RetrieverHealth:
         try:
             n: int | None = len(retriever)
         except RetrievalError:
             n = None
-        return {"status": "ok", "backend": getattr(retriever, "backend", "?"), "documents": n}
+        return RetrieverHealth(status="ok", backend=str(getattr(retriever, "backend", "?")), documents=n)
 
+    protect(app, cfg)
     return app
 
 
 @contextmanager
-def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+def serve_in_thread(
+    app: FastAPI, host: str = "127.0.0.1", port: int = 0, service_cfg: ServiceConfig | None = None
+) -> Iterator[str]:
     """Run `app` with uvicorn in a background thread (port 0 = a free one); yields the base URL.
 
-    For tests, benchmarks and notebooks: the real server and HTTP stack, stopped cleanly on exit.
+    For tests, benchmarks and notebooks: the real server and HTTP stack with the [service] limits (`service_cfg`,
+    default ServiceConfig()), stopped cleanly on exit.
     """
     import socket
     import threading
@@ -141,7 +209,9 @@ def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Ite
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound_port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    from searcher.serving import uvicorn_config
+
+    server = uvicorn.Server(uvicorn_config(app, service_cfg or ServiceConfig()))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="uvicorn")
     thread.start()
     deadline = time.monotonic() + 30

@@ -157,7 +157,8 @@ def test_failing_server_rows_missing_and_retried(hotpot: tuple[Path, Path], tmp_
                 ok_prompts.append(prompt)
         assert 1 <= len(expected_failed) < n
 
-        assert s3_main(argv) == 0
+        # more than eval.max_failed_fraction (0.1) of the rows failed: the run says so with a non-zero exit
+        assert s3_main(argv) == (1 if len(expected_failed) / n > 0.1 else 0)
         s1 = json.loads((out / "summary.json").read_text())
         rows1 = read_results(out / RESULTS_FILE)
         failed1 = {i for i, r in rows1.items() if r["error"] is not None}
@@ -169,7 +170,7 @@ def test_failing_server_rows_missing_and_retried(hotpot: tuple[Path, Path], tmp_
         assert s1["metrics"]["genacc"]["n"] == n - len(expected_failed)
         requests_before = srv.stats()["requests"]
 
-        assert s3_main(argv) == 0
+        assert s3_main(argv) == (1 if len(expected_failed2) / n > 0.1 else 0)
         s2 = json.loads((out / "summary.json").read_text())
         assert s2["n_failed"] == len(expected_failed2) and s2["n_scored"] == n - len(expected_failed2)
         assert s2["invocation"]["retried_failed"] == len(expected_failed)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
@@ -224,10 +225,42 @@ class FailingPolicy(ScriptedPolicy):
         return [PolicyOutput(text="", error="Timeout: no answer") for _ in prompts]
 
 
-def test_failed_policy_call_is_recorded_not_scored() -> None:
+def test_failed_policy_call_is_recorded_and_the_result_is_degraded_to_d0() -> None:
+    # a failed policy call ends the search marked `degraded` (error + code): the caller keeps D0, the documents the
+    # searcher had already retrieved, instead of a silent empty list (issue 18, defect 2)
     res = S3Searcher(FailingPolicy(lambda p, i: ""), TinyRetriever(), CFG).search_one("q?")
     assert res.steps[0].invalid_reason == "policy call failed: Timeout: no answer"
-    assert res.documents == []  # nothing was judged; no silent admission
+    assert res.degraded and res.error == "policy call failed: Timeout: no answer"
+    assert res.error_code == "upstream_error"  # the policy gave no code of its own
+    assert [d.id for d in res.documents] == res.steps[0].retrieved_ids != []
+
+
+def test_a_cancelled_question_leaves_the_batch_and_the_others_go_on() -> None:
+    asked: list[int] = []
+    script = lambda p, i: '<search_complete>False</search_complete><query>{"query": "w"}</query>'  # noqa: E731
+    policy = ScriptedPolicy(script)
+    gone = [False, False]
+
+    def cancel_after_first_turn(i: int) -> Callable[[], bool]:
+        def check() -> bool:
+            asked.append(i)
+            return gone[i]
+
+        return check
+
+    orig = policy.generate
+
+    def generate(prompts: Sequence[PolicyPrompt], **kw: Any) -> list[PolicyOutput]:
+        gone[0] = True  # question 0's caller gives up while the first policy call runs
+        return orig(prompts, **kw)
+
+    policy.generate = generate  # type: ignore[method-assign]
+    cfg = CFG.model_copy(update={"max_turns": 2})
+    res = S3Searcher(policy, TinyRetriever(), cfg).search(["q0?", "q1?"], cancelled=[cancel_after_first_turn(0),
+                                                                                   cancel_after_first_turn(1)])
+    assert res[0].error_code == "deadline_exceeded" and res[0].documents  # left with what it had
+    assert res[1].error is None and res[1].turns == 2  # the batch went on without it
+    assert [len(c) for c in policy.calls] == [2, 1, 1]
 
 
 def test_questions_are_chunked_by_policy_max_batch_and_keep_ids() -> None:

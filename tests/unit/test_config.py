@@ -87,3 +87,15 @@ def test_cli_reports_config_errors_in_one_line() -> None:
     assert r.returncode == 2
     assert "unknown key 'searcher.nope'" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_none_words_mean_none_for_settings_that_may_be_none() -> None:
+    """TOML has no null: "none" / "null" turn an optional setting off, in --set and in files alike (issue 18 defect 7:
+    `--set generator.cache_path=none` created a sqlite file named `none`)."""
+    from s3.config import load_config
+
+    cfg = load_config(None, ["generator.cache_path=none", "judge.cache_path=NULL", "retriever.bm25.stemmer=None",
+                             "generator.model=none"])
+    assert cfg.generator.cache_path is None and cfg.generator_resolved.cache_path is None
+    assert cfg.judge.cache_path is None and cfg.retriever.bm25.stemmer is None
+    assert cfg.generator.model == "none"  # a setting that cannot be None keeps the word

@@ -38,3 +38,15 @@ def test_mean_ci_leaves_out_missing_values() -> None:
     m = mean_ci([1.0, None, 0.0, None], n_resamples=200)
     assert m["mean"] == 0.5 and m["n"] == 2
     assert mean_ci([None, None]) == {"mean": None, "ci95": None, "n": 0}
+
+
+def test_verdict_says_when_a_run_should_not_exit_zero() -> None:
+    from eval.summary import verdict
+
+    ok = {"n_scored": 95, "n_failed": 5, "n_missing": 0, "failed_by_kind": {"ServerError": 5}}
+    assert verdict(ok, 0.1) is None
+    bad = {"n_scored": 80, "n_failed": 20, "n_missing": 0, "failed_by_kind": {"ServerError": 15, "AuthError": 5}}
+    msg = verdict(bad, 0.1)
+    assert msg is not None and msg.startswith("20 of 100 rows failed (ServerError 15, AuthError 5), more than")
+    none = {"n_scored": 0, "n_failed": 3, "n_missing": 0, "failed_by_kind": {"AuthError": 3}}
+    assert (verdict(none, 1.0) or "").startswith("nothing was scored: 3 of 3 rows failed (AuthError 3)")

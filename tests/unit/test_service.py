@@ -310,10 +310,12 @@ def test_app_timeout_is_504_and_errors_are_mapped() -> None:
     with _client(slow, ServiceConfig(request_timeout_s=0.1, batch_window_ms=1)) as client:
         r = client.post("/search", json={"question": "slow"})
         assert r.status_code == 504 and "service.request_timeout_s=0.1" in r.json()["detail"]
+        assert r.json()["code"] == "deadline_exceeded"
     broken = FakeSearcher(fail=RetrievalError("index gone"))
     with _client(broken, ServiceConfig(batch_window_ms=1)) as client:
         r = client.post("/search", json={"question": "q"})
-        assert r.status_code == 503 and "index gone" in r.json()["detail"]
+        assert r.status_code == 502 and "index gone" in r.json()["detail"]
+        assert r.json()["code"] == "retrieval_failed"
 
 
 # ------------------------------------------------------------------------------------- contexts file (s3 search)
