@@ -43,8 +43,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from s3core.corpus import read_questions, write_corpus, write_questions
-from s3core.io import file_sha256
 from s3core.errors import DataFormatError
+from s3core.io import file_sha256
 from s3core.types import Document, QAExample
 
 __all__ = [

@@ -39,8 +39,8 @@ from typing import Any
 
 from eval.stats import mean_ci
 from s3core.corpus import iter_corpus
-from s3core.io import file_sha256
 from s3core.errors import ConfigError, DataFormatError, S3Error
+from s3core.io import file_sha256
 from s3core.types import Document, QAExample
 
 METHODS = ("no_retrieval", "naive_rag", "searcher", "search_r1", "search_r1_ret")

