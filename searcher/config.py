@@ -83,9 +83,10 @@ class VLLMConfig(Section):
         "cache), leaving the rest to the learner; on CPU the share of RAM it may reserve at start-up.",
     )
     kv_cache_gb: float | None = Field(
-        2.0, gt=0,
+        None, gt=0,
         description="KV-cache size in GiB (vLLM's kv_cache_memory_bytes; on CPU what VLLM_CPU_KVCACHE_SPACE sets). "
-        "None = sized from memory_utilization (GPU). 2 GiB holds ~45k tokens of SmolLM2-135M in float32.",
+        "None = 2 GiB on CPU (~45k tokens of SmolLM2-135M in float32; fits 24 GB beside the learner), and on a GPU "
+        "whatever memory_utilization leaves after the weights.",
     )
     max_model_len: int | None = Field(4096, ge=64, description="Longest prompt + reply in tokens (None = the model's).")
     enforce_eager: bool | None = Field(

@@ -89,6 +89,11 @@ class TrainingConfig(Section):
         "auto", description="Where the learner, the reference policy and the critic live ('auto' = cuda when available, "
         "else cpu)."
     )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description="Weights of the learner and the reference policy. bfloat16 halves their memory (a 3B model on a "
+        "GPU); LoRA adapters and the optimizer state stay float32 (peft). On CPU prefer float32 + autocast = 'bf16'.",
+    )
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass (less memory, ~30% more compute). Turns off "
         "share_prefix in the training forward (the shared prefix's KV cache cannot be checkpointed)."

@@ -236,7 +236,7 @@ class S3Trainer:
         source = tc.base_model
         if resume_dir is not None and not tc.lora:
             source = str(resume_dir / "policy")
-        policy = _new_policy(TransformersPolicy, source, self.device)
+        policy = _new_policy(TransformersPolicy, source, self.device, tc.dtype)
         if tc.lora:
             if resume_dir is not None:
                 from peft import PeftModel
@@ -263,7 +263,7 @@ class S3Trainer:
 
         warmed = self.run_dir / "reference"
         source = str(warmed) if (warmed / "config.json").is_file() else self.tc.base_model
-        ref = _new_policy(TransformersPolicy, source, self.device).model
+        ref = _new_policy(TransformersPolicy, source, self.device, self.tc.dtype).model
         ref.eval()
         for p in ref.parameters():
             p.requires_grad_(False)
@@ -768,9 +768,9 @@ class SearchR1Trainer(S3Trainer):
     agent_kind: AgentKind = "search_r1"
 
 
-def _new_policy(cls: Any, source: str, device: str = "cpu") -> Any:
+def _new_policy(cls: Any, source: str, device: str = "cpu", dtype: str = "float32") -> Any:
     """Load the transformers policy for training (sampling happens in rollouts at training.temperature)."""
-    return cls.load(source, device=device)
+    return cls.load(source, device=device, dtype=dtype)
 
 
 def _gap_stats(gaps: list[Any], masks: list[Any]) -> dict[str, float]:

@@ -28,7 +28,9 @@ from searcher.policy.stopping import truncate_token_ids
 if TYPE_CHECKING:
     from searcher.config import VLLMConfig
 
-__all__ = ["VLLMPolicy", "engine_kwargs", "loopback_env", "server_args"]
+__all__ = ["CPU_KV_CACHE_GB", "VLLMPolicy", "engine_kwargs", "loopback_env", "server_args"]
+
+CPU_KV_CACHE_GB = 2.0  # searcher.vllm.kv_cache_gb = None on CPU: fits a 24 GB machine beside the learner
 
 
 def loopback_env(cfg: VLLMConfig | None = None) -> None:
@@ -46,7 +48,8 @@ def _on_gpu() -> bool:
 
 def engine_kwargs(cfg: VLLMConfig) -> dict[str, Any]:
     """`vllm.LLM(...)` keyword arguments for `cfg` (CPU or GPU decided by what torch sees)."""
-    eager = (not _on_gpu()) if cfg.enforce_eager is None else cfg.enforce_eager
+    gpu = _on_gpu()
+    eager = (not gpu) if cfg.enforce_eager is None else cfg.enforce_eager
     kw: dict[str, Any] = {
         "dtype": cfg.dtype,
         "seed": cfg.seed,
@@ -58,8 +61,9 @@ def engine_kwargs(cfg: VLLMConfig) -> dict[str, Any]:
         # sampling comes from our SamplingParams alone, never from the checkpoint's generation_config.json
         "generation_config": "vllm",
     }
-    if cfg.kv_cache_gb is not None:
-        kw["kv_cache_memory_bytes"] = int(cfg.kv_cache_gb * (1 << 30))
+    kv_gb = cfg.kv_cache_gb if cfg.kv_cache_gb is not None else (None if gpu else CPU_KV_CACHE_GB)
+    if kv_gb is not None:
+        kw["kv_cache_memory_bytes"] = int(kv_gb * (1 << 30))
     if cfg.max_model_len is not None:
         kw["max_model_len"] = cfg.max_model_len
     return kw

@@ -192,7 +192,8 @@ def test_vllm_server_args_mirror_the_engine_settings() -> None:
     assert args[args.index("--dtype") + 1] == "bfloat16" and "--enforce-eager" in args
     assert args[args.index("--kv-cache-memory-bytes") + 1] == str(int(1.5 * (1 << 30)))
     assert args[args.index("--max-model-len") + 1] == "2048" and "--enable-prefix-caching" in args
-    assert "--kv-cache-memory-bytes" not in server_args(VLLMConfig(kv_cache_gb=None))
+    # the default on CPU (no GPU here): 2 GiB
+    assert "--kv-cache-memory-bytes" in server_args(VLLMConfig())
 
 
 def test_vllm_missing_is_a_clear_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
