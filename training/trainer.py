@@ -1,10 +1,10 @@
 """The trainer: `s3 train --config ...`.
 
 One step = B questions x group_size rollouts through the searcher (the learner itself, or a vLLM engine that holds
-the learner's weights: training.rollout_engine; sampling at training.temperature, exact token masks) -> rewards (training/rewards.py; failed calls leave the update) ->
-advantages (GRPO group baseline, or PPO critic + GAE) -> masked policy-gradient update with a k3 KL term to the
-frozen reference policy -> (vLLM engine) the new weights into the running engine, in place -> metrics ->
-checkpoint every `save_every` steps (and always at the end).
+the learner's weights: training.rollout_engine; sampling at training.temperature, exact token masks) -> rewards
+(training/rewards.py; failed calls leave the update) -> advantages (GRPO group baseline, or PPO critic + GAE) ->
+masked policy-gradient update with a k3 KL term to the frozen reference policy -> (vLLM engine) the new weights into
+the running engine, in place -> metrics -> checkpoint every `save_every` steps (and always at the end).
 
 Devices: the learner, the reference policy and the critic live on training.device ('auto' = cuda when available);
 nothing else is placed by hand. With rollout_engine = "vllm" the ratio's old log-probs are the learner's own

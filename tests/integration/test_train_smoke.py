@@ -190,7 +190,10 @@ def test_search_with_a_run_dir_applies_its_recorded_settings_and_index(trainer) 
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)
     assert len(result["steps"]) <= 2  # D0 + at most one search turn (the defaults would allow three)
-    assert all(len(s["retrieved_ids"]) == 3 for s in result["steps"])  # k0 = k = 3, as trained
+    # k0 = k = 3, as trained (a turn whose reply was no valid action, as an untrained policy's often is, retrieves
+    # nothing; which turn that is depends on the greedy reply, i.e. on the transformers release's numerics)
+    searched = [s for s in result["steps"] if s["turn"] == 0 or s["query"] is not None]
+    assert searched and all(len(s["retrieved_ids"]) == 3 for s in searched), result["steps"]
     assert result["documents"]
 
 
