@@ -53,6 +53,8 @@ def main() -> int:
     ap.add_argument("--warmup-steps", type=int, default=6)
     ap.add_argument("--batch-size", type=int, default=4, help="questions per warm-up / RL step")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "rollout_engines")
+    ap.add_argument("--run-dir", type=Path, default=None,
+                    help="training run directory to use (a finished one resumes at its end: warm-up not repeated)")
     args = ap.parse_args()
 
     import torch
@@ -66,8 +68,9 @@ def main() -> int:
     from training.trainer import make_trainer, read_metrics
 
     work = Path(tempfile.mkdtemp(prefix="rollout_engines."))
+    run_dir = args.run_dir or work / "run"
     cfg = load_config(ROOT / "configs" / "smoke.toml", [
-        "training.rollout_engine=vllm", f"training.output_dir={work / 'run'}",
+        "training.rollout_engine=vllm", f"training.output_dir={run_dir}",
         f"training.sft_warmup_steps={args.warmup_steps}", f"training.total_steps={args.warmup_steps + 1}",
         f"training.batch_size={args.batch_size}", "training.group_size=2", "training.max_questions=40",
         "searcher.vllm.dtype=float32",
@@ -76,7 +79,7 @@ def main() -> int:
     trainer = make_trainer(cfg)
     setup_s = time.perf_counter() - t_setup
     trainer.train()
-    rows = read_metrics(work / "run")
+    rows = read_metrics(run_dir)
     warm = [r for r in rows if r.get("charts/sft")]
     rl = [r for r in rows if not r.get("charts/sft")]
     sync = {

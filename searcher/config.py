@@ -89,7 +89,10 @@ class VLLMConfig(Section):
         "None = 2 GiB on CPU (~45k tokens of SmolLM2-135M in float32; fits 24 GB beside the learner), and on a GPU "
         "whatever memory_utilization leaves after the weights.",
     )
-    max_model_len: int | None = Field(4096, ge=64, description="Longest prompt + reply in tokens (None = the model's).")
+    max_model_len: int | None = Field(
+        None, ge=64, description="Longest prompt + reply in tokens (None = the model's; the paper profile's s3 contexts "
+        "reach ~5k tokens, and a longer prompt fails the whole batch)."
+    )
     enforce_eager: bool | None = Field(
         None, description="Skip torch.compile / CUDA graphs (None = eager on CPU, where compiling costs minutes at "
         "start-up and bought nothing measurable here; graphs on a GPU)."
