@@ -1,10 +1,11 @@
-"""Config sections owned by the generator layer: [generator], [judge]."""
+"""Config sections owned by the generator layer: [generator], [judge], [generator_server]."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
 from s3core.configbase import Section
+from searcher.config import VLLMConfig
 
 
 class LLMCallConfig(Section):
@@ -48,3 +49,20 @@ class GeneratorConfig(LLMCallConfig):
 class JudgeConfig(LLMCallConfig):
     max_tokens: int = Field(4, ge=1, description="The judge answers 'yes' or 'no'.")
     prompt: str = Field("s3_judge", description="'s3_judge' (Figure 13) or a template with {response} and {golden_answers}.")
+
+
+class GeneratorServerConfig(Section):
+    """`s3 serve-generator`: a frozen generator behind vLLM's OpenAI-compatible server, reached through litellm as
+    generator.model = "hosted_vllm/<served_name>" with generator.api_base = "http://<host>:<port>/v1"."""
+
+    model: str = Field(
+        "smollm2-135m-instruct",
+        description="What to serve: an offline model name (converted from its GGUF once), a HF model dir, or a hub name.",
+    )
+    served_name: str | None = Field(None, description="The model name clients send (None = `model`).")
+    host: str = Field("127.0.0.1", description="Bind address (loopback by default; the engine's own sockets stay on it too).")
+    port: int = Field(8010, ge=1, le=65535, description="Port of the OpenAI-compatible server.")
+    vllm: VLLMConfig = Field(
+        default_factory=lambda: VLLMConfig(in_process=False),
+        description="The serving engine (vllm serve runs its engine core in its own process).",
+    )

@@ -18,7 +18,7 @@ from typing import overload
 from pydantic import Field, PrivateAttr, model_validator
 
 from eval.config import EvalConfig
-from generator_adapters.config import GeneratorConfig, JudgeConfig
+from generator_adapters.config import GeneratorConfig, GeneratorServerConfig, JudgeConfig
 from s3core.configbase import Section, apply_overrides, build_model, load_toml
 from s3core.errors import ConfigError
 from searcher.config import RetrieverConfig, SearcherConfig, ServiceConfig
@@ -35,6 +35,7 @@ class S3Config(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     service: ServiceConfig = Field(default_factory=ServiceConfig)
+    generator_server: GeneratorServerConfig = Field(default_factory=GeneratorServerConfig)
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _explicit: frozenset[str] = PrivateAttr(default_factory=frozenset)

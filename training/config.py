@@ -85,6 +85,30 @@ class TrainingConfig(Section):
         description="Compute the prompt prefix a micro-batch shares (the s3 instruction; the whole first prompt for a "
         "GRPO group) once per forward, gradients included, instead of once per row (exact; searcher.policy.prefix_kv).",
     )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the learner, the reference policy and the critic live ('auto' = cuda when available, "
+        "else cpu)."
+    )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description="Weights of the learner and the reference policy. bfloat16 halves their memory (a 3B model on a "
+        "GPU); LoRA adapters and the optimizer state stay float32 (peft). On CPU prefer float32 + autocast = 'bf16'.",
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in the backward pass (less memory, ~30% more compute). Turns off "
+        "share_prefix in the training forward (the shared prefix's KV cache cannot be checkpointed)."
+    )
+    rollout_engine: Literal["transformers", "vllm"] = Field(
+        "transformers",
+        description="Who generates rollouts: the learner itself (transformers) or a vLLM engine (searcher.vllm) that "
+        "receives the learner's weights in place after every optimizer step. The PPO/GRPO ratio always uses "
+        "log-probs the learner recomputes; vLLM's are reported against them (rollout/logprob_gap_*).",
+    )
+    logprob_gap_tolerance: float = Field(
+        0.05, ge=0,
+        description="vLLM rollouts: a trajectory whose mean |vLLM - learner| token log-prob gap exceeds this feeds the "
+        "confidence-gated reward the learner's log-probs instead of vLLM's.",
+    )
     heldout_questions: int = Field(0, ge=0, description="Questions held out of training (from the end of the prepared set) for `s3 train-eval`.")
 
     @model_validator(mode="after")

@@ -1,9 +1,15 @@
 """The trainer: `s3 train --config ...`.
 
-One step = B questions x group_size rollouts through the searcher (transformers policy, sampling at
-training.temperature, exact token masks) -> rewards (training/rewards.py; failed calls leave the update) ->
-advantages (GRPO group baseline, or PPO critic + GAE) -> masked policy-gradient update with a k3 KL term to the
-frozen reference policy -> metrics -> checkpoint every `save_every` steps (and always at the end).
+One step = B questions x group_size rollouts through the searcher (the learner itself, or a vLLM engine that holds
+the learner's weights: training.rollout_engine; sampling at training.temperature, exact token masks) -> rewards
+(training/rewards.py; failed calls leave the update) -> advantages (GRPO group baseline, or PPO critic + GAE) ->
+masked policy-gradient update with a k3 KL term to the frozen reference policy -> (vLLM engine) the new weights into
+the running engine, in place -> metrics -> checkpoint every `save_every` steps (and always at the end).
+
+Devices: the learner, the reference policy and the critic live on training.device ('auto' = cuda when available);
+nothing else is placed by hand. With rollout_engine = "vllm" the ratio's old log-probs are the learner's own
+recomputation (as in verl), never the engine's; the engine's are compared with them every step
+(rollout/logprob_gap_mean_abs, rollout/logprob_gap_max) and the sync is timed (charts/weight_sync_s).
 
 Run directory (training.output_dir):
 
@@ -98,6 +104,7 @@ class Batch:
     loss_mask: Any  # (B, T'): 1 where ids[:, start+t+1] is a policy-written response token
     start: int = 0  # first shifted position kept (min prompt length - 1)
     prefix: int = 0  # leading tokens every row shares (<= start), computed once per forward (0 = plain forward)
+    rollout_lp: Any = None  # (B, T'): the rollout engine's log-prob of each policy token (0 elsewhere)
 
 
 class S3Trainer:
@@ -109,10 +116,15 @@ class S3Trainer:
     def __init__(self, cfg: TrainSettings, log: Callable[[str], None] = print) -> None:
         import torch
 
+        from s3core.devices import resolve_device
+
         self.cfg = cfg
         self.tc = cfg.training
         self.log = log
-        torch.set_num_threads(self.tc.torch_threads)
+        self.device = resolve_device(self.tc.device)
+        if self.device == "cpu":
+            torch.set_num_threads(self.tc.torch_threads)
+        self.engine: Any = None  # the vLLM rollout engine (training.rollout_engine = "vllm")
         self.run_dir = cfg.resolve(self.tc.output_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -160,6 +172,7 @@ class S3Trainer:
             self.value_head = torch.nn.Linear(hidden, 1)
             torch.nn.init.zeros_(self.value_head.weight)
             torch.nn.init.zeros_(self.value_head.bias)
+            self.value_head.to(self.device)
         self.ref_model = self._reference_model()
         params = [p for p in self.model.parameters() if p.requires_grad]
         groups: list[dict[str, Any]] = [{"params": params, "lr": tc.learning_rate}]
@@ -174,7 +187,11 @@ class S3Trainer:
         scfg = self.cfg.searcher.model_copy(update={"temperature": tc.temperature})
         if tc.max_new_tokens:
             scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
-        self.agent = build_searcher(scfg, self.retriever, self.policy, k0=self.cfg.retriever.k, agent=self.agent_kind)
+        rollout_policy = self.policy
+        if tc.rollout_engine == "vllm":
+            self.engine = self._rollout_engine()
+            rollout_policy = self.engine
+        self.agent = build_searcher(scfg, self.retriever, rollout_policy, k0=self.cfg.retriever.k, agent=self.agent_kind)
         self.oracle_agent = self._oracle_agent(scfg) if tc.sft_warmup_steps else None
         self.metrics = _MetricsWriter(self.run_dir)
         (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
@@ -182,6 +199,31 @@ class S3Trainer:
         write_record(self._searcher_record(self.run_dir), self.run_dir)
         if resume_dir is not None:
             self._load_state(resume_dir)
+        if self.engine is not None:
+            # the engine starts from base_model's files; a resumed run (or a LoRA's merged weights) goes in now
+            self.log(f"train: vLLM rollout engine ready; weights synced in {self.sync_engine():.2f}s")
+
+    def _rollout_engine(self) -> Any:
+        """A vLLM engine over base_model's files (searcher.vllm settings), sampling what the learner would."""
+        from searcher.policy.transformers_policy import resolve_checkpoint
+        from searcher.policy.vllm_policy import VLLMPolicy
+
+        update: dict[str, Any] = {"seed": self.tc.seed}
+        if self.cfg.searcher.vllm.dtype == "auto":
+            # vLLM's own 'auto' serves a float32 checkpoint in bfloat16: ~0.04 mean log-prob gap to a float32 learner
+            update["dtype"] = self.tc.dtype
+        vcfg = self.cfg.searcher.vllm.model_copy(update=update)
+        if not vcfg.in_process:
+            self.log("train: searcher.vllm.in_process = false: every weight sync is serialized to the engine's process")
+        return VLLMPolicy(str(resolve_checkpoint(self.tc.base_model)), engine=vcfg)
+
+    def sync_engine(self) -> float:
+        """The learner's weights (LoRA merged) into the running vLLM engine, in place; returns the seconds it took."""
+        from training.weight_sync import learner_weights
+
+        t0 = time.perf_counter()
+        self.engine.load_weights(learner_weights(self.model))
+        return time.perf_counter() - t0
 
     def _load_policy(self, resume_dir: Path | None) -> tuple[Any, Any, Any]:
         """The transformers policy (trainable). Full fine-tuning resumes from the checkpoint's policy/ dir;
@@ -192,7 +234,7 @@ class S3Trainer:
         source = tc.base_model
         if resume_dir is not None and not tc.lora:
             source = str(resume_dir / "policy")
-        policy = _new_policy(TransformersPolicy, source)
+        policy = _new_policy(TransformersPolicy, source, self.device, tc.dtype)
         if tc.lora:
             if resume_dir is not None:
                 from peft import PeftModel
@@ -201,6 +243,10 @@ class S3Trainer:
             else:
                 policy.enable_lora(r=tc.lora_r, alpha=tc.lora_alpha)
         model = policy.model
+        if tc.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if tc.lora and hasattr(model, "enable_input_require_grads"):
+                model.enable_input_require_grads()
         return policy, model, policy.tokenizer
 
     def _reference_model(self) -> Any:
@@ -215,7 +261,7 @@ class S3Trainer:
 
         warmed = self.run_dir / "reference"
         source = str(warmed) if (warmed / "config.json").is_file() else self.tc.base_model
-        ref = _new_policy(TransformersPolicy, source).model
+        ref = _new_policy(TransformersPolicy, source, self.device, self.tc.dtype).model
         ref.eval()
         for p in ref.parameters():
             p.requires_grad_(False)
@@ -291,10 +337,13 @@ class S3Trainer:
         return torch.autocast(device_type=device, dtype=torch.bfloat16)
 
     def rollout(self, examples: list[QAExample]) -> list[SearchResult]:
+        import contextlib
+
         import torch
 
         self.model.eval()
-        with torch.no_grad(), self._autocast():
+        # autocast is the learner's; the vLLM engine computes in its own dtype (searcher.vllm.dtype)
+        with torch.no_grad(), self._autocast() if self.engine is None else contextlib.nullcontext():
             results = self.agent.search([e.question for e in examples])
         for r, e in zip(results, examples, strict=True):
             r.question_id = e.id
@@ -307,29 +356,34 @@ class S3Trainer:
         from searcher.policy.prefix_kv import MIN_SHARED_PREFIX, common_prefix_len
 
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        seqs, masks, prompt_lens = [], [], []
+        seqs, masks, lps, prompt_lens = [], [], [], []
         for i in rows:
             tr = results[i].trajectory
             assert tr is not None
             seqs.append(list(tr.prompt_ids) + list(tr.response_ids))
             # position t of the shifted sequence predicts token t+1: prompt tokens are never trained on
             masks.append([0] * (len(tr.prompt_ids) - 1) + list(tr.mask))
+            lps.append([0.0] * (len(tr.prompt_ids) - 1) + [lp if m else 0.0 for lp, m in zip(tr.logprobs, tr.mask, strict=True)])
             prompt_lens.append(len(tr.prompt_ids))
         L = max(len(s) for s in seqs)
         start = max(min(prompt_lens) - 1, 0)  # first position that predicts a response token
         ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
         att = torch.zeros((len(seqs), L), dtype=torch.long)
         lm = torch.zeros((len(seqs), L - 1), dtype=torch.float32)
-        for j, (s, m) in enumerate(zip(seqs, masks, strict=True)):
+        rl = torch.zeros((len(seqs), L - 1), dtype=torch.float32)
+        for j, (s, m, lp) in enumerate(zip(seqs, masks, lps, strict=True)):
             ids[j, : len(s)] = torch.tensor(s)
             att[j, : len(s)] = 1
             lm[j, : len(m)] = torch.tensor(m, dtype=torch.float32)
+            rl[j, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
         prefix = 0
-        if self.tc.share_prefix and len(seqs) > 1:
+        if self.tc.share_prefix and not self.tc.gradient_checkpointing and len(seqs) > 1:
             prefix = common_prefix_len(seqs, limit=start)
             if prefix < MIN_SHARED_PREFIX:
                 prefix = 0
-        return Batch(ids=ids, attention=att, loss_mask=lm[:, start:], start=start, prefix=prefix)
+        d = self.device
+        return Batch(ids=ids.to(d), attention=att.to(d), loss_mask=lm[:, start:].to(d), start=start, prefix=prefix,
+                     rollout_lp=rl[:, start:].to(d))
 
     def _forward(self, model: Any, batch: Batch, want_hidden: bool = False) -> tuple[Any, Any]:
         """Token logprobs (B, T') at the sampling temperature for positions batch.start .. L-2 (the response part;
@@ -354,6 +408,34 @@ class S3Trainer:
         hidden = out.hidden_states[-1][:, batch.start - P : -1, :] if want_hidden else None
         return lp, hidden
 
+    def _confidence_logprobs(self, results: list[SearchResult]) -> dict[str, float]:
+        """vLLM rollouts under the confidence-gated reward: a trajectory whose vLLM log-probs are further than
+        training.logprob_gap_tolerance (mean |gap| per policy token) from the learner's recomputation feeds the
+        confidence C(T) the learner's log-probs instead (written into its trajectory)."""
+        import torch
+
+        rows = [i for i, r in enumerate(results) if r.trajectory is not None and any(r.trajectory.mask)]
+        replaced = 0
+        self.model.eval()
+        for lo in range(0, len(rows), self.tc.micro_batch_size):
+            chunk = rows[lo : lo + self.tc.micro_batch_size]
+            batch = self._pad(results, chunk)
+            with torch.no_grad():
+                lp = self._forward(self.model, batch)[0].float()
+            for j, i in enumerate(chunk):
+                tr = results[i].trajectory
+                assert tr is not None
+                m = batch.loss_mask[j]
+                gap = float(((lp[j] - batch.rollout_lp[j]).abs() * m).sum() / m.sum().clamp(min=1))
+                if gap <= self.tc.logprob_gap_tolerance:
+                    continue
+                # response token k sits at shifted position len(prompt) - 1 + k, i.e. column that - start
+                off = len(tr.prompt_ids) - 1 - batch.start
+                learner = lp[j, off : off + len(tr.response_ids)].tolist()
+                tr.logprobs = [lj if mk else old for lj, mk, old in zip(learner, tr.mask, tr.logprobs, strict=True)]
+                replaced += 1
+        return {"rollout/confidence_from_learner": float(replaced)}
+
     def _ref_logprobs(self, batch: Batch) -> Any:
         import torch
 
@@ -376,6 +458,7 @@ class S3Trainer:
         examples = [self.examples[i] for i in idx for _ in range(group)]
         results = self.rollout(examples)
         t1 = time.perf_counter()
+        conf_stats = self._confidence_logprobs(results) if tc.reward == "confidence_gated" and self.engine else {}
         scored = asyncio.run(self.scorer.score(results, examples))
         t2 = time.perf_counter()
         rewards = scored.rewards
@@ -383,6 +466,8 @@ class S3Trainer:
         stats, rows, total_tokens = self.update(results, rewards)
         self.scheduler.step()
         t3 = time.perf_counter()
+        sync_s = self.sync_engine() if self.engine is not None else None
+        t4 = time.perf_counter()
 
         scored_r = [r for r in rewards if r is not None]
         turns = [r.turns for r in results]
@@ -402,8 +487,12 @@ class S3Trainer:
             "charts/rollout_seconds": t1 - t0,
             "charts/reward_seconds": t2 - t1,
             "charts/update_seconds": t3 - t2,
-            "charts/step_seconds": t3 - t0,
+            "charts/step_seconds": t4 - t0,
         }
+        if sync_s is not None:
+            row["charts/weight_sync_s"] = sync_s
+            row["charts/weight_sync_share"] = sync_s / max(t4 - t0, 1e-9)
+        row.update(conf_stats)
         if scored.acc_s3 is not None:
             a = [x for x in scored.acc_s3 if x is not None]
             row["reward/acc_s3"] = sum(a) / len(a) if a else float("nan")
@@ -447,6 +536,7 @@ class S3Trainer:
         rl_lr, group["lr"] = group["lr"], tc.sft_learning_rate
         self.optimizer.step()
         group["lr"] = rl_lr
+        sync_s = self.sync_engine() if self.engine is not None else None
         t2 = time.perf_counter()
         n_sel = [sum(len(s.selected_ids) for s in r.steps) for r in results]
         row: dict[str, float] = {
@@ -462,6 +552,9 @@ class S3Trainer:
             "charts/update_seconds": t2 - t1,
             "charts/step_seconds": t2 - t0,
         }
+        if sync_s is not None:
+            row["charts/weight_sync_s"] = sync_s
+            row["charts/weight_sync_share"] = sync_s / max(t2 - t0, 1e-9)
         self.step += 1
         self.metrics.write(self.step, {**row, "data/question_ids": [self.examples[i].id for i in idx]})
         return row
@@ -506,21 +599,25 @@ class S3Trainer:
                         if self.value_head is not None:
                             old_values[j] = self.value_head(hid.float()).squeeze(-1)  # (B, T)
             acc: dict[str, float] = {}
-            for _epoch in range(tc.ppo_epochs):
+            gaps: list[Any] = []  # |learner - rollout| log-prob per policy token (0 elsewhere)
+            for epoch in range(tc.ppo_epochs):
                 self.optimizer.zero_grad(set_to_none=True)
                 for j, (b, p) in enumerate(zip(batches, padded, strict=True)):
                     weight = p.loss_mask.sum().item() / max(total_tokens, 1.0)  # share of the batch's policy tokens
                     lp, hid = self._forward(self.model, p, want_hidden=tc.algorithm == "ppo")
+                    # the ratio's old log-probs: the learner's own recomputation, never the rollout engine's
                     old_lp = old[j] if old[j] is not None else lp.detach()
+                    if epoch == 0:
+                        gaps.append(((old_lp - p.rollout_lp).abs() * p.loss_mask).detach())
                     if tc.algorithm == "grpo":
-                        adv = torch.tensor([float(seq_adv[i]) for i in b], dtype=lp.dtype)  # type: ignore[arg-type]  # (B,)
+                        adv = torch.tensor([float(seq_adv[i]) for i in b], dtype=lp.dtype, device=lp.device)  # type: ignore[arg-type]  # (B,)
                         out = alg.grpo_loss(lp, old_lp, refs[j], adv, p.loss_mask, tc.clip_coef, tc.kl_coef)
                         parts = {"losses/policy": out.pg_loss, "losses/kl": out.kl, "losses/total": out.loss,
                                  "losses/clipfrac": out.clipfrac, "losses/approx_kl": out.approx_kl}
                     else:
                         assert self.value_head is not None
                         values = self.value_head(hid.detach().float()).squeeze(-1)  # (B, T)
-                        r_seq = torch.tensor([float(rewards[i]) for i in b], dtype=values.dtype)  # type: ignore[arg-type]
+                        r_seq = torch.tensor([float(rewards[i]) for i in b], dtype=values.dtype, device=values.device)  # type: ignore[arg-type]
                         tok_r = alg.token_rewards(r_seq, p.loss_mask)  # (B, T)
                         with torch.no_grad():
                             adv_t, ret = alg.gae_advantages(tok_r, old_values[j], p.loss_mask, tc.gamma, tc.gae_lambda)
@@ -537,6 +634,7 @@ class S3Trainer:
                 acc["losses/grad_norm"] = float(gn)
                 self.optimizer.step()
             stats.update(acc)
+            stats.update(_gap_stats(gaps, [p.loss_mask for p in padded]))
         return stats, rows, total_tokens
 
     # ------------------------------------------------------------------ checkpoints
@@ -668,9 +766,20 @@ class SearchR1Trainer(S3Trainer):
     agent_kind: AgentKind = "search_r1"
 
 
-def _new_policy(cls: Any, source: str) -> Any:
+def _new_policy(cls: Any, source: str, device: str = "cpu", dtype: str = "float32") -> Any:
     """Load the transformers policy for training (sampling happens in rollouts at training.temperature)."""
-    return cls.load(source)
+    return cls.load(source, device=device, dtype=dtype)
+
+
+def _gap_stats(gaps: list[Any], masks: list[Any]) -> dict[str, float]:
+    """Mean and max |learner - rollout engine| log-prob over the policy tokens of a step's update."""
+    if not gaps:
+        return {}
+    n = float(sum(float(m.sum()) for m in masks))
+    if n == 0:
+        return {}
+    total = float(sum(float(g.sum()) for g in gaps))
+    return {"rollout/logprob_gap_mean_abs": total / n, "rollout/logprob_gap_max": max(float(g.max()) for g in gaps)}
 
 
 def make_trainer(cfg: TrainSettings, log: Callable[[str], None] = print) -> S3Trainer:

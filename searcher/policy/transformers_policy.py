@@ -185,9 +185,11 @@ class TransformersPolicy(ChatTokenizerMixin):
         dtype: str = "float32",
         max_batch: int | None = None,
         gen_batch: int = 16,
+        device: str = "cpu",
     ) -> TransformersPolicy:
         """Load an offline GGUF model by name, a .gguf file, a checkpoint directory (full model, or a peft LoRA
-        adapter whose adapter_config.json names its base), or a hub name."""
+        adapter whose adapter_config.json names its base), or a hub name, onto `device` ('cpu', 'cuda', 'cuda:N';
+        s3core.devices.resolve_device turns a config's 'auto' into one)."""
         try:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -218,6 +220,7 @@ class TransformersPolicy(ChatTokenizerMixin):
             model = AutoModelForCausalLM.from_pretrained(str(where), dtype=torch_dtype)
             tok_dir = where
         tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+        model.to(device)
         model.eval()
         return cls(model, tokenizer, name=f"transformers:{spec}", max_batch=max_batch, gen_batch=gen_batch)
 

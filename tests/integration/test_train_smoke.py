@@ -190,9 +190,10 @@ def test_search_with_a_run_dir_applies_its_recorded_settings_and_index(trainer) 
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)
     assert len(result["steps"]) <= 2  # D0 + at most one search turn (the defaults would allow three)
-    # k0 = k = 3 as trained (the defaults: k = 8); a turn whose reply was not a valid query retrieves nothing
-    assert [len(s["retrieved_ids"]) for s in result["steps"] if s["retrieved_ids"]] == [3] * sum(
-        1 for s in result["steps"] if s["retrieved_ids"]) and result["steps"][0]["retrieved_ids"]
+    # k0 = k = 3, as trained (a turn whose reply was no valid action, as an untrained policy's often is, retrieves
+    # nothing; which turn that is depends on the greedy reply, i.e. on the transformers release's numerics)
+    searched = [s for s in result["steps"] if s["turn"] == 0 or s["query"] is not None]
+    assert searched and all(len(s["retrieved_ids"]) == 3 for s in searched), result["steps"]
     assert result["documents"]
 
 

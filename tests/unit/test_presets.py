@@ -87,3 +87,20 @@ def test_project_configs_load_and_use_no_profile_keys() -> None:
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"^\s*(profile|cpu_k|cpu_max_turns|cpu_doc_token_budget)\s*=", text, re.M), path
         load_config([path])
+
+
+def test_gpu_single_config_validates_and_states_what_ran() -> None:
+    """configs/gpu_single.toml (a 3B searcher on one 80 GB GPU) loads and selects the GPU paths; its comments carry the
+    memory budget and say plainly that it ran here only on CPU with a 135M model."""
+    path = ROOT / "configs" / "gpu_single.toml"
+    cfg = load_config([path])
+    tc, s = cfg.training, cfg.searcher
+    assert (tc.rollout_engine, tc.lora, tc.gradient_checkpointing, tc.dtype, tc.device) == ("vllm", True, True, "bfloat16", "auto")
+    assert s.policy == "vllm" and s.vllm.in_process and s.vllm.dtype == "bfloat16" and s.vllm.kv_cache_gb is None
+    assert 0 < s.vllm.memory_utilization <= 0.5  # the learner needs the rest of the GPU
+    assert cfg.generator.model.startswith("hosted_vllm/") and cfg.generator.api_base == "http://127.0.0.1:8010/v1"
+    assert cfg.generator_server.port == 8010 and cfg.generator_server.host == "127.0.0.1"
+    text = path.read_text(encoding="utf-8")
+    for phrase in ("Memory budget", "KV cache", "activations", "gradient checkpointing", "NOTHING in this file has run on a GPU",
+                   "SmolLM2-135M"):
+        assert phrase in text, phrase

@@ -123,8 +123,8 @@ def test_forward_on_response_positions_matches_a_full_forward() -> None:
     from training.trainer import S3Trainer
 
     model = _tiny_llama().eval()
-    ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=SimpleNamespace(temperature=0.7, autocast="off", share_prefix=True),
-                         model=model)
+    ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=SimpleNamespace(temperature=0.7, autocast="off", share_prefix=True,
+                         gradient_checkpointing=False), model=model, device="cpu")
     ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
     # two rollouts with different prompt lengths; response = policy 1s, environment 0s
     t1 = Trajectory(prompt_ids=[5, 6, 7, 8])
@@ -174,8 +174,9 @@ def test_shared_prefix_forward_equals_the_plain_forward_in_values_and_gradients(
         results.append(SearchResult(question=f"q{i}", trajectory=t))
 
     def run(share: bool) -> tuple[object, object, dict[str, object], int]:
-        ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), model=model,
-                             tc=SimpleNamespace(temperature=0.8, autocast="off", share_prefix=share))
+        ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), model=model, device="cpu",
+                             tc=SimpleNamespace(temperature=0.8, autocast="off", share_prefix=share,
+                                                gradient_checkpointing=False))
         ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
         batch = S3Trainer._pad(ns, results, [0, 1, 2])  # type: ignore[arg-type]
         model.zero_grad(set_to_none=True)
@@ -206,8 +207,8 @@ def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool) -> None:
     model = _tiny_llama()
     tc = SimpleNamespace(algorithm="grpo", group_size=2, drop_flat_groups=drop, micro_batch_size=8, ppo_epochs=1,
                          clip_coef=0.2, kl_coef=0.0, max_grad_norm=1.0, temperature=1.0, autocast="off",
-                         share_prefix=True)
-    ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=tc, model=model, ref_model=None,
+                         share_prefix=True, gradient_checkpointing=False)
+    ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=tc, model=model, ref_model=None, device="cpu",
                          value_head=None, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
     ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
     ns._pad = lambda results, rows: S3Trainer._pad(ns, results, rows)  # type: ignore[arg-type]
@@ -253,3 +254,30 @@ def test_s3_plot_prints_the_trend_of_the_reward_and_of_the_behaviour(tmp_path: P
     lines = {ln.split(" over ")[0]: ln for ln in out.splitlines() if " RL steps: " in ln}
     assert set(lines) == {"reward/mean", "search/docs"}  # keys the run does not log are left out
     assert lines["reward/mean"].endswith("within noise") and lines["search/docs"].endswith("rises")
+
+
+def test_learner_weights_full_and_lora_merged() -> None:
+    """What the trainer syncs into the vLLM engine: checkpoint names; a LoRA model's adapters merged in (W + BA),
+    no adapter tensors, and the live model's weights untouched (merged out of place)."""
+    torch = pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    from training.weight_sync import hf_name, learner_weights
+
+    model = _tiny_llama()
+    full = dict(learner_weights(model))
+    assert full.keys() == model.state_dict().keys() and "model.layers.0.self_attn.q_proj.weight" in full
+
+    base_q = model.state_dict()["model.layers.0.self_attn.q_proj.weight"].clone()
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():  # a trained adapter: B != 0
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.1)
+    merged = dict(learner_weights(lora))
+    assert merged.keys() == full.keys()  # plain names, no lora_A / lora_B
+    layer = lora.base_model.model.model.layers[0].self_attn.q_proj
+    delta = (layer.lora_B["default"].weight @ layer.lora_A["default"].weight) * layer.scaling["default"]
+    assert torch.allclose(merged["model.layers.0.self_attn.q_proj.weight"], base_q + delta, atol=1e-6)
+    assert torch.equal(layer.base_layer.weight, base_q) and not layer.merged  # the live weights untouched
+    assert hf_name("base_model.model.model.layers.0.mlp.up_proj.lora_A.default.weight") is None
+    assert hf_name("base_model.model.lm_head.weight") == "lm_head.weight"
