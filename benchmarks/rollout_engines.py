@@ -59,7 +59,7 @@ def main() -> int:
 
     import torch
 
-    from eval.datasets import load
+    from dataprep.prepare import load
     from s3.config import load_config
     from s3core.corpus import write_corpus
     from searcher.build import build_searcher

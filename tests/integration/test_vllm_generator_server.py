@@ -90,8 +90,8 @@ def test_server_stays_on_loopback(generator_server) -> None:  # type: ignore[no-
 
 def test_s3_eval_through_litellm_against_the_vllm_server(generator_server, shared_data: Path,  # type: ignore[no-untyped-def]
                                                          tmp_path: Path) -> None:
-    from eval.datasets import prepare
-    from eval.harness import RESULTS_FILE, read_results
+    from dataprep.prepare import prepare
+    from eval.rundir import RESULTS_FILE, read_results
     from s3.cli import main as s3_main
     from searcher.retrieval import build_index
 
