@@ -1,6 +1,7 @@
 """The reward landscape of a training set: the frozen generator's accuracy under different contexts.
 
-    .venv/bin/python benchmarks/reward_landscape.py [--config configs/cpu_train.toml] [--set key=value ...]
+    .venv/bin/python benchmarks/reward_landscape.py [--config configs/cpu_train.toml] [--set key=value ...] \
+        [--sample 200] [--out benchmarks/results/transfer/reward_landscape_qwen05]
 
 Before training a searcher for a generator, it is worth knowing what any searcher could gain. For the training
 questions of the config (the held-out ones excluded) this prints the generator's mean accuracy (the training metric)
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import sys
 from pathlib import Path
@@ -28,6 +30,8 @@ def main() -> int:
     ap.add_argument("--config", default=str(ROOT / "configs" / "cpu_train.toml"))
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sample", type=int, default=None, help="a random sample of this many training questions (seeded)")
+    ap.add_argument("--out", type=Path, default=None, help="also write OUT.md and OUT.json")
     args = ap.parse_args()
 
     from s3.config import load_config
@@ -38,6 +42,8 @@ def main() -> int:
     data = load_training_set(cfg)
     held = cfg.training.heldout_questions
     examples = data.examples[:-held] if 0 < held < len(data.examples) else data.examples
+    if args.sample and args.sample < len(examples):
+        examples = random.Random(args.seed).sample(examples, args.sample)
     retriever = load_retriever(cfg.retriever, data.index_dir)
     k = cfg.retriever.k
     questions = [e.question for e in examples]
@@ -55,16 +61,33 @@ def main() -> int:
         f"one random document of the top-{k}": [rng.sample(d[:k], 1) if d else [] for d in deep],
     }
     accuracy = make_accuracy(cfg)
-    print(f"{len(examples)} training questions, generator {cfg.generator.model}, metric {cfg.eval.metric}, "
-          f"retriever {cfg.retriever.backend}\n")
-    print("| context | docs | Acc | questions answered |")
-    print("| --- | ---: | ---: | ---: |")
+    sampled = f" (a seeded sample of {len(examples)})" if args.sample else ""
+    lines = [
+        f"{len(examples)} training questions{sampled}, generator {cfg.generator.model}, metric {cfg.eval.metric}, "
+        f"retriever {cfg.retriever.backend}",
+        "",
+        "| context | docs | Acc | questions answered |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    print("\n".join(lines), flush=True)
+    rows = []
     for name, docs in variants.items():
         acc = asyncio.run(accuracy(questions, docs, golden))
         ok = [a for a in acc if a is not None]
         mean_docs = sum(len(d) for d in docs) / max(len(docs), 1)
         missing = f" ({len(acc) - len(ok)} calls failed)" if len(ok) < len(acc) else ""
-        print(f"| {name} | {mean_docs:.2f} | {sum(ok) / max(len(ok), 1):.3f} | {int(sum(ok))} of {len(ok)}{missing} |")
+        line = f"| {name} | {mean_docs:.2f} | {sum(ok) / max(len(ok), 1):.3f} | {int(sum(ok))} of {len(ok)}{missing} |"
+        lines.append(line)
+        print(line, flush=True)
+        rows.append({"context": name, "mean_docs": mean_docs, "acc": sum(ok) / max(len(ok), 1), "answered": int(sum(ok)),
+                     "scored": len(ok), "failed": len(acc) - len(ok), "per_question": dict(zip([e.id for e in examples], acc, strict=True))})
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        cmd = " ".join(["benchmarks/reward_landscape.py", *sys.argv[1:]])
+        args.out.with_suffix(".md").write_text(f"`{cmd}`\n\n" + "\n".join(lines) + "\n")
+        args.out.with_suffix(".json").write_text(json.dumps({
+            "command": cmd, "generator": cfg.generator.model, "metric": cfg.eval.metric, "k": k,
+            "questions": len(examples), "sample_seed": args.seed if args.sample else None, "variants": rows}, indent=1))
     return 0
 
 

@@ -134,12 +134,15 @@ def _absolutize_paths(data: dict[str, object], base: Path) -> None:
             if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
                 table[key] = str((base / value).resolve())
     training = data.get("training")
-    if isinstance(training, dict) and isinstance(training.get("train_sources"), list):
-        fixed = []
-        for item in training["train_sources"]:
-            fmt, sep, raw = str(item).partition(":")
-            fixed.append(f"{fmt}:{(base / raw).resolve()}" if sep and raw and not Path(raw).is_absolute() else item)
-        training["train_sources"] = fixed
+    if not isinstance(training, dict):
+        return
+    for key in ("train_sources", "exclude_sources"):  # 'format:path' lists
+        if isinstance(training.get(key), list):
+            fixed = []
+            for item in training[key]:
+                fmt, sep, raw = str(item).partition(":")
+                fixed.append(f"{fmt}:{(base / raw).resolve()}" if sep and raw and not Path(raw).is_absolute() else item)
+            training[key] = fixed
 
 
 def merge_tables(into: dict[str, object], layer: dict[str, object]) -> dict[str, object]:

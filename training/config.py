@@ -61,6 +61,16 @@ class TrainingConfig(Section):
         description="Raw QA files as 'format:path' (the formats of `s3 data formats`; paths relative to the config file); "
         "their paragraphs form the training corpus. Used when train_data is missing.",
     )
+    exclude_sources: list[str] = Field(
+        default_factory=list,
+        description="QA files ('format:path', like train_sources) whose paragraphs must not be in the training corpus, "
+        "e.g. the evaluation slices: their paragraphs are removed from it and the training questions whose gold "
+        "supporting paragraphs were among them are dropped (both counted in manifest.json).",
+    )
+    shuffle_seed: int | None = Field(
+        None, description="Shuffle the loaded questions with this seed before max_questions and the held-out split "
+        "(None = the sources' order; the held-out questions are the last heldout_questions either way)."
+    )
     max_questions: int | None = Field(None, ge=1, description="Cap on questions taken from the sources (None = all).")
     baseline_batch: int = Field(16, ge=1, description="Questions per batch of naive-RAG baseline generator calls (cached, resumable).")
     max_new_tokens: int | None = Field(None, ge=8, description="Policy tokens per turn in rollouts (None = searcher.max_new_tokens).")

@@ -9,6 +9,8 @@ From QA files (here ../shared/data/train_hotpotqa_musique100, via dataprep/) to 
                         key (generator, prompt, retriever, k, metric) and rows with another key are ignored, so a
                         change of generator recomputes instead of silently reusing. Appended per batch: resumable.
     train.jsonl         the questions kept for training
+    preparation.json    what loading did: questions and paragraphs loaded, paragraphs removed because an evaluation
+                        slice has them (training.exclude_sources) and the questions whose gold paragraphs went with them
     manifest.json       counts after each filter, the cache key, source files
 
 Filters (s3 §3.2): drop yes/no and true/false answers; keep questions whose baseline is 0 (configurable). A question
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +93,21 @@ def _resolve(cfg: TrainSettings, path: str | Path) -> Path:
 def _load_sources(cfg: TrainSettings) -> TrainingSources:
     """Load every 'format:path' of training.train_sources (paths relative to the config file's folder)."""
     return load_sources(cfg.training.train_sources, cfg.base_dir)
+
+
+def _exclude(
+    docs: list[Document], qs: list[QAExample], exclude: list[str], base_dir: Path
+) -> tuple[list[Document], list[QAExample], dict[str, int]]:
+    """training.exclude_sources: remove their paragraphs from the training corpus (paragraph ids depend only on the
+    paragraph, so a paragraph two files share has one id) and drop the training questions whose gold supporting
+    paragraphs were among them."""
+    banned = {d.id for d in load_sources(exclude, base_dir).corpus}
+    kept_docs = [d for d in docs if d.id not in banned]
+    kept_qs = [q for q in qs if not banned.intersection(q.supporting_ids)]
+    return kept_docs, kept_qs, {
+        "excluded_paragraphs": len(docs) - len(kept_docs),
+        "dropped_gold_excluded": len(qs) - len(kept_qs),
+    }
 
 
 def needs_baseline(cfg: TrainSettings) -> bool:
@@ -196,18 +214,27 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     out.mkdir(parents=True, exist_ok=True)
     qpath, cpath = out / "questions.jsonl", out / "corpus.jsonl"
     sources: list[dict[str, Any]] = []
+    prep_path = out / "preparation.json"
     if not qpath.is_file() or not cpath.is_file():
         docs, qs, sources = _load_sources(cfg)
+        prep = {"loaded_questions": len(qs), "loaded_paragraphs": len(docs)}
+        if t.exclude_sources:
+            docs, qs, excluded = _exclude(docs, qs, t.exclude_sources, cfg.base_dir)
+            prep |= excluded
+        if t.shuffle_seed is not None:
+            random.Random(t.shuffle_seed).shuffle(qs)
         if t.max_questions:
             qs = qs[: t.max_questions]
         write_jsonl_atomic(cpath, [{"id": d.id, "contents": d.contents} for d in docs])
         write_jsonl_atomic(qpath, [q.model_dump() for q in qs])
         write_json_atomic(out / "sources.json", sources)
+        write_json_atomic(prep_path, prep)
         log(f"prepare-training: {len(qs)} questions, {len(docs)} paragraphs -> {out}")
     elif (out / "sources.json").is_file():
         sources = json.loads((out / "sources.json").read_text())
+    prepared = json.loads(prep_path.read_text()) if prep_path.is_file() else {}
     questions = [QAExample.model_validate(r) for r in read_jsonl(qpath)]
-    counts: dict[str, int] = {"loaded": len(questions)}
+    counts: dict[str, int] = {k: int(v) for k, v in prepared.items() if isinstance(v, int)} | {"loaded": len(questions)}
 
     if t.drop_yes_no:
         questions = [q for q in questions if not is_yes_no(q.golden_answers)]

@@ -55,6 +55,7 @@ from training.config import TrainSettings
 __all__ = ["S3Trainer", "SearchR1Trainer", "export_policy", "make_trainer", "read_metrics"]
 
 STATE_FILE = "trainer_state.pt"
+DATA_ORDER = "warmup-stream+rl-from-start"  # the batch order scheme (batch_indices); a resume checks it
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -310,19 +311,28 @@ class S3Trainer:
     # ------------------------------------------------------------------ data order
     def batch_indices(self, step: int) -> list[int]:
         """Question indices of `step` (0-based): epochs are seeded permutations, so the order is a pure function
-        of (seed, step) — a resumed run sees exactly the batches the uninterrupted run would have."""
+        of (seed, step) — a resumed run sees exactly the batches the uninterrupted run would have. The warm-up steps
+        draw from a stream of their own, and the RL steps start the main stream at its beginning: ceil(n / batch_size)
+        RL steps put every training question in a rollout batch (`data/rl_coverage`)."""
         import torch
 
         n, b = len(self.examples), self.tc.batch_size
+        warm = self.tc.sft_warmup_steps
+        stream, pos = (1, step * b) if step < warm else (0, (step - warm) * b)
         out: list[int] = []
-        pos = step * b
         while len(out) < b:
             epoch, offset = divmod(pos, n)
-            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.tc.seed * 1000003 + epoch)).tolist()
+            gen = torch.Generator().manual_seed(self.tc.seed * 1000003 + epoch + stream * 7919)
+            perm = torch.randperm(n, generator=gen).tolist()
             take = min(b - len(out), n - offset)
             out.extend(perm[offset : offset + take])
             pos += take
         return out
+
+    def rl_coverage(self, step: int) -> float:
+        """Share of the training questions that have been in an RL rollout batch once `step` is done."""
+        seen = (step + 1 - self.tc.sft_warmup_steps) * self.tc.batch_size
+        return min(max(seen, 0), len(self.examples)) / len(self.examples)
 
     # ------------------------------------------------------------------ rollouts
     def _autocast(self) -> Any:
@@ -482,6 +492,7 @@ class S3Trainer:
             "search/turns": sum(turns) / len(turns),
             "search/invalid_action_rate": invalid / steps_n if steps_n else 0.0,
             "search/docs": sum(len(r.documents) for r in results) / len(results),
+            "data/rl_coverage": self.rl_coverage(self.step),
             "charts/learning_rate": float(self.scheduler.get_last_lr()[0]),
             "charts/policy_tokens": total_tokens,
             "charts/rollout_seconds": t1 - t0,
@@ -652,7 +663,8 @@ class S3Trainer:
         self._save_policy(tmp / "policy")
         write_record(self._searcher_record(final / "policy"), tmp / "policy")  # relative to where it will live
         if self.tc.lora:
-            self.model.save_pretrained(str(tmp / "adapter"))
+            self._save_adapter(tmp / "adapter")
+            write_record(self._searcher_record(final / "adapter"), tmp / "adapter")
         state = {
             "step": self.step,
             "optimizer": self.optimizer.state_dict(),
@@ -660,6 +672,7 @@ class S3Trainer:
             "value_head": self.value_head.state_dict() if self.value_head is not None else None,
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
             "data_order": {"seed": self.tc.seed, "batch_size": self.tc.batch_size, "n_questions": len(self.examples),
+                           "scheme": DATA_ORDER, "sft_warmup_steps": self.tc.sft_warmup_steps,
                            "next_batch": [self.examples[i].id for i in self.batch_indices(self.step)]},
         }
         torch.save(state, tmp / STATE_FILE)
@@ -700,6 +713,19 @@ class S3Trainer:
             base_model=self.tc.base_model, corpus=self.data.directory / "corpus.jsonl",
         )
 
+    def _save_adapter(self, out: Path) -> None:
+        """The LoRA adapter alone (a few MB): `s3 search --policy out` loads it on top of its base model, named as
+        training.base_model was (an offline model name resolves on any machine; peft would write this machine's path
+        of the converted model), so the folder is a complete policy to ship."""
+        self.model.save_pretrained(str(out))
+        base = self.tc.base_model
+        if not Path(base).expanduser().exists():
+            cfg_path = out / "adapter_config.json"
+            cfg = json.loads(cfg_path.read_text())
+            cfg["base_model_name_or_path"] = base
+            cfg_path.write_text(json.dumps(cfg, indent=2))
+        self.tokenizer.save_pretrained(str(out))
+
     def _save_policy(self, out: Path) -> None:
         """A plain HF checkpoint (LoRA merged) + tokenizer: what `s3 search --policy` and a vLLM server load."""
         export_model(self.model, self.tokenizer, out, lora=self.tc.lora)
@@ -710,6 +736,9 @@ class S3Trainer:
 
         state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
         order = state["data_order"]
+        if order.get("scheme") != DATA_ORDER or order.get("sft_warmup_steps") != self.tc.sft_warmup_steps:
+            raise S3Error(f"cannot resume {ckpt}: it was written with another data order (an older s3, or another "
+                          "training.sft_warmup_steps); use a new training.output_dir")
         if order["seed"] != self.tc.seed or order["batch_size"] != self.tc.batch_size or order["n_questions"] != len(self.examples):
             raise S3Error(
                 f"cannot resume {ckpt}: data order changed (seed/batch_size/questions {order['seed']}/"

@@ -278,3 +278,34 @@ def test_oracle_warmup_teaches_the_format_and_becomes_the_reference(tmp_path: Pa
         assert all(torch.equal(ref[k], pol[k]) for k in pol)
     finally:
         t.metrics.close()
+
+
+def test_a_lora_run_ships_its_adapter_as_a_complete_small_policy(tmp_path: Path) -> None:
+    """training.lora: every checkpoint's adapter/ holds the adapter (a few MB), the tokenizer and searcher.json, and
+    names its base by the offline model name, so the folder copied anywhere loads on top of that base with
+    `s3 search --policy FOLDER` (what benchmarks/results/transfer/policy is)."""
+    from s3.config import load_config
+    from training.trainer import make_trainer
+
+    run = tmp_path / "run"
+    cfg = load_config(SMOKE, [*FAST, f"training.output_dir={run}", "training.total_steps=1", "training.lora=true",
+                              f"training.train_data={tmp_path / 'data'}"])
+    t = make_trainer(cfg, log=lambda s: None)
+    t.train()
+    t.metrics.close()
+    adapter = run / "checkpoints" / "step_000001" / "adapter"
+    assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == "smollm2-135m-instruct"
+    size = sum(p.stat().st_size for p in adapter.rglob("*") if p.is_file())
+    assert size < 30e6, size
+    shipped = tmp_path / "shipped"
+    import shutil
+
+    shutil.copytree(adapter, shipped)
+    out = subprocess.run(
+        [sys.executable, "-m", "s3.cli", "search", "--policy", str(shipped), "--index", str(tmp_path / "data" / "index"),
+         "--json", t.examples[0].question],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert len(result["steps"]) <= 2 and result["documents"]  # the recorded loop settings (one search turn) applied

@@ -64,3 +64,45 @@ def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_para
         again = prepare_training(cfg, log=lambda s: None)
         assert again["counts"] == manifest["counts"] and again["baseline_cache"]["hit_rate"] == 1.0
         assert srv.stats()["requests"] == calls
+
+
+def _hotpot(qid: str, question: str, answer: str, paras: list[tuple[str, str]], gold: list[str]) -> dict[str, object]:
+    return {"_id": qid, "question": question, "answer": answer, "type": "bridge", "level": "easy",
+            "supporting_facts": [[t, 0] for t in gold], "context": [[t, [text]] for t, text in paras]}
+
+
+def test_exclude_sources_removes_shared_paragraphs_and_the_questions_that_needed_them(tmp_path: Path) -> None:
+    from s3.config import load_config
+    from training.data import prepare_training
+
+    shared = ("Shared Title", "A paragraph that the evaluation slice has too.")
+    train = [
+        _hotpot("t1", "Who wrote A?", "Ann", [("A", "A was written by Ann."), shared], ["A"]),
+        _hotpot("t2", "Where is B?", "Bern", [("B", "B is in Bern."), ("C", "C is elsewhere.")], ["B"]),
+        _hotpot("t3", "What is shared?", "it", [("D", "D is a letter."), shared], ["Shared Title", "D"]),
+        _hotpot("t4", "When was E?", "1900", [("E", "E happened in 1900."), ("F", "F did not.")], ["E"]),
+    ]
+    dev = [_hotpot("d1", "Dev question?", "x", [shared, ("G", "G is only in dev.")], ["G"])]
+    (tmp_path / "train.json").write_text(json.dumps(train))
+    (tmp_path / "dev.json").write_text(json.dumps(dev))
+    train_file, dev_file = tmp_path / "train.json", tmp_path / "dev.json"
+    over = [
+        f"training.train_sources={json.dumps([f'hotpotqa:{train_file}'])}",
+        f"training.exclude_sources={json.dumps([f'hotpotqa:{dev_file}'])}",
+        f"training.train_data={tmp_path / 'data'}", "training.shuffle_seed=3", "training.reward=em",
+        "training.keep_baseline_zero=false", "generator.cache_path=null",
+    ]
+    manifest = prepare_training(load_config(None, over), log=lambda s: None)
+    corpus = [json.loads(line) for line in (tmp_path / "data" / "corpus.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / "data" / "questions.jsonl").read_text().splitlines()]
+    kept = [r["id"] for r in rows]
+    assert not any("Shared Title" in d["contents"] for d in corpus) and len(corpus) == 6
+    assert sorted(r["question"] for r in rows) == ["When was E?", "Where is B?", "Who wrote A?"]  # t3 needed it
+    c = manifest["counts"]
+    assert (c["loaded_questions"], c["loaded_paragraphs"], c["excluded_paragraphs"], c["dropped_gold_excluded"],
+            c["loaded"]) == (4, 7, 1, 1, 3)
+    # the same seed gives the same order
+    again = prepare_training(load_config(None, [*over[:2], f"training.train_data={tmp_path / 'again'}", *over[3:]]),
+                             log=lambda s: None)
+    assert again["counts"] == c
+    assert [json.loads(x)["id"] for x in (tmp_path / "again" / "questions.jsonl").read_text().splitlines()] == kept

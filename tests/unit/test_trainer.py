@@ -13,15 +13,27 @@ from s3core.errors import S3Error
 from s3core.types import QAExample
 
 
-def _fake_trainer(n: int, batch: int, seed: int = 0) -> SimpleNamespace:
+def _fake_trainer(n: int, batch: int, seed: int = 0, warmup: int = 0) -> SimpleNamespace:
     from training.trainer import S3Trainer
 
     ns = SimpleNamespace(
         examples=[QAExample(id=f"q{i}", question="?", golden_answers=["a"]) for i in range(n)],
-        tc=SimpleNamespace(batch_size=batch, seed=seed),
+        tc=SimpleNamespace(batch_size=batch, seed=seed, sft_warmup_steps=warmup),
     )
     ns.batch_indices = lambda step: S3Trainer.batch_indices(ns, step)  # type: ignore[arg-type]
+    ns.rl_coverage = lambda step: S3Trainer.rl_coverage(ns, step)  # type: ignore[arg-type]
     return ns
+
+
+def test_rl_steps_start_the_order_afresh_after_the_warm_up_so_ceil_n_over_b_steps_cover_every_question() -> None:
+    pytest.importorskip("torch")
+    t = _fake_trainer(10, 4, warmup=3)
+    warm = [i for s in range(3) for i in t.batch_indices(s)]
+    rl = [i for s in range(3, 6) for i in t.batch_indices(s)]  # ceil(10 / 4) = 3 RL steps
+    assert set(rl[:10]) == set(range(10))  # every question in an RL batch, whatever the warm-up drew
+    assert warm[:4] != rl[:4]  # the warm-up draws from a stream of its own
+    assert rl == [i for s in range(3) for i in _fake_trainer(10, 4).batch_indices(s)]  # RL step k = no-warm-up step k
+    assert [t.rl_coverage(s) for s in (2, 3, 4, 5, 6)] == [0.0, 0.4, 0.8, 1.0, 1.0]
 
 
 def test_data_order_is_a_pure_function_of_seed_and_step() -> None:
