@@ -50,3 +50,23 @@ def mean_ci(values: Sequence[float | None], n_resamples: int = 1000, seed: int =
         return {"mean": None, "ci95": None, "n": 0}
     ci = bootstrap_ci(xs, n_resamples=n_resamples, seed=seed)
     return {"mean": float(np.mean(xs)), "ci95": list(ci) if ci else None, "n": len(xs)}
+
+
+def paired_diff_ci(
+    a: dict[str, float | None], b: dict[str, float | None], n_resamples: int = 2000, seed: int = 0
+) -> dict[str, Any]:
+    """Mean of a - b over the questions both scored (paired by question id), with a percentile-bootstrap 95% interval
+    that resamples questions: {"diff", "ci95", "n", "a_mean", "b_mean", "wins", "losses"}. A question one side failed
+    to score is left out of both (never counted as 0)."""
+    ids = sorted(k for k in a.keys() & b.keys() if scored([a[k]]) and scored([b[k]]))
+    if not ids:
+        return {"diff": None, "ci95": None, "n": 0, "a_mean": None, "b_mean": None, "wins": 0, "losses": 0}
+    x = np.asarray([float(a[k]) for k in ids])  # type: ignore[arg-type]
+    y = np.asarray([float(b[k]) for k in ids])  # type: ignore[arg-type]
+    d = x - y
+    ci = bootstrap_ci(d.tolist(), n_resamples=n_resamples, seed=seed)
+    return {
+        "diff": float(d.mean()), "ci95": list(ci) if ci else None, "n": len(ids),
+        "a_mean": float(x.mean()), "b_mean": float(y.mean()),
+        "wins": int((d > 0).sum()), "losses": int((d < 0).sum()),
+    }

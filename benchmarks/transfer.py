@@ -1,0 +1,215 @@
+"""The transfer experiment after training (docs/transfer.md), stage by stage; every stage resumes where it stopped.
+
+    .venv/bin/python benchmarks/transfer.py select    # held-out reward of every checkpoint -> the chosen one
+    .venv/bin/python benchmarks/transfer.py evaluate  # s3 eval on the dev slices: 4 methods (+ the equal-budget cap)
+    .venv/bin/python benchmarks/transfer.py report    # paired bootstrap table, diagnostics, curves
+    .venv/bin/python benchmarks/transfer.py all
+
+select: `training.evaluate.heldout_rewards` (the training reward, greedy) on the held-out 10% for the untrained policy
+and every checkpoint kept in the run; the checkpoint with the highest held-out Acc of the searcher's documents is
+chosen (ties: the earlier one) and its LoRA adapter copied to benchmarks/results/transfer/policy. Only that one is
+evaluated on the dev slices; selection.md lists every checkpoint evaluated anywhere.
+
+evaluate: for hotpotqa_dev500 (first 300 questions) and musique_dev200 (first 100), each over its own paragraphs (bm25),
+`s3 eval` runs no_retrieval, naive_rag, the untrained searcher and the trained searcher with the config's generator,
+GenAcc = span check or the judge (judge model named in the report), the searcher with the loop settings it was trained
+with; the two searchers also under the equal-budget cap (searcher.max_contexts = retriever.k). Run directories:
+<work>/eval/<dataset>/<method>/ (results.jsonl, contexts.jsonl, summary.json).
+
+report: benchmarks/results/transfer/{report.md, report.json, curves.png, eval.png}: GenAcc and EM with bootstrap 95%
+intervals, paired differences (trained - naive RAG, trained - untrained), support recall, mean documents; what the
+searcher learned (turns, queries, selections, stops; a few real trajectories before and after; flat GRPO groups and KL
+over training; gain from more documents or better ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared" / "data"
+RESULTS = ROOT / "benchmarks" / "results" / "transfer"
+DATASETS = {  # name: (format, raw file, questions evaluated)
+    "hotpotqa_dev500": ("hotpotqa", SHARED / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl", 300),
+    "musique_dev200": ("musique", SHARED / "musique_dev200" / "musique.json", 100),
+}
+
+
+def _s3(*args: str) -> None:
+    cmd = [sys.executable, "-m", "s3.cli", *args]
+    print("+ s3 " + " ".join(args), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def select(config: str) -> dict[str, Any]:
+    from s3.config import load_config
+    from training.evaluate import heldout_rewards
+
+    cfg = load_config(config)
+    run = cfg.resolve(cfg.training.output_dir)
+    assert run is not None
+    ckpts = sorted((run / "checkpoints").glob("step_*"))
+    if not ckpts:
+        raise SystemExit(f"no checkpoints in {run}/checkpoints: train first (s3 train --config {config})")
+    policies = [cfg.training.base_model] + [str(c / "adapter" if (c / "adapter").is_dir() else c / "policy") for c in ckpts]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / "selection.jsonl"
+    done = {r["policy"]: r for r in _jsonl(out)}
+    todo = [p for p in policies if p not in done]
+    if todo:
+        with out.open("a") as f:
+            for row in heldout_rewards(cfg, todo):
+                print(json.dumps(row), flush=True)
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                done[row["policy"]] = row
+    trained = [done[p] for p in policies[1:]]
+    best = max(trained, key=lambda r: (r["acc_s3_mean"] or 0.0, -policies.index(r["policy"])))
+    policy_dir = RESULTS / "policy"
+    if policy_dir.exists():
+        shutil.rmtree(policy_dir)
+    shutil.copytree(best["policy"], policy_dir)
+    lines = [
+        f"Held-out questions: the last {cfg.training.heldout_questions} of the prepared training set (never trained on);",
+        "greedy decoding, the training reward. Every checkpoint evaluated anywhere is listed here; only the chosen one",
+        "was evaluated on the dev slices.", "",
+        "| policy | held-out reward | Acc(searcher docs) | Acc(naive RAG) | turns | docs | chosen |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for p in policies:
+        r = done[p]
+        name = p if p == policies[0] else str(Path(p).relative_to(run))
+        lines.append(f"| {name} | {r['reward_mean']:.3f} | {r['acc_s3_mean']:.3f} | {r['acc_rag_mean']:.3f} | "
+                     f"{r['turns_mean']:.2f} | {r['docs_mean']:.2f} | {'yes' if p == best['policy'] else ''} |")
+    (RESULTS / "selection.md").write_text("\n".join(lines) + "\n")
+    chosen = {"policy": best["policy"], "copied_to": str(policy_dir.relative_to(ROOT)), "heldout": best}
+    (RESULTS / "selected.json").write_text(json.dumps(chosen, indent=1))
+    print("\n".join(lines))
+    return chosen
+
+
+def _methods(k: int) -> dict[str, list[str]]:
+    """name -> the s3 eval arguments of that method (after --method)."""
+    trained = str(RESULTS / "policy")
+    cap = [f"searcher.max_contexts={k}"]
+    sets = {
+        "no_retrieval": ("no_retrieval", []),
+        "naive_rag": ("naive_rag", []),
+        "untrained": ("searcher", ["searcher.policy_path=null"]),
+        "trained": ("searcher", [f"searcher.policy_path={trained}"]),
+        "untrained_cap": ("searcher", ["searcher.policy_path=null", *cap]),
+        "trained_cap": ("searcher", [f"searcher.policy_path={trained}", *cap]),
+    }
+    return {name: [method, *[x for s in over for x in ("--set", s)]] for name, (method, over) in sets.items()}
+
+
+def evaluate(config: str, work: Path) -> None:
+    from s3.config import load_config
+
+    cfg = load_config(config)
+    if not (RESULTS / "policy").is_dir():
+        raise SystemExit("no trained policy at benchmarks/results/transfer/policy: run the select stage first")
+    common = ["--config", config, "--set", "eval.metric=genacc", "--set", "eval.use_judge=true"]
+    for name, (fmt, raw, limit) in DATASETS.items():
+        data, index = work / "eval" / name / "data", work / "eval" / name / "index"
+        if not (data / "questions.jsonl").is_file():
+            _s3("data", "prepare", fmt, "--input", str(raw), "--out", str(data))
+        if not index.is_dir():
+            _s3("index", "build", "--config", config, "--corpus", str(data / "corpus.jsonl"), "--out", str(index))
+        for method, margs in _methods(cfg.retriever.k).items():
+            _s3("eval", *common, "--dataset", str(data), "--index", str(index), "--limit", str(limit),
+                "--out", str(work / "eval" / name / method), "--no-progress", "--method", *margs)
+
+
+def _rows(run: Path) -> dict[str, dict[str, Any]]:
+    from eval.rundir import read_results
+
+    return read_results(run / "results.jsonl") if (run / "results.jsonl").is_file() else {}
+
+
+def report(config: str, work: Path) -> None:
+    from eval.stats import mean_ci, paired_diff_ci
+    from s3.config import load_config
+
+    cfg = load_config(config)
+    out: dict[str, Any] = {"judge": cfg.judge_resolved.model, "generator": cfg.generator_resolved.model, "datasets": {}}
+    lines = [
+        f"Generator {cfg.generator_resolved.model}; GenAcc = span check, else the judge {cfg.judge_resolved.model}; "
+        f"bm25 over each dataset's own paragraphs; naive RAG top-{cfg.retriever.k}; searcher "
+        f"{cfg.searcher.model} (k0={cfg.retriever.k}, k={cfg.searcher.k}, {cfg.searcher.max_turns} turns, "
+        f"max_select={cfg.searcher.max_select}: #MaxContexts {cfg.searcher.max_select * cfg.searcher.max_turns}; "
+        f"'cap' = the equal budget, {cfg.retriever.k}). 95% intervals: bootstrap over questions (paired for differences).",
+        "",
+    ]
+    for name in DATASETS:
+        runs = {m: _rows(work / "eval" / name / m) for m in _methods(cfg.retriever.k)}
+        if not any(runs.values()):
+            continue
+        ds: dict[str, Any] = {"methods": {}, "paired": {}}
+        lines += [f"## {name}", "", "| method | n | GenAcc [95% CI] | EM [95% CI] | support recall | mean docs | turns |",
+                  "| --- | ---: | --- | --- | ---: | ---: | ---: |"]
+        genacc: dict[str, dict[str, float | None]] = {}
+        em: dict[str, dict[str, float | None]] = {}
+        for m, rows in runs.items():
+            if not rows:
+                continue
+            genacc[m] = {i: r["metrics"].get("genacc") for i, r in rows.items()}
+            em[m] = {i: r["metrics"].get("em") for i, r in rows.items()}
+            g, e = mean_ci(list(genacc[m].values())), mean_ci(list(em[m].values()))
+            sr = [r["support_recall"] for r in rows.values() if r.get("support_recall") is not None]
+            docs = [len(r["context_ids"]) for r in rows.values()]
+            turns = [r["turns"] for r in rows.values() if r.get("turns") is not None]
+            ds["methods"][m] = {"n": g["n"], "genacc": g, "em": e, "support_recall": sum(sr) / len(sr) if sr else None,
+                                "mean_docs": sum(docs) / len(docs), "turns": sum(turns) / len(turns) if turns else None}
+            fmt_ci = lambda x: f"{x['mean']:.3f} [{x['ci95'][0]:.3f}, {x['ci95'][1]:.3f}]" if x["mean"] is not None else "-"  # noqa: E731
+            lines.append(f"| {m} | {g['n']} | {fmt_ci(g)} | {fmt_ci(e)} | "
+                         f"{ds['methods'][m]['support_recall'] or 0:.3f} | {ds['methods'][m]['mean_docs']:.2f} | "
+                         f"{ds['methods'][m]['turns'] or 0:.2f} |")
+        lines += ["", "| paired difference | metric | n | diff [95% CI] | wins / losses |", "| --- | --- | ---: | --- | --- |"]
+        for a, b in (("trained", "naive_rag"), ("trained", "untrained"), ("trained_cap", "naive_rag"),
+                     ("trained_cap", "untrained_cap")):
+            for metric, table in (("GenAcc", genacc), ("EM", em)):
+                if a in table and b in table:
+                    d = paired_diff_ci(table[a], table[b])
+                    ds["paired"][f"{a}-{b}:{metric}"] = d
+                    if d["diff"] is not None:
+                        lines.append(f"| {a} - {b} | {metric} | {d['n']} | {d['diff']:+.3f} [{d['ci95'][0]:+.3f}, "
+                                     f"{d['ci95'][1]:+.3f}] | {d['wins']} / {d['losses']} |")
+        lines.append("")
+        out["datasets"][name] = ds
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "report.json").write_text(json.dumps(out, indent=1))
+    (RESULTS / "report.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("stage", choices=("select", "evaluate", "report", "all"))
+    ap.add_argument("--config", default=str(ROOT / "configs" / "transfer.toml"))
+    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "transfer", help="where the eval runs go")
+    args = ap.parse_args()
+    if args.stage in ("select", "all"):
+        select(args.config)
+    if args.stage in ("evaluate", "all"):
+        evaluate(args.config, args.work)
+    if args.stage in ("report", "all"):
+        report(args.config, args.work)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
