@@ -7,9 +7,24 @@ torch is imported only when asked, so importing this module costs nothing.
 
 from __future__ import annotations
 
+import os
+
 from s3core.errors import ConfigError
 
-__all__ = ["cuda_available", "resolve_device"]
+__all__ = ["auto_cpu_threads", "cuda_available", "resolve_device"]
+
+
+def auto_cpu_threads(limit: int = 2) -> int:
+    """Intra-op CPU threads for a model (llama.cpp, torch): `limit` capped by the CPU count, or 1 when the machine is
+    already saturated (1-minute load above the CPU count). Threads that meet at a barrier after every layer stall each
+    other when one of them is descheduled: on this 2-core machine llama.cpp with 2 threads ran ~100x slower than with
+    1 next to another job, and torch rollouts stalled the same way."""
+    cpus = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0] > cpus
+    except OSError:
+        busy = False
+    return 1 if busy else max(1, min(limit, cpus))
 
 
 def cuda_available() -> bool:

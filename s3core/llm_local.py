@@ -69,12 +69,9 @@ def default_threads() -> int:
         if n < 1:
             raise S3Error(f"S3_LLAMA_THREADS must be >= 1, got {n}")
         return n
-    cpus = os.cpu_count() or 1
-    try:
-        busy = os.getloadavg()[0] > cpus
-    except OSError:
-        busy = False
-    return 1 if busy else max(1, min(2, cpus))
+    from s3core.devices import auto_cpu_threads
+
+    return auto_cpu_threads()
 
 
 def default_ctx() -> int:

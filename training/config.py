@@ -78,7 +78,10 @@ class TrainingConfig(Section):
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward pass (gradient accumulation over the batch).")
     keep_checkpoints: int = Field(2, ge=1, description="Newest checkpoints kept in output_dir/checkpoints.")
-    torch_threads: int = Field(2, ge=1, description="torch intra-op threads on CPU.")
+    torch_threads: int | None = Field(
+        None, ge=1, description="torch intra-op threads on CPU (None = 2, capped by the CPU count, or 1 when the machine "
+        "is already saturated when the run starts: threads on oversubscribed cores stall each other)."
+    )
     sft_warmup_steps: int = Field(
         0, ge=0,
         description="Supervised format warm-up steps on oracle trajectories (training/oracle.py) before RL; a searcher "

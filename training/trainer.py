@@ -117,14 +117,14 @@ class S3Trainer:
     def __init__(self, cfg: TrainSettings, log: Callable[[str], None] = print) -> None:
         import torch
 
-        from s3core.devices import resolve_device
+        from s3core.devices import auto_cpu_threads, resolve_device
 
         self.cfg = cfg
         self.tc = cfg.training
         self.log = log
         self.device = resolve_device(self.tc.device)
         if self.device == "cpu":
-            torch.set_num_threads(self.tc.torch_threads)
+            torch.set_num_threads(self.tc.torch_threads or auto_cpu_threads())
         self.engine: Any = None  # the vLLM rollout engine (training.rollout_engine = "vllm")
         self.run_dir = cfg.resolve(self.tc.output_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"

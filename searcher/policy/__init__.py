@@ -71,8 +71,13 @@ def load_policy(cfg: SearcherConfig, *, threads: int | None = None) -> Policy:
 
         return TransformersPolicy.load(spec, threads=threads, device=resolve_device(cfg.device))
     if cfg.policy == "vllm":
-        from searcher.policy.transformers_policy import resolve_checkpoint
+        from pathlib import Path
+
+        from searcher.policy.transformers_policy import merged_adapter_dir, resolve_checkpoint
         from searcher.policy.vllm_policy import VLLMPolicy
 
-        return VLLMPolicy(str(resolve_checkpoint(spec)), engine=cfg.vllm)
+        where = resolve_checkpoint(spec)
+        if isinstance(where, Path) and (where / "adapter_config.json").is_file():
+            where = merged_adapter_dir(where)  # vLLM loads full weights: the LoRA merged into its base, cached
+        return VLLMPolicy(str(where), engine=cfg.vllm)
     raise ConfigError(f"unknown searcher.policy {cfg.policy!r}: use litellm, transformers or vllm")

@@ -131,6 +131,30 @@ def resolve_checkpoint(spec: str) -> Path | str:
     return converted_gguf_dir(gguf_path(model.name), sha256=model.sha256)
 
 
+def merged_adapter_dir(adapter_dir: Path, cache_root: Path | None = None) -> Path:
+    """A plain transformers directory with the LoRA adapter at `adapter_dir` merged into its base model, cached by
+    the adapter's content (what an engine that loads full weights, e.g. vLLM, is given for a LoRA policy)."""
+    from s3core.io import file_sha256, text_sha256
+
+    files = sorted(p for p in adapter_dir.iterdir() if p.is_file() and p.name.startswith("adapter_"))
+    if not files:
+        raise S3Error(f"{adapter_dir} holds no adapter_* files")
+    key = text_sha256("".join(f"{p.name}:{file_sha256(p)}" for p in files))[:16]
+    dest = (cache_root or _hf_cache_root()) / "merged" / key
+    if (dest / "config.json").is_file():
+        return dest
+    pol = TransformersPolicy.load(str(adapter_dir))
+    model: Any = pol.model.merge_and_unload()
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    pol.tokenizer.save_pretrained(str(tmp))
+    os.replace(tmp, dest)
+    return dest
+
+
 class TransformersPolicy(ChatTokenizerMixin):
     """Token-id policy over a transformers causal LM (trainable: `self.model` is a torch module).
 

@@ -309,3 +309,22 @@ def test_a_lora_run_ships_its_adapter_as_a_complete_small_policy(tmp_path: Path)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)
     assert len(result["steps"]) <= 2 and result["documents"]  # the recorded loop settings (one search turn) applied
+    # what a vLLM engine is given for it: the adapter merged into its base, a plain HF dir with the same outputs
+    # (lora_B made clearly non-zero first: one step at lr 1e-5 barely moves it from its zero init)
+    from safetensors.torch import load_file, save_file
+
+    from searcher.policy.transformers_policy import TransformersPolicy, merged_adapter_dir
+
+    weights = load_file(str(shipped / "adapter_model.safetensors"))
+    gen = torch.Generator().manual_seed(0)
+    weights = {k: (v + 0.05 * torch.randn(v.shape, generator=gen) if "lora_B" in k else v) for k, v in weights.items()}
+    save_file(weights, str(shipped / "adapter_model.safetensors"))
+    merged = merged_adapter_dir(shipped, cache_root=tmp_path / "cache")
+    assert not (merged / "adapter_config.json").exists() and merged_adapter_dir(shipped, tmp_path / "cache") == merged
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        a = TransformersPolicy.load(str(shipped)).model(ids).logits
+        b = TransformersPolicy.load(str(merged)).model(ids).logits
+        base = TransformersPolicy.load("smollm2-135m-instruct").model(ids).logits
+    assert torch.allclose(a, b, atol=1e-3), (a - b).abs().max()
+    assert (a - base).abs().max() > 0.1  # the adapter does change the outputs, and the merge kept that change
