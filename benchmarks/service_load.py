@@ -228,20 +228,13 @@ def main(argv: list[str] | None = None) -> int:
                                    str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         url = f"http://127.0.0.1:{port}"
         try:
-            import httpx
+            from generator_adapters.testing import wait_until_serving
+            from s3core.errors import ServiceError
 
-            deadline = time.monotonic() + 120
-            while True:
-                if server.poll() is not None:
-                    raise SystemExit(f"s3 serve exited: {server.stdout.read() if server.stdout else ''}")
-                try:
-                    if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise SystemExit("s3 serve did not come up within 120 s")
-                time.sleep(0.3)
+            try:
+                wait_until_serving(f"{url}/health", server, 120, interval_s=0.3)
+            except ServiceError as e:
+                raise SystemExit(f"s3 serve: {e}: {server.stdout.read() if server.stdout else ''}") from None
             out_lines += [f"server start: {mem(server.pid)}", ""]
             table = ["| round | endpoint | answered | degraded (codes) | final errors by status | typed JSON share of "
                      "all error responses | retried | p50 s | p95 s | wall s | server after the round |",

@@ -43,6 +43,8 @@ def main() -> int:
     args = ap.parse_args()
     import httpx
 
+    from generator_adapters.testing import wait_until_serving
+    from s3core.errors import ServiceError
     from training.trainer import read_metrics
 
     work = Path(tempfile.mkdtemp(prefix="vllm_train_smoke."))
@@ -88,16 +90,10 @@ def main() -> int:
          "--port", str(port)],
         cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        deadline = time.time() + 600
-        while time.time() < deadline:
-            if serve.poll() is not None:
-                raise SystemExit(f"s3 serve exited: {serve.stdout.read() if serve.stdout else ''}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(2)
+        try:
+            wait_until_serving(f"http://127.0.0.1:{port}/health", serve, 600, interval_s=2)
+        except ServiceError as e:
+            raise SystemExit(f"s3 serve: {e}: {serve.stdout.read() if serve.stdout else ''}") from None
         question = json.loads((work / "data" / "train.jsonl").read_text().splitlines()[0])["question"]
         resp = httpx.post(f"http://127.0.0.1:{port}/search", json={"question": question}, timeout=600)
         body = resp.json()

@@ -34,7 +34,7 @@ from fastapi.responses import JSONResponse
 
 from s3core.errors import ServiceError
 
-__all__ = ["FakeLLMServer", "default_reply", "s3_reply"]
+__all__ = ["FakeLLMServer", "default_reply", "s3_reply", "wait_until_serving"]
 
 FailureKind = Literal["500", "503", "429", "timeout", "400", "401", "mixed"]
 # request headers that carry credentials: recorded per request for the secrets tests
@@ -65,6 +65,25 @@ def s3_reply(prompt: str) -> str:
 
 
 REPLIES: dict[str, Callable[[str], str]] = {"default": default_reply, "s3": s3_reply}
+
+
+def wait_until_serving(url: str, proc: Any, timeout_s: float, interval_s: float = 0.5) -> None:
+    """Poll GET `url` until it answers 200 while the server process `proc` (a Popen) lives. Raises ServiceError when
+    the process exits first or `timeout_s` passes (the caller adds the process's log to its own message)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise ServiceError(f"the server process exited with code {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise ServiceError(f"{url} did not answer within {timeout_s:.0f} s")
+        time.sleep(interval_s)
 
 
 class FakeLLMServer:
@@ -238,7 +257,6 @@ class FakeLLMServer:
         import subprocess
         import sys
 
-        import httpx
 
         names = {fn: name for name, fn in REPLIES.items()}
         if self.reply not in names:
@@ -259,21 +277,13 @@ class FakeLLMServer:
         # its log (a hung request cancelled at shutdown is logged there) goes to a file, read back if it fails to start
         self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in stop(), it outlives this call
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self._proc.poll() is not None:
-                self._log.seek(0)
-                tail = self._log.read()[-1000:]
-                raise ServiceError(f"fake LLM server process exited with code {self._proc.returncode}: {tail}")
-            try:
-                if httpx.get(f"{self.api_base}/models", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ServiceError(f"fake LLM server process did not answer on port {self.port}")
-            time.sleep(0.1)
+        try:
+            wait_until_serving(f"{self.api_base}/models", self._proc, timeout_s, interval_s=0.1)
+        except ServiceError as e:
+            self._log.seek(0)
+            tail = self._log.read()[-1000:]
+            self.stop()
+            raise ServiceError(f"fake LLM server on port {self.port}: {e}: {tail}") from None
 
     def stop(self) -> None:
         self._stopping = True

@@ -9,11 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from generator_adapters.testing import wait_until_serving
+from s3core.errors import ServiceError
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -55,18 +57,10 @@ def generator_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     api_base = f"http://127.0.0.1:{port}/v1"
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"s3 serve-generator exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-            try:
-                if httpx.get(f"{api_base}/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM server not up after {START_TIMEOUT_S}s:\n{log.read_text()[-4000:]}")
-            time.sleep(2)
+        try:
+            wait_until_serving(f"{api_base}/models", proc, START_TIMEOUT_S, interval_s=2)
+        except ServiceError as e:
+            pytest.fail(f"s3 serve-generator: {e}:\n{log.read_text()[-4000:]}")
         yield proc, api_base, log
     finally:
         if proc.poll() is None:
