@@ -1,9 +1,11 @@
 """Rollouts on Ray vs in this process: throughput, the Ray step's overhead, the weight-sync time.
 
-    nice -n 10 .venv/bin/python benchmarks/ray_scaling.py [--questions 16] [--latency 0.05] [--repeats 3] \
+    nice -n 10 .venv/bin/python benchmarks/ray_scaling.py [--questions 16] [--latency 0.5] [--engine-batch 4] \
+        [--repeats 3] \
         [--real-steps 2] [--out benchmarks/results/ray_scaling]
 
-1. Scripted policy with a fixed latency per question and turn (`--latency` s, a sleep: the cores are not the limit),
+1. Scripted policy with a fixed latency: every batched call of up to `--engine-batch` prompts lasts `--latency` s (a
+   sleep: the cores are not the limit),
    real bm25s over HotpotQA dev paragraphs: rollouts/s of N questions in this process vs on Ray with 1 and 2
    rollout workers (training/ray_backend.py RayExecutor); medians over `--repeats`, ratios to the local run
    measured in the same invocation.
@@ -49,32 +51,16 @@ def _reply(prompt: str, i: int) -> str:
     return f"<important_info>[1]</important_info>\n<search_complete>False</search_complete>\n<query>{query}</query>"
 
 
-class LatencyPolicy:
-    """A scripted policy whose batched call lasts latency x batch size (a sleep): a stand-in for an engine whose
-    cost grows with the work, without using the cores."""
+def latency_policy(latency: float, max_batch: int) -> Any:
+    """A scripted engine with a fixed latency: each batched call of up to `max_batch` prompts lasts `latency` s (a
+    sleep), so N lockstep questions take ceil(N / max_batch) calls per turn and the cores are not the limit."""
+    from searcher.policy.scripted import ScriptedPolicy
 
-    def __init__(self, latency: float) -> None:
-        from searcher.policy.scripted import ScriptedPolicy
-
-        self.inner = ScriptedPolicy(_reply, name="latency")
-        self.latency = latency
-        self.name = "latency"
-
-    @property
-    def supports_token_ids(self) -> bool:
-        return False
-
-    def generate(self, prompts: Any, **kw: Any) -> Any:
-        t0 = time.perf_counter()
-        out = self.inner.generate(prompts, **kw)
-        left = self.latency * len(prompts) - (time.perf_counter() - t0)
-        if left > 0:
-            time.sleep(left)
-        return out
+    return ScriptedPolicy(_reply, name="latency", delay_s=latency, max_batch=max_batch)
 
 
-def latency_factory(latency: float) -> Any:
-    return lambda: LatencyPolicy(latency)
+def latency_factory(latency: float, max_batch: int) -> Any:
+    return lambda: latency_policy(latency, max_batch)
 
 
 def _median(xs: list[float]) -> float:
@@ -97,21 +83,22 @@ def scripted_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from s3core.types import QAExample
 
     qs = [QAExample.model_validate(json.loads(line)) for line in (ds / "questions.jsonl").read_text().splitlines()[: args.questions]]
-    out: dict[str, Any] = {"questions": len(qs), "latency_s_per_question_turn": args.latency, "runs": {}}
+    out: dict[str, Any] = {"questions": len(qs), "latency_s_per_call": args.latency, "engine_batch": args.engine_batch,
+                           "runs": {}}
     for workers in (0, 1, 2):
         cfg = load_config(ROOT / "configs" / "smoke.toml", ["retriever.k=3", f"ray.rollout_workers={max(workers, 1)}",
                                                             "ray.reward_workers=1", "training.reward=r1_searcher_stage1"])
         times: list[float] = []
         if workers == 0:
-            agent = build_searcher(cfg.searcher, build_retriever(cfg.retriever, index), LatencyPolicy(args.latency),
-                                   k0=cfg.retriever.k)
+            agent = build_searcher(cfg.searcher, build_retriever(cfg.retriever, index),
+                                   latency_policy(args.latency, args.engine_batch), k0=cfg.retriever.k)
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
                 res = agent.search([q.question for q in qs])
                 times.append(time.perf_counter() - t0)
         else:
             ex = RayExecutor(cfg, loop_cfg=cfg.searcher, index_dir=index, agent_kind="s3", baseline={},
-                             end_to_end=False, learner=None, policy_factory=latency_factory(args.latency),
+                             end_to_end=False, learner=None, policy_factory=latency_factory(args.latency, args.engine_batch),
                              log=lambda s: None)
             try:
                 for step in range(args.repeats):
@@ -195,8 +182,8 @@ def markdown(res: dict[str, Any]) -> str:
              f"2 CPUs, 127.0.0.1. Medians; ratios against the local run of the same invocation.", ""]
     s = res.get("scripted")
     if s:
-        lines += [f"## Scripted policy, {s['latency_s_per_question_turn']} s per question and turn (sleep), "
-                  f"{s['questions']} questions", "", "| run | median s | rollouts/s | vs local |", "|---|---|---|---|"]
+        lines += [f"## Scripted policy, {s['latency_s_per_call']} s per batched call of up to {s['engine_batch']} "
+                  f"prompts (sleep), {s['questions']} questions", "", "| run | median s | rollouts/s | vs local |", "|---|---|---|---|"]
         for name, r in s["runs"].items():
             lines.append(f"| {name} | {r['median_s']:.2f} | {r['rollouts_per_s']:.2f} | {r['throughput_vs_local']:.2f}x |")
         lines.append("")
@@ -218,7 +205,8 @@ def markdown(res: dict[str, Any]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=int, default=16)
-    ap.add_argument("--latency", type=float, default=0.05)
+    ap.add_argument("--latency", type=float, default=0.5, help="seconds per batched policy call")
+    ap.add_argument("--engine-batch", type=int, default=4, help="prompts per policy call (the engine's batch)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--real-steps", type=int, default=2)
     ap.add_argument("--real-batch", type=int, default=4)
