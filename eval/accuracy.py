@@ -86,6 +86,9 @@ class Scores:
         return self.genacc
 
 
+USAGE_KEYS = ("generator_calls", "generator_failures", "prompt_tokens", "completion_tokens", "cost_usd")
+
+
 class Accuracy:
     """Acc(G(Q, D)) with one frozen generator, a judge where the metric uses one, and the configured metric.
 
@@ -99,6 +102,7 @@ class Accuracy:
         self.judge = judge
         self.metric = metric
         self.judge_only = judge_only or metric == "judge"
+        self._usage: dict[str, float] = dict.fromkeys(USAGE_KEYS, 0.0)
 
     async def __call__(
         self, questions: Sequence[str], documents: Sequence[Sequence[Document]], golden: Sequence[Sequence[str]]
@@ -112,7 +116,19 @@ class Accuracy:
         """G(Q, D), one Prediction per question in order; `documents=None` asks without retrieval."""
         if self.generator is None:
             raise S3Error("this Accuracy has no generator: it only scores answers given to it")
-        return [Prediction.from_answer(a) for a in await self.generator.answer(questions, documents)]
+        preds = [Prediction.from_answer(a) for a in await self.generator.answer(questions, documents)]
+        u = self._usage
+        u["generator_calls"] += len(preds)
+        u["generator_failures"] += sum(p.error is not None for p in preds)
+        u["prompt_tokens"] += sum(p.prompt_tokens for p in preds)
+        u["completion_tokens"] += sum(p.completion_tokens for p in preds)
+        u["cost_usd"] += sum(p.cost_usd for p in preds)
+        return preds
+
+    def usage(self) -> dict[str, float]:
+        """Generator calls, failures, tokens and cost of this Accuracy so far (summed across workers by the Ray
+        backend)."""
+        return dict(self._usage)
 
     async def score(
         self,

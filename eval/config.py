@@ -20,10 +20,52 @@ class EvalConfig(Section):
     bootstrap_samples: int = Field(1000, ge=100, description="Bootstrap resamples for 95% intervals.")
     seed: int = Field(0, description="Seed of the bootstrap.")
     out_dir: str = Field("runs/eval", description="Default parent of run directories.")
+    backend: Literal["local", "ray"] = Field(
+        "local",
+        description="'ray' runs the question batches of `s3 eval` as tasks on Ray workers ([ray]; same as `s3 eval "
+        "--ray`): each worker builds the run's pieces from this configuration; rows, resume and summary are the "
+        "local run's.",
+    )
     max_failed_fraction: float = Field(
         0.1, ge=0, le=1,
         description="`s3 eval` exits non-zero (1, with a one-line summary) when nothing was scored or more than this "
         "fraction of the rows failed; re-running the same command resumes and retries the failed rows.",
+    )
+
+
+class RayConfig(Section):
+    """[ray]: the Ray cluster that `training.backend = "ray"` and `eval.backend = "ray"` run on."""
+
+    address: str | None = Field(
+        None,
+        description="None = start a local Ray cluster in this process, on 127.0.0.1 only; else a running cluster's "
+        "address ('auto', 'HOST:6379' or 'ray://HOST:10001'; README, 'Ray').",
+    )
+    num_cpus: float | None = Field(2, gt=0, description="CPUs of the local cluster (address = none); None = all of them.")
+    rollout_workers: int = Field(2, ge=1, description="Rollout actors (each holds a policy engine and a retriever).")
+    rollout_worker_cpus: float = Field(
+        0.5, gt=0, description="CPUs reserved per rollout actor (fractions allowed: 2 cores never deadlock); its torch "
+        "threads = max(1, round(this))."
+    )
+    rollout_worker_gpus: float = Field(0.0, ge=0, description="GPUs per rollout actor (a vLLM engine on a GPU node).")
+    reward_workers: int = Field(1, ge=1, description="Reward actors (each holds the frozen generator and the judge).")
+    reward_worker_cpus: float = Field(0.25, gt=0, description="CPUs reserved per reward actor.")
+    reward_concurrency: int | None = Field(
+        None, ge=1,
+        description="Generator calls in flight per reward actor (None = generator.concurrency); the step's total is "
+        "reward_workers x this.",
+    )
+    eval_workers: int = Field(2, ge=1, description="Evaluation actors (eval.backend = 'ray' / `s3 eval --ray`).")
+    eval_worker_cpus: float = Field(0.5, gt=0, description="CPUs reserved per evaluation actor.")
+    placement: Literal["pack", "spread", "none"] = Field(
+        "pack",
+        description="Placement group strategy of a job's actors: 'pack' on as few nodes as fit, 'spread' over nodes, "
+        "'none' = no placement group (Ray's default scheduling).",
+    )
+    max_restarts: int = Field(
+        3, ge=0,
+        description="Restarts of a lost actor (Ray's max_restarts); its unfinished work is redone once it is back. "
+        "A worker lost more often fails the step with an error.",
     )
 
 
@@ -36,6 +78,8 @@ class EvalSettings(Protocol):
     def searcher(self) -> SearcherConfig: ...
     @property
     def eval(self) -> EvalConfig: ...
+    @property
+    def ray(self) -> RayConfig: ...
     @property
     def generator_resolved(self) -> GeneratorConfig:
         """[generator] with its cache_path resolved against the config file's folder."""

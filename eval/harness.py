@@ -18,10 +18,10 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from eval.accuracy import METRIC_KEYS, Prediction, Scores
 from eval.contexts import ContextFn, ContextOut
@@ -149,16 +149,25 @@ def load_dataset(dir: Path, limit: int | None = None) -> Dataset:
 # ----------------------------------------------------------------------------------------------- the loop
 
 
+class BatchRunner(Protocol):
+    """Runs batches elsewhere (eval/ray_eval.py: Ray workers) and hands back each batch's rows as it finishes."""
+
+    def run(self, batches: list[list[QAExample]], attempts: dict[str, int]) -> Iterator[list[dict[str, Any]]]: ...
+    def cache_stats(self) -> dict[str, int]: ...
+
+
 def run_eval(opts: EvalOptions, dataset: Dataset, comp: Components, config: dict[str, Any],
-             n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+             n_resamples: int = 1000, seed: int = 0, runner: BatchRunner | None = None) -> dict[str, Any]:
     """`run_eval_async` from synchronous code."""
-    return asyncio.run(run_eval_async(opts, dataset, comp, config, n_resamples=n_resamples, seed=seed))
+    return asyncio.run(run_eval_async(opts, dataset, comp, config, n_resamples=n_resamples, seed=seed, runner=runner))
 
 
 async def run_eval_async(
-    opts: EvalOptions, dataset: Dataset, comp: Components, config: dict[str, Any], n_resamples: int = 1000, seed: int = 0
+    opts: EvalOptions, dataset: Dataset, comp: Components, config: dict[str, Any], n_resamples: int = 1000,
+    seed: int = 0, runner: BatchRunner | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) an evaluation into opts.out; returns the summary dict (also written to summary.json)."""
+    """Run (or resume) an evaluation into opts.out; returns the summary dict (also written to summary.json).
+    `runner`: the batches run there (eval.backend = "ray") instead of here; rows, resume and summary are the same."""
     run_dir = opts.out
     with run_lock(run_dir):
         check_run_identity(run_dir, config)
@@ -170,22 +179,29 @@ async def run_eval_async(
         todo = [q for q in wanted if q.id not in done]
         retried = sum(1 for q in todo if q.id in previous)
         attempts = {i: int(r.get("attempt", 1)) for i, r in previous.items()}
-        stats0 = dict(comp.cache_stats()) if comp.cache_stats else {}
+        cache_stats = runner.cache_stats if runner is not None else comp.cache_stats
+        stats0 = dict(cache_stats()) if cache_stats else {}
         t0 = time.perf_counter()
         written = 0
         bar = _progress(len(wanted), len(wanted) - len(todo), opts.progress, f"{opts.method}")
+        batches = [todo[start : start + opts.batch_size] for start in range(0, len(todo), opts.batch_size)]
         try:
-            for start in range(0, len(todo), opts.batch_size):
-                batch = todo[start : start + opts.batch_size]
-                rows = await _run_batch(comp, batch, attempts)
-                append_jsonl(results, rows)
-                written += len(rows)
-                bar.update(len(rows))
+            if runner is None:
+                for batch in batches:
+                    rows = await _run_batch(comp, batch, attempts)
+                    append_jsonl(results, rows)
+                    written += len(rows)
+                    bar.update(len(rows))
+            else:
+                for rows in runner.run(batches, attempts):  # each batch's rows as it comes back
+                    append_jsonl(results, rows)
+                    written += len(rows)
+                    bar.update(len(rows))
+            stats1 = dict(cache_stats()) if cache_stats else {}
         finally:
             bar.close()
             if comp.close is not None:
                 comp.close()
-        stats1 = dict(comp.cache_stats()) if comp.cache_stats else {}
         final = read_results(results)
         rows = [final[q.id] for q in wanted if q.id in final]
         summary = summarize(rows, config, n_expected=len(wanted), n_resamples=n_resamples, seed=seed)

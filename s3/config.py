@@ -17,7 +17,7 @@ from typing import overload
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from eval.config import EvalConfig
+from eval.config import EvalConfig, RayConfig
 from generator_adapters.config import GeneratorConfig, GeneratorServerConfig, JudgeConfig
 from s3core.configbase import Section, apply_overrides, build_model, load_toml
 from s3core.errors import ConfigError
@@ -36,6 +36,7 @@ class S3Config(Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     service: ServiceConfig = Field(default_factory=ServiceConfig)
     generator_server: GeneratorServerConfig = Field(default_factory=GeneratorServerConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _explicit: frozenset[str] = PrivateAttr(default_factory=frozenset)

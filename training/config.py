@@ -12,6 +12,12 @@ from s3core.configbase import Section
 
 
 class TrainingConfig(Section):
+    backend: Literal["local", "ray"] = Field(
+        "local",
+        description="Where rollouts and rewards run: in this process ('local'), or on Ray actors ([ray]: rollout workers "
+        "with their own engine, reward workers with the generator); the update, the checkpoints and the data order "
+        "stay here either way.",
+    )
     mode: Literal["s3", "search_r1"] = Field("s3", description="'s3' trains a searcher with a frozen generator; 'search_r1' end to end.")
     algorithm: Literal["grpo", "ppo"] = Field("grpo", description="Policy-gradient algorithm.")
     reward: Literal["gbr", "acc_plus_gbr", "em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated"] = Field(
@@ -37,7 +43,11 @@ class TrainingConfig(Section):
         "rewards are all equal (zero advantage, only the KL term would move them; DAPO's dynamic-sampling filter "
         "without refill). Saves their forward/backward passes.",
     )
-    temperature: float = Field(0.6, gt=0, description="Rollout sampling temperature (s3 paper: 0.6).")
+    temperature: float = Field(
+        0.6, ge=0,
+        description="Rollout sampling temperature (s3 paper: 0.6); 0 = greedy rollouts (deterministic: for checks "
+        "such as local vs Ray; a GRPO group then has identical members), their log-probs at temperature 1.",
+    )
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping.")
     lora: bool = Field(False, description="Train LoRA adapters (peft) instead of all weights.")
     lora_r: int = Field(16, ge=1)

@@ -6,6 +6,10 @@ the learner's weights: training.rollout_engine; sampling at training.temperature
 masked policy-gradient update with a k3 KL term to the frozen reference policy -> (vLLM engine) the new weights into
 the running engine, in place -> metrics -> checkpoint every `save_every` steps (and always at the end).
 
+Rollouts, rewards and the weight sync go through a StepExecutor (training/executors.py): in this process
+(training.backend = "local"), or on Ray actors (training.backend = "ray", training/ray_backend.py); the update, the
+checkpoints and the data order are this file's either way.
+
 Devices: the learner, the reference policy and the critic live on training.device ('auto' = cuda when available);
 nothing else is placed by hand. With rollout_engine = "vllm" the ratio's old log-probs are the learner's own
 recomputation (as in verl), never the engine's; the engine's are compared with them every step
@@ -33,7 +37,6 @@ training.critic_learning_rate without moving the actor) — a CPU-sized stand-in
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import random
@@ -51,6 +54,7 @@ from searcher.build import AgentKind, build_retriever, build_searcher
 from searcher.config import SearcherConfig
 from searcher.trained import TrainedSearcherRecord, make_record, write_record
 from training.config import TrainSettings
+from training.executors import StepExecutor
 
 __all__ = ["S3Trainer", "SearchR1Trainer", "export_policy", "make_trainer", "read_metrics"]
 
@@ -94,6 +98,7 @@ class _MetricsWriter:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+            self.tb = None
 
 
 @dataclass
@@ -184,47 +189,57 @@ class S3Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0
         )
-        self.scorer = self._make_scorer()
         scfg = self.cfg.searcher.model_copy(update={"temperature": tc.temperature})
         if tc.max_new_tokens:
             scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
-        rollout_policy = self.policy
-        if tc.rollout_engine == "vllm":
-            self.engine = self._rollout_engine()
-            rollout_policy = self.engine
-        self.agent = build_searcher(scfg, self.retriever, rollout_policy, k0=self.cfg.retriever.k, agent=self.agent_kind)
+        self.loop_cfg = scfg
+        self.executor: StepExecutor = self._make_executor(scfg)
         self.oracle_agent = self._oracle_agent(scfg) if tc.sft_warmup_steps else None
         self.metrics = _MetricsWriter(self.run_dir)
         (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
-        self.loop_cfg = scfg
         write_record(self._searcher_record(self.run_dir), self.run_dir)
         if resume_dir is not None:
             self._load_state(resume_dir)
-        if self.engine is not None:
-            # the engine starts from base_model's files; a resumed run (or a LoRA's merged weights) goes in now
-            self.log(f"train: vLLM rollout engine ready; weights synced in {self.sync_engine():.2f}s")
+        # the rollout engines start from base_model's files; a resumed run (or a LoRA's merged weights) goes in now
+        sync_s = self.executor.sync()
+        if sync_s is not None:
+            self.log(f"train: rollout engine(s) ready; weights synced in {sync_s:.2f}s")
+
+    def _make_executor(self, scfg: SearcherConfig) -> StepExecutor:
+        """Where rollouts and rewards run (training.backend): this process, or Ray actors (training/ray_backend.py)."""
+        from training.executors import LocalExecutor
+
+        if self.tc.backend == "ray":
+            from training.ray_backend import RayExecutor
+
+            self.agent = self.scorer = None  # the workers hold them
+            return RayExecutor(self.cfg, loop_cfg=scfg, index_dir=self.data.index_dir, agent_kind=self.agent_kind,
+                               baseline=self.data.baseline, end_to_end=self.end_to_end, learner=lambda: self.model,
+                               log=self.log)
+        self.scorer = self._make_scorer()
+        rollout_policy = self.policy
+        if self.tc.rollout_engine == "vllm":
+            self.engine = self._rollout_engine()
+            rollout_policy = self.engine
+        self.agent = build_searcher(scfg, self.retriever, rollout_policy, k0=self.cfg.retriever.k, agent=self.agent_kind)
+        return LocalExecutor(self)
 
     def _rollout_engine(self) -> Any:
         """A vLLM engine over base_model's files (searcher.vllm settings), sampling what the learner would."""
-        from searcher.policy.transformers_policy import resolve_checkpoint
-        from searcher.policy.vllm_policy import VLLMPolicy
+        from training.executors import rollout_policy
 
-        update: dict[str, Any] = {"seed": self.tc.seed}
-        if self.cfg.searcher.vllm.dtype == "auto":
-            # vLLM's own 'auto' serves a float32 checkpoint in bfloat16: ~0.04 mean log-prob gap to a float32 learner
-            update["dtype"] = self.tc.dtype
-        vcfg = self.cfg.searcher.vllm.model_copy(update=update)
-        if not vcfg.in_process:
+        if not self.cfg.searcher.vllm.in_process:
             self.log("train: searcher.vllm.in_process = false: every weight sync is serialized to the engine's process")
-        return VLLMPolicy(str(resolve_checkpoint(self.tc.base_model)), engine=vcfg)
+        return rollout_policy(self.cfg, self.device)
 
     def sync_engine(self) -> float:
-        """The learner's weights (LoRA merged) into the running vLLM engine, in place; returns the seconds it took."""
-        from training.weight_sync import learner_weights
+        """The learner's weights (LoRA merged) into the rollout engine(s), in place; returns the seconds it took."""
+        return self.executor.sync() or 0.0
 
-        t0 = time.perf_counter()
-        self.engine.load_weights(learner_weights(self.model))
-        return time.perf_counter() - t0
+    def close(self) -> None:
+        """Stop the executor's workers (Ray actors) and close the metrics writer."""
+        self.executor.close()
+        self.metrics.close()
 
     def _load_policy(self, resume_dir: Path | None) -> tuple[Any, Any, Any]:
         """The transformers policy (trainable). Full fine-tuning resumes from the checkpoint's policy/ dir;
@@ -269,28 +284,10 @@ class S3Trainer:
         return ref
 
     def _make_scorer(self) -> Any:
-        from eval import metrics
-        from training.data import make_accuracy
-        from training.rewards import RewardScorer
+        from training.executors import make_scorer
 
-        def em(p: str, golds: Any) -> float:
-            return float(metrics.exact_match([p], [list(golds)])[0] or 0.0)
-
-        def f1(p: str, golds: Any) -> float:
-            return float(metrics.f1([p], [list(golds)])[0] or 0.0)
-
-        needs_generator = not self.end_to_end and self.tc.reward != "r1_searcher_stage1"
-        return RewardScorer(
-            self.tc.reward,
-            accuracy=make_accuracy(self.cfg) if needs_generator else None,
-            baseline=self.data.baseline,
-            em=em,
-            f1=f1,
-            decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False),
-            query_tags=("<search>", "</search>") if self.end_to_end else ("<query>", "</query>"),
-            beta=self.tc.confidence_beta,
-            end_to_end=self.end_to_end,
-        )
+        return make_scorer(self.cfg, self.data.baseline, end_to_end=self.end_to_end,
+                           decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False))
 
     def _oracle_agent(self, scfg: SearcherConfig) -> S3Searcher:
         """The same loop driven by oracle replies (training/oracle.py), tokenized with the student's tokenizer, so
@@ -346,15 +343,9 @@ class S3Trainer:
         device = next(self.model.parameters()).device.type
         return torch.autocast(device_type=device, dtype=torch.bfloat16)
 
-    def rollout(self, examples: list[QAExample]) -> list[SearchResult]:
-        import contextlib
-
-        import torch
-
-        self.model.eval()
-        # autocast is the learner's; the vLLM engine computes in its own dtype (searcher.vllm.dtype)
-        with torch.no_grad(), self._autocast() if self.engine is None else contextlib.nullcontext():
-            results = self.agent.search([e.question for e in examples])
+    def rollout(self, examples: list[QAExample], step: int | None = None) -> list[SearchResult]:
+        """The executor's rollouts of `examples` (step: the sampling seed of Ray shards; default the current step)."""
+        results = self.executor.rollout(examples, self.step if step is None else step)
         for r, e in zip(results, examples, strict=True):
             r.question_id = e.id
         return results
@@ -414,7 +405,7 @@ class S3Trainer:
                 out = model(input_ids=batch.ids, attention_mask=batch.attention, output_hidden_states=want_hidden,
                             use_cache=False, logits_to_keep=keep)
         logits = out.logits[:, -keep:-1, :]  # (B, T', V): position t predicts ids[:, t+1]
-        lp = gather_logprobs(logits, batch.ids[:, batch.start + 1 :], temperature=self.tc.temperature)  # (B, T')
+        lp = gather_logprobs(logits, batch.ids[:, batch.start + 1 :], temperature=self.tc.temperature or 1.0)  # (B, T')
         hidden = out.hidden_states[-1][:, batch.start - P : -1, :] if want_hidden else None
         return lp, hidden
 
@@ -468,15 +459,16 @@ class S3Trainer:
         examples = [self.examples[i] for i in idx for _ in range(group)]
         results = self.rollout(examples)
         t1 = time.perf_counter()
-        conf_stats = self._confidence_logprobs(results) if tc.reward == "confidence_gated" and self.engine else {}
-        scored = asyncio.run(self.scorer.score(results, examples))
+        vllm = tc.rollout_engine == "vllm"
+        conf_stats = self._confidence_logprobs(results) if tc.reward == "confidence_gated" and vllm else {}
+        scored = self.executor.score(results, examples)
         t2 = time.perf_counter()
         rewards = scored.rewards
 
         stats, rows, total_tokens = self.update(results, rewards)
         self.scheduler.step()
         t3 = time.perf_counter()
-        sync_s = self.sync_engine() if self.engine is not None else None
+        sync_s = self.executor.sync()
         t4 = time.perf_counter()
 
         scored_r = [r for r in rewards if r is not None]
@@ -504,6 +496,7 @@ class S3Trainer:
             row["charts/weight_sync_s"] = sync_s
             row["charts/weight_sync_share"] = sync_s / max(t4 - t0, 1e-9)
         row.update(conf_stats)
+        row.update(self.executor.step_stats())
         if scored.acc_s3 is not None:
             a = [x for x in scored.acc_s3 if x is not None]
             row["reward/acc_s3"] = sum(a) / len(a) if a else float("nan")
@@ -547,7 +540,7 @@ class S3Trainer:
         rl_lr, group["lr"] = group["lr"], tc.sft_learning_rate
         self.optimizer.step()
         group["lr"] = rl_lr
-        sync_s = self.sync_engine() if self.engine is not None else None
+        sync_s = self.executor.sync()
         t2 = time.perf_counter()
         n_sel = [sum(len(s.selected_ids) for s in r.steps) for r in results]
         row: dict[str, float] = {

@@ -33,6 +33,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=16, metavar="N", help="questions per batch (default 16)")
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run folder (created; resumed if it exists)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--ray", action="store_true",
+                   help="run the question batches on Ray workers ([ray]; same as eval.backend = 'ray')")
     p.set_defaults(handler=_eval)
 
     lb = sub.add_parser(
@@ -67,7 +69,17 @@ def _eval(args: argparse.Namespace, cfg: S3Config) -> int:
     )
     validate_options(opts)
     dataset, comp, config = build_run(cfg, opts)
-    summary = run_eval(opts, dataset, comp, config, n_resamples=cfg.eval.bootstrap_samples, seed=cfg.eval.seed)
+    runner = None
+    if args.ray or cfg.eval.backend == "ray":
+        from eval.ray_eval import RayBatchRunner
+
+        runner = RayBatchRunner(cfg, opts, config)
+    try:
+        summary = run_eval(opts, dataset, comp, config, n_resamples=cfg.eval.bootstrap_samples, seed=cfg.eval.seed,
+                           runner=runner)
+    finally:
+        if runner is not None:
+            runner.close()
     _print_summary(summary, opts.out)
     from eval.summary import verdict
 

@@ -53,7 +53,10 @@ def _train(args: argparse.Namespace, cfg: S3Config) -> int:
 
     trainer = make_trainer(cfg)
     freeze_loaded_heap()  # policy, reference, generator, index and libraries: out of every later full GC pass
-    out = trainer.train(max_steps=args.max_steps)
+    try:
+        out = trainer.train(max_steps=args.max_steps)
+    finally:
+        trainer.close()  # the Ray backend's workers stop with the command
     print(json.dumps({k: v for k, v in out.items() if k != "last"}))
     return 0
 

@@ -1,0 +1,157 @@
+"""Where a training step's rollouts and rewards run: the trainer calls a `StepExecutor`, never the engines directly.
+
+    results = executor.rollout(examples, step)      # B x group_size SearchResults, in the order of `examples`
+    scored = executor.score(results, examples)      # RewardBatch (training/rewards.py), same order
+    ... the masked PPO / GRPO update stays in the trainer ...
+    sync_s = executor.sync()                        # the learner's new weights into every rollout engine (or None)
+    row.update(executor.step_stats())               # reward/ usage and, on Ray, ray/ worker losses since the last call
+
+`LocalExecutor` is what the trainer always did, in this process (training.backend = "local"); `RayExecutor`
+(training/ray_backend.py) runs the same two calls on Ray actors (training.backend = "ray"). Both build their pieces
+here (`make_scorer`, `rollout_policy`), so a setting means the same thing on either side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from s3core.types import QAExample, SearchResult
+from training.config import TrainSettings
+from training.rewards import RewardBatch, RewardScorer
+
+__all__ = ["USAGE_METRICS", "LocalExecutor", "StepExecutor", "make_scorer", "rollout_policy", "usage_row"]
+
+# Accuracy.usage() key -> metrics.jsonl key (summed over the reward workers on Ray)
+USAGE_METRICS = {
+    "generator_calls": "reward/generator_calls",
+    "generator_failures": "reward/generator_failed_calls",
+    "prompt_tokens": "reward/prompt_tokens",
+    "completion_tokens": "reward/completion_tokens",
+    "cost_usd": "reward/cost_usd",
+}
+
+
+class StepExecutor(Protocol):
+    """What a training step asks of its executor (see the module docstring)."""
+
+    def rollout(self, examples: list[QAExample], step: int) -> list[SearchResult]: ...
+    def score(self, results: list[SearchResult], examples: list[QAExample]) -> RewardBatch: ...
+    def sync(self) -> float | None: ...
+    def step_stats(self) -> dict[str, float]: ...
+    def close(self) -> None: ...
+
+
+def usage_row(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Metrics of the generator usage between two Accuracy.usage() snapshots.
+
+    >>> usage_row({"cost_usd": 1.0, "generator_calls": 2}, {"cost_usd": 1.5, "generator_calls": 6})
+    {'reward/generator_calls': 4.0, 'reward/cost_usd': 0.5}
+    """
+    return {USAGE_METRICS[k]: float(after[k] - before.get(k, 0.0)) for k in USAGE_METRICS if k in after}
+
+
+def make_scorer(
+    cfg: TrainSettings,
+    baseline: dict[str, float],
+    *,
+    end_to_end: bool,
+    decode: Callable[[list[int]], str] | None,
+    generator_concurrency: int | None = None,
+) -> RewardScorer:
+    """The configured reward (training.reward) with its frozen generator / judge (when it needs them) and the cached
+    naive-RAG baseline. `generator_concurrency` overrides generator.concurrency (a Ray reward worker's share)."""
+    from eval import metrics
+    from eval.build import build_accuracy
+
+    def em(p: str, golds: Any) -> float:
+        return float(metrics.exact_match([p], [list(golds)])[0] or 0.0)
+
+    def f1(p: str, golds: Any) -> float:
+        return float(metrics.f1([p], [list(golds)])[0] or 0.0)
+
+    tc = cfg.training
+    accuracy = None
+    if not end_to_end and tc.reward != "r1_searcher_stage1":
+        gen = cfg.generator_resolved
+        if generator_concurrency is not None:
+            gen = gen.model_copy(update={"concurrency": generator_concurrency})
+        accuracy = build_accuracy(gen, cfg.judge_resolved, cfg.eval)
+    return RewardScorer(
+        tc.reward,
+        accuracy=accuracy,
+        baseline=baseline,
+        em=em,
+        f1=f1,
+        decode=decode,
+        query_tags=("<search>", "</search>") if end_to_end else ("<query>", "</query>"),
+        beta=tc.confidence_beta,
+        end_to_end=end_to_end,
+    )
+
+
+def accuracy_usage(scorer: RewardScorer) -> dict[str, float]:
+    """The scorer's generator usage so far ({} when the reward calls no generator)."""
+    usage = getattr(scorer.accuracy, "usage", None)
+    return dict(usage()) if callable(usage) else {}
+
+
+def rollout_policy(cfg: TrainSettings, device: str, *, seed_offset: int = 0) -> Any:
+    """The rollout engine training.rollout_engine names, over training.base_model's files: a vLLM engine
+    (searcher.vllm settings, sampling what the learner would), or a transformers policy (a Ray rollout worker's own
+    copy of the learner; the learner's weights come in by `sync`)."""
+    from searcher.policy.transformers_policy import TransformersPolicy, resolve_checkpoint
+
+    tc = cfg.training
+    if tc.rollout_engine == "vllm":
+        from searcher.policy.vllm_policy import VLLMPolicy
+
+        update: dict[str, Any] = {"seed": tc.seed + seed_offset}
+        if cfg.searcher.vllm.dtype == "auto":
+            # vLLM's own 'auto' serves a float32 checkpoint in bfloat16: ~0.04 mean log-prob gap to a float32 learner
+            update["dtype"] = tc.dtype
+        return VLLMPolicy(str(resolve_checkpoint(tc.base_model)), engine=cfg.searcher.vllm.model_copy(update=update))
+    return TransformersPolicy.load(tc.base_model, device=device, dtype=tc.dtype)
+
+
+class LocalExecutor:
+    """Rollouts and rewards in this process: the trainer's agent (the learner itself, or its vLLM engine) and its
+    scorer — the local trainer's behaviour, unchanged."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.t = trainer
+        self._usage = accuracy_usage(trainer.scorer)
+
+    def rollout(self, examples: list[QAExample], step: int) -> list[SearchResult]:
+        import torch
+
+        t = self.t
+        t.model.eval()
+        # autocast is the learner's; the vLLM engine computes in its own dtype (searcher.vllm.dtype)
+        with torch.no_grad(), t._autocast() if t.engine is None else contextlib.nullcontext():
+            return list(t.agent.search([e.question for e in examples]))
+
+    def score(self, results: list[SearchResult], examples: list[QAExample]) -> RewardBatch:
+        return asyncio.run(self.t.scorer.score(results, examples))
+
+    def sync(self) -> float | None:
+        """The learner's weights into the vLLM engine (None without one: the learner samples itself)."""
+        if self.t.engine is None:
+            return None
+        from training.weight_sync import learner_weights
+
+        t0 = time.perf_counter()
+        self.t.engine.load_weights(learner_weights(self.t.model))
+        return time.perf_counter() - t0
+
+    def step_stats(self) -> dict[str, float]:
+        now = accuracy_usage(self.t.scorer)
+        row = usage_row(self._usage, now)
+        self._usage = now
+        return row
+
+    def close(self) -> None:
+        return None
