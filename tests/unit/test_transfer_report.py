@@ -1,0 +1,75 @@
+"""benchmarks/transfer.py's report on synthetic runs: the paired table, the training trends, the diagnostics."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def transfer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    spec = importlib.util.spec_from_file_location("transfer_bench", ROOT / "benchmarks" / "transfer.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "RESULTS", tmp_path / "results")
+    return mod
+
+
+def _write(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _row(i: int, genacc: float, ids: list[str]) -> dict[str, Any]:
+    return {"id": f"q{i}", "question": f"question {i}?", "golden_answers": [f"a{i}"], "context_ids": ids,
+            "answer": "x", "metrics": {"genacc": genacc, "em": genacc}, "support_recall": 0.5, "turns": 1}
+
+
+def test_report_pairs_methods_splits_gains_by_gold_and_reads_the_training_run(transfer: Any, tmp_path: Path) -> None:
+    work, run = tmp_path / "work", tmp_path / "run"
+    ds = work / "eval" / "hotpotqa_dev500"
+    n = 20
+    _write(ds / "data" / "questions.jsonl",
+           [{"id": f"q{i}", "question": f"question {i}?", "metadata": {"supporting_ids": [f"g{i}"]}} for i in range(n)])
+    # naive RAG: right on the first 5; trained: right on the first 10 and finds the gold paragraph on 5..9
+    _write(ds / "naive_rag" / "results.jsonl", [_row(i, float(i < 5), [f"d{i}", f"g{i}" if i < 5 else "z"]) for i in range(n)])
+    _write(ds / "trained" / "results.jsonl", [_row(i, float(i < 10), [f"g{i}" if i < 10 else "z"]) for i in range(n)])
+    _write(ds / "untrained" / "results.jsonl", [_row(i, float(i < 4), ["z"]) for i in range(n)])
+    for m in ("trained", "untrained"):
+        _write(ds / m / "contexts.jsonl", [{
+            "id": f"q{i}", "question": f"question {i}?", "turns": 1 if m == "trained" else 3,
+            "documents": [{"id": f"g{i}", "title": f"Gold {i}"}],
+            "steps": [{"turn": 0, "query": None, "selected_ids": []},
+                      {"turn": 1, "query": f"question {i}?" if m == "untrained" else f"better {i}",
+                       "selected_ids": [f"g{i}"], "search_complete": m == "trained"}]} for i in range(n)])
+    _write(run / "metrics.jsonl",
+           [{"step": s, "charts/sft": 1.0, "losses/sft_nll": 1.0 / s} for s in (1, 2)]
+           + [{"step": s, "reward/mean": 0.1 * s, "reward/acc_s3": 0.05 * s, "reward/acc_rag": 0.2, "losses/kl": 0.01,
+               "reward/flat_groups": 10 - s, "charts/step_seconds": 100.0 + s, "data/rl_coverage": s / 8}
+              for s in range(3, 9)])
+    cfg = tmp_path / "transfer.toml"
+    text = (ROOT / "configs" / "transfer.toml").read_text()
+    cfg.write_text(text.replace('output_dir = "../runs/transfer/grpo"', f'output_dir = "{run}"'))
+    transfer.report(str(cfg), work)
+    report = json.loads((tmp_path / "results" / "report.json").read_text())
+    ds_out = report["datasets"]["hotpotqa_dev500"]
+    paired = ds_out["paired"]["trained-naive_rag:GenAcc"]
+    assert paired["diff"] == pytest.approx(0.25) and paired["wins"] == 5 and paired["losses"] == 0
+    assert ds_out["diagnostics"]["gain_by_gold"]["more gold"] == {"n": 5, "genacc_diff": 1.0}
+    assert ds_out["diagnostics"]["gain_by_gold"]["same gold"] == {"n": 15, "genacc_diff": 0.0}
+    beh = ds_out["diagnostics"]["behaviour"]
+    assert beh["untrained"]["query_is_the_question"] == 1.0 and beh["trained"]["query_is_the_question"] == 0.0
+    assert beh["trained"]["stopped_before_last_turn"] == 1.0
+    train = report["training"]
+    assert train["rl_steps"] == 6 and train["warmup_steps"] == 2 and train["rl_coverage"] == 1.0
+    assert train["trends"]["reward/gbr"]["diff"] > 0 and train["step_seconds"]["median"] == pytest.approx(105.5)
+    md = (tmp_path / "results" / "report.md").read_text()
+    assert "trained - naive_rag" in md and "Real trajectories" in md and "Gold 5 (gold)" in md
+    assert (tmp_path / "results" / "curves.png").stat().st_size > 1000
