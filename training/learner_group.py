@@ -1,8 +1,11 @@
-"""Several learners (issue 21, in progress): the pieces of a data-parallel update that need no cluster.
+"""Several learners (issue 21, in progress): a data-parallel update over N learner actors.
 
-The plan (the actors themselves are not written yet): N learner actors form one torch.distributed group (gloo on CPU,
-nccl on GPU; rank 0's address, 127.0.0.1 on a local cluster), each holds the policy (and PPO's value head) wrapped in
-torch's DistributedDataParallel. The driver keeps the RL of training/algorithms.py exactly as the single learner runs
+N learner actors (`LearnerGroup`, `DDPLearner`) form one torch.distributed group (gloo on CPU, nccl on GPU; the
+rendezvous on rank 0's node address, 127.0.0.1 on a local cluster), each holds the model wrapped in torch's
+DistributedDataParallel (which broadcasts rank 0's parameters when it wraps them, so every rank starts equal).
+Not yet: the trainer does not use it (S3Trainer.update still runs in the driver; its per-micro-batch loss must move into
+`loss_of`), checkpoints (rank 0 writes, every rank loads), weight sync from rank 0 to the rollout engines, and a lost
+learner (the group would have to be formed again: the actors have no restarts for now). The driver keeps the RL of training/algorithms.py exactly as the single learner runs
 it: it computes the advantages and the rows that enter the update, then `split_for_ranks` gives every rank its
 micro-batches and their loss weights. Each rank backpropagates `loss_j * weight_j` for its micro-batches under
 `ddp.no_sync()` except the last (`accumulate`), so DDP all-reduces (averages) the gradients once per epoch; every
@@ -27,9 +30,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from eval.config import RayConfig
+from eval.raycluster import RayWorker, WorkerPool, connect, require_ray, worker_threads
 from s3core.errors import ConfigError
 
-__all__ = ["RankShard", "accumulate", "dist_backend", "split_for_ranks"]
+__all__ = ["DDPLearner", "LearnerGroup", "RankShard", "accumulate", "dist_backend", "grpo_microbatch_loss",
+           "split_for_ranks"]
 
 
 @dataclass(frozen=True)
@@ -104,3 +110,122 @@ def dist_backend(device: str) -> Literal["gloo", "nccl"]:
     ('gloo', 'nccl', 'nccl')
     """
     return "nccl" if device.startswith("cuda") else "gloo"
+
+
+def grpo_microbatch_loss(model: Any, mb: dict[str, Any], clip_coef: float = 0.2, kl_coef: float = 0.001) -> Any:
+    """The GRPO loss of one padded micro-batch (training/algorithms.py): mb = {"ids": (B, T+1) token ids, "mask":
+    (B, T) policy-token mask, "adv": (B,) advantages, "ref": (B, T) reference log-probs or None, "old": (B, T) rollout
+    log-probs or None (= the current ones, detached: the first epoch)}. `model(ids)` gives logits (or has `.logits`)."""
+    from training import algorithms as alg
+
+    ids = mb["ids"]
+    out = model(ids[:, :-1])
+    logits = getattr(out, "logits", out)
+    lp = alg.gather_logprobs(logits, ids[:, 1:])  # (B, T)
+    old = mb.get("old")
+    return alg.grpo_loss(lp, lp.detach() if old is None else old, mb.get("ref"), mb["adv"], mb["mask"], clip_coef,
+                         kl_coef).loss
+
+
+class DDPLearner(RayWorker):
+    """One rank of a LearnerGroup: the model (DDP-wrapped once the group has formed), its optimizer, the loss."""
+
+    def __init__(self, rank: int, world_size: int, model: Any, make_optimizer: Callable[[Any], Any],
+                 loss_of: Callable[[Any, Any], Any], max_grad_norm: float, device: str = "cpu", cpus: float = 1.0) -> None:
+        import torch
+
+        torch.set_num_threads(worker_threads(cpus))
+        self.rank, self.world_size, self.device = rank, world_size, device
+        self.model = model.to(device)
+        self.optimizer = make_optimizer(self.model.parameters())
+        self.loss_of = loss_of
+        self.max_grad_norm = max_grad_norm
+        self.ddp: Any = None
+
+    def free_port(self) -> int:
+        """A free TCP port on this node for the rendezvous (asked of rank 0)."""
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return int(s.getsockname()[1])
+
+    def join(self, addr: str, port: int, timeout_s: float = 300.0) -> None:
+        """Enter the process group (every rank at once: it blocks until all have come) and wrap the model."""
+        from datetime import timedelta
+
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        dist.init_process_group(dist_backend(self.device), init_method=f"tcp://{addr}:{port}", rank=self.rank,
+                                world_size=self.world_size, timeout=timedelta(seconds=timeout_s))
+        ids = [int(self.device.split(":")[1])] if self.device.startswith("cuda:") else None
+        self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+
+    def update(self, micro_batches: list[Any], weights: list[float]) -> dict[str, float]:
+        """One update: this rank's weighted micro-batches, the all-reduce (DDP), clipping, the optimizer step."""
+        import torch
+
+        self.optimizer.zero_grad(set_to_none=True)
+        accumulate(self.ddp, micro_batches, weights, lambda mb: self.loss_of(self.ddp, mb))
+        gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        return {"losses/grad_norm": float(gn)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class LearnerGroup:
+    """N DDPLearner actors in one process group (see the module docstring).
+
+        group = LearnerGroup(cfg.ray, 2, model, functools.partial(torch.optim.AdamW, lr=1e-6), loss_of, 1.0)
+        shards = split_for_ranks(rows, tokens, 2, micro_batch_size)
+        group.update([[batch_of(mb) for mb in s.micro_batches] for s in shards], [s.weights for s in shards])
+    """
+
+    def __init__(self, rc: RayConfig, world_size: int, model: Any, make_optimizer: Callable[[Any], Any],
+                 loss_of: Callable[[Any, Any], Any], max_grad_norm: float, *, device: str = "cpu",
+                 cpus: float = 0.5) -> None:
+        connect(rc)
+        ray = require_ray()
+        # no restarts: a restarted rank could not re-enter the running group (not handled yet)
+        self.pool = WorkerPool.start(
+            "learner", DDPLearner,
+            [(r, world_size, model, make_optimizer, loss_of, max_grad_norm, device, cpus) for r in range(world_size)],
+            rc=rc.model_copy(update={"max_restarts": 0}), cpus=cpus, gpus=1.0 if device.startswith("cuda") else 0.0,
+        )
+        rank0 = self.pool.actors[0]
+        addr, port = ray.get(rank0.node.remote()), ray.get(rank0.free_port.remote())
+        try:
+            ray.get([a.join.remote(addr, port) for a in self.pool.actors])  # all at once: the rendezvous blocks
+        except Exception:
+            self.close()
+            raise
+
+    def update(self, micro_batches: list[list[Any]], weights: list[list[float]]) -> list[dict[str, float]]:
+        """One update on every rank at once (rank r: micro_batches[r] with weights[r]); each rank's stats."""
+        ray = require_ray()
+        if len(micro_batches) != len(self.pool) or len(weights) != len(self.pool):
+            raise ValueError(f"{len(self.pool)} ranks, but {len(micro_batches)} shards / {len(weights)} weight lists")
+        return list(ray.get([a.update.remote(m, w) for a, m, w in zip(self.pool.actors, micro_batches, weights,
+                                                                         strict=True)]))
+
+    def state_dicts(self) -> list[dict[str, Any]]:
+        """Every rank's parameters (equal after every update: the test of the group)."""
+        ray = require_ray()
+        return list(ray.get([a.state_dict.remote() for a in self.pool.actors]))
+
+    def close(self) -> None:
+        import contextlib
+
+        ray = require_ray()
+        with contextlib.suppress(Exception):
+            ray.get([a.close.remote() for a in self.pool.actors], timeout=60)
+        self.pool.close()

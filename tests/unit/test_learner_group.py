@@ -13,7 +13,7 @@ import torch
 import training.learner_group as lg
 from s3core.errors import ConfigError
 from training import algorithms as alg
-from training.learner_group import split_for_ranks
+from training.learner_group import accumulate, grpo_microbatch_loss, split_for_ranks
 
 VOCAB, T = 11, 7
 
@@ -32,9 +32,47 @@ def _problem(n_rows: int, seed: int = 0) -> tuple[torch.nn.Module, dict[str, tor
 
 
 def _loss(model: torch.nn.Module, d: dict[str, torch.Tensor], rows: list[int]) -> torch.Tensor:
-    ids = d["ids"][rows]
+    mb = {"ids": d["ids"][rows], "mask": d["mask"][rows], "adv": d["adv"][rows], "ref": d["ref"][rows]}
+    return grpo_microbatch_loss(model, mb, clip_coef=0.2, kl_coef=0.05)
+
+
+def test_grpo_microbatch_loss_is_the_algorithms_loss() -> None:
+    model, d = _problem(3)
+    ids = d["ids"]
     lp = alg.gather_logprobs(model(ids[:, :-1]), ids[:, 1:])  # (B, T)
-    return alg.grpo_loss(lp, lp.detach(), d["ref"][rows], d["adv"][rows], d["mask"][rows], 0.2, 0.05).loss
+    want = alg.grpo_loss(lp, lp.detach(), d["ref"], d["adv"], d["mask"], 0.2, 0.05).loss
+    torch.testing.assert_close(_loss(model, d, [0, 1, 2]), want)
+
+
+def test_accumulate_all_reduces_once_on_the_last_micro_batch() -> None:
+    """DDP all-reduces on every backward outside `no_sync`: exactly one per update, the last micro-batch's."""
+    import contextlib
+
+    model, d = _problem(4)
+    synced: list[bool] = []
+
+    class RecordingDDP(torch.nn.Module):  # stands in for DistributedDataParallel's no_sync switch only
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+            self.sync = True
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            synced.append(self.sync)
+            return self.inner(x)  # type: ignore[no-any-return]
+
+        @contextlib.contextmanager
+        def no_sync(self):  # type: ignore[no-untyped-def]
+            self.sync = False
+            yield
+            self.sync = True
+
+    ddp = RecordingDDP()
+    mbs, ws = [[0], [1, 2], [3]], [0.5, 1.0, 0.5]
+    accumulate(ddp, mbs, ws, lambda mb: _loss(ddp, d, mb))
+    got = torch.cat([p.grad.flatten() for p in model.parameters()])  # type: ignore[union-attr]
+    assert synced == [False, False, True]
+    torch.testing.assert_close(got, _grad(model, d, mbs, ws))
 
 
 def _grad(model: torch.nn.Module, d: dict[str, torch.Tensor], mbs: list[list[int]], weights: list[float]) -> torch.Tensor:
