@@ -232,8 +232,9 @@ def run_grid(
     cfg: EvalSettings, cells: list[Cell], *, backend: str = "local",
     on_result: Callable[[CellResult], None] | None = None,
 ) -> list[CellResult]:
-    """Run every unfinished cell (locally one after the other, or as Ray tasks); a cell that fails with an S3Error is
-    reported in its CellResult, the others go on. Results in cell order."""
+    """Run every unfinished cell (locally one after the other, or as Ray tasks); a cell that fails with an S3Error or
+    an OSError (bad input of that cell) is reported in its CellResult and the others go on; any other exception is a
+    bug and propagates. Results in cell order."""
     fingerprint = settings_fingerprint(cfg)
     results: dict[int, CellResult] = {}
     todo: list[int] = []
@@ -251,8 +252,8 @@ def run_grid(
         for i in todo:
             try:
                 done[i] = CellResult(cells[i], "ran", summary=run_cell(cfg, cells[i]))
-            except S3Error as e:
-                done[i] = CellResult(cells[i], "failed", error=str(e))
+            except (S3Error, OSError) as e:  # this cell's input (a model, a file) is bad: the other cells go on
+                done[i] = CellResult(cells[i], "failed", error=_message(e))
             if on_result is not None:
                 on_result(done[i])
     results.update(done)

@@ -164,18 +164,30 @@ def test_rerun_skips_only_cells_finished_with_the_same_entry_and_settings(
 def test_a_failing_cell_is_reported_and_the_others_go_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from s3core.errors import S3Error
 
-    grid = load_grid(_setup(tmp_path, 'generators = ["g"]\nmethods = ["no_retrieval"]\n'
-                                      '[[datasets]]\ndir = "data/hotpot"\n[[datasets]]\ndir = "data/musique"\n'))
+    (tmp_path / "data/third").mkdir(parents=True)
+    grid = load_grid(_setup(tmp_path, 'generators = ["g"]\nmethods = ["no_retrieval"]\n[[datasets]]\n'
+                                      'dir = "data/hotpot"\n[[datasets]]\ndir = "data/musique"\n'
+                                      '[[datasets]]\ndir = "data/third"\n'))
     cells = expand_grid(grid, tmp_path / "out")
 
     def fake_run_cell(cfg: Any, cell: Cell) -> dict[str, Any]:
         if cell.dataset == "hotpot":
             raise S3Error("no such model")
+        if cell.dataset == "musique":
+            raise FileNotFoundError(2, "No such file or directory", "data/musique/questions.jsonl")
         return {"n_scored": 1}
 
     monkeypatch.setattr("eval.grid.run_cell", fake_run_cell)
     results = run_grid(load_config(None, []), cells)
-    assert [(r.status, r.error) for r in results] == [("failed", "no such model"), ("ran", None)]
+    assert [r.status for r in results] == ["failed", "failed", "ran"]
+    assert results[0].error == "no such model" and "data/musique/questions.jsonl" in str(results[1].error)
+
+    def buggy(cfg: Any, cell: Cell) -> dict[str, Any]:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr("eval.grid.run_cell", buggy)
+    with pytest.raises(KeyError):  # a bug in our code is not a cell's failure: it propagates
+        run_grid(load_config(None, []), cells)
 
 
 @pytest.mark.parametrize(
