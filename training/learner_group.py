@@ -152,11 +152,15 @@ class DDPLearner(RayWorker):
 
     def join(self, addr: str, port: int, timeout_s: float = 300.0) -> None:
         """Enter the process group (every rank at once: it blocks until all have come) and wrap the model."""
+        import os
         from datetime import timedelta
 
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
+        if addr.startswith("127.") and dist_backend(self.device) == "gloo":
+            # a local group stays on loopback: gloo otherwise connects over the interface its hostname resolves to
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         dist.init_process_group(dist_backend(self.device), init_method=f"tcp://{addr}:{port}", rank=self.rank,
                                 world_size=self.world_size, timeout=timedelta(seconds=timeout_s))
         ids = [int(self.device.split(":")[1])] if self.device.startswith("cuda:") else None
