@@ -24,7 +24,7 @@ class EvalConfig(Section):
         "local",
         description="'ray' runs the question batches of `s3 eval` as tasks on Ray workers ([ray]; same as `s3 eval "
         "--ray`): each worker builds the run's pieces from this configuration; rows, resume and summary are the "
-        "local run's.",
+        "local run's. For `s3 leaderboard --grid` (same as its --ray) each grid cell is one Ray task.",
     )
     max_failed_fraction: float = Field(
         0.1, ge=0, le=1,

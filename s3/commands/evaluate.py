@@ -43,9 +43,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="one table (markdown, CSV, HTML, PNG) from many eval runs",
         description="Rows = generator x method, columns = datasets, cells = GenAcc (EM), plus mean, "
         "GBR (searcher - naive RAG), cost and latency. Refuses runs of the same method that differ in "
-        "retriever, k, corpus or prompt.",
+        "retriever, k, corpus or prompt. With --grid GRID.toml it first runs every generator x dataset x method "
+        "cell as its own `s3 eval` run directory under DIR/runs (resumable; a re-run skips finished cells), "
+        "one after the other or, with --ray, as Ray tasks (eval/grid.py documents the grid file).",
     )
-    lb.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (each with summary.json)")
+    lb.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders (each with summary.json)")
+    lb.add_argument("--grid", default=None, metavar="GRID.toml",
+                    help="run the grid's cells first (generators x datasets x methods) into DIR/runs, then the table")
+    lb.add_argument("--ray", action="store_true",
+                    help="with --grid: the cells run as Ray tasks ([ray]; same as eval.backend = 'ray')")
     lb.add_argument("--out", required=True, metavar="DIR", help="where leaderboard.{md,csv,html,png} go")
     lb.set_defaults(handler=_leaderboard)
 
@@ -119,10 +125,56 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
 
 def _leaderboard(args: argparse.Namespace, cfg: S3Config) -> int:
     from eval.leaderboard import build_leaderboard, write_leaderboard
+    from s3core.errors import ConfigError
 
-    board = build_leaderboard([Path(r) for r in args.runs])
+    rc = 0
+    if args.grid is not None:
+        if args.runs:
+            raise ConfigError("give either RUN_DIRs or --grid GRID.toml, not both")
+        runs, rc = _run_grid(args, cfg)
+    else:
+        if args.ray:
+            raise ConfigError("--ray runs the cells of a --grid; without --grid there is nothing to run")
+        if not args.runs:
+            raise ConfigError("give the RUN_DIRs to put in the table, or --grid GRID.toml to run them first")
+        runs = [Path(r) for r in args.runs]
+    if not runs:
+        print("error: no cell finished; no leaderboard written", file=sys.stderr)
+        return 1
+    board = build_leaderboard(runs)
     paths = write_leaderboard(board, Path(args.out))
     print(board.markdown())
     for p in paths:
         print(f"wrote {p}")
-    return 0
+    return rc
+
+
+def _run_grid(args: argparse.Namespace, cfg: S3Config) -> tuple[list[Path], int]:
+    """Run the grid's cells; the run dirs of the cells that have a summary, and 1 when a cell failed or its verdict
+    (eval.max_failed_fraction) is bad."""
+    from eval.grid import CellResult, expand_grid, load_grid, run_grid
+    from eval.summary import verdict
+
+    grid = load_grid(Path(args.grid))
+    cells = expand_grid(grid, Path(args.out), default_index=cfg.resolve(cfg.retriever.index))
+    backend = "ray" if args.ray or cfg.eval.backend == "ray" else "local"
+    print(f"grid: {len(cells)} cells ({len(grid.generators)} generators x {len(grid.datasets)} datasets x "
+          f"{len(grid.methods)} methods) on {backend}")
+
+    def show(r: CellResult) -> None:
+        s = r.summary or {}
+        what = r.error if r.status == "failed" else (
+            f"scored {s.get('n_scored', 0)}, failed {s.get('n_failed', 0)}, missing {s.get('n_missing', 0)}")
+        print(f"  {r.status:<7} {r.cell.key}: {what}  ({r.cell.out})", flush=True)
+
+    results = run_grid(cfg, cells, backend=backend, on_result=show)
+    bad = [r for r in results if r.status == "failed"]
+    for r in results:
+        problem = verdict(r.summary, cfg.eval.max_failed_fraction) if r.summary is not None else None
+        if problem is not None:
+            bad.append(r)
+            print(f"error: {r.cell.key}: {problem}", file=sys.stderr)
+    if bad:
+        print(f"error: {len(bad)} of {len(cells)} cells failed or fell short; re-run the same command to resume them",
+              file=sys.stderr)
+    return [r.cell.out for r in results if r.summary is not None], 1 if bad else 0

@@ -1,0 +1,143 @@
+"""Several learners (issue 21), the pieces without a cluster: how an update's rows are split over the ranks, and
+that the loss weights make the gradient averaged over ranks (what DistributedDataParallel's all-reduce computes)
+equal the single learner's gradient, with the real GRPO loss of training/algorithms.py on a tiny torch model.
+The all-reduce itself (2 gloo processes, DDP): tests/integration/test_learner_group_ddp.py."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+import torch
+
+import training.learner_group as lg
+from s3core.errors import ConfigError
+from training import algorithms as alg
+from training.learner_group import accumulate, grpo_microbatch_loss, split_for_ranks
+
+VOCAB, T = 11, 7
+
+
+def _problem(n_rows: int, seed: int = 0) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Embedding(VOCAB, 8), torch.nn.Linear(8, VOCAB)).double()
+    ids = torch.randint(0, VOCAB, (n_rows, T + 1))  # (N, T+1)
+    mask = torch.zeros(n_rows, T, dtype=torch.float64)  # (N, T): rows with 1..T policy tokens, very unequal
+    for i in range(n_rows):
+        n = 1 + (i * 5) % T
+        mask[i, T - n :] = 1.0
+    data = {"ids": ids, "mask": mask, "adv": torch.randn(n_rows, dtype=torch.float64),
+            "ref": torch.randn(n_rows, T, dtype=torch.float64) * 0.1 - 2.0}
+    return model, data
+
+
+def _loss(model: torch.nn.Module, d: dict[str, torch.Tensor], rows: list[int]) -> torch.Tensor:
+    mb = {"ids": d["ids"][rows], "mask": d["mask"][rows], "adv": d["adv"][rows], "ref": d["ref"][rows]}
+    return grpo_microbatch_loss(model, mb, clip_coef=0.2, kl_coef=0.05)
+
+
+def test_grpo_microbatch_loss_is_the_algorithms_loss() -> None:
+    model, d = _problem(3)
+    ids = d["ids"]
+    lp = alg.gather_logprobs(model(ids[:, :-1]), ids[:, 1:])  # (B, T)
+    want = alg.grpo_loss(lp, lp.detach(), d["ref"], d["adv"], d["mask"], 0.2, 0.05).loss
+    torch.testing.assert_close(_loss(model, d, [0, 1, 2]), want)
+
+
+def test_accumulate_all_reduces_once_on_the_last_micro_batch() -> None:
+    """DDP all-reduces on every backward outside `no_sync`: exactly one per update, the last micro-batch's."""
+    import contextlib
+
+    model, d = _problem(4)
+    synced: list[bool] = []
+
+    class RecordingDDP(torch.nn.Module):  # stands in for DistributedDataParallel's no_sync switch only
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+            self.sync = True
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            synced.append(self.sync)
+            return self.inner(x)  # type: ignore[no-any-return]
+
+        @contextlib.contextmanager
+        def no_sync(self):  # type: ignore[no-untyped-def]
+            self.sync = False
+            yield
+            self.sync = True
+
+    ddp = RecordingDDP()
+    mbs, ws = [[0], [1, 2], [3]], [0.5, 1.0, 0.5]
+    accumulate(ddp, mbs, ws, lambda mb: _loss(ddp, d, mb))
+    got = torch.cat([p.grad.flatten() for p in model.parameters()])  # type: ignore[union-attr]
+    assert synced == [False, False, True]
+    torch.testing.assert_close(got, _grad(model, d, mbs, ws))
+
+
+def _grad(model: torch.nn.Module, d: dict[str, torch.Tensor], mbs: list[list[int]], weights: list[float]) -> torch.Tensor:
+    model.zero_grad(set_to_none=True)
+    for mb, w in zip(mbs, weights, strict=True):
+        (_loss(model, d, mb) * w).backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters()])  # type: ignore[union-attr]
+
+
+def _single_learner_grad(model: torch.nn.Module, d: dict[str, torch.Tensor], rows: list[int], mbs: int) -> torch.Tensor:
+    """What S3Trainer.update does: micro-batches weighted by their share of the batch's policy tokens."""
+    tokens = d["mask"].sum(1)
+    total = float(tokens[rows].sum())
+    chunks = [rows[i : i + mbs] for i in range(0, len(rows), mbs)]
+    return _grad(model, d, chunks, [float(tokens[c].sum()) / total for c in chunks])
+
+
+@pytest.mark.parametrize(("n_rows", "world", "mbs"), [(6, 2, 2), (7, 2, 3), (5, 3, 1), (8, 4, 4), (2, 3, 2)])
+def test_rank_weights_make_the_averaged_gradient_the_single_learners(n_rows: int, world: int, mbs: int) -> None:
+    model, d = _problem(n_rows)
+    rows = list(range(n_rows))
+    single = _single_learner_grad(model, d, rows, mbs)
+    shards = split_for_ranks(rows, d["mask"].sum(1).tolist(), world, mbs)
+    per_rank = [_grad(model, d, s.micro_batches, s.weights) for s in shards]
+    averaged = torch.stack(per_rank).mean(0)  # DDP's all-reduce: the mean over ranks
+    # equal up to float32 rounding (gather_logprobs takes its log-softmax in float32, as the learner does)
+    torch.testing.assert_close(averaged, single, rtol=1e-5, atol=1e-6)
+
+
+def test_per_rank_token_normalisation_would_be_another_gradient() -> None:
+    """The pitfall the weights avoid: each rank normalising by its own token count."""
+    model, d = _problem(6)
+    rows = list(range(6))
+    tokens = d["mask"].sum(1).tolist()
+    single = _single_learner_grad(model, d, rows, 2)
+    shards = split_for_ranks(rows, tokens, 2, 2)
+    local = []
+    for s in shards:
+        own = sum(tokens[i] for mb in s.micro_batches for i in mb)
+        local.append(_grad(model, d, s.micro_batches, [sum(tokens[i] for i in mb) / own for mb in s.micro_batches]))
+    assert not torch.allclose(torch.stack(local).mean(0), single, rtol=1e-3, atol=1e-6)
+
+
+def test_split_covers_every_row_once_in_order_balanced_by_tokens() -> None:
+    rows = [3, 4, 8, 9, 10, 15]
+    tokens = [10.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+    shards = split_for_ranks(rows, tokens, 2, 2)
+    assert [s.micro_batches for s in shards] == [[[3]], [[4, 8], [9, 10], [15]]]  # 10 tokens | 10 tokens
+    assert [sum(s.weights) for s in shards] == [1.0, 1.0]  # each rank holds half the tokens: N * 1/2
+    flat = [i for s in shards for mb in s.micro_batches for i in mb]
+    assert flat == rows
+    # more ranks than rows: the idle ranks get a zero-weight micro-batch (they must join the all-reduce)
+    idle = split_for_ranks([5, 6], [1.0, 1.0], 4, 2)
+    assert [s.weights for s in idle] == [[2.0], [0.0], [2.0], [0.0]]
+    assert sorted(i for s in idle for mb, w in zip(s.micro_batches, s.weights, strict=True) if w for i in mb) == [5, 6]
+
+
+def test_split_refuses_bad_input() -> None:
+    with pytest.raises(ConfigError, match="world_size"):
+        split_for_ranks([0], [1.0], 0, 1)
+    with pytest.raises(ValueError, match="no rows"):
+        split_for_ranks([], [], 2, 1)
+    with pytest.raises(ValueError, match="token counts"):
+        split_for_ranks([0, 1], [1.0], 2, 1)
+
+
+def test_doctests() -> None:
+    assert doctest.testmod(lg).failed == 0
