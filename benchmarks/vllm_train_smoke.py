@@ -97,9 +97,10 @@ def main() -> int:
         question = json.loads((work / "data" / "train.jsonl").read_text().splitlines()[0])["question"]
         resp = httpx.post(f"http://127.0.0.1:{port}/search", json={"question": question}, timeout=600)
         body = resp.json()
-        record["serve"] = {"status": resp.status_code, "question": question, "policy": body.get("policy"),
+        traj = body.get("trajectory") or {}
+        record["serve"] = {"status": resp.status_code, "question": question,
                            "documents": [d.get("title") for d in body.get("documents", [])],
-                           "turns": len(body.get("steps", []))}
+                           "turns": traj.get("turns"), "queries": traj.get("queries")}
     finally:
         os.killpg(serve.pid, signal.SIGTERM)
         serve.wait(timeout=60)
@@ -114,7 +115,7 @@ def main() -> int:
                   f"{r['charts/step_seconds']:.1f} | {r['rollout/logprob_gap_mean_abs']:.2e} |")
     s = record["serve"]
     md += ["", f"`s3 serve --policy RUN_DIR --set searcher.policy=vllm`: POST /search -> {s['status']}, "
-               f"{s['turns']} steps, documents {s['documents']}"]
+               f"{s['turns']} search turns (queries {s['queries']}), documents {s['documents']}"]
     args.out.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return 0 if record["metrics_ok"] and s["status"] == 200 else 1
