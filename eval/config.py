@@ -55,6 +55,20 @@ class RayConfig(Section):
         description="Generator calls in flight per reward actor (None = generator.concurrency); the step's total is "
         "reward_workers x this.",
     )
+    learners: int = Field(
+        1, ge=1,
+        description="Learner processes of a training run. 1 = the learner is the trainer's own process; N > 1 = N Ray "
+        "actors in one torch.distributed group (gloo on CPU, nccl on GPU) doing data-parallel updates: the update's "
+        "rows split over them, gradients all-reduced, the same loss and step as one learner (training/learner_group.py). "
+        "Needs training.backend = 'ray'.",
+    )
+    learner_cpus: float = Field(0.5, gt=0, description="CPUs reserved per learner actor (ray.learners > 1); its torch "
+                                "threads = max(1, round(this)).")
+    learner_gpus: float = Field(
+        0.0, ge=0,
+        description="GPUs per learner actor (ray.learners > 1): 1 on a GPU node (each learner on its own GPU, nccl); "
+        "0 = CPU learners (gloo).",
+    )
     eval_workers: int = Field(2, ge=1, description="Evaluation actors (eval.backend = 'ray' / `s3 eval --ray`).")
     eval_worker_cpus: float = Field(0.5, gt=0, description="CPUs reserved per evaluation actor.")
     placement: Literal["pack", "spread", "none"] = Field(

@@ -1,0 +1,166 @@
+"""ray.learners = 2 through the real trainer (issue 21) on the session's Ray cluster (2 CPUs, every node on 127.0.0.1):
+two Learner actors in one gloo group, a rollout worker and a reward worker, over the real bm25 index of
+../shared/data/train_hotpotqa_musique100. The policy is a tiny random Llama (1 layer, hidden 16) with SmolLM2's
+tokenizer, saved as a plain HF dir: the trainer's real code paths (padding, shared-prefix forward, the KL reference,
+masked GRPO, AdamW, checkpoints) at seconds a step. The reward is R1-Searcher's stage-1 format reward (no generator).
+
+- one update with 2 learners equals the single learner's update on the same rollouts and rewards within 1e-5 (every
+  parameter), the two ranks hold identical parameters and optimizer state;
+- a full step: rollouts on the worker, weight sync from rank 0 (timed), the worker holds rank 0's weights;
+- the learners SIGKILLed after a checkpoint and the run resumed: every rank holds the checkpoint's weights and optimizer
+  state, the run continues at the same step with the same data order, and the checkpoint is the single learner's format.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "configs" / "smoke.toml"
+DATA = ROOT.parent / "shared" / "data" / "train_hotpotqa_musique100"
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("ray")
+if not DATA.is_dir():
+    pytest.skip(f"shared training data not found at {DATA}", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama with SmolLM2-135M's tokenizer (49,152 tokens), saved as a plain HF model dir."""
+    from searcher.policy.transformers_policy import resolve_checkpoint
+
+    root = tmp_path_factory.mktemp("learners")
+    tok = transformers.AutoTokenizer.from_pretrained(str(resolve_checkpoint("smollm2-135m-instruct")))
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
+                                   tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(str(root / "tiny"))
+    tok.save_pretrained(str(root / "tiny"))
+    return root
+
+
+def _trainer(root: Path, name: str, *extra: str) -> Any:
+    from s3.config import load_config
+    from training.trainer import make_trainer
+
+    cfg = load_config(SMOKE, [
+        "training.max_questions=8", "training.batch_size=2", "training.group_size=2", "training.algorithm=grpo",
+        "training.reward=r1_searcher_stage1", "training.keep_baseline_zero=false", "training.kl_coef=0.05",
+        "training.temperature=1.0", "training.learning_rate=0.001", "training.micro_batch_size=1",
+        "training.save_every=1", "training.total_steps=4", f"training.base_model={root / 'tiny'}",
+        "searcher.max_new_tokens=16", "searcher.doc_token_budget=24", f"training.train_data={root / 'data'}",
+        f"training.output_dir={root / name}", *extra,
+    ])
+    return make_trainer(cfg, log=lambda s: None)
+
+
+TWO = ("training.backend=ray", "ray.learners=2", "ray.rollout_workers=1", "ray.reward_workers=1")
+
+
+def _max_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+def _adam_moments(state: dict[str, Any]) -> list[Any]:
+    return [s[k] for _, s in sorted(state["optimizer"]["state"].items()) for k in ("exp_avg", "exp_avg_sq")]
+
+
+def test_two_learners_update_equals_the_single_learners_and_a_full_step_syncs_rank0(ray_cluster, root: Path) -> None:  # type: ignore[no-untyped-def]
+    from eval.raycluster import node_addresses
+    from training.ray_backend import weights_checksum
+
+    assert node_addresses() == ["127.0.0.1"]
+    one = _trainer(root, "one")
+    two = _trainer(root, "two", *TWO)
+    try:
+        assert one.learners is None and two.learners is not None and two.model is None  # the ranks hold the model
+        assert two.learners.nodes() == ["127.0.0.1", "127.0.0.1"]
+        start = {k: v.detach().clone() for k, v in one.model.state_dict().items()}
+        rank0, rank1 = two.learners.state_dicts()
+        assert _max_diff(rank0, start) == 0 and _max_diff(rank1, start) == 0  # the same starting point
+
+        idx = one.batch_indices(0)
+        examples = [one.examples[i] for i in idx for _ in range(one.tc.group_size)]
+        results = one.rollout(examples)
+        rewards = [1.0, 0.0, 0.25, 0.75]  # both groups have an advantage; 4 rows, micro-batches of 1: 2 per rank
+        s1, rows1, tok1 = one.update(results, rewards)
+        s2, rows2, tok2 = two.update(results, rewards)
+        assert rows1 == rows2 == [0, 1, 2, 3] and tok1 == tok2 > 0
+        rank0, rank1 = two.learners.state_dicts()
+        single = {k: v.detach() for k, v in one.model.state_dict().items()}
+        assert _max_diff(single, start) > 1e-4  # the update moved the parameters (AdamW, lr 1e-3)
+        diff = _max_diff(rank0, single)
+        print(f"max |2 learners - 1 learner| over every parameter after one update: {diff:.3g}")
+        assert diff < 1e-5
+        assert _max_diff(rank1, rank0) == 0  # the same averaged gradient, the same step on every rank
+        for k in ("losses/total", "losses/policy", "losses/kl", "losses/grad_norm", "rollout/logprob_gap_mean_abs"):
+            assert s2[k] == pytest.approx(s1[k], rel=1e-4, abs=1e-6), k
+        st0, st1 = two.learners.call_all("state")
+        assert all(torch.equal(a, b) for a, b in zip(_adam_moments(st0), _adam_moments(st1), strict=True))
+        assert _max_diff({str(i): t for i, t in enumerate(_adam_moments(st0))},
+                         {str(i): t for i, t in enumerate(_adam_moments(one.learner.state()))}) < 1e-5
+
+        # a full step of the 2-learner run: rollouts on the worker, the update on the ranks, rank 0's weights synced
+        row = two.train_step()
+        assert row["charts/weight_sync_s"] > 0 and row["charts/learning_rate"] == pytest.approx(1e-3)
+        assert row["reward/samples_in_update"] == 4 and row["losses/grad_norm"] > 0
+        [held] = two.executor.rollouts.call_all("weights_checksum")
+        rank0_sum = sum(float(v.double().sum()) for k, v in two.learners.state_dicts()[0].items()
+                        if k != "lm_head.weight")  # tied to the embeddings: one tensor, counted once by parameters()
+        assert held == pytest.approx(rank0_sum, rel=0, abs=1e-6)
+        assert abs(held - weights_checksum(one.model)) > 1e-6  # not the single learner's: the group moved on
+    finally:
+        two.close()
+        one.close()
+
+
+def test_two_learner_run_killed_after_a_checkpoint_resumes_every_rank_with_the_same_data_order(ray_cluster, root: Path) -> None:  # type: ignore[no-untyped-def]
+    from searcher.policy.transformers_policy import TransformersPolicy
+    from training.trainer import STATE_FILE, read_metrics
+
+    first = _trainer(root, "resume", *TWO)
+    try:
+        first.train(max_steps=1)  # step 1 and its checkpoint
+        assert (first.ckpt_dir / "latest").read_text().strip() == "step_000001"
+        saved = first.learners.state_dicts()[0]
+        saved_state = first.learners.call_rank0("state")
+        order = [first.batch_indices(s) for s in range(3)]
+        for pid in first.learners.pids():  # the learners die (the driver with them, as a killed run would)
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        first.close()
+
+    ckpt = root / "resume" / "checkpoints" / "step_000001"
+    # the single learner's checkpoint format: a plain HF policy/ (what `s3 serve --policy` loads) + trainer_state.pt
+    plain = TransformersPolicy.load(str(ckpt / "policy")).model.state_dict()
+    assert _max_diff(plain, saved) == 0
+    state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
+    assert state["step"] == 1 and set(state) >= {"optimizer", "scheduler", "rng", "data_order", "value_head"}
+
+    resumed = _trainer(root, "resume", *TWO)
+    try:
+        assert resumed.resumed_from == str(ckpt) and resumed.step == 1
+        assert [resumed.batch_indices(s) for s in range(3)] == order
+        for rank in resumed.learners.state_dicts():
+            assert _max_diff(rank, saved) == 0  # every rank: the checkpoint's weights
+        for st in resumed.learners.call_all("state"):  # and its optimizer / scheduler state
+            assert all(torch.equal(a, b) for a, b in zip(_adam_moments(st), _adam_moments(saved_state), strict=True))
+            assert st["scheduler"] == saved_state["scheduler"]
+        resumed.train(max_steps=1)
+    finally:
+        resumed.close()
+    rows = read_metrics(root / "resume")
+    assert [r["step"] for r in rows] == [1, 2]
+    ids = [e.id for e in resumed.examples]
+    assert [r["data/question_ids"] for r in rows] == [[ids[i] for i in order[0]], [ids[i] for i in order[1]]]
