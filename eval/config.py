@@ -71,6 +71,22 @@ class RayConfig(Section):
     )
     eval_workers: int = Field(2, ge=1, description="Evaluation actors (eval.backend = 'ray' / `s3 eval --ray`).")
     eval_worker_cpus: float = Field(0.5, gt=0, description="CPUs reserved per evaluation actor.")
+    rollout_worker_resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Custom Ray resources each rollout actor needs (e.g. {rollout_node = 1}; --set "
+        "ray.rollout_worker_resources.rollout_node=1): the actors go only to "
+        "nodes started with those resources (`ray start --resources`, `Cluster.add_node(resources=...)`), e.g. the "
+        "second node of a cluster (scripts/ray_cluster.py).",
+    )
+    reward_worker_resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources each reward actor needs (like rollout_worker_resources)."
+    )
+    eval_worker_resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources each evaluation actor (and grid cell task) needs."
+    )
+    learner_resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources each learner actor needs (ray.learners > 1)."
+    )
     placement: Literal["pack", "spread", "none"] = Field(
         "pack",
         description="Placement group strategy of a job's actors: 'pack' on as few nodes as fit, 'spread' over nodes, "

@@ -256,7 +256,7 @@ class LearnerGroup:
     """
 
     def __init__(self, rc: RayConfig, world_size: int, build: Callable[[], Any], *, device: str = "cpu",
-                 cpus: float = 0.5, gpus: float = 0.0) -> None:
+                 cpus: float = 0.5, gpus: float = 0.0, resources: dict[str, float] | None = None) -> None:
         connect(rc)
         ray = require_ray()
         self.world_size = world_size
@@ -265,7 +265,7 @@ class LearnerGroup:
         self.pool = WorkerPool.start(
             "learner", DDPLearner,
             [(r, world_size, build, device, cpus) for r in range(world_size)],
-            rc=rc.model_copy(update={"max_restarts": 0}), cpus=cpus, gpus=gpus,
+            rc=rc.model_copy(update={"max_restarts": 0}), cpus=cpus, gpus=gpus, resources=resources,
         )
         rank0 = self.pool.actors[0]
         addr, port = ray.get(rank0.node.remote()), ray.get(rank0.free_port.remote())

@@ -195,7 +195,7 @@ class RayExecutor:
         self.rollouts = WorkerPool.start(
             "rollout", RolloutWorker,
             [(cfg, loop_cfg, index_dir, agent_kind, i, threads, policy_factory) for i in range(rc.rollout_workers)],
-            rc=rc, cpus=rc.rollout_worker_cpus, gpus=rc.rollout_worker_gpus,
+            rc=rc, cpus=rc.rollout_worker_cpus, gpus=rc.rollout_worker_gpus, resources=rc.rollout_worker_resources,
         )
         self.rollouts.revive = self._revive_rollout
         try:
@@ -204,7 +204,7 @@ class RayExecutor:
             self.rewards = WorkerPool.start(
                 "reward", RewardWorker,
                 [(cfg, self._baseline_ref, end_to_end, rc.reward_concurrency)] * rc.reward_workers,
-                rc=rc, cpus=rc.reward_worker_cpus,
+                rc=rc, cpus=rc.reward_worker_cpus, resources=rc.reward_worker_resources,
             )
         except BaseException:
             self.rollouts.close()

@@ -209,7 +209,8 @@ class S3Trainer:
         device = "cuda" if rc.learner_gpus > 0 else resolve_device(self.tc.device)
         t0 = time.perf_counter()
         build = functools.partial(Learner, self.tc, device, self.run_dir, resume_dir)
-        group = LearnerGroup(rc, rc.learners, build, device=device, cpus=rc.learner_cpus, gpus=rc.learner_gpus)
+        group = LearnerGroup(rc, rc.learners, build, device=device, cpus=rc.learner_cpus, gpus=rc.learner_gpus,
+                             resources=rc.learner_resources)
         self.log(f"train: {rc.learners} learners ({'nccl' if device.startswith('cuda') else 'gloo'}) ready in "
                  f"{time.perf_counter() - t0:.1f}s")
         return group
