@@ -93,7 +93,8 @@ def worker_threads(cpus: float) -> int:
 
 
 class RayWorker:
-    """What every actor of a WorkerPool answers besides its work: ping (alive and constructed), pid, node."""
+    """What every actor of a WorkerPool answers besides its work: ping (alive and constructed), pid, node (address),
+    node_id, cwd."""
 
     def ping(self) -> bool:
         return True
@@ -105,6 +106,16 @@ class RayWorker:
         import ray
 
         return str(ray.util.get_node_ip_address())
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (its id: on one machine every node has the address 127.0.0.1)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def cwd(self) -> str:
+        """This actor's working folder (its node's: scripts/ray_cluster.py starts each node in a folder of its own)."""
+        return os.getcwd()
 
 
 def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:

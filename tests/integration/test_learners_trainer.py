@@ -27,25 +27,16 @@ SMOKE = ROOT / "configs" / "smoke.toml"
 DATA = ROOT.parent / "shared" / "data" / "train_hotpotqa_musique100"
 
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 pytest.importorskip("ray")
 if not DATA.is_dir():
     pytest.skip(f"shared training data not found at {DATA}", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random Llama with SmolLM2-135M's tokenizer (49,152 tokens), saved as a plain HF model dir."""
-    from searcher.policy.transformers_policy import resolve_checkpoint
-
+def root(tmp_path_factory: pytest.TempPathFactory, tiny_policy_dir: Path) -> Path:
     root = tmp_path_factory.mktemp("learners")
-    tok = transformers.AutoTokenizer.from_pretrained(str(resolve_checkpoint("smollm2-135m-instruct")))
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
-                                   tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
-    transformers.LlamaForCausalLM(cfg).save_pretrained(str(root / "tiny"))
-    tok.save_pretrained(str(root / "tiny"))
+    (root / "tiny").symlink_to(tiny_policy_dir, target_is_directory=True)
     return root
 
 
