@@ -70,7 +70,7 @@ def start_cluster(out: Path, cpus: tuple[float, float], object_store_mb: int) ->
                                     "object_store_memory": object_store_mb * 1024 * 1024}
             if cluster is None:
                 cluster = Cluster(initialize_head=True, connect=False, head_node_args={**args, "include_dashboard": False})
-                node = cluster.head_node
+                node: Any = cluster.head_node
             else:
                 node = cluster.add_node(**args)
             labels[str(node.node_id)] = label
@@ -106,7 +106,7 @@ def train(cfg: Any, labels: dict[str, str]) -> tuple[list[dict[str, Any]], dict[
     trainer = make_trainer(cfg, log=lambda s: print(s, flush=True))
     try:
         trainer.train()
-        ex = trainer.executor
+        ex: Any = trainer.executor  # a RayExecutor (training.backend = "ray")
         rows = placement_rows("rollout", ex.rollouts, labels) + placement_rows("reward", ex.rewards, labels)
         if trainer.learners is not None:
             rows += placement_rows("learner", trainer.learners.pool, labels)
