@@ -8,7 +8,10 @@ the running engine, in place -> metrics -> checkpoint every `save_every` steps (
 
 Rollouts, rewards and the weight sync go through a StepExecutor (training/executors.py): in this process
 (training.backend = "local"), or on Ray actors (training.backend = "ray", training/ray_backend.py); the update, the
-checkpoints and the data order are this file's either way.
+checkpoints and the data order are this file's either way. The learner (training/learner.py: the policy, critic,
+reference, optimizer, the one `masked_update`) lives in this process, or with ray.learners = N > 1 on N Ray actors in
+one torch.distributed group (training/learner_group.py): this file then splits the update's rows over the ranks, rank 0
+writes the checkpoint's model folders (the same format) and feeds the rollout engines, and every rank resumes.
 
 Devices: the learner, the reference policy and the critic live on training.device ('auto' = cuda when available);
 nothing else is placed by hand. With rollout_engine = "vllm" the ratio's old log-probs are the learner's own
