@@ -186,7 +186,12 @@ class S3Trainer:
         if tc.max_new_tokens:
             scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
         self.loop_cfg = scfg
-        self.executor: StepExecutor = self._make_executor(scfg)
+        try:
+            self.executor: StepExecutor = self._make_executor(scfg)
+        except BaseException:
+            if self.learners is not None:
+                self.learners.close()  # the learner actors do not outlive a trainer that failed to start
+            raise
         self.oracle_agent = self._oracle_agent(scfg) if tc.sft_warmup_steps else None
         self.metrics = _MetricsWriter(self.run_dir)
         (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))

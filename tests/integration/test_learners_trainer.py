@@ -67,17 +67,20 @@ def _adam_moments(state: dict[str, Any]) -> list[Any]:
     return [s[k] for _, s in sorted(state["optimizer"]["state"].items()) for k in ("exp_avg", "exp_avg_sq")]
 
 
-def test_two_learners_update_equals_the_single_learners_and_a_full_step_syncs_rank0(ray_cluster, root: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_two_learners_update_equals_the_single_learners_and_a_full_step_syncs_rank0(ray_cluster, root: Path,  # type: ignore[no-untyped-def]
+                                                                                     algorithm: str) -> None:
+    """GRPO, and PPO (its critic's value head is all-reduced and stepped with the policy); then (GRPO) a full step."""
     from eval.raycluster import node_addresses
     from training.ray_backend import weights_checksum
 
     assert node_addresses() == ["127.0.0.1"]
-    one = _trainer(root, "one")
-    two = _trainer(root, "two", *TWO)
+    one = _trainer(root, f"one_{algorithm}", f"training.algorithm={algorithm}")
+    two = _trainer(root, f"two_{algorithm}", f"training.algorithm={algorithm}", *TWO)
     try:
         assert one.learners is None and two.learners is not None and two.model is None  # the ranks hold the model
         assert two.learners.nodes() == ["127.0.0.1", "127.0.0.1"]
-        start = {k: v.detach().clone() for k, v in one.model.state_dict().items()}
+        start = one.learner.state_dict()  # the policy's parameters, and PPO's value head (value_head.*)
         rank0, rank1 = two.learners.state_dicts()
         assert _max_diff(rank0, start) == 0 and _max_diff(rank1, start) == 0  # the same starting point
 
@@ -89,19 +92,24 @@ def test_two_learners_update_equals_the_single_learners_and_a_full_step_syncs_ra
         s2, rows2, tok2 = two.update(results, rewards)
         assert rows1 == rows2 == [0, 1, 2, 3] and tok1 == tok2 > 0
         rank0, rank1 = two.learners.state_dicts()
-        single = {k: v.detach() for k, v in one.model.state_dict().items()}
+        single = one.learner.state_dict()
         assert _max_diff(single, start) > 1e-4  # the update moved the parameters (AdamW, lr 1e-3)
         diff = _max_diff(rank0, single)
         print(f"max |2 learners - 1 learner| over every parameter after one update: {diff:.3g}")
         assert diff < 1e-5
         assert _max_diff(rank1, rank0) == 0  # the same averaged gradient, the same step on every rank
-        for k in ("losses/total", "losses/policy", "losses/kl", "losses/grad_norm", "rollout/logprob_gap_mean_abs"):
+        keys = ["losses/total", "losses/policy", "losses/kl", "losses/grad_norm", "rollout/logprob_gap_mean_abs"]
+        for k in keys + (["losses/value"] if algorithm == "ppo" else []):
             assert s2[k] == pytest.approx(s1[k], rel=1e-4, abs=1e-6), k
+        if algorithm == "ppo":  # the critic moved, and moved alike
+            assert float((rank0["value_head.weight"] - start["value_head.weight"]).abs().max()) > 5e-6  # critic lr 1e-5
         st0, st1 = two.learners.call_all("state")
         assert all(torch.equal(a, b) for a, b in zip(_adam_moments(st0), _adam_moments(st1), strict=True))
         assert _max_diff({str(i): t for i, t in enumerate(_adam_moments(st0))},
                          {str(i): t for i, t in enumerate(_adam_moments(one.learner.state()))}) < 1e-5
 
+        if algorithm == "ppo":
+            return
         # a full step of the 2-learner run: rollouts on the worker, the update on the ranks, rank 0's weights synced
         row = two.train_step()
         assert row["charts/weight_sync_s"] > 0 and row["charts/learning_rate"] == pytest.approx(1e-3)
