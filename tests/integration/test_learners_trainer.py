@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "configs" / "smoke.toml"
@@ -163,3 +163,37 @@ def test_two_learner_run_killed_after_a_checkpoint_resumes_every_rank_with_the_s
     assert [r["step"] for r in rows] == [1, 2]
     ids = [e.id for e in resumed.examples]
     assert [r["data/question_ids"] for r in rows] == [[ids[i] for i in order[0]], [ids[i] for i in order[1]]]
+
+
+def test_two_lora_learners_start_from_rank0s_adapter_stay_identical_and_checkpoint_it(ray_cluster, root: Path) -> None:  # type: ignore[no-untyped-def]
+    """LoRA (what configs/gpu_cluster.toml selects): each rank draws its own random adapter, the group takes rank 0's
+    when it forms; after an update the ranks are still bit-equal (the reference = the adapters disabled), rank 0's
+    checkpoint holds adapter/ and a merged plain policy/, and rank 0's merged weights reached the rollout worker."""
+    from searcher.policy.transformers_policy import TransformersPolicy
+    from training.weight_sync import learner_weights
+
+    t = _trainer(root, "lora", *TWO, "training.lora=true", "training.lora_r=2", "training.lora_alpha=4")
+    try:
+        rank0, rank1 = t.learners.state_dicts()
+        assert any("lora_A" in k for k in rank0) and _max_diff(rank0, rank1) == 0  # rank 0's adapter everywhere
+        examples = [t.examples[i] for i in t.batch_indices(0) for _ in range(t.tc.group_size)]
+        results = t.rollout(examples)  # on the rollout worker
+        t.update(results, [1.0, 0.0, 0.25, 0.75])  # rewards with an advantage (the format reward is flat here)
+        assert t.sync_engine() > 0  # rank 0's merged weights -> the object store -> the worker
+        t.step = 1
+        t.save_checkpoint()
+        rank0, rank1 = t.learners.state_dicts()
+        assert _max_diff(rank0, rank1) == 0
+        assert any(float(v.abs().max()) > 0 for k, v in rank0.items() if "lora_B" in k)  # the adapter trained
+        [held] = t.executor.rollouts.call_all("weights_checksum")
+    finally:
+        t.close()
+    ckpt = root / "lora" / "checkpoints" / "step_000001"
+    assert (ckpt / "adapter" / "adapter_config.json").is_file() and (ckpt / "policy" / "config.json").is_file()
+    merged = TransformersPolicy.load(str(ckpt / "policy")).model
+    from training.ray_backend import weights_checksum
+
+    assert weights_checksum(merged) == pytest.approx(held, rel=0, abs=1e-6)  # the engine got the merged weights
+    adapter = TransformersPolicy.load(str(ckpt / "adapter")).model
+    plain = dict(learner_weights(adapter))  # the adapter on its base, merged out of place: the same policy
+    assert _max_diff({k: plain[k] for k in merged.state_dict()}, merged.state_dict()) < 1e-6
