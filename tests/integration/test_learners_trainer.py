@@ -7,14 +7,19 @@ masked GRPO, AdamW, checkpoints) at seconds a step. The reward is R1-Searcher's 
 - one update with 2 learners equals the single learner's update on the same rollouts and rewards within 1e-5 (every
   parameter), the two ranks hold identical parameters and optimizer state;
 - a full step: rollouts on the worker, weight sync from rank 0 (timed), the worker holds rank 0's weights;
-- the learners SIGKILLed after a checkpoint and the run resumed: every rank holds the checkpoint's weights and optimizer
-  state, the run continues at the same step with the same data order, and the checkpoint is the single learner's format.
+- `s3 train` with 2 learners SIGKILLed (with its Ray cluster) after a checkpoint and the run resumed: every rank holds
+  the checkpoint's weights and optimizer state, the run continues at the same step with the same data order, and the
+  checkpoint is the single learner's format;
+- LoRA: the ranks start from rank 0's adapter and stay identical; rank 0 checkpoints adapter/ and the merged policy/.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,18 +45,20 @@ def root(tmp_path_factory: pytest.TempPathFactory, tiny_policy_dir: Path) -> Pat
     return root
 
 
+_SETS = [
+    "training.max_questions=8", "training.batch_size=2", "training.group_size=2", "training.algorithm=grpo",
+    "training.reward=r1_searcher_stage1", "training.keep_baseline_zero=false", "training.kl_coef=0.05",
+    "training.temperature=1.0", "training.learning_rate=0.001", "training.micro_batch_size=1",
+    "training.save_every=1", "training.total_steps=4", "searcher.max_new_tokens=16", "searcher.doc_token_budget=24",
+]
+
+
 def _trainer(root: Path, name: str, *extra: str) -> Any:
     from s3.config import load_config
     from training.trainer import make_trainer
 
-    cfg = load_config(SMOKE, [
-        "training.max_questions=8", "training.batch_size=2", "training.group_size=2", "training.algorithm=grpo",
-        "training.reward=r1_searcher_stage1", "training.keep_baseline_zero=false", "training.kl_coef=0.05",
-        "training.temperature=1.0", "training.learning_rate=0.001", "training.micro_batch_size=1",
-        "training.save_every=1", "training.total_steps=4", f"training.base_model={root / 'tiny'}",
-        "searcher.max_new_tokens=16", "searcher.doc_token_budget=24", f"training.train_data={root / 'data'}",
-        f"training.output_dir={root / name}", *extra,
-    ])
+    cfg = load_config(SMOKE, [*_SETS, f"training.base_model={root / 'tiny'}", f"training.train_data={root / 'data'}",
+                              f"training.output_dir={root / name}", *extra])
     return make_trainer(cfg, log=lambda s: None)
 
 
@@ -124,45 +131,67 @@ def test_two_learners_update_equals_the_single_learners_and_a_full_step_syncs_ra
         one.close()
 
 
+def _train_cmd(root: Path, name: str, *extra: str) -> list[str]:
+    """`s3 train` as _trainer configures it."""
+    cmd = [sys.executable, "-m", "s3.cli", "train", "--config", str(SMOKE)]
+    for o in [*_SETS, f"training.base_model={root / 'tiny'}", f"training.train_data={root / 'data'}",
+              f"training.output_dir={root / name}", *extra]:
+        cmd += ["--set", o]
+    return cmd
+
+
 def test_two_learner_run_killed_after_a_checkpoint_resumes_every_rank_with_the_same_data_order(ray_cluster, root: Path) -> None:  # type: ignore[no-untyped-def]
+    """First life: `s3 train` with 2 learners (PPO: its advantages r - V move the weights and the AdamW moments from the
+    first step) in a subprocess with its own Ray cluster, SIGKILLed with its whole process group (driver, Ray,
+    learners) once a checkpoint is complete. Second life: a trainer on the same run directory."""
     from searcher.policy.transformers_policy import TransformersPolicy
     from training.trainer import STATE_FILE, read_metrics
 
-    first = _trainer(root, "resume", *TWO)
+    extra = (*TWO, "training.algorithm=ppo", "training.total_steps=3")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own local cluster, not the session's
+    p = subprocess.Popen(_train_cmd(root, "resume", *extra), cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    latest = root / "resume" / "checkpoints" / "latest"
+    deadline = time.time() + 600
     try:
-        first.train(max_steps=1)  # step 1 and its checkpoint
-        assert (first.ckpt_dir / "latest").read_text().strip() == "step_000001"
-        saved = first.learners.state_dicts()[0]
-        saved_state = first.learners.call_rank0("state")
-        order = [first.batch_indices(s) for s in range(3)]
-        for pid in first.learners.pids():  # the learners die (the driver with them, as a killed run would)
-            os.kill(pid, signal.SIGKILL)
+        while time.time() < deadline and p.poll() is None and not latest.is_file():
+            time.sleep(0.2)
     finally:
-        first.close()
-
-    ckpt = root / "resume" / "checkpoints" / "step_000001"
+        os.killpg(p.pid, signal.SIGKILL)  # the run and everything it started (its Ray cluster, the learner actors)
+        p.wait()
+    name = latest.read_text().strip()
+    done = int(name.split("_")[1])
+    assert 1 <= done < 3, name
+    ckpt = root / "resume" / "checkpoints" / name
     # the single learner's checkpoint format: a plain HF policy/ (what `s3 serve --policy` loads) + trainer_state.pt
-    plain = TransformersPolicy.load(str(ckpt / "policy")).model.state_dict()
-    assert _max_diff(plain, saved) == 0
+    saved = TransformersPolicy.load(str(ckpt / "policy")).model.state_dict()
     state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
-    assert state["step"] == 1 and set(state) >= {"optimizer", "scheduler", "rng", "data_order", "value_head"}
+    assert state["step"] == done and state["value_head"] is not None
+    assert any(float(m.abs().max()) > 0 for m in _adam_moments(state))  # the first step moved the optimizer
 
-    resumed = _trainer(root, "resume", *TWO)
+    resumed = _trainer(root, "resume", *extra)
     try:
-        assert resumed.resumed_from == str(ckpt) and resumed.step == 1
-        assert [resumed.batch_indices(s) for s in range(3)] == order
-        for rank in resumed.learners.state_dicts():
-            assert _max_diff(rank, saved) == 0  # every rank: the checkpoint's weights
+        assert resumed.resumed_from == str(ckpt) and resumed.step == done
+        for rank in resumed.learners.state_dicts():  # every rank: the checkpoint's weights (and critic)
+            assert _max_diff({k: v for k, v in rank.items() if not k.startswith("value_head.")}, saved) == 0
+            assert torch.equal(rank["value_head.weight"], state["value_head"]["weight"])
         for st in resumed.learners.call_all("state"):  # and its optimizer / scheduler state
-            assert all(torch.equal(a, b) for a, b in zip(_adam_moments(st), _adam_moments(saved_state), strict=True))
-            assert st["scheduler"] == saved_state["scheduler"]
-        resumed.train(max_steps=1)
+            assert all(torch.equal(a, b) for a, b in zip(_adam_moments(st), _adam_moments(state), strict=True))
+            assert st["scheduler"] == state["scheduler"]
+        resumed.train()
+        order = [resumed.batch_indices(s) for s in range(3)]
     finally:
         resumed.close()
     rows = read_metrics(root / "resume")
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [1, 2, 3]
     ids = [e.id for e in resumed.examples]
-    assert [r["data/question_ids"] for r in rows] == [[ids[i] for i in order[0]], [ids[i] for i in order[1]]]
+    # the same data order as an uninterrupted run: each step's batch is the seeded permutation's
+    assert [r["data/question_ids"] for r in rows] == [[ids[i] for i in b] for b in order]
+    fresh = _trainer(root, "order_check")  # a new run's order: a pure function of (seed, step)
+    try:
+        assert [fresh.batch_indices(s) for s in range(3)] == order
+    finally:
+        fresh.close()
 
 
 def test_two_lora_learners_start_from_rank0s_adapter_stay_identical_and_checkpoint_it(ray_cluster, root: Path) -> None:  # type: ignore[no-untyped-def]
