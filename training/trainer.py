@@ -205,16 +205,16 @@ class S3Trainer:
 
     def _learner_group(self, resume_dir: Path | None) -> Any:
         """ray.learners Learner actors in one torch.distributed group (training/learner_group.py), each built from
-        [training] and the checkpoint to resume from, on training.device (a GPU each when ray.learner_gpus > 0)."""
+        [training] and the checkpoint to resume from; on a GPU each when ray.learner_gpus > 0, else on the CPU."""
         import functools
 
         from eval.raycluster import connect
-        from s3core.devices import resolve_device
         from training.learner_group import LearnerGroup
 
         rc = self.cfg.ray
         connect(rc)
-        device = "cuda" if rc.learner_gpus > 0 else resolve_device(self.tc.device)
+        # ray.learner_gpus decides (a rank sees only the GPUs Ray gave it: none without learner_gpus)
+        device = "cuda" if rc.learner_gpus > 0 else "cpu"
         t0 = time.perf_counter()
         build = functools.partial(Learner, self.tc, device, self.run_dir, resume_dir)
         group = LearnerGroup(rc, rc.learners, build, device=device, cpus=rc.learner_cpus, gpus=rc.learner_gpus,
