@@ -127,3 +127,25 @@ def test_split_refuses_bad_input() -> None:
 
 def test_doctests() -> None:
     assert doctest.testmod(lg).failed == 0
+
+
+def test_allreduce_mean_copies_every_bucket_back_and_fills_missing_gradients(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`allreduce_mean_` in a one-rank gloo group (all_reduce = identity) with buckets smaller than the tensors and
+    `world_size=2` passed: every gradient comes back divided by 2 across the bucket boundaries; a parameter without a
+    gradient gets zeros (ranks must agree on the tensors they reduce)."""
+    import torch.distributed as dist
+
+    from training.learner_group import allreduce_mean_
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
+    try:
+        ps = [torch.nn.Parameter(torch.zeros(n)) for n in (3, 7, 1, 4)]
+        for i, p in enumerate(ps[:3]):
+            p.grad = torch.arange(len(p), dtype=torch.float32) + 10 * i
+        want = [p.grad.clone() / 2 for p in ps[:3]]  # type: ignore[union-attr]
+        allreduce_mean_(ps, world_size=2, bucket=5)
+        for p, w in zip(ps[:3], want, strict=True):
+            torch.testing.assert_close(p.grad, w)
+        assert ps[3].grad is not None and torch.equal(ps[3].grad, torch.zeros(4))
+    finally:
+        dist.destroy_process_group()
