@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Protocol, overload
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from generator_adapters.config import GeneratorConfig, JudgeConfig
 from s3core.configbase import Section
@@ -97,6 +97,17 @@ class RayConfig(Section):
         description="Restarts of a lost actor (Ray's max_restarts); its unfinished work is redone once it is back. "
         "A worker lost more often fails the step with an error.",
     )
+
+
+    @field_validator("rollout_worker_resources", "reward_worker_resources", "eval_worker_resources", "learner_resources")
+    @classmethod
+    def _custom_resources(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, amount in v.items():
+            if name in ("CPU", "GPU", "memory", "object_store_memory"):
+                raise ValueError(f"{name!r} is not a custom resource: use the *_cpus / *_gpus settings")
+            if amount <= 0:
+                raise ValueError(f"custom resource {name!r} needs an amount > 0, got {amount}")
+        return v
 
 
 class EvalSettings(Protocol):

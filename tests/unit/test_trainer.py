@@ -316,3 +316,14 @@ def test_several_learners_need_the_ray_backend_and_refuse_what_runs_in_the_train
         load_config(None, ["training.backend=ray", "ray.learners=2", "training.device=cpu", "ray.learner_gpus=1"])
     with pytest.raises(ConfigError, match="learners"):
         load_config(None, ["training.backend=ray", "ray.learners=0"])
+
+
+def test_custom_resources_of_ray_actors_are_checked() -> None:
+    from s3.config import load_config
+    from s3core.errors import ConfigError
+
+    assert load_config(None, ["ray.rollout_worker_resources.node2=1"]).ray.rollout_worker_resources == {"node2": 1.0}
+    with pytest.raises(ConfigError, match="not a custom resource"):
+        load_config(None, ["ray.learner_resources.GPU=1"])
+    with pytest.raises(ConfigError, match="amount > 0"):
+        load_config(None, ["ray.eval_worker_resources.node2=0"])
