@@ -22,7 +22,7 @@ Why the weights are what they are. The single learner's update is sum_j loss_j *
 masked per-token mean of micro-batch j and T the policy tokens of the whole batch: the global token mean. The all-reduce
 averages over the N ranks, so rank r backpropagates sum_{j in r} loss_j * N * tokens_j / T: the average over ranks is
 then the single learner's gradient, whatever the split. Normalising by a rank's own token count instead gives each
-rank's tokens the same total weight however many it has: another gradient (test_learner_group.py shows both). The
+rank's tokens the same total weight however many it has: another gradient (tests/unit/test_learner_group.py shows both). The
 loss stats are weighted the same way, so their mean over ranks is the single learner's.
 
 A rank without rows (fewer rows than ranks) still has to join the all-reduce, or the others wait forever: it gets one

@@ -1,7 +1,7 @@
 """Several learners (issue 21), the pieces without a cluster: how an update's rows are split over the ranks, and
 that the loss weights make the gradient averaged over ranks (what DistributedDataParallel's all-reduce computes)
 equal the single learner's gradient, with the real GRPO loss of training/algorithms.py on a tiny torch model.
-The all-reduce itself (2 gloo ranks as Ray actors): tests/integration/test_learner_group.py."""
+The all-reduce itself (2 gloo ranks as Ray actors): tests/integration/test_learner_group_gloo.py."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_grpo_microbatch_loss_is_the_algorithms_loss() -> None:
 
 def test_a_rank_reduces_the_gradients_once_per_update_after_all_its_micro_batches() -> None:
     """The all-reduce runs once, after every micro-batch was backpropagated (weighted), before clipping and the step;
-    here the reduction is recorded instead of all-reduced (the real one: tests/integration/test_learner_group.py)."""
+    here the reduction is recorded instead of all-reduced (the real one: tests/integration/test_learner_group_gloo.py)."""
     model, d = _problem(4)
     mbs, ws = [[0], [1, 2], [3]], [0.5, 1.0, 0.5]
     want = _grad(model, d, mbs, ws)
