@@ -13,7 +13,16 @@
    ray): rollouts/s with 1 and 2 workers, whole-step seconds (rollouts + rewards with the offline generator + update
    + sync) and Ray's overhead per step as a ratio to the local step, and the weight-sync seconds per step.
 
+3. Several learners (ray.learners, training/learner_group.py): the real trainer (configs/smoke.toml, training.backend
+   = ray, one rollout worker running the scripted latency policy with the learner's tokenizer, so its trajectories are
+   token-exact and the update is real), with the update in the driver (1 learner) vs on 2 gloo learner actors:
+   median step / update / weight-sync seconds and their ratios 2 learners / 1 learner. On 2 cores the two learners
+   share the cores the one learner had (1 torch thread each vs 2 in the driver): the ratio weighs the group's
+   overhead (actor calls, shipping the micro-batches, the all-reduce, rank 0's weights through the object store)
+   against two processes vs two threads; a real speed-up needs a core set (or a GPU) per learner.
+
 Ray runs a local 2-CPU cluster on 127.0.0.1 (eval/raycluster.py). Writes OUT/results.json and OUT/results.md.
+Only parts: --skip-scripted, --skip-real, --skip-learners.
 """
 
 from __future__ import annotations
@@ -176,6 +185,67 @@ def real_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return out
 
 
+def scripted_token_policy(latency: float, max_batch: int, model: str) -> Any:
+    """The latency policy writing through `model`'s tokenizer: token trajectories the learner can train on."""
+    from searcher.policy.scripted import ScriptedPolicy
+    from searcher.policy.transformers_policy import TransformersPolicy
+
+    return ScriptedPolicy(_reply, name="latency", delay_s=latency, max_batch=max_batch,
+                          tokenizer=TransformersPolicy.load(model))
+
+
+def learners_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import functools
+
+    from s3.config import load_config
+    from training.ray_backend import RayExecutor
+    from training.trainer import make_trainer
+
+    smoke = ROOT / "configs" / "smoke.toml"
+    common = [
+        "training.max_questions=16", f"training.batch_size={args.learner_batch}", "training.group_size=2",
+        "training.reward=r1_searcher_stage1", "training.keep_baseline_zero=false", "training.backend=ray",
+        f"training.base_model={args.learner_model}", "training.micro_batch_size=2", "training.total_steps=100",
+        f"training.train_data={work / 'learner_data'}", "ray.rollout_workers=1", "ray.reward_workers=1",
+        "training.torch_threads=2", "ray.learner_cpus=0.5",  # 1 learner: 2 threads; 2 learners: 1 thread each
+    ]
+    out: dict[str, Any] = {"model": args.learner_model, "batch_size": args.learner_batch, "group_size": 2,
+                           "steps": args.learner_steps, "latency_s_per_call": args.latency, "runs": {}}
+    for learners in (1, 2):
+        name = f"learners_{learners}"
+        cfg = load_config(smoke, [*common, f"ray.learners={learners}", f"training.output_dir={work / name}"])
+        t = make_trainer(cfg, log=lambda s: None)
+        try:
+            t.executor.close()  # the scripted rollouts instead of the configured engine
+            group = t.learners
+            t.executor = RayExecutor(
+                cfg, loop_cfg=t.loop_cfg, index_dir=t.data.index_dir, agent_kind="s3", baseline=t.data.baseline,
+                end_to_end=False, learner=None if group is not None else functools.partial(getattr, t, "model"),
+                weights_ref=group.weights_ref if group is not None else None,
+                policy_factory=functools.partial(scripted_token_policy, args.latency, args.engine_batch, args.learner_model),
+                log=lambda s: None)
+            t.train_step()  # warm-up: first forward passes, first all-reduce
+            rows = [t.train_step() for _ in range(args.learner_steps)]
+        finally:
+            t.close()
+        r: dict[str, Any] = {k: [row[f"charts/{k}"] for row in rows]
+                             for k in ("step_seconds", "rollout_seconds", "update_seconds", "weight_sync_s")}
+        for k in list(r):
+            r[f"median_{k}"] = _median(r[k])
+        r["policy_tokens"] = rows[-1]["charts/policy_tokens"]
+        r["torch_threads_per_learner"] = 2 if learners == 1 else 1
+        out["runs"][name] = r
+        print(f"learners {learners}: step {r['median_step_seconds']:.2f}s, update {r['median_update_seconds']:.2f}s, "
+              f"sync {r['median_weight_sync_s']:.3f}s", flush=True)
+    one, two = out["runs"]["learners_1"], out["runs"]["learners_2"]
+    out["overhead"] = {
+        "step_ratio": two["median_step_seconds"] / one["median_step_seconds"],
+        "update_ratio": two["median_update_seconds"] / one["median_update_seconds"],
+        "sync_ratio": two["median_weight_sync_s"] / one["median_weight_sync_s"],
+    }
+    return out
+
+
 def markdown(res: dict[str, Any]) -> str:
     lines = ["# Rollouts on Ray vs local (benchmarks/ray_scaling.py)", "",
              f"Machine: {res['machine']}; load average at start {res['load_at_start']}; Ray local cluster, "
@@ -199,6 +269,19 @@ def markdown(res: dict[str, Any]) -> str:
             lines.append(f"| {name} | {x['median_step_s']:.1f} | {x['step_vs_local']:.2f} | {x['rollouts_per_s']:.2f} "
                          f"| {x['throughput_vs_local']:.2f}x | {ws} | {share} |")
         lines.append("")
+    g = res.get("learners")
+    if g:
+        lines += [f"## Learners: update in the driver (1) vs 2 gloo learner actors, {g['model']}, {g['batch_size']} "
+                  f"questions x group {g['group_size']}, scripted rollouts ({g['latency_s_per_call']} s a call), "
+                  f"{g['steps']} steps after one warm-up step", "",
+                  "| learners | median step s | update s | weight sync s | rollout s | policy tokens |", "|---|---|---|---|---|---|"]
+        for name, x in g["runs"].items():
+            lines.append(f"| {name.split('_')[1]} | {x['median_step_seconds']:.2f} | {x['median_update_seconds']:.2f} | "
+                         f"{x['median_weight_sync_s']:.3f} | {x['median_rollout_seconds']:.2f} | {x['policy_tokens']:.0f} |")
+        o = g["overhead"]
+        lines += ["", f"2 learners / 1 learner (below 1 = faster with 2): step {o['step_ratio']:.2f}x, update "
+                  f"{o['update_ratio']:.2f}x, weight sync {o['sync_ratio']:.2f}x. 1 learner: 2 torch threads in the "
+                  "driver; 2 learners: 1 thread each (the same 2 cores).", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -211,6 +294,11 @@ def main() -> int:
     ap.add_argument("--real-steps", type=int, default=2)
     ap.add_argument("--real-batch", type=int, default=4)
     ap.add_argument("--skip-real", action="store_true")
+    ap.add_argument("--skip-scripted", action="store_true")
+    ap.add_argument("--skip-learners", action="store_true")
+    ap.add_argument("--learner-steps", type=int, default=3)
+    ap.add_argument("--learner-batch", type=int, default=4)
+    ap.add_argument("--learner-model", default="smollm2-135m-instruct", help="training.base_model of the learners part")
     ap.add_argument("--work", default=None, help="working directory (default: a temporary one)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ray_scaling"))
     args = ap.parse_args()
@@ -226,9 +314,12 @@ def main() -> int:
     connect(RayConfig(num_cpus=2))
     assert all(a == "127.0.0.1" for a in node_addresses()), node_addresses()
     try:
-        res["scripted"] = scripted_part(args, work)
+        if not args.skip_scripted:
+            res["scripted"] = scripted_part(args, work)
         if not args.skip_real:
             res["real"] = real_part(args, work)
+        if not args.skip_learners:
+            res["learners"] = learners_part(args, work)
     finally:
         ray.shutdown()
     out = Path(args.out)

@@ -269,7 +269,7 @@ def _run_on_ray(
     rc = cfg.ray
     # a task whose worker died is retried by Ray (max_retries); an error our code raised is not (retry_exceptions off)
     task = ray.remote(run_cell).options(num_cpus=rc.eval_worker_cpus, max_retries=rc.max_restarts,
-                                          retry_exceptions=False)
+                                          retry_exceptions=False, resources=dict(rc.eval_worker_resources))
     cfg_ref = ray.put(cfg)
     refs = {task.remote(cfg_ref, cells[i]): i for i in todo}
     done: dict[int, CellResult] = {}

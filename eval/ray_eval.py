@@ -59,7 +59,7 @@ class RayBatchRunner:
         connect(rc)
         worker_opts = dataclasses.replace(opts, progress=False)
         self.pool = WorkerPool.start("eval", EvalWorker, [(cfg, worker_opts)] * rc.eval_workers, rc=rc,
-                                     cpus=rc.eval_worker_cpus)
+                                     cpus=rc.eval_worker_cpus, resources=rc.eval_worker_resources)
         mine = json.dumps(config, sort_keys=True, default=str)
         for i, theirs in enumerate(self.pool.call_all("identity")):
             if theirs != mine:

@@ -93,7 +93,8 @@ def worker_threads(cpus: float) -> int:
 
 
 class RayWorker:
-    """What every actor of a WorkerPool answers besides its work: ping (alive and constructed), pid, node."""
+    """What every actor of a WorkerPool answers besides its work: ping (alive and constructed), pid, node (address),
+    node_id, cwd."""
 
     def ping(self) -> bool:
         return True
@@ -105,6 +106,16 @@ class RayWorker:
         import ray
 
         return str(ray.util.get_node_ip_address())
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (its id: on one machine every node has the address 127.0.0.1)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def cwd(self) -> str:
+        """This actor's working folder (its node's: scripts/ray_cluster.py starts each node in a folder of its own)."""
+        return os.getcwd()
 
 
 def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
@@ -142,9 +153,11 @@ class WorkerPool:
         cpus: float,
         gpus: float = 0.0,
         max_concurrency: int = 1,
+        resources: dict[str, float] | None = None,
     ) -> WorkerPool:
-        """One actor per entry of `args` (its constructor arguments), each reserving `cpus` / `gpus` in one bundle
-        of a placement group (ray.placement), restarted up to ray.max_restarts times."""
+        """One actor per entry of `args` (its constructor arguments), each reserving `cpus` / `gpus` (and the custom
+        `resources`: a node's label, e.g. {"rollout_node": 1}) in one bundle of a placement group (ray.placement),
+        restarted up to ray.max_restarts times."""
         ray = require_ray()
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -154,18 +167,22 @@ class WorkerPool:
             bundle: dict[str, float] = {"CPU": cpus}
             if gpus:
                 bundle["GPU"] = gpus
+            bundle.update(resources or {})
             pg = ray.util.placement_group([dict(bundle) for _ in args], strategy=rc.placement.upper())
             ready, _ = ray.wait([pg.ready()], timeout=300)
             if not ready:
                 ray.util.remove_placement_group(pg)
                 raise S3Error(
-                    f"Ray could not place {len(args)} {kind} worker(s) of {cpus} CPU / {gpus} GPU each within 300 s "
+                    f"Ray could not place {len(args)} {kind} worker(s) of {cpus} CPU / {gpus} GPU"
+                    f"{' / ' + str(resources) if resources else ''} each within 300 s "
                     f"(cluster resources: {ray.available_resources()}); lower ray.{kind}_workers or their CPUs"
                 )
         actors = []
         for i, a in enumerate(args):
             opts: dict[str, Any] = {"num_cpus": cpus, "num_gpus": gpus, "max_restarts": rc.max_restarts,
                                     "max_task_retries": 0, "max_concurrency": max_concurrency}
+            if resources:
+                opts["resources"] = dict(resources)
             if pg is not None:
                 opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                     placement_group=pg, placement_group_bundle_index=i)

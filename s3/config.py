@@ -48,7 +48,29 @@ class S3Config(Section):
             raise ValueError(
                 f"searcher.max_select={s.max_select} exceeds the per-turn k={s.k}: lower max_select or raise k"
             )
+        self._check_learners()
         return self
+
+    def _check_learners(self) -> None:
+        """ray.learners > 1 (a LearnerGroup): what it needs and what it does not support (yet)."""
+        n, t = self.ray.learners, self.training
+        if n == 1:
+            return
+        if t.backend != "ray":
+            raise ValueError(f"ray.learners={n} runs the learners as Ray actors: set training.backend = 'ray' (or "
+                             "ray.learners = 1)")
+        if t.sft_warmup_steps:
+            raise ValueError(f"training.sft_warmup_steps={t.sft_warmup_steps} runs in the trainer's own learner: set "
+                             "ray.learners = 1 for a run with the format warm-up (or sft_warmup_steps = 0)")
+        if t.reward == "confidence_gated" and t.rollout_engine == "vllm":
+            raise ValueError("training.reward = 'confidence_gated' with vLLM rollouts recomputes log-probs in the "
+                             f"trainer's own learner: set ray.learners = 1 (not {n}), or rollout_engine = 'transformers'")
+        if t.device == "cuda" and self.ray.learner_gpus == 0:
+            raise ValueError(f"training.device = 'cuda' with ray.learners={n}: give each learner a GPU "
+                             "(ray.learner_gpus = 1)")
+        if t.device == "cpu" and self.ray.learner_gpus > 0:
+            raise ValueError(f"ray.learner_gpus={self.ray.learner_gpus} with training.device = 'cpu': set "
+                             "training.device = 'cuda' (or 'auto'), or ray.learner_gpus = 0")
 
     @property
     def base_dir(self) -> Path:

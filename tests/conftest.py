@@ -58,3 +58,22 @@ def ray_cluster():  # type: ignore[no-untyped-def]
     assert node_addresses() and all(a == "127.0.0.1" for a in node_addresses()), node_addresses()
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama (1 layer, hidden 16, tied embeddings) with SmolLM2-135M's tokenizer (49,152 tokens), saved
+    as a plain Hugging Face model dir: training.base_model for tests of the trainer's machinery at seconds a step."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from searcher.policy.transformers_policy import resolve_checkpoint
+
+    out = tmp_path_factory.mktemp("tiny_policy") / "tiny"
+    tok = transformers.AutoTokenizer.from_pretrained(str(resolve_checkpoint("smollm2-135m-instruct")))
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
+                                   tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(str(out))
+    tok.save_pretrained(str(out))
+    return out

@@ -1,27 +1,38 @@
-"""Several learners (issue 21, in progress): a data-parallel update over N learner actors.
+"""Several learners (issue 21): one data-parallel update over N learner actors (ray.learners = N > 1).
 
-N learner actors (`LearnerGroup`, `DDPLearner`) form one torch.distributed group (gloo on CPU, nccl on GPU; the
-rendezvous on rank 0's node address, 127.0.0.1 on a local cluster), each holds the model wrapped in torch's
-DistributedDataParallel (which broadcasts rank 0's parameters when it wraps them, so every rank starts equal).
-Not yet: the trainer does not use it (S3Trainer.update still runs in the driver; its per-micro-batch loss must move into
-`loss_of`), checkpoints (rank 0 writes, every rank loads), weight sync from rank 0 to the rollout engines, and a lost
-learner (the group would have to be formed again: the actors have no restarts for now). The driver keeps the RL of training/algorithms.py exactly as the single learner runs
-it: it computes the advantages and the rows that enter the update, then `split_for_ranks` gives every rank its
-micro-batches and their loss weights. Each rank backpropagates `loss_j * weight_j` for its micro-batches under
-`ddp.no_sync()` except the last (`accumulate`), so DDP all-reduces (averages) the gradients once per epoch; every
-rank then clips and steps the same averaged gradient, so the parameters stay identical on every rank.
+N learner actors (`LearnerGroup`, `DDPLearner`) form one torch.distributed process group (gloo on CPU, nccl on GPU; the
+rendezvous on rank 0's node address, 127.0.0.1 on a local cluster). Each rank builds the same learner (the trainer's:
+training.learner.Learner, from the configuration and the checkpoint to resume from) and takes rank 0's trainable
+parameters when the group forms. The driver (S3Trainer) keeps the RL of training/algorithms.py as the single learner
+runs it: it computes the advantages and the rows that enter the update, pads them, and `split_for_ranks` gives every
+rank its micro-batches and their loss weights. Each rank backpropagates `loss_j * weight_j` for its micro-batches
+(`training.learner.masked_update`, the single learner's code), the gradients are all-reduced (mean) once per epoch
+(`allreduce_mean_`, flat buckets), and every rank clips and steps the same averaged gradient, so the parameters and the
+optimizer state stay identical on every rank. Rank 0 writes the checkpoint's model folders and hands its optimizer /
+scheduler state to the driver (trainer_state.pt, the single learner's format); on resume every rank loads the
+checkpoint's weights and that state. Rank 0's weights go to the rollout engines through the object store.
+
+Why an explicit all-reduce rather than wrapping the model in DistributedDataParallel: the trainer's forward computes a
+shared prompt prefix once and continues every row on its KV cache (two forward calls per backward), and PPO's critic is
+a separate module; DDP's one-forward-one-backward contract fits neither. The reduction is the same mean DDP's reducer
+computes; what is given up is DDP's overlap of communication with the backward pass (a GPU-cluster optimisation).
+FSDP is not offered: it could not be tested here.
 
 Why the weights are what they are. The single learner's update is sum_j loss_j * tokens_j / T, with loss_j the
-masked per-token mean of micro-batch j and T the policy tokens of the whole batch: the global token mean. DDP averages
-over the N ranks, so rank r backpropagates sum_{j in r} loss_j * N * tokens_j / T: the average over ranks is then the
-single learner's gradient, whatever the split. Normalising by a rank's own token count instead gives each rank's
-tokens the same total weight however many it has: another gradient (test_learner_group.py shows both).
+masked per-token mean of micro-batch j and T the policy tokens of the whole batch: the global token mean. The all-reduce
+averages over the N ranks, so rank r backpropagates sum_{j in r} loss_j * N * tokens_j / T: the average over ranks is
+then the single learner's gradient, whatever the split. Normalising by a rank's own token count instead gives each
+rank's tokens the same total weight however many it has: another gradient (tests/unit/test_learner_group.py shows both). The
+loss stats are weighted the same way, so their mean over ranks is the single learner's.
 
 A rank without rows (fewer rows than ranks) still has to join the all-reduce, or the others wait forever: it gets one
 micro-batch (the first row) with weight 0, a gradient of zeros.
 
+A lost learner is not restarted (a restarted rank could not re-enter the running group): the step fails and the run
+resumes from its last checkpoint (the same data order).
+
     shards = split_for_ranks(rows, tokens, world_size=2, micro_batch_size=4)
-    # on rank r: accumulate(ddp, shards[r].micro_batches, shards[r].weights, loss_of)  -> then clip + optimizer.step()
+    group.update([[mbs[i] for i in s.micro_batches] ...], [s.weights for s in shards])   # rank r: shards[r]
 """
 
 from __future__ import annotations
@@ -34,8 +45,8 @@ from eval.config import RayConfig
 from eval.raycluster import RayWorker, WorkerPool, connect, require_ray, worker_threads
 from s3core.errors import ConfigError
 
-__all__ = ["DDPLearner", "LearnerGroup", "RankShard", "accumulate", "dist_backend", "grpo_microbatch_loss",
-           "split_for_ranks"]
+__all__ = ["DDPLearner", "LearnerGroup", "LossLearner", "RankShard", "allreduce_mean_", "dist_backend",
+           "grpo_microbatch_loss", "split_for_ranks"]
 
 
 @dataclass(frozen=True)
@@ -90,17 +101,32 @@ def split_for_ranks(
     return shards
 
 
-def accumulate(ddp_model: Any, micro_batches: Sequence[Any], weights: Sequence[float], loss_of: Callable[[Any], Any]) -> None:
-    """Backpropagate sum_j weight_j * loss_of(micro_batch_j) on a DistributedDataParallel model: the gradients are
-    all-reduced once, on the last micro-batch (torch's `no_sync` accumulates the others locally). `loss_of` runs the
-    forward through `ddp_model` and returns the micro-batch's scalar loss (training/algorithms.py)."""
-    import contextlib
+def allreduce_mean_(params: Sequence[Any], world_size: int, bucket: int = 1 << 24) -> None:
+    """Replace every parameter's gradient by its mean over the ranks (what DistributedDataParallel's reducer computes),
+    in flat buckets of at most `bucket` elements: one all-reduce per bucket. A parameter without a gradient on this
+    rank counts as zeros (every rank runs the same model on its micro-batches, so they agree on which have one)."""
+    import torch
+    import torch.distributed as dist
 
-    last = len(micro_batches) - 1
-    for j, (mb, w) in enumerate(zip(micro_batches, weights, strict=True)):
-        ctx = ddp_model.no_sync() if j < last else contextlib.nullcontext()
-        with ctx:
-            (loss_of(mb) * w).backward()
+    grads = []
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        grads.append(p.grad)
+    i = 0
+    while i < len(grads):
+        j, n = i, 0
+        while j < len(grads) and (j == i or n + grads[j].numel() <= bucket):
+            n += grads[j].numel()
+            j += 1
+        flat = torch.cat([g.reshape(-1) for g in grads[i:j]])
+        dist.all_reduce(flat)
+        flat /= world_size
+        off = 0
+        for g in grads[i:j]:
+            g.copy_(flat[off : off + g.numel()].view_as(g))
+            off += g.numel()
+        i = j
 
 
 def dist_backend(device: str) -> Literal["gloo", "nccl"]:
@@ -127,20 +153,47 @@ def grpo_microbatch_loss(model: Any, mb: dict[str, Any], clip_coef: float = 0.2,
                          kl_coef).loss
 
 
-class DDPLearner(RayWorker):
-    """One rank of a LearnerGroup: the model (DDP-wrapped once the group has formed), its optimizer, the loss."""
+class LossLearner:
+    """The smallest learner a rank can hold: any torch model, an optimizer, a loss function of (model, micro-batch).
+    The trainer's ranks hold a training.learner.Learner instead (the masked PPO / GRPO update); both answer
+    `update(micro_batches, weights, reduce_grads)`, `parameters()` and `state_dict()`."""
 
-    def __init__(self, rank: int, world_size: int, model: Any, make_optimizer: Callable[[Any], Any],
-                 loss_of: Callable[[Any, Any], Any], max_grad_norm: float, device: str = "cpu", cpus: float = 1.0) -> None:
+    def __init__(self, model: Any, make_optimizer: Callable[[Any], Any], loss_of: Callable[[Any, Any], Any],
+                 max_grad_norm: float) -> None:
+        self.model, self.loss_of, self.max_grad_norm = model, loss_of, max_grad_norm
+        self.optimizer = make_optimizer(model.parameters())
+
+    def parameters(self) -> list[Any]:
+        return [q for g in self.optimizer.param_groups for q in g["params"]]
+
+    def update(self, micro_batches: Sequence[Any], weights: Sequence[float],
+               reduce_grads: Callable[[list[Any]], None] | None = None) -> dict[str, float]:
+        import torch
+
+        self.optimizer.zero_grad(set_to_none=True)
+        for mb, w in zip(micro_batches, weights, strict=True):
+            (self.loss_of(self.model, mb) * w).backward()
+        if reduce_grads is not None:
+            reduce_grads(self.parameters())
+        gn = torch.nn.utils.clip_grad_norm_(self.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        return {"losses/grad_norm": float(gn)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+
+class DDPLearner(RayWorker):
+    """One rank of a LearnerGroup: a learner built in this actor by `build()` (a training.learner.Learner, or a
+    LossLearner), a member of the group's torch.distributed process group."""
+
+    def __init__(self, rank: int, world_size: int, build: Callable[[], Any], device: str = "cpu",
+                 cpus: float = 1.0) -> None:
         import torch
 
         torch.set_num_threads(worker_threads(cpus))
         self.rank, self.world_size, self.device = rank, world_size, device
-        self.model = model.to(device)
-        self.optimizer = make_optimizer(self.model.parameters())
-        self.loss_of = loss_of
-        self.max_grad_norm = max_grad_norm
-        self.ddp: Any = None
+        self.learner = build()
 
     def free_port(self) -> int:
         """A free TCP port on this node for the rendezvous (asked of rank 0)."""
@@ -151,33 +204,41 @@ class DDPLearner(RayWorker):
             return int(s.getsockname()[1])
 
     def join(self, addr: str, port: int, timeout_s: float = 300.0) -> None:
-        """Enter the process group (every rank at once: it blocks until all have come) and wrap the model."""
+        """Enter the process group (every rank at once: it blocks until all have come), then take rank 0's trainable
+        parameters (as DistributedDataParallel does when it wraps a model: e.g. a LoRA's random initialisation)."""
         import os
         from datetime import timedelta
 
+        import torch
         import torch.distributed as dist
-        from torch.nn.parallel import DistributedDataParallel
 
         if addr.startswith("127.") and dist_backend(self.device) == "gloo":
             # a local group stays on loopback: gloo otherwise connects over the interface its hostname resolves to
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         dist.init_process_group(dist_backend(self.device), init_method=f"tcp://{addr}:{port}", rank=self.rank,
                                 world_size=self.world_size, timeout=timedelta(seconds=timeout_s))
-        ids = [int(self.device.split(":")[1])] if self.device.startswith("cuda:") else None
-        self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+        with torch.no_grad():
+            for p in self.learner.parameters():
+                dist.broadcast(p.data, src=0)
 
-    def update(self, micro_batches: list[Any], weights: list[float]) -> dict[str, float]:
-        """One update: this rank's weighted micro-batches, the all-reduce (DDP), clipping, the optimizer step."""
-        import torch
+    def update(self, micro_batches: list[Any], weights: list[float]) -> Any:
+        """This rank's weighted micro-batches, the all-reduce (mean) of the gradients, clipping, the optimizer step:
+        the learner's own `update` with the group's gradient reduction."""
+        return self.learner.update(micro_batches, weights, lambda ps: allreduce_mean_(ps, self.world_size))
 
-        self.optimizer.zero_grad(set_to_none=True)
-        accumulate(self.ddp, micro_batches, weights, lambda mb: self.loss_of(self.ddp, mb))
-        gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        self.optimizer.step()
-        return {"losses/grad_norm": float(gn)}
+    def call(self, method: str, *args: Any) -> Any:
+        """Any other method of the learner (save, state, load_state, step_scheduler, state_dict, ...)."""
+        return getattr(self.learner, method)(*args)
+
+    def weights_ref(self) -> list[Any]:
+        """The learner's weights (checkpoint names, LoRA merged) put into the object store from this rank; the
+        reference comes back wrapped in a list (Ray hands a nested reference over as it is)."""
+        import ray
+
+        return [ray.put(self.learner.weights())]
 
     def state_dict(self) -> dict[str, Any]:
-        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        return dict(self.learner.state_dict())
 
     def close(self) -> None:
         import torch.distributed as dist
@@ -189,21 +250,22 @@ class DDPLearner(RayWorker):
 class LearnerGroup:
     """N DDPLearner actors in one process group (see the module docstring).
 
-        group = LearnerGroup(cfg.ray, 2, model, functools.partial(torch.optim.AdamW, lr=1e-6), loss_of, 1.0)
+        group = LearnerGroup(cfg.ray, 2, functools.partial(LossLearner, model, make_optimizer, loss_of, 1.0))
         shards = split_for_ranks(rows, tokens, 2, micro_batch_size)
         group.update([[batch_of(mb) for mb in s.micro_batches] for s in shards], [s.weights for s in shards])
     """
 
-    def __init__(self, rc: RayConfig, world_size: int, model: Any, make_optimizer: Callable[[Any], Any],
-                 loss_of: Callable[[Any, Any], Any], max_grad_norm: float, *, device: str = "cpu",
-                 cpus: float = 0.5) -> None:
+    def __init__(self, rc: RayConfig, world_size: int, build: Callable[[], Any], *, device: str = "cpu",
+                 cpus: float = 0.5, gpus: float = 0.0, resources: dict[str, float] | None = None) -> None:
         connect(rc)
         ray = require_ray()
-        # no restarts: a restarted rank could not re-enter the running group (not handled yet)
+        self.world_size = world_size
+        # no restarts: a restarted rank could not re-enter the running group (a lost learner fails the step; the run
+        # resumes from its last checkpoint)
         self.pool = WorkerPool.start(
             "learner", DDPLearner,
-            [(r, world_size, model, make_optimizer, loss_of, max_grad_norm, device, cpus) for r in range(world_size)],
-            rc=rc.model_copy(update={"max_restarts": 0}), cpus=cpus, gpus=1.0 if device.startswith("cuda") else 0.0,
+            [(r, world_size, build, device, cpus) for r in range(world_size)],
+            rc=rc.model_copy(update={"max_restarts": 0}), cpus=cpus, gpus=gpus, resources=resources,
         )
         rank0 = self.pool.actors[0]
         addr, port = ray.get(rank0.node.remote()), ray.get(rank0.free_port.remote())
@@ -213,13 +275,38 @@ class LearnerGroup:
             self.close()
             raise
 
-    def update(self, micro_batches: list[list[Any]], weights: list[list[float]]) -> list[dict[str, float]]:
-        """One update on every rank at once (rank r: micro_batches[r] with weights[r]); each rank's stats."""
+    def __len__(self) -> int:
+        return len(self.pool)
+
+    def update(self, micro_batches: list[list[Any]], weights: list[list[float]]) -> list[Any]:
+        """One update on every rank at once (rank r: micro_batches[r] with weights[r]); each rank's output."""
         ray = require_ray()
         if len(micro_batches) != len(self.pool) or len(weights) != len(self.pool):
             raise ValueError(f"{len(self.pool)} ranks, but {len(micro_batches)} shards / {len(weights)} weight lists")
         return list(ray.get([a.update.remote(m, w) for a, m, w in zip(self.pool.actors, micro_batches, weights,
                                                                          strict=True)]))
+
+    def call_all(self, method: str, *args: Any) -> list[Any]:
+        """The learner's `method(*args)` on every rank at once; the outputs in rank order."""
+        ray = require_ray()
+        return list(ray.get([a.call.remote(method, *args) for a in self.pool.actors]))
+
+    def call_rank0(self, method: str, *args: Any) -> Any:
+        """The learner's `method(*args)` on rank 0 only (the checkpoint is written once, by rank 0)."""
+        ray = require_ray()
+        return ray.get(self.pool.actors[0].call.remote(method, *args))
+
+    def weights_ref(self) -> Any:
+        """A reference to rank 0's weights in the object store (every rank holds the same ones)."""
+        ray = require_ray()
+        return ray.get(self.pool.actors[0].weights_ref.remote())[0]
+
+    def pids(self) -> list[int]:
+        return self.pool.pids()
+
+    def nodes(self) -> list[str]:
+        """Each rank's node address."""
+        return [str(n) for n in self.pool.call_all("node")]
 
     def state_dicts(self) -> list[dict[str, Any]]:
         """Every rank's parameters (equal after every update: the test of the group)."""

@@ -181,19 +181,21 @@ class RayExecutor:
         end_to_end: bool,
         learner: Callable[[], Any] | None,
         policy_factory: Callable[[], Any] | None = None,
+        weights_ref: Callable[[], Any] | None = None,
         log: Callable[[str], object] = print,
     ) -> None:
         rc = cfg.ray
         self.ray = connect(rc)
         self.tc = cfg.training
         self.learner = learner
+        self.weights_ref = weights_ref  # a LearnerGroup's: rank 0 puts its weights into the object store itself
         self.needs_trajectories = self.tc.reward == "confidence_gated"
         t0 = time.perf_counter()
         threads = worker_threads(rc.rollout_worker_cpus)
         self.rollouts = WorkerPool.start(
             "rollout", RolloutWorker,
             [(cfg, loop_cfg, index_dir, agent_kind, i, threads, policy_factory) for i in range(rc.rollout_workers)],
-            rc=rc, cpus=rc.rollout_worker_cpus, gpus=rc.rollout_worker_gpus,
+            rc=rc, cpus=rc.rollout_worker_cpus, gpus=rc.rollout_worker_gpus, resources=rc.rollout_worker_resources,
         )
         self.rollouts.revive = self._revive_rollout
         try:
@@ -202,7 +204,7 @@ class RayExecutor:
             self.rewards = WorkerPool.start(
                 "reward", RewardWorker,
                 [(cfg, self._baseline_ref, end_to_end, rc.reward_concurrency)] * rc.reward_workers,
-                rc=rc, cpus=rc.reward_worker_cpus,
+                rc=rc, cpus=rc.reward_worker_cpus, resources=rc.reward_worker_resources,
             )
         except BaseException:
             self.rollouts.close()
@@ -242,14 +244,19 @@ class RayExecutor:
         return merged
 
     def sync(self) -> float | None:
-        """The learner's weights (LoRA merged) -> the object store, once -> every rollout engine; seconds taken."""
-        if self.learner is None:
+        """The learner's weights (LoRA merged) -> the object store, once -> every rollout engine; seconds taken.
+        With a LearnerGroup (`weights_ref`) rank 0 puts them into the object store from its own process."""
+        if self.learner is None and self.weights_ref is None:
             return None
         from training.weight_sync import learner_weights
 
         t0 = time.perf_counter()
         self._version += 1
-        self._weights_ref = self.ray.put(learner_weights(self.learner()))
+        if self.weights_ref is not None:
+            self._weights_ref = self.weights_ref()
+        else:
+            assert self.learner is not None
+            self._weights_ref = self.ray.put(learner_weights(self.learner()))
         self.rollouts.call_all("load_weights", self._weights_ref, self._version)
         return time.perf_counter() - t0
 

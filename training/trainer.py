@@ -8,7 +8,10 @@ the running engine, in place -> metrics -> checkpoint every `save_every` steps (
 
 Rollouts, rewards and the weight sync go through a StepExecutor (training/executors.py): in this process
 (training.backend = "local"), or on Ray actors (training.backend = "ray", training/ray_backend.py); the update, the
-checkpoints and the data order are this file's either way.
+checkpoints and the data order are this file's either way. The learner (training/learner.py: the policy, critic,
+reference, optimizer, the one `masked_update`) lives in this process, or with ray.learners = N > 1 on N Ray actors in
+one torch.distributed group (training/learner_group.py): this file then splits the update's rows over the ranks, rank 0
+writes the checkpoint's model folders (the same format) and feeds the rollout engines, and every rank resumes.
 
 Devices: the learner, the reference policy and the critic live on training.device ('auto' = cuda when available);
 nothing else is placed by hand. With rollout_engine = "vllm" the ratio's old log-probs are the learner's own
@@ -43,7 +46,6 @@ import random
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +57,9 @@ from searcher.config import SearcherConfig
 from searcher.trained import TrainedSearcherRecord, make_record, write_record
 from training.config import TrainSettings
 from training.executors import StepExecutor
+from training.learner import Batch, GapSums, Learner, MicroBatch, UpdateOut, export_model, masked_update
 
-__all__ = ["S3Trainer", "SearchR1Trainer", "export_policy", "make_trainer", "read_metrics"]
+__all__ = ["Batch", "S3Trainer", "SearchR1Trainer", "export_model", "export_policy", "make_trainer", "read_metrics"]
 
 STATE_FILE = "trainer_state.pt"
 DATA_ORDER = "warmup-stream+rl-from-start"  # the batch order scheme (batch_indices); a resume checks it
@@ -99,18 +102,6 @@ class _MetricsWriter:
         if self.tb is not None:
             self.tb.close()
             self.tb = None
-
-
-@dataclass
-class Batch:
-    """Padded tensors for one micro-batch; T' = L - 1 - start next-token positions (the prompt part is cut)."""
-
-    ids: Any  # (B, L) int64
-    attention: Any  # (B, L)
-    loss_mask: Any  # (B, T'): 1 where ids[:, start+t+1] is a policy-written response token
-    start: int = 0  # first shifted position kept (min prompt length - 1)
-    prefix: int = 0  # leading tokens every row shares (<= start), computed once per forward (0 = plain forward)
-    rollout_lp: Any = None  # (B, T'): the rollout engine's log-prob of each policy token (0 elsewhere)
 
 
 class S3Trainer:
@@ -171,29 +162,36 @@ class S3Trainer:
 
         latest = self.ckpt_dir / "latest"
         resume_dir = self.ckpt_dir / latest.read_text().strip() if latest.is_file() else None
-        self.policy, self.model, self.tokenizer = self._load_policy(resume_dir)
+        # the learner: here (ray.learners = 1), or a LearnerGroup of ray.learners Ray actors, each holding one
+        self.learner: Learner | None = None
+        self.learners: Any = None
+        self.policy: Any = None
+        self.model: Any = None
         self.value_head: torch.nn.Module | None = None
-        if tc.algorithm == "ppo":
-            hidden = int(self.model.config.hidden_size)
-            self.value_head = torch.nn.Linear(hidden, 1)
-            torch.nn.init.zeros_(self.value_head.weight)
-            torch.nn.init.zeros_(self.value_head.bias)
-            self.value_head.to(self.device)
-        self.ref_model = self._reference_model()
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        groups: list[dict[str, Any]] = [{"params": params, "lr": tc.learning_rate}]
-        if self.value_head is not None:
-            groups.append({"params": list(self.value_head.parameters()), "lr": tc.critic_learning_rate})
-        self.optimizer = torch.optim.AdamW(groups, weight_decay=0.0)
-        warm = tc.warmup_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0
-        )
+        self.ref_model: Any = None
+        self.optimizer: Any = None
+        self.scheduler: Any = None
+        if self.cfg.ray.learners > 1:
+            from training.learner import load_tokenizer
+
+            self.tokenizer = load_tokenizer(tc, resume_dir)
+            self.learners = self._learner_group(resume_dir)
+        else:
+            self.learner = Learner(tc, self.device, self.run_dir, resume_dir)
+            lr_ = self.learner
+            self.policy, self.model, self.tokenizer = lr_.policy, lr_.model, lr_.tokenizer
+            self.value_head, self.ref_model = lr_.value_head, lr_.ref_model
+            self.optimizer, self.scheduler = lr_.optimizer, lr_.scheduler
         scfg = self.cfg.searcher.model_copy(update={"temperature": tc.temperature})
         if tc.max_new_tokens:
             scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
         self.loop_cfg = scfg
-        self.executor: StepExecutor = self._make_executor(scfg)
+        try:
+            self.executor: StepExecutor = self._make_executor(scfg)
+        except BaseException:
+            if self.learners is not None:
+                self.learners.close()  # the learner actors do not outlive a trainer that failed to start
+            raise
         self.oracle_agent = self._oracle_agent(scfg) if tc.sft_warmup_steps else None
         self.metrics = _MetricsWriter(self.run_dir)
         (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
@@ -205,6 +203,26 @@ class S3Trainer:
         if sync_s is not None:
             self.log(f"train: rollout engine(s) ready; weights synced in {sync_s:.2f}s")
 
+    def _learner_group(self, resume_dir: Path | None) -> Any:
+        """ray.learners Learner actors in one torch.distributed group (training/learner_group.py), each built from
+        [training] and the checkpoint to resume from; on a GPU each when ray.learner_gpus > 0, else on the CPU."""
+        import functools
+
+        from eval.raycluster import connect
+        from training.learner_group import LearnerGroup
+
+        rc = self.cfg.ray
+        connect(rc)
+        # ray.learner_gpus decides (a rank sees only the GPUs Ray gave it: none without learner_gpus)
+        device = "cuda" if rc.learner_gpus > 0 else "cpu"
+        t0 = time.perf_counter()
+        build = functools.partial(Learner, self.tc, device, self.run_dir, resume_dir)
+        group = LearnerGroup(rc, rc.learners, build, device=device, cpus=rc.learner_cpus, gpus=rc.learner_gpus,
+                             resources=rc.learner_resources)
+        self.log(f"train: {rc.learners} learners ({'nccl' if device.startswith('cuda') else 'gloo'}) ready in "
+                 f"{time.perf_counter() - t0:.1f}s")
+        return group
+
     def _make_executor(self, scfg: SearcherConfig) -> StepExecutor:
         """Where rollouts and rewards run (training.backend): this process, or Ray actors (training/ray_backend.py)."""
         from training.executors import LocalExecutor
@@ -214,7 +232,9 @@ class S3Trainer:
 
             self.agent = self.scorer = None  # the workers hold them
             return RayExecutor(self.cfg, loop_cfg=scfg, index_dir=self.data.index_dir, agent_kind=self.agent_kind,
-                               baseline=self.data.baseline, end_to_end=self.end_to_end, learner=lambda: self.model,
+                               baseline=self.data.baseline, end_to_end=self.end_to_end,
+                               learner=None if self.learners is not None else lambda: self.model,
+                               weights_ref=self.learners.weights_ref if self.learners is not None else None,
                                log=self.log)
         self.scorer = self._make_scorer()
         rollout_policy = self.policy
@@ -237,51 +257,11 @@ class S3Trainer:
         return self.executor.sync() or 0.0
 
     def close(self) -> None:
-        """Stop the executor's workers (Ray actors) and close the metrics writer."""
+        """Stop the executor's workers and the learner group (Ray actors) and close the metrics writer."""
         self.executor.close()
+        if self.learners is not None:
+            self.learners.close()
         self.metrics.close()
-
-    def _load_policy(self, resume_dir: Path | None) -> tuple[Any, Any, Any]:
-        """The transformers policy (trainable). Full fine-tuning resumes from the checkpoint's policy/ dir;
-        LoRA loads the base model and the checkpoint's adapter."""
-        from searcher.policy.transformers_policy import TransformersPolicy
-
-        tc = self.tc
-        source = tc.base_model
-        if resume_dir is not None and not tc.lora:
-            source = str(resume_dir / "policy")
-        policy = _new_policy(TransformersPolicy, source, self.device, tc.dtype)
-        if tc.lora:
-            if resume_dir is not None:
-                from peft import PeftModel
-
-                policy.model = PeftModel.from_pretrained(policy.model, str(resume_dir / "adapter"), is_trainable=True)
-            else:
-                policy.enable_lora(r=tc.lora_r, alpha=tc.lora_alpha)
-        model = policy.model
-        if tc.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            if tc.lora and hasattr(model, "enable_input_require_grads"):
-                model.enable_input_require_grads()
-        return policy, model, policy.tokenizer
-
-    def _reference_model(self) -> Any:
-        """The frozen reference policy pi_ref = the policy RL starts from: training.base_model, or after a format
-        warm-up the warmed policy (RUN_DIR/reference, written when the warm-up ends), loaded from disk so a resumed
-        run keeps the same reference. LoRA: the same model with its adapters disabled (no copy; the base model)."""
-        if self.tc.kl_coef == 0:
-            return None
-        if self.tc.lora:
-            return "adapter-disabled"
-        from searcher.policy.transformers_policy import TransformersPolicy
-
-        warmed = self.run_dir / "reference"
-        source = str(warmed) if (warmed / "config.json").is_file() else self.tc.base_model
-        ref = _new_policy(TransformersPolicy, source, self.device, self.tc.dtype).model
-        ref.eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        return ref
 
     def _make_scorer(self) -> Any:
         from training.executors import make_scorer
@@ -334,14 +314,9 @@ class S3Trainer:
     # ------------------------------------------------------------------ rollouts
     def _autocast(self) -> Any:
         """torch.autocast on the model's device for training.autocast = 'bf16', else a no-op context."""
-        import contextlib
+        from training.learner import autocast
 
-        import torch
-
-        if self.tc.autocast == "off":
-            return contextlib.nullcontext()
-        device = next(self.model.parameters()).device.type
-        return torch.autocast(device_type=device, dtype=torch.bfloat16)
+        return autocast(self.tc, self.model)
 
     def rollout(self, examples: list[QAExample], step: int | None = None) -> list[SearchResult]:
         """The executor's rollouts of `examples` (step: the sampling seed of Ray shards; default the current step)."""
@@ -382,32 +357,15 @@ class S3Trainer:
             prefix = common_prefix_len(seqs, limit=start)
             if prefix < MIN_SHARED_PREFIX:
                 prefix = 0
-        d = self.device
+        d = "cpu" if _group(self) is not None else self.device  # a group's ranks move it to their device
         return Batch(ids=ids.to(d), attention=att.to(d), loss_mask=lm[:, start:].to(d), start=start, prefix=prefix,
                      rollout_lp=rl[:, start:].to(d))
 
     def _forward(self, model: Any, batch: Batch, want_hidden: bool = False) -> tuple[Any, Any]:
-        """Token logprobs (B, T') at the sampling temperature for positions batch.start .. L-2 (the response part;
-        the vocabulary projection is skipped over the shared prompt), and last hidden states (B, T', H) if asked."""
-        from searcher.policy.prefix_kv import cache_arg, expand, prefix_cache
-        from training.algorithms import gather_logprobs
+        """Token logprobs (B, T') of the response positions and, if asked, last hidden states (training/learner.py)."""
+        from training.learner import forward_logprobs
 
-        L = batch.ids.shape[1]
-        keep = L - batch.start
-        P = batch.prefix
-        with self._autocast():
-            if P:
-                # the shared prefix once (batch 1, differentiated once), every row's remainder on top of its KV cache
-                cache = expand(prefix_cache(model, batch.ids[0, :P].tolist()), batch.ids.shape[0], copy_first=False)
-                out = model(input_ids=batch.ids[:, P:], attention_mask=batch.attention, output_hidden_states=want_hidden,
-                            use_cache=True, logits_to_keep=keep, **{cache_arg(model): cache})
-            else:
-                out = model(input_ids=batch.ids, attention_mask=batch.attention, output_hidden_states=want_hidden,
-                            use_cache=False, logits_to_keep=keep)
-        logits = out.logits[:, -keep:-1, :]  # (B, T', V): position t predicts ids[:, t+1]
-        lp = gather_logprobs(logits, batch.ids[:, batch.start + 1 :], temperature=self.tc.temperature or 1.0)  # (B, T')
-        hidden = out.hidden_states[-1][:, batch.start - P : -1, :] if want_hidden else None
-        return lp, hidden
+        return forward_logprobs(self.tc, model, batch, want_hidden)
 
     def _confidence_logprobs(self, results: list[SearchResult]) -> dict[str, float]:
         """vLLM rollouts under the confidence-gated reward: a trajectory whose vLLM log-probs are further than
@@ -438,15 +396,9 @@ class S3Trainer:
         return {"rollout/confidence_from_learner": float(replaced)}
 
     def _ref_logprobs(self, batch: Batch) -> Any:
-        import torch
+        from training.learner import ref_logprobs
 
-        if self.ref_model is None:
-            return None
-        with torch.no_grad():
-            if self.ref_model == "adapter-disabled":
-                with self.model.disable_adapter():
-                    return self._forward(self.model, batch)[0]
-            return self._forward(self.ref_model, batch)[0]
+        return ref_logprobs(self, batch)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, float]:
@@ -466,7 +418,7 @@ class S3Trainer:
         rewards = scored.rewards
 
         stats, rows, total_tokens = self.update(results, rewards)
-        self.scheduler.step()
+        learning_rate = self._scheduler_step()
         t3 = time.perf_counter()
         sync_s = self.executor.sync()
         t4 = time.perf_counter()
@@ -485,7 +437,7 @@ class S3Trainer:
             "search/invalid_action_rate": invalid / steps_n if steps_n else 0.0,
             "search/docs": sum(len(r.documents) for r in results) / len(results),
             "data/rl_coverage": self.rl_coverage(self.step),
-            "charts/learning_rate": float(self.scheduler.get_last_lr()[0]),
+            "charts/learning_rate": learning_rate,
             "charts/policy_tokens": total_tokens,
             "charts/rollout_seconds": t1 - t0,
             "charts/reward_seconds": t2 - t1,
@@ -506,6 +458,14 @@ class S3Trainer:
         self.step += 1
         self.metrics.write(self.step, {**row, "data/question_ids": [self.examples[i].id for i in idx]})
         return row
+
+    def _scheduler_step(self) -> float:
+        """The learning-rate scheduler's step after an update (on every rank of a LearnerGroup); the new rate."""
+        group = _group(self)
+        if group is not None:
+            return float(group.call_all("step_scheduler")[0])
+        self.scheduler.step()
+        return float(self.scheduler.get_last_lr()[0])
 
     def sft_step(self) -> dict[str, float]:
         """One supervised warm-up step: masked NLL of the oracle's replies (policy tokens only; prompts and
@@ -566,9 +526,8 @@ class S3Trainer:
     def update(self, results: list[SearchResult], rewards: list[float | None]) -> tuple[dict[str, float], list[int], float]:
         """One masked policy-gradient update from scored rollouts (consecutive group_size rows = one question).
         Samples whose reward is None (or, in GRPO, whose group has < 2 scored members) leave the update.
-        Returns (loss stats, rows used, policy tokens). The padded micro-batches stay in `self.last_batches`."""
-        import torch
-
+        Returns (loss stats, rows used, policy tokens). The padded micro-batches stay in `self.last_batches`.
+        The loss is training/learner.py's `masked_update`, run here or on every rank of the LearnerGroup."""
         from training import algorithms as alg
 
         tc = self.tc
@@ -585,60 +544,44 @@ class S3Trainer:
         else:
             seq_adv = [None if r is None else 0.0 for r in rewards]  # PPO: advantages come from GAE below
         rows = [i for i in range(len(results)) if seq_adv[i] is not None and has_tokens[i]]
-        self.model.train()
-        total_tokens = 0.0
-        if rows:
+        if not rows:
+            return stats, rows, 0.0
+
+        def micro(b: list[int]) -> MicroBatch:
+            p = self._pad(results, b)
+            if tc.algorithm == "grpo":
+                return MicroBatch(p, adv=[float(seq_adv[i]) for i in b])  # type: ignore[arg-type]
+            return MicroBatch(p, rewards=[float(rewards[i]) for i in b])  # type: ignore[arg-type]
+
+        learners = _group(self)
+        if learners is None:
             batches = [rows[i : i + tc.micro_batch_size] for i in range(0, len(rows), tc.micro_batch_size)]
-            padded = [self._pad(results, b) for b in batches]
-            self.last_batches = padded
-            total_tokens = float(sum(p.loss_mask.sum().item() for p in padded))
-            refs = [self._ref_logprobs(p) for p in padded]
-            old: list[Any] = [None] * len(padded)
-            old_values: list[Any] = [None] * len(padded)
-            if tc.ppo_epochs > 1 or tc.algorithm == "ppo":
-                with torch.no_grad():
-                    for j, p in enumerate(padded):
-                        lp, hid = self._forward(self.model, p, want_hidden=tc.algorithm == "ppo")
-                        old[j] = lp
-                        if self.value_head is not None:
-                            old_values[j] = self.value_head(hid.float()).squeeze(-1)  # (B, T)
-            acc: dict[str, float] = {}
-            gaps: list[Any] = []  # |learner - rollout| log-prob per policy token (0 elsewhere)
-            for epoch in range(tc.ppo_epochs):
-                self.optimizer.zero_grad(set_to_none=True)
-                for j, (b, p) in enumerate(zip(batches, padded, strict=True)):
-                    weight = p.loss_mask.sum().item() / max(total_tokens, 1.0)  # share of the batch's policy tokens
-                    lp, hid = self._forward(self.model, p, want_hidden=tc.algorithm == "ppo")
-                    # the ratio's old log-probs: the learner's own recomputation, never the rollout engine's
-                    old_lp = old[j] if old[j] is not None else lp.detach()
-                    if epoch == 0:
-                        gaps.append(((old_lp - p.rollout_lp).abs() * p.loss_mask).detach())
-                    if tc.algorithm == "grpo":
-                        adv = torch.tensor([float(seq_adv[i]) for i in b], dtype=lp.dtype, device=lp.device)  # type: ignore[arg-type]  # (B,)
-                        out = alg.grpo_loss(lp, old_lp, refs[j], adv, p.loss_mask, tc.clip_coef, tc.kl_coef)
-                        parts = {"losses/policy": out.pg_loss, "losses/kl": out.kl, "losses/total": out.loss,
-                                 "losses/clipfrac": out.clipfrac, "losses/approx_kl": out.approx_kl}
-                    else:
-                        assert self.value_head is not None
-                        values = self.value_head(hid.detach().float()).squeeze(-1)  # (B, T)
-                        r_seq = torch.tensor([float(rewards[i]) for i in b], dtype=values.dtype, device=values.device)  # type: ignore[arg-type]
-                        tok_r = alg.token_rewards(r_seq, p.loss_mask)  # (B, T)
-                        with torch.no_grad():
-                            adv_t, ret = alg.gae_advantages(tok_r, old_values[j], p.loss_mask, tc.gamma, tc.gae_lambda)
-                        pout = alg.ppo_loss(lp, old_lp, refs[j], adv_t, values, old_values[j], ret, p.loss_mask,
-                                            tc.clip_coef, tc.value_clip_coef, tc.kl_coef, tc.vf_coef)
-                        out = pout  # type: ignore[assignment]
-                        parts = {"losses/policy": pout.pg_loss, "losses/kl": pout.kl, "losses/value": pout.value_loss,
-                                 "losses/total": pout.loss, "losses/clipfrac": pout.clipfrac, "losses/approx_kl": pout.approx_kl}
-                    (out.loss * weight).backward()
-                    for k, v in parts.items():
-                        acc[k] = acc.get(k, 0.0) + float(v.detach()) * weight
-                params = [q for g in self.optimizer.param_groups for q in g["params"]]
-                gn = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm)
-                acc["losses/grad_norm"] = float(gn)
-                self.optimizer.step()
-            stats.update(acc)
-            stats.update(_gap_stats(gaps, [p.loss_mask for p in padded]))
+            mbs = [micro(b) for b in batches]
+            self.last_batches = [mb.batch for mb in mbs]
+            total_tokens = float(sum(mb.batch.loss_mask.sum().item() for mb in mbs))
+            # each micro-batch's share of the batch's policy tokens: the global token mean
+            weights = [mb.batch.loss_mask.sum().item() / max(total_tokens, 1.0) for mb in mbs]
+            out = masked_update(self, mbs, weights)
+            stats.update(out.stats)
+            stats.update(out.gaps.stats())
+            return stats, rows, total_tokens
+        from training.learner_group import split_for_ranks
+
+        tokens = [float(sum(results[i].trajectory.mask)) for i in rows]  # type: ignore[union-attr]
+        total_tokens = float(sum(tokens))
+        shards = split_for_ranks(rows, tokens, len(learners), tc.micro_batch_size)
+        per_rank = [[micro(b) for b in s.micro_batches] for s in shards]
+        self.last_batches = [mb.batch for r, s in zip(per_rank, shards, strict=True)
+                             for mb, w in zip(r, s.weights, strict=True) if w]
+        outs: list[UpdateOut] = learners.update(per_rank, [s.weights for s in shards])
+        gaps = GapSums()
+        for o in outs:
+            gaps = gaps.add(o.gaps)
+            for k, v in o.stats.items():
+                # each rank's stats carry weight N * tokens / T: their mean is the single learner's
+                stats[k] = stats.get(k, 0.0) + v / len(outs)
+        stats["losses/grad_norm"] = outs[0].stats["losses/grad_norm"]  # the same averaged gradient on every rank
+        stats.update(gaps.stats())
         return stats, rows, total_tokens
 
     # ------------------------------------------------------------------ checkpoints
@@ -653,16 +596,18 @@ class S3Trainer:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-        self._save_policy(tmp / "policy")
+        # the model folders and the optimizer / scheduler / critic state: this process's learner, or rank 0 of the
+        # LearnerGroup (written once; every rank holds the same)
+        group = _group(self)
+        learner_state = group.call_rank0("save", str(tmp)) if group is not None else self._learner().save(tmp)
         write_record(self._searcher_record(final / "policy"), tmp / "policy")  # relative to where it will live
         if self.tc.lora:
-            self._save_adapter(tmp / "adapter")
             write_record(self._searcher_record(final / "adapter"), tmp / "adapter")
         state = {
             "step": self.step,
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "value_head": self.value_head.state_dict() if self.value_head is not None else None,
+            "optimizer": learner_state["optimizer"],
+            "scheduler": learner_state["scheduler"],
+            "value_head": learner_state["value_head"],
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
             "data_order": {"seed": self.tc.seed, "batch_size": self.tc.batch_size, "n_questions": len(self.examples),
                            "scheme": DATA_ORDER, "sft_warmup_steps": self.tc.sft_warmup_steps,
@@ -706,18 +651,10 @@ class S3Trainer:
             base_model=self.tc.base_model, corpus=self.data.directory / "corpus.jsonl",
         )
 
-    def _save_adapter(self, out: Path) -> None:
-        """The LoRA adapter alone (a few MB): `s3 search --policy out` loads it on top of its base model, named as
-        training.base_model was (an offline model name resolves on any machine; peft would write this machine's path
-        of the converted model), so the folder is a complete policy to ship."""
-        self.model.save_pretrained(str(out))
-        base = self.tc.base_model
-        if not Path(base).expanduser().exists():
-            cfg_path = out / "adapter_config.json"
-            cfg = json.loads(cfg_path.read_text())
-            cfg["base_model_name_or_path"] = base
-            cfg_path.write_text(json.dumps(cfg, indent=2))
-        self.tokenizer.save_pretrained(str(out))
+    def _learner(self) -> Learner:
+        if self.learner is None:
+            raise S3Error("this trainer's learner is a LearnerGroup (ray.learners > 1): no learner in this process")
+        return self.learner
 
     def _save_policy(self, out: Path) -> None:
         """A plain HF checkpoint (LoRA merged) + tokenizer: what `s3 search --policy` and a vLLM server load."""
@@ -739,10 +676,15 @@ class S3Trainer:
                 "use a new training.output_dir"
             )
         self.step = int(state["step"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        if self.value_head is not None and state["value_head"] is not None:
-            self.value_head.load_state_dict(state["value_head"])
+        learner_state = {k: state[k] for k in ("optimizer", "scheduler", "value_head")}
+        group = _group(self)
+        if group is not None:
+            # every rank: the checkpoint's weights are already in (each loaded policy/ or adapter/ when it was built)
+            from eval.raycluster import require_ray
+
+            group.call_all("load_state", require_ray().put(learner_state))
+        else:
+            self._learner().load_state(learner_state)
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
         np.random.set_state(state["rng"]["numpy"])
@@ -788,36 +730,13 @@ class SearchR1Trainer(S3Trainer):
     agent_kind: AgentKind = "search_r1"
 
 
-def _new_policy(cls: Any, source: str, device: str = "cpu", dtype: str = "float32") -> Any:
-    """Load the transformers policy for training (sampling happens in rollouts at training.temperature)."""
-    return cls.load(source, device=device, dtype=dtype)
-
-
-def _gap_stats(gaps: list[Any], masks: list[Any]) -> dict[str, float]:
-    """Mean and max |learner - rollout engine| log-prob over the policy tokens of a step's update."""
-    if not gaps:
-        return {}
-    n = float(sum(float(m.sum()) for m in masks))
-    if n == 0:
-        return {}
-    total = float(sum(float(g.sum()) for g in gaps))
-    return {"rollout/logprob_gap_mean_abs": total / n, "rollout/logprob_gap_max": max(float(g.max()) for g in gaps)}
+def _group(trainer: Any) -> Any:
+    """The trainer's LearnerGroup (ray.learners > 1), or None: the learner is this process's."""
+    return getattr(trainer, "learners", None)
 
 
 def make_trainer(cfg: TrainSettings, log: Callable[[str], None] = print) -> S3Trainer:
     return SearchR1Trainer(cfg, log) if cfg.training.mode == "search_r1" else S3Trainer(cfg, log)
-
-
-def export_model(model: Any, tokenizer: Any, out: Path, lora: bool) -> None:
-    """Save `model` as a plain HF dir (merging LoRA adapters into a copy when present)."""
-    import copy
-
-    out.mkdir(parents=True, exist_ok=True)
-    m = model
-    if lora and hasattr(model, "merge_and_unload"):
-        m = copy.deepcopy(model).merge_and_unload()
-    m.save_pretrained(str(out), safe_serialization=True)
-    tokenizer.save_pretrained(str(out))
 
 
 def export_policy(checkpoint: str | Path, out: str | Path, base_model: str | None = None) -> Path:

@@ -1,7 +1,7 @@
 """Several learners (issue 21), the pieces without a cluster: how an update's rows are split over the ranks, and
 that the loss weights make the gradient averaged over ranks (what DistributedDataParallel's all-reduce computes)
 equal the single learner's gradient, with the real GRPO loss of training/algorithms.py on a tiny torch model.
-The all-reduce itself (2 gloo processes, DDP): tests/integration/test_learner_group_ddp.py."""
+The all-reduce itself (2 gloo ranks as Ray actors): tests/integration/test_learner_group_gloo.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 import training.learner_group as lg
 from s3core.errors import ConfigError
 from training import algorithms as alg
-from training.learner_group import accumulate, grpo_microbatch_loss, split_for_ranks
+from training.learner_group import LossLearner, grpo_microbatch_loss, split_for_ranks
 
 VOCAB, T = 11, 7
 
@@ -44,35 +44,21 @@ def test_grpo_microbatch_loss_is_the_algorithms_loss() -> None:
     torch.testing.assert_close(_loss(model, d, [0, 1, 2]), want)
 
 
-def test_accumulate_all_reduces_once_on_the_last_micro_batch() -> None:
-    """DDP all-reduces on every backward outside `no_sync`: exactly one per update, the last micro-batch's."""
-    import contextlib
-
+def test_a_rank_reduces_the_gradients_once_per_update_after_all_its_micro_batches() -> None:
+    """The all-reduce runs once, after every micro-batch was backpropagated (weighted), before clipping and the step;
+    here the reduction is recorded instead of all-reduced (the real one: tests/integration/test_learner_group_gloo.py)."""
     model, d = _problem(4)
-    synced: list[bool] = []
-
-    class RecordingDDP(torch.nn.Module):  # stands in for DistributedDataParallel's no_sync switch only
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = model
-            self.sync = True
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            synced.append(self.sync)
-            return self.inner(x)  # type: ignore[no-any-return]
-
-        @contextlib.contextmanager
-        def no_sync(self):  # type: ignore[no-untyped-def]
-            self.sync = False
-            yield
-            self.sync = True
-
-    ddp = RecordingDDP()
     mbs, ws = [[0], [1, 2], [3]], [0.5, 1.0, 0.5]
-    accumulate(ddp, mbs, ws, lambda mb: _loss(ddp, d, mb))
-    got = torch.cat([p.grad.flatten() for p in model.parameters()])  # type: ignore[union-attr]
-    assert synced == [False, False, True]
-    torch.testing.assert_close(got, _grad(model, d, mbs, ws))
+    want = _grad(model, d, mbs, ws)
+    seen: list[torch.Tensor] = []
+
+    def record(params: list[torch.Tensor]) -> None:
+        seen.append(torch.cat([p.grad.flatten() for p in params]))  # type: ignore[union-attr]
+
+    learner = LossLearner(model, lambda ps: torch.optim.SGD(ps, lr=0.0), lambda m, mb: _loss(m, d, mb), 1e9)
+    learner.update(mbs, ws, record)
+    assert len(seen) == 1
+    torch.testing.assert_close(seen[0], want)
 
 
 def _grad(model: torch.nn.Module, d: dict[str, torch.Tensor], mbs: list[list[int]], weights: list[float]) -> torch.Tensor:
@@ -141,3 +127,25 @@ def test_split_refuses_bad_input() -> None:
 
 def test_doctests() -> None:
     assert doctest.testmod(lg).failed == 0
+
+
+def test_allreduce_mean_copies_every_bucket_back_and_fills_missing_gradients(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`allreduce_mean_` in a one-rank gloo group (all_reduce = identity) with buckets smaller than the tensors and
+    `world_size=2` passed: every gradient comes back divided by 2 across the bucket boundaries; a parameter without a
+    gradient gets zeros (ranks must agree on the tensors they reduce)."""
+    import torch.distributed as dist
+
+    from training.learner_group import allreduce_mean_
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
+    try:
+        ps = [torch.nn.Parameter(torch.zeros(n)) for n in (3, 7, 1, 4)]
+        for i, p in enumerate(ps[:3]):
+            p.grad = torch.arange(len(p), dtype=torch.float32) + 10 * i
+        want = [p.grad.clone() / 2 for p in ps[:3]]  # type: ignore[union-attr]
+        allreduce_mean_(ps, world_size=2, bucket=5)
+        for p, w in zip(ps[:3], want, strict=True):
+            torch.testing.assert_close(p.grad, w)
+        assert ps[3].grad is not None and torch.equal(ps[3].grad, torch.zeros(4))
+    finally:
+        dist.destroy_process_group()

@@ -104,3 +104,31 @@ def test_gpu_single_config_validates_and_states_what_ran() -> None:
     for phrase in ("Memory budget", "KV cache", "activations", "gradient checkpointing", "NOTHING in this file has run on a GPU",
                    "SmolLM2-135M"):
         assert phrase in text, phrase
+
+
+def test_gpu_cluster_configs_validate_and_state_what_ran() -> None:
+    """configs/gpu_cluster.toml (8 GPUs: 4 learners, 3 vLLM rollout engines, 1 vLLM generator) and its two-node layer
+    load and select the GPU Ray paths; their comments carry the memory budget and say plainly what ran here."""
+    one_path, two_path = ROOT / "configs" / "gpu_cluster.toml", ROOT / "configs" / "gpu_cluster_2node.toml"
+    one = load_config([one_path])
+    tc, rc = one.training, one.ray
+    assert (tc.backend, tc.device, tc.rollout_engine, tc.lora, tc.dtype) == ("ray", "cuda", "vllm", True, "bfloat16")
+    assert (rc.address, rc.learners, rc.learner_gpus, rc.rollout_workers, rc.rollout_worker_gpus) == (None, 4, 1, 3, 1)
+    assert rc.learners * rc.learner_gpus + rc.rollout_workers * rc.rollout_worker_gpus == 7  # + the generator's GPU = 8
+    assert one.searcher.vllm.memory_utilization > 0.5  # a rollout engine has its GPU to itself
+    assert one.generator.api_base == "http://127.0.0.1:8010/v1" and one.generator_server.host == "127.0.0.1"
+    # rows of a step per learner: the micro-batches of every rank are full
+    assert tc.batch_size * tc.group_size % (rc.learners * tc.micro_batch_size) == 0
+
+    two = load_config([one_path, two_path])
+    rc2 = two.ray
+    assert rc2.address == "auto" and (rc2.learners, rc2.rollout_workers) == (8, 7)
+    assert rc2.learner_resources == {"learner_node": 1} and rc2.rollout_worker_resources == {"rollout_node": 1}
+    assert rc2.reward_worker_resources == rc2.eval_worker_resources == {"generator_node": 1}
+    assert two.training.lora and two.training.rollout_engine == "vllm"  # the rest comes from gpu_cluster.toml
+    assert two.training.batch_size * two.training.group_size // rc2.learners == 80
+    for path in (one_path, two_path):
+        text = path.read_text(encoding="utf-8")
+        for phrase in ("Memory budget", "NOTHING", "What ran and what did not"):
+            assert phrase in text, (path.name, phrase)
+    assert "KV cache" in one_path.read_text() and "--resources" in two_path.read_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -293,3 +294,36 @@ def test_learner_weights_full_and_lora_merged() -> None:
     assert torch.equal(layer.base_layer.weight, base_q) and not layer.merged  # the live weights untouched
     assert hf_name("base_model.model.model.layers.0.mlp.up_proj.lora_A.default.weight") is None
     assert hf_name("base_model.model.lm_head.weight") == "lm_head.weight"
+
+
+def test_several_learners_need_the_ray_backend_and_refuse_what_runs_in_the_trainers_own_learner() -> None:
+    from s3.config import load_config
+    from s3core.errors import ConfigError
+
+    ok = load_config(None, ["training.backend=ray", "ray.learners=2"])
+    assert ok.ray.learners == 2 and ok.ray.learner_gpus == 0
+    assert load_config(None, []).ray.learners == 1  # the default: the learner is the trainer's own process
+    with pytest.raises(ConfigError, match=re.escape("set training.backend = 'ray'")):
+        load_config(None, ["ray.learners=2"])
+    with pytest.raises(ConfigError, match="sft_warmup_steps=2"):
+        load_config(None, ["training.backend=ray", "ray.learners=2", "training.sft_warmup_steps=2"])
+    with pytest.raises(ConfigError, match="confidence_gated"):
+        load_config(None, ["training.backend=ray", "ray.learners=2", "training.reward=confidence_gated",
+                           "training.rollout_engine=vllm"])
+    with pytest.raises(ConfigError, match=re.escape("ray.learner_gpus = 1")):
+        load_config(None, ["training.backend=ray", "ray.learners=2", "training.device=cuda"])
+    with pytest.raises(ConfigError, match=re.escape("learner_gpus=1.0 with training.device = 'cpu'")):
+        load_config(None, ["training.backend=ray", "ray.learners=2", "training.device=cpu", "ray.learner_gpus=1"])
+    with pytest.raises(ConfigError, match="learners"):
+        load_config(None, ["training.backend=ray", "ray.learners=0"])
+
+
+def test_custom_resources_of_ray_actors_are_checked() -> None:
+    from s3.config import load_config
+    from s3core.errors import ConfigError
+
+    assert load_config(None, ["ray.rollout_worker_resources.node2=1"]).ray.rollout_worker_resources == {"node2": 1.0}
+    with pytest.raises(ConfigError, match="not a custom resource"):
+        load_config(None, ["ray.learner_resources.GPU=1"])
+    with pytest.raises(ConfigError, match="amount > 0"):
+        load_config(None, ["ray.eval_worker_resources.node2=0"])

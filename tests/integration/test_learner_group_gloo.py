@@ -1,7 +1,8 @@
 """Several learners (issue 21) on the session's real Ray cluster: 2 DDPLearner actors in one gloo process group on
-127.0.0.1 (torch DistributedDataParallel) make one GRPO update (training/algorithms.py's loss) from a batch split by
+127.0.0.1 (gradients all-reduced, mean) make one GRPO update (training/algorithms.py's loss) from a batch split by
 `split_for_ranks`; their parameters equal the single learner's update on the same batch within 1e-5, and each other.
-A tiny torch model (embedding + linear over 11 tokens): the mechanism, not the trainer (not wired in yet)."""
+A tiny torch model (embedding + linear over 11 tokens): the mechanism alone; through the trainer (ray.learners = 2):
+tests/integration/test_learners_trainer.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import functools
 import pytest
 import torch
 
-from training.learner_group import LearnerGroup, grpo_microbatch_loss, split_for_ranks
+from training.learner_group import LearnerGroup, LossLearner, grpo_microbatch_loss, split_for_ranks
 
 pytestmark = [pytest.mark.integration]
 pytest.importorskip("ray")
@@ -50,7 +51,8 @@ def test_two_gloo_learners_update_equals_one_learner(ray_cluster) -> None:  # ty
 
     shards = split_for_ranks(rows, tokens, 2, mbs)
     assert all(s.micro_batches for s in shards)
-    group = LearnerGroup(RayConfig(num_cpus=2), 2, copy.deepcopy(model), make_opt, loss_of, 1.0, cpus=0.5)
+    build = functools.partial(LossLearner, copy.deepcopy(model), make_opt, loss_of, 1.0)
+    group = LearnerGroup(RayConfig(num_cpus=2), 2, build, cpus=0.5)
     try:
         group.update([[_batch(mb, d) for mb in s.micro_batches] for s in shards], [s.weights for s in shards])
         rank0, rank1 = group.state_dicts()

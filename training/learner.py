@@ -1,0 +1,374 @@
+"""The learner: the policy being trained, its PPO critic, its reference policy, optimizer and scheduler, and the one
+masked PPO / GRPO update (training/algorithms.py's losses) that every learner runs.
+
+    learner = Learner(cfg.training, device, run_dir, resume_dir)        # what S3Trainer holds with ray.learners = 1
+    out = learner.update(micro_batches, weights)                        # weights_j = tokens_j / T: the global token mean
+    state = learner.save(checkpoint_dir)                                # policy/ (+ adapter/); optimizer, scheduler, critic
+
+With ray.learners = N > 1 each rank of a LearnerGroup (training/learner_group.py) holds one `Learner`, built from the
+same configuration and checkpoint, and runs the same `update` on its share of the micro-batches with weights
+N * tokens_j / T and `reduce_grads` = the all-reduce (mean) of the gradients over the ranks: the averaged gradient is
+the single learner's, so the loss code is this file's `masked_update` either way (no second copy).
+
+The trainer (training/trainer.py) keeps what is not the learner's: the data order, the rollouts and rewards (through its
+executor), the padding of rollouts into `Batch`es, the advantages of GRPO, the metrics and the checkpoint's
+trainer_state.pt (it stores the `state()` rank 0 returns, in the single learner's format).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Batch", "GapSums", "Learner", "MicroBatch", "UpdateOut", "export_model", "forward_logprobs", "load_policy",
+           "load_tokenizer", "masked_update", "ref_logprobs"]
+
+
+@dataclass
+class Batch:
+    """Padded tensors for one micro-batch; T' = L - 1 - start next-token positions (the prompt part is cut)."""
+
+    ids: Any  # (B, L) int64
+    attention: Any  # (B, L)
+    loss_mask: Any  # (B, T'): 1 where ids[:, start+t+1] is a policy-written response token
+    start: int = 0  # first shifted position kept (min prompt length - 1)
+    prefix: int = 0  # leading tokens every row shares (<= start), computed once per forward (0 = plain forward)
+    rollout_lp: Any = None  # (B, T'): the rollout engine's log-prob of each policy token (0 elsewhere)
+
+    def to(self, device: str) -> Batch:
+        """The same batch on `device` (a learner rank's; the driver pads on the CPU)."""
+        mv = lambda t: None if t is None else t.to(device)  # noqa: E731  (no copy when already there)
+        return replace(self, ids=mv(self.ids), attention=mv(self.attention), loss_mask=mv(self.loss_mask),
+                       rollout_lp=mv(self.rollout_lp))
+
+
+@dataclass
+class MicroBatch:
+    """What the update needs of one micro-batch: its padded tokens, and per row the GRPO advantage (grpo) or the
+    sequence reward (ppo: the critic's GAE turns it into token advantages)."""
+
+    batch: Batch
+    adv: list[float] | None = None  # (B,) GRPO
+    rewards: list[float] | None = None  # (B,) PPO
+
+
+@dataclass
+class GapSums:
+    """|learner - rollout engine| log-prob over the policy tokens of an update: sum, token count, max (ranks add up)."""
+
+    total: float = 0.0
+    tokens: float = 0.0
+    max: float = 0.0
+
+    def add(self, other: GapSums) -> GapSums:
+        return GapSums(self.total + other.total, self.tokens + other.tokens, max(self.max, other.max))
+
+    def stats(self) -> dict[str, float]:
+        if self.tokens == 0:
+            return {}
+        return {"rollout/logprob_gap_mean_abs": self.total / self.tokens, "rollout/logprob_gap_max": self.max}
+
+
+@dataclass
+class UpdateOut:
+    """One learner's (one rank's) update: the weighted loss stats (losses/...) and its log-prob gap sums."""
+
+    stats: dict[str, float] = field(default_factory=dict)
+    gaps: GapSums = field(default_factory=GapSums)
+
+
+# ---------------------------------------------------------------------------------------------------- forward passes
+def autocast(tc: Any, model: Any) -> Any:
+    """torch.autocast on the model's device for training.autocast = 'bf16', else a no-op context."""
+    import torch
+
+    if tc.autocast == "off":
+        return contextlib.nullcontext()
+    device = next(model.parameters()).device.type
+    return torch.autocast(device_type=device, dtype=torch.bfloat16)
+
+
+def forward_logprobs(tc: Any, model: Any, batch: Batch, want_hidden: bool = False) -> tuple[Any, Any]:
+    """Token logprobs (B, T') at the sampling temperature for positions batch.start .. L-2 (the response part;
+    the vocabulary projection is skipped over the shared prompt), and last hidden states (B, T', H) if asked."""
+    from searcher.policy.prefix_kv import cache_arg, expand, prefix_cache
+    from training.algorithms import gather_logprobs
+
+    L = batch.ids.shape[1]
+    keep = L - batch.start
+    P = batch.prefix
+    with autocast(tc, model):
+        if P:
+            # the shared prefix once (batch 1, differentiated once), every row's remainder on top of its KV cache
+            cache = expand(prefix_cache(model, batch.ids[0, :P].tolist()), batch.ids.shape[0], copy_first=False)
+            out = model(input_ids=batch.ids[:, P:], attention_mask=batch.attention, output_hidden_states=want_hidden,
+                        use_cache=True, logits_to_keep=keep, **{cache_arg(model): cache})
+        else:
+            out = model(input_ids=batch.ids, attention_mask=batch.attention, output_hidden_states=want_hidden,
+                        use_cache=False, logits_to_keep=keep)
+    logits = out.logits[:, -keep:-1, :]  # (B, T', V): position t predicts ids[:, t+1]
+    lp = gather_logprobs(logits, batch.ids[:, batch.start + 1 :], temperature=tc.temperature or 1.0)  # (B, T')
+    hidden = out.hidden_states[-1][:, batch.start - P : -1, :] if want_hidden else None
+    return lp, hidden
+
+
+def ref_logprobs(core: Any, batch: Batch) -> Any:
+    """The frozen reference policy's log-probs of `batch` (None without a KL term); LoRA: the adapters disabled."""
+    import torch
+
+    if core.ref_model is None:
+        return None
+    with torch.no_grad():
+        if isinstance(core.ref_model, str) and core.ref_model == "adapter-disabled":
+            with core.model.disable_adapter():
+                return forward_logprobs(core.tc, core.model, batch)[0]
+        return forward_logprobs(core.tc, core.ref_model, batch)[0]
+
+
+# ---------------------------------------------------------------------------------------------------- the update
+def masked_update(core: Any, mbs: list[MicroBatch], weights: list[float],
+                  reduce_grads: Callable[[list[Any]], None] | None = None) -> UpdateOut:
+    """One masked policy-gradient update (training.ppo_epochs epochs) of `core` (anything with tc, model, value_head,
+    ref_model, optimizer: a Learner, the trainer) from its micro-batches: sum_j loss_j * weights[j] is backpropagated,
+    then `reduce_grads(params)` (a LearnerGroup rank's all-reduce; None for the single learner), clipping, the step.
+    The stats are weighted by `weights` too (so a group's mean over ranks is the single learner's). A micro-batch of
+    weight 0 (a rank without rows joining the all-reduce) adds nothing: no gradient, no stat, no log-prob gap."""
+    import torch
+
+    from training import algorithms as alg
+
+    tc = core.tc
+    ppo = tc.algorithm == "ppo"
+    core.model.train()
+    refs = [ref_logprobs(core, mb.batch) for mb in mbs]
+    old: list[Any] = [None] * len(mbs)
+    old_values: list[Any] = [None] * len(mbs)
+    if tc.ppo_epochs > 1 or ppo:
+        with torch.no_grad():
+            for j, mb in enumerate(mbs):
+                lp, hid = forward_logprobs(tc, core.model, mb.batch, want_hidden=ppo)
+                old[j] = lp
+                if core.value_head is not None:
+                    old_values[j] = core.value_head(hid.float()).squeeze(-1)  # (B, T)
+    acc: dict[str, float] = {}
+    gaps = GapSums()
+    params = [q for g in core.optimizer.param_groups for q in g["params"]]
+    for epoch in range(tc.ppo_epochs):
+        core.optimizer.zero_grad(set_to_none=True)
+        for j, (mb, weight) in enumerate(zip(mbs, weights, strict=True)):
+            p = mb.batch
+            lp, hid = forward_logprobs(tc, core.model, p, want_hidden=ppo)
+            # the ratio's old log-probs: the learner's own recomputation, never the rollout engine's
+            old_lp = old[j] if old[j] is not None else lp.detach()
+            if epoch == 0 and weight != 0:
+                gap = ((old_lp - p.rollout_lp).abs() * p.loss_mask).detach()
+                gaps = gaps.add(GapSums(float(gap.sum()), float(p.loss_mask.sum()), float(gap.max())))
+            if not ppo:
+                assert mb.adv is not None
+                adv = torch.tensor(mb.adv, dtype=lp.dtype, device=lp.device)  # (B,)
+                out = alg.grpo_loss(lp, old_lp, refs[j], adv, p.loss_mask, tc.clip_coef, tc.kl_coef)
+                parts = {"losses/policy": out.pg_loss, "losses/kl": out.kl, "losses/total": out.loss,
+                         "losses/clipfrac": out.clipfrac, "losses/approx_kl": out.approx_kl}
+            else:
+                assert core.value_head is not None and mb.rewards is not None
+                values = core.value_head(hid.detach().float()).squeeze(-1)  # (B, T)
+                r_seq = torch.tensor(mb.rewards, dtype=values.dtype, device=values.device)  # (B,)
+                tok_r = alg.token_rewards(r_seq, p.loss_mask)  # (B, T)
+                with torch.no_grad():
+                    adv_t, ret = alg.gae_advantages(tok_r, old_values[j], p.loss_mask, tc.gamma, tc.gae_lambda)
+                pout = alg.ppo_loss(lp, old_lp, refs[j], adv_t, values, old_values[j], ret, p.loss_mask,
+                                    tc.clip_coef, tc.value_clip_coef, tc.kl_coef, tc.vf_coef)
+                out = pout  # type: ignore[assignment]
+                parts = {"losses/policy": pout.pg_loss, "losses/kl": pout.kl, "losses/value": pout.value_loss,
+                         "losses/total": pout.loss, "losses/clipfrac": pout.clipfrac, "losses/approx_kl": pout.approx_kl}
+            (out.loss * weight).backward()
+            for k, v in parts.items():
+                acc[k] = acc.get(k, 0.0) + float(v.detach()) * weight
+        if reduce_grads is not None:
+            reduce_grads(params)
+        gn = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm)
+        acc["losses/grad_norm"] = float(gn)
+        core.optimizer.step()
+    return UpdateOut(stats=acc, gaps=gaps)
+
+
+# ---------------------------------------------------------------------------------------------------- building
+def load_policy(tc: Any, device: str, resume_dir: Path | None) -> tuple[Any, Any, Any]:
+    """The transformers policy (trainable): (policy, model, tokenizer). Full fine-tuning resumes from the checkpoint's
+    policy/ dir; LoRA loads the base model and the checkpoint's adapter."""
+    from searcher.policy.transformers_policy import TransformersPolicy
+
+    source = tc.base_model
+    if resume_dir is not None and not tc.lora:
+        source = str(resume_dir / "policy")
+    policy = TransformersPolicy.load(source, device=device, dtype=tc.dtype)
+    if tc.lora:
+        if resume_dir is not None:
+            from peft import PeftModel
+
+            policy.model = PeftModel.from_pretrained(policy.model, str(resume_dir / "adapter"), is_trainable=True)
+        else:
+            policy.enable_lora(r=tc.lora_r, alpha=tc.lora_alpha)
+    model = policy.model
+    if tc.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if tc.lora and hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    return policy, model, policy.tokenizer
+
+
+def load_tokenizer(tc: Any, resume_dir: Path | None) -> Any:
+    """The policy's tokenizer alone (the driver of a LearnerGroup pads rollouts; the ranks hold the model), with the
+    pad token the transformers policy gives it (eos when it has none)."""
+    from transformers import AutoTokenizer
+
+    from searcher.policy.transformers_policy import resolve_checkpoint
+
+    where = resolve_checkpoint(str(resume_dir / "policy") if resume_dir is not None else tc.base_model)
+    if isinstance(where, Path) and not (where / "tokenizer_config.json").is_file() and (where / "adapter_config.json").is_file():
+        where = resolve_checkpoint(str(json.loads((where / "adapter_config.json").read_text())["base_model_name_or_path"]))
+    tok = AutoTokenizer.from_pretrained(str(where))
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def reference_model(tc: Any, device: str, run_dir: Path) -> Any:
+    """The frozen reference policy pi_ref = the policy RL starts from: training.base_model, or after a format
+    warm-up the warmed policy (RUN_DIR/reference, written when the warm-up ends), loaded from disk so a resumed
+    run keeps the same reference. LoRA: the same model with its adapters disabled (no copy; the base model)."""
+    if tc.kl_coef == 0:
+        return None
+    if tc.lora:
+        return "adapter-disabled"
+    from searcher.policy.transformers_policy import TransformersPolicy
+
+    warmed = run_dir / "reference"
+    source = str(warmed) if (warmed / "config.json").is_file() else tc.base_model
+    ref = TransformersPolicy.load(source, device=device, dtype=tc.dtype).model
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def value_head(tc: Any, model: Any, device: str) -> Any:
+    """PPO's critic: a zero-initialised linear value head on the policy's last hidden states (None for GRPO)."""
+    import torch
+
+    if tc.algorithm != "ppo":
+        return None
+    head = torch.nn.Linear(int(model.config.hidden_size), 1)
+    torch.nn.init.zeros_(head.weight)
+    torch.nn.init.zeros_(head.bias)
+    return head.to(device)
+
+
+def optimizer_and_scheduler(tc: Any, model: Any, head: Any) -> tuple[Any, Any]:
+    """AdamW over the trainable policy weights (training.learning_rate) and the critic (critic_learning_rate), and the
+    linear learning-rate warm-up (training.warmup_steps)."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups: list[dict[str, Any]] = [{"params": params, "lr": tc.learning_rate}]
+    if head is not None:
+        groups.append({"params": list(head.parameters()), "lr": tc.critic_learning_rate})
+    optimizer = torch.optim.AdamW(groups, weight_decay=0.0)
+    warm = tc.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
+    return optimizer, scheduler
+
+
+def export_model(model: Any, tokenizer: Any, out: Path, lora: bool) -> None:
+    """Save `model` as a plain HF dir (merging LoRA adapters into a copy when present)."""
+    import copy
+
+    out.mkdir(parents=True, exist_ok=True)
+    m = model
+    if lora and hasattr(model, "merge_and_unload"):
+        m = copy.deepcopy(model).merge_and_unload()
+    m.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))
+
+
+class Learner:
+    """One learner: the policy (transformers), PPO's critic, the reference policy, the optimizer and the scheduler,
+    built from [training] (and a checkpoint to resume from). The single learner of S3Trainer, or one rank of a
+    LearnerGroup (every rank builds the same one; rank 0's parameters are broadcast when the group forms)."""
+
+    def __init__(self, tc: Any, device: str, run_dir: Path, resume_dir: Path | None = None) -> None:
+        self.tc, self.device, self.run_dir = tc, device, Path(run_dir)
+        self.policy, self.model, self.tokenizer = load_policy(tc, device, resume_dir)
+        self.value_head = value_head(tc, self.model, device)
+        self.ref_model = reference_model(tc, device, self.run_dir)
+        self.optimizer, self.scheduler = optimizer_and_scheduler(tc, self.model, self.value_head)
+
+    # -------------------------------------------------------------- the update
+    def update(self, mbs: list[MicroBatch], weights: list[float],
+               reduce_grads: Callable[[list[Any]], None] | None = None) -> UpdateOut:
+        mbs = [replace(mb, batch=mb.batch.to(self.device)) for mb in mbs]
+        return masked_update(self, mbs, weights, reduce_grads)
+
+    def step_scheduler(self) -> float:
+        """The scheduler's step after an update; the learning rate it sets."""
+        self.scheduler.step()
+        return self.learning_rate()
+
+    def learning_rate(self) -> float:
+        return float(self.scheduler.get_last_lr()[0])
+
+    def parameters(self) -> list[Any]:
+        """Every trainable tensor the optimizer steps (policy, then critic): what a group all-reduces and broadcasts."""
+        return [q for g in self.optimizer.param_groups for q in g["params"]]
+
+    # -------------------------------------------------------------- state and checkpoints
+    def state(self) -> dict[str, Any]:
+        """Optimizer, scheduler and critic state: the learner's part of trainer_state.pt."""
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "value_head": self.value_head.state_dict() if self.value_head is not None else None}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.value_head is not None and state.get("value_head") is not None:
+            self.value_head.load_state_dict(state["value_head"])
+
+    def save(self, out: str | Path) -> dict[str, Any]:
+        """Write the checkpoint's model folders into `out`: policy/ (a plain HF dir, LoRA merged: what `s3 serve
+        --policy` and vLLM load) and, for LoRA, adapter/; return `state()` for trainer_state.pt."""
+        out = Path(out)
+        export_model(self.model, self.tokenizer, out / "policy", lora=self.tc.lora)
+        if self.tc.lora:
+            self.save_adapter(out / "adapter")
+        return self.state()
+
+    def save_adapter(self, out: Path) -> None:
+        """The LoRA adapter alone (a few MB): `s3 search --policy out` loads it on top of its base model, named as
+        training.base_model was (an offline model name resolves on any machine; peft would write this machine's path
+        of the converted model), so the folder is a complete policy to ship."""
+        self.model.save_pretrained(str(out))
+        base = self.tc.base_model
+        if not Path(base).expanduser().exists():
+            cfg_path = out / "adapter_config.json"
+            cfg = json.loads(cfg_path.read_text())
+            cfg["base_model_name_or_path"] = base
+            cfg_path.write_text(json.dumps(cfg, indent=2))
+        self.tokenizer.save_pretrained(str(out))
+
+    # -------------------------------------------------------------- weights out
+    def weights(self) -> list[tuple[str, Any]]:
+        """(checkpoint name, tensor), LoRA merged: what a rollout engine loads (training/weight_sync.py)."""
+        from training.weight_sync import learner_weights
+
+        return learner_weights(self.model)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The policy's parameters (and the critic's, under value_head.*), detached CPU copies: what tests compare."""
+        sd = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        if self.value_head is not None:
+            sd.update({f"value_head.{k}": v.detach().cpu().clone() for k, v in self.value_head.state_dict().items()})
+        return sd
