@@ -190,7 +190,7 @@ def report(config: str, work: Path) -> None:
                                      f"{d['ci95'][1]:+.3f}] | {d['wins']} / {d['losses']} |")
         lines.append("")
         out["datasets"][name] = ds
-        diag_lines, out["datasets"][name]["diagnostics"] = _diagnostics(work / "eval" / name, runs)
+        diag_lines, out["datasets"][name]["diagnostics"] = _diagnostics(work / "eval" / name, runs, cfg.searcher.max_turns)
         lines += diag_lines
     train_lines, out["training"] = _training(cfg)
     lines = train_lines + lines
@@ -273,15 +273,12 @@ def _gold(data: Path) -> dict[str, set[str]]:
     return {q["id"]: set((q.get("metadata") or {}).get("supporting_ids") or []) for q in _jsonl(data / "questions.jsonl")}
 
 
-def _diagnostics(ds_dir: Path, runs: dict[str, dict[str, dict[str, Any]]]) -> tuple[list[str], dict[str, Any]]:
+def _diagnostics(ds_dir: Path, runs: dict[str, dict[str, dict[str, Any]]], max_turns: int) -> tuple[list[str], dict[str, Any]]:
     """Before vs after (untrained vs trained searcher): behaviour, document precision, whether a gain over naive RAG
     comes with more gold documents or the same ones, and a few real trajectories."""
-    from s3.config import load_config
-
-    cfg = load_config(ROOT / "configs" / "transfer.toml")
     gold = _gold(ds_dir / "data")
     ctx = {m: {r["id"]: r for r in _jsonl(ds_dir / m / "contexts.jsonl")} for m in ("untrained", "trained")}
-    out: dict[str, Any] = {"behaviour": {m: _behaviour(c, cfg.searcher.max_turns) for m, c in ctx.items() if c}}
+    out: dict[str, Any] = {"behaviour": {m: _behaviour(c, max_turns) for m, c in ctx.items() if c}}
     lines = ["### What the searcher does, before (untrained) and after (trained) training", ""]
     if out["behaviour"]:
         keys = list(next(iter(out["behaviour"].values())))
