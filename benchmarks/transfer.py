@@ -55,20 +55,32 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def select(config: str) -> dict[str, Any]:
+    """The checkpoint with the highest held-out Acc(searcher docs): from the trainer's own held-out evaluations
+    (RUN_DIR/heldout.jsonl, training.heldout_every) when the run has them, else by evaluating every checkpoint kept;
+    the untrained base model is evaluated here. Its adapter goes to benchmarks/results/transfer/policy."""
     from s3.config import load_config
     from training.evaluate import heldout_rewards
 
     cfg = load_config(config)
-    run = cfg.resolve(cfg.training.output_dir)
-    assert run is not None
-    ckpts = sorted((run / "checkpoints").glob("step_*"))
-    if not ckpts:
-        raise SystemExit(f"no checkpoints in {run}/checkpoints: train first (s3 train --config {config})")
-    policies = [cfg.training.base_model] + [str(c / "adapter" if (c / "adapter").is_dir() else c / "policy") for c in ckpts]
+    run = _run_dir(config)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "selection.jsonl"
     done = {r["policy"]: r for r in _jsonl(out)}
-    todo = [p for p in policies if p not in done]
+    base = cfg.training.base_model
+    in_training = {int(r["step"]): r for r in _jsonl(run / "heldout.jsonl")}  # the last row per step wins
+    if in_training:
+        trained = [{"policy": r["checkpoint"], "step": s, "reward_mean": r["heldout/reward"],
+                    "acc_s3_mean": r["heldout/acc_s3"], "acc_rag_mean": r["heldout/acc_rag"],
+                    "turns_mean": r["heldout/turns"], "docs_mean": r["heldout/docs"], "source": "s3 train (vLLM, greedy)"}
+                   for s, r in sorted(in_training.items())]
+        todo = [base] if base not in done else []
+    else:
+        ckpts = sorted((run / "checkpoints").glob("step_*"))
+        if not ckpts:
+            raise SystemExit(f"no checkpoints in {run}/checkpoints: train first (s3 train --config {config})")
+        names = [str(c / "adapter" if (c / "adapter").is_dir() else c / "policy") for c in ckpts]
+        todo = [p for p in [base, *names] if p not in done]
+        trained = []
     if todo:
         with out.open("a") as f:
             for row in heldout_rewards(cfg, todo):
@@ -76,29 +88,140 @@ def select(config: str) -> dict[str, Any]:
                 f.write(json.dumps(row) + "\n")
                 f.flush()
                 done[row["policy"]] = row
-    trained = [done[p] for p in policies[1:]]
-    best = max(trained, key=lambda r: (r["acc_s3_mean"] or 0.0, -policies.index(r["policy"])))
+    if not in_training:
+        trained = [{**done[p], "source": "transfer.py select (transformers, greedy)"} for p in done if p != base]
+    best = max(trained, key=lambda r: (r["acc_s3_mean"], -trained.index(r)))
+    name = best["policy"]
+    adapter = next((d for d in (run / "checkpoints" / name / "adapter", RESULTS / "run" / "checkpoints" / name / "adapter",
+                                Path(name)) if d.is_dir()), None)
+    if adapter is None:
+        raise SystemExit(f"the chosen checkpoint {name} is neither in {run}/checkpoints nor in the snapshot")
     policy_dir = RESULTS / "policy"
     if policy_dir.exists():
         shutil.rmtree(policy_dir)
-    shutil.copytree(best["policy"], policy_dir)
+    shutil.copytree(adapter, policy_dir)
     lines = [
         f"Held-out questions: the last {cfg.training.heldout_questions} of the prepared training set (never trained on);",
         "greedy decoding, the training reward. Every checkpoint evaluated anywhere is listed here; only the chosen one",
         "was evaluated on the dev slices.", "",
-        "| policy | held-out reward | Acc(searcher docs) | Acc(naive RAG) | turns | docs | chosen |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| policy | held-out reward | Acc(searcher docs) | Acc(naive RAG) | turns | docs | evaluated by | chosen |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
-    for p in policies:
-        r = done[p]
-        name = p if p == policies[0] else str(Path(p).relative_to(run))
-        lines.append(f"| {name} | {r['reward_mean']:.3f} | {r['acc_s3_mean']:.3f} | {r['acc_rag_mean']:.3f} | "
-                     f"{r['turns_mean']:.2f} | {r['docs_mean']:.2f} | {'yes' if p == best['policy'] else ''} |")
+    b = done[base]
+    lines.append(f"| {base} (untrained) | {b['reward_mean']:.3f} | {b['acc_s3_mean']:.3f} | {b['acc_rag_mean']:.3f} | "
+                 f"{b['turns_mean']:.2f} | {b['docs_mean']:.2f} | transfer.py select (transformers, greedy) | |")
+    for r in trained:
+        lines.append(f"| {Path(r['policy']).name if not in_training else r['policy']} | {r['reward_mean']:.3f} | "
+                     f"{r['acc_s3_mean']:.3f} | {r['acc_rag_mean']:.3f} | {r['turns_mean']:.2f} | {r['docs_mean']:.2f} | "
+                     f"{r['source']} | {'yes' if r is best else ''} |")
     (RESULTS / "selection.md").write_text("\n".join(lines) + "\n")
-    chosen = {"policy": best["policy"], "copied_to": str(policy_dir.relative_to(ROOT)), "heldout": best}
+    chosen = {"policy": name, "adapter": str(adapter), "copied_to": str(policy_dir.relative_to(ROOT)), "heldout": best,
+              "untrained": b}
     (RESULTS / "selected.json").write_text(json.dumps(chosen, indent=1))
     print("\n".join(lines))
     return chosen
+
+
+# ---------------------------------------------------------------------------------------------------- across machines
+# A session's machine keeps nothing but the repository: `snapshot` copies what the run needs to resume (the newest
+# checkpoint's adapter and optimizer state, the best held-out checkpoint's adapter, the warm-up's reference adapter,
+# the metrics) into benchmarks/results/transfer/run/ to be committed; `restore` puts it back where the config's
+# training.output_dir is, so `s3 train --config configs/transfer.toml` resumes on a fresh clone. The prepared
+# training data lives in benchmarks/results/transfer/data/ (its baseline cache is committed; corpus and index are
+# rebuilt by `s3 prepare-training` from ../shared/data in seconds).
+EVAL_POLICY = "vllm"  # the searcher's engine in the dev-slice evaluation
+RUN_FILES = ("metrics.jsonl", "heldout.jsonl", "config.json", "searcher.json")
+CKPT_FILES = ("trainer_state.pt",)
+
+
+def _run_dir(config: str) -> Path:
+    from s3.config import load_config
+
+    cfg = load_config(config)
+    run = cfg.resolve(cfg.training.output_dir)
+    assert run is not None
+    return run
+
+
+def _copy_checkpoint(src: Path, dst: Path, resumable: bool) -> None:
+    """A checkpoint's adapter/ (+ its trainer_state.pt when `resumable`; + policy/searcher.json, the run record of
+    the merged policy, without the merged weights: LoRA resumes from base + adapter)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    if (dst / "adapter").exists():
+        shutil.rmtree(dst / "adapter")
+    shutil.copytree(src / "adapter", dst / "adapter")
+    if resumable:
+        for name in CKPT_FILES:
+            shutil.copy2(src / name, dst / name)
+
+
+def snapshot(config: str, dest: Path = RESULTS / "run") -> Path:
+    """Copy the run's resumable minimum into `dest` (replacing what was there): see the section comment."""
+    run = _run_dir(config)
+    ckpts = run / "checkpoints"
+    if not (ckpts / "latest").is_file():
+        raise SystemExit(f"no checkpoint in {ckpts}: nothing to snapshot")
+    latest = (ckpts / "latest").read_text().strip()
+    best = (ckpts / "best").read_text().strip() if (ckpts / "best").is_file() else None
+    if not (ckpts / latest / "adapter").is_dir():
+        raise SystemExit(f"{ckpts / latest} has no adapter/: snapshot is for LoRA runs (a full model is too big to commit)")
+    tmp = dest.with_name(dest.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    (tmp / "checkpoints").mkdir(parents=True)
+    for name in RUN_FILES:
+        if (run / name).is_file():
+            shutil.copy2(run / name, tmp / name)
+    if (run / "reference").is_dir():
+        shutil.copytree(run / "reference", tmp / "reference")
+    _copy_checkpoint(ckpts / latest, tmp / "checkpoints" / latest, resumable=True)
+    (tmp / "checkpoints" / "latest").write_text(latest)
+    if best is not None and best != latest and (ckpts / best / "adapter").is_dir():
+        _copy_checkpoint(ckpts / best, tmp / "checkpoints" / best, resumable=False)
+    if best is not None:
+        (tmp / "checkpoints" / "best").write_text(best)
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+    size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file()) / 2**20
+    print(f"snapshot of {run} at {latest} (best {best}) -> {dest} ({size:.1f} MiB): commit it")
+    return dest
+
+
+def _step_of(checkpoints: Path) -> int:
+    latest = checkpoints / "latest"
+    return int(latest.read_text().strip().removeprefix("step_")) if latest.is_file() else -1
+
+
+def restore(config: str, src: Path = RESULTS / "run") -> Path | None:
+    """Put a snapshot back as the run directory when the run there is missing or older; returns the run dir, or
+    None when there was nothing to do."""
+    run = _run_dir(config)
+    if not (src / "checkpoints" / "latest").is_file():
+        print(f"no snapshot in {src}: a new run starts")
+        return None
+    have, snap = _step_of(run / "checkpoints"), _step_of(src / "checkpoints")
+    if have >= snap:
+        print(f"{run} is at step {have}, the snapshot at {snap}: kept as it is")
+        return None
+    run.mkdir(parents=True, exist_ok=True)
+    for name in RUN_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, run / name)
+    if (src / "reference").is_dir():
+        if (run / "reference").exists():
+            shutil.rmtree(run / "reference")
+        shutil.copytree(src / "reference", run / "reference")
+    for ck in sorted((src / "checkpoints").glob("step_*")):
+        dst = run / "checkpoints" / ck.name
+        if dst.exists():
+            shutil.rmtree(dst)
+        shutil.copytree(ck, dst)
+    for pointer in ("latest", "best"):
+        if (src / "checkpoints" / pointer).is_file():
+            shutil.copy2(src / "checkpoints" / pointer, run / "checkpoints" / pointer)
+    print(f"restored {run} at step {snap} from {src}: `s3 train --config {config}` resumes there")
+    return run
 
 
 def _methods(k: int) -> dict[str, list[str]]:
@@ -113,7 +236,11 @@ def _methods(k: int) -> dict[str, list[str]]:
         "untrained_cap": ("searcher", ["searcher.policy_path=null", *cap]),
         "trained_cap": ("searcher", [f"searcher.policy_path={trained}", *cap]),
     }
-    return {name: [method, *[x for s in over for x in ("--set", s)]] for name, (method, over) in sets.items()}
+    # the searchers' rollouts on the vLLM engine (a LoRA policy merged into its base first): the same greedy
+    # trajectories as the transformers policy, 7.9x the questions/s (benchmarks/results/rollout_engines/)
+    engine = [f"searcher.policy={EVAL_POLICY}"]
+    return {name: [method, *[x for s in (over + engine if method == "searcher" else over) for x in ("--set", s)]]
+            for name, (method, over) in sets.items()}
 
 
 def evaluate(config: str, work: Path) -> None:
@@ -350,10 +477,18 @@ def _diagnostics(ds_dir: Path, runs: dict[str, dict[str, dict[str, Any]]], max_t
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", choices=("select", "evaluate", "report", "all"))
+    ap.add_argument("stage", choices=("snapshot", "restore", "select", "evaluate", "report", "all"))
     ap.add_argument("--config", default=str(ROOT / "configs" / "transfer.toml"))
-    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "transfer", help="where the eval runs go")
+    ap.add_argument("--work", type=Path, default=RESULTS,
+                    help="where the eval runs go (eval/<dataset>/<method>/: committed, so an evaluation cut by the end of "
+                         "a session resumes on the next machine; the datasets' corpora and indexes are rebuilt)")
     args = ap.parse_args()
+    if args.stage == "snapshot":
+        snapshot(args.config)
+        return 0
+    if args.stage == "restore":
+        restore(args.config)
+        return 0
     if args.stage in ("select", "all"):
         select(args.config)
     if args.stage in ("evaluate", "all"):

@@ -8,7 +8,7 @@ exported or copied policy carries it too):
      "searcher": {"k": 3, "max_turns": 1, "max_select": 2, "doc_token_budget": 40, ...},   # the loop's settings
      "prompt_sha256": "...",                                                                 # the s3 instruction
      "retriever": {"backend": "bm25", "k": 3, "index": "data/index",                       # relative to the record
-                   "index_fingerprint": "<sha256 of index.json>", "corpus_sha256": "...",
+                   "index_fingerprint": "<sha256 of index.json, path and time left out>", "corpus_sha256": "...",
                    "rebuild": "s3 index build --corpus data/corpus.jsonl --backend bm25 --out data/index"}}
 
 `s3 search --policy RUN_DIR` and `s3 serve --policy RUN_DIR` apply both, so a searcher trained with one turn is not
@@ -19,6 +19,7 @@ that rebuilds the right one. A trained searcher needs `searcher/` (and `s3core/`
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Collection
 from pathlib import Path
@@ -26,7 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from s3core.errors import ConfigError, S3Error
-from s3core.io import file_sha256, write_json_atomic
+from s3core.io import file_sha256, text_sha256, write_json_atomic
 from searcher.config import RetrieverConfig, SearcherConfig
 from searcher.protocol import s3_prompt_sha256
 
@@ -61,9 +62,22 @@ class TrainedSearcherRecord(BaseModel):
 
 
 def index_fingerprint(index_dir: Path) -> str | None:
-    """sha256 of the index's self-description (index.json: backend, parameters, corpus sha256, doc count)."""
+    """sha256 of what the index is: its self-description (index.json: format, backend, parameters, encoder, corpus
+    sha256, doc count, docstore sha256) without where and when it was built (the corpus path, `created`), so the same
+    corpus indexed again, on another machine or in a fresh clone, has the same fingerprint."""
     meta = index_dir / "index.json"
-    return file_sha256(meta) if meta.is_file() else None
+    if not meta.is_file():
+        return None
+    try:
+        desc = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return file_sha256(meta)  # not ours to parse: the file's bytes
+    if not isinstance(desc, dict):
+        return file_sha256(meta)
+    desc.pop("created", None)
+    if isinstance(desc.get("corpus"), dict):
+        desc["corpus"] = {k: v for k, v in desc["corpus"].items() if k != "path"}
+    return text_sha256(json.dumps(desc, sort_keys=True))
 
 
 def _corpus_sha256(index_dir: Path) -> str | None:
@@ -151,7 +165,8 @@ def apply_record(
     if not recorded.is_dir():
         raise ConfigError(f"the searcher was trained with the index {recorded}, which is missing{rebuild}; or pass --index DIR")
     want = record.retriever.index_fingerprint
-    if want is not None and index_fingerprint(recorded) != want:
+    # records written before the fingerprint left out path and time hold the sha256 of index.json's bytes
+    if want is not None and want not in (index_fingerprint(recorded), file_sha256(recorded / "index.json")):
         raise ConfigError(
             f"the index {recorded} is not the one the searcher was trained with (index.json fingerprint differs){rebuild}; "
             "or pass --index DIR to use another index on purpose"

@@ -133,11 +133,20 @@ class TrainingConfig(Section):
         "confidence-gated reward the learner's log-probs instead of vLLM's.",
     )
     heldout_questions: int = Field(0, ge=0, description="Questions held out of training (from the end of the prepared set) for `s3 train-eval`.")
+    heldout_every: int = Field(
+        0, ge=0,
+        description="Every N steps (from the end of the warm-up on, and at the last step) the rollout engine's greedy "
+        "rollouts of the held-out questions, scored with the training reward: metrics heldout/*, RUN_DIR/heldout.jsonl, "
+        "a checkpoint of that step, and checkpoints/best = the one with the highest held-out Acc of the searcher's "
+        "documents (kept whatever keep_checkpoints prunes). 0 = off.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TrainingConfig:
         if self.algorithm == "grpo" and self.group_size < 2:
             raise ValueError("GRPO needs training.group_size >= 2 (the group is its baseline); set group_size or use ppo")
+        if self.heldout_every and not self.heldout_questions:
+            raise ValueError("training.heldout_every needs training.heldout_questions > 0 (the questions it evaluates)")
         if self.mode == "search_r1" and self.reward not in ("em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated"):
             raise ValueError(f"search_r1 mode answers itself: training.reward={self.reward!r} needs a generator; use 'em'")
         return self

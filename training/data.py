@@ -40,7 +40,6 @@ from generator_adapters.build import build_generator
 from s3core.errors import S3Error
 from s3core.io import (
     append_jsonl,
-    file_sha256,
     read_jsonl,
     repair_tail,
     text_sha256,
@@ -51,6 +50,7 @@ from s3core.types import Document, QAExample
 from searcher.build import build_retriever
 from searcher.retrieval import build_index
 from searcher.retrieval.base import Retriever
+from searcher.trained import index_fingerprint
 from training.config import TrainSettings
 
 Log = Callable[[str], object]  # where progress lines go (print by default)
@@ -150,10 +150,18 @@ def ensure_index(cfg: TrainSettings, data_dir: Path) -> Path:
 
 
 def _index_fingerprint(index_dir: Path) -> str:
-    meta = index_dir / "index.json"
-    if meta.is_file():
-        return file_sha256(meta)[:16]
-    return str(index_dir.resolve())
+    """What the index is (searcher.trained.index_fingerprint: the same corpus rebuilt elsewhere matches), so a cached
+    baseline survives a rebuild of the same index and not a change of corpus or parameters."""
+    fp = index_fingerprint(index_dir)
+    return fp[:16] if fp is not None else str(index_dir.resolve())
+
+
+def _index_ref(index_dir: Path, data_dir: Path) -> str:
+    """The manifest's index: relative to the training directory when inside it (the directory can move), else absolute."""
+    try:
+        return str(index_dir.resolve().relative_to(data_dir.resolve()))
+    except ValueError:
+        return str(index_dir.resolve())
 
 
 def make_accuracy(cfg: TrainSettings) -> Accuracy:
@@ -245,7 +253,7 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
         # nothing reads the baseline (no GBR reward, no baseline filter): skip the generator calls
         manifest0: dict[str, Any] = {
             "counts": counts, "baseline": "skipped (reward needs none, keep_baseline_zero=false)",
-            "index": str(index_dir), "sources": sources,
+            "index": _index_ref(index_dir, out), "sources": sources,
             "filters": {"drop_yes_no": t.drop_yes_no, "keep_baseline_zero": False, "keep_answerable": t.keep_answerable},
         }
         if t.keep_answerable:
@@ -285,7 +293,7 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
         "baseline_mean_acc": (
             sum(float(v) for v in cached.values() if v is not None) / max(1, sum(v is not None for v in cached.values()))
         ),
-        "index": str(index_dir),
+        "index": _index_ref(index_dir, out),
         "sources": sources,
         "filters": {"drop_yes_no": t.drop_yes_no, "keep_baseline_zero": t.keep_baseline_zero,
                     "keep_answerable": t.keep_answerable},
@@ -340,6 +348,8 @@ def load_training_set(cfg: TrainSettings, directory: Path | None = None) -> Trai
     if not examples:
         raise S3Error(f"{tpath} has no training question left after the filters {manifest.get('counts')}")
     index_dir = Path(manifest["index"])
+    if not index_dir.is_absolute():
+        index_dir = d / index_dir  # inside the training directory: wherever the directory is (a clone, a copy)
     baseline: dict[str, float] = {}
     if cfg.training.mode == "s3" and cfg.training.reward in ("gbr", "acc_plus_gbr"):
         khash = _key_hash(baseline_key(cfg, _index_fingerprint(index_dir)))

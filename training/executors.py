@@ -38,7 +38,7 @@ USAGE_METRICS = {
 class StepExecutor(Protocol):
     """What a training step asks of its executor (see the module docstring)."""
 
-    def rollout(self, examples: list[QAExample], step: int) -> list[SearchResult]: ...
+    def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]: ...
     def score(self, results: list[SearchResult], examples: list[QAExample]) -> RewardBatch: ...
     def sync(self) -> float | None: ...
     def step_stats(self) -> dict[str, float]: ...
@@ -125,14 +125,16 @@ class LocalExecutor:
         self.t = trainer
         self._usage = accuracy_usage(trainer.scorer)
 
-    def rollout(self, examples: list[QAExample], step: int) -> list[SearchResult]:
+    def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]:
+        """The rollouts of a step (training.temperature), or with `greedy` the held-out evaluation's (temperature 0)."""
         import torch
 
         t = self.t
         t.model.eval()
+        agent = t.greedy_agent if greedy else t.agent
         # autocast is the learner's; the vLLM engine computes in its own dtype (searcher.vllm.dtype)
         with torch.no_grad(), t._autocast() if t.engine is None else contextlib.nullcontext():
-            return list(t.agent.search([e.question for e in examples]))
+            return list(agent.search([e.question for e in examples]))
 
     def score(self, results: list[SearchResult], examples: list[QAExample]) -> RewardBatch:
         return asyncio.run(self.t.scorer.score(results, examples))

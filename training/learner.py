@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -240,16 +242,21 @@ def load_tokenizer(tc: Any, resume_dir: Path | None) -> Any:
 def reference_model(tc: Any, device: str, run_dir: Path) -> Any:
     """The frozen reference policy pi_ref = the policy RL starts from: training.base_model, or after a format
     warm-up the warmed policy (RUN_DIR/reference, written when the warm-up ends), loaded from disk so a resumed
-    run keeps the same reference. LoRA: the same model with its adapters disabled (no copy; the base model)."""
+    run keeps the same reference. Full fine-tuning: RUN_DIR/reference is a plain HF dir. LoRA: it is the warmed
+    adapter alone (a few MB), merged into a frozen copy of the base; before the warm-up ends (or without one) the
+    reference is the policy's own model with its adapters disabled (the base model: no copy)."""
     if tc.kl_coef == 0:
         return None
-    if tc.lora:
-        return "adapter-disabled"
     from searcher.policy.transformers_policy import TransformersPolicy
 
     warmed = run_dir / "reference"
-    source = str(warmed) if (warmed / "config.json").is_file() else tc.base_model
-    ref = TransformersPolicy.load(source, device=device, dtype=tc.dtype).model
+    if tc.lora:
+        if not (warmed / "adapter_config.json").is_file():
+            return "adapter-disabled"
+        ref = TransformersPolicy.load(str(warmed), device=device, dtype=tc.dtype).model.merge_and_unload()
+    else:
+        source = str(warmed) if (warmed / "config.json").is_file() else tc.base_model
+        ref = TransformersPolicy.load(source, device=device, dtype=tc.dtype).model
     ref.eval()
     for p in ref.parameters():
         p.requires_grad_(False)
@@ -358,6 +365,24 @@ class Learner:
             cfg["base_model_name_or_path"] = base
             cfg_path.write_text(json.dumps(cfg, indent=2))
         self.tokenizer.save_pretrained(str(out))
+
+    def end_warmup(self) -> None:
+        """The format warm-up is over: RL's reference policy becomes the current (warmed) policy. It is written to
+        RUN_DIR/reference atomically (full fine-tuning: the model; LoRA: the adapter) and loaded back from there, so a
+        resumed run gets exactly this reference."""
+        if self.ref_model is None:
+            return
+        final, tmp = self.run_dir / "reference", self.run_dir / ".reference.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        if self.tc.lora:
+            self.save_adapter(tmp)
+        else:
+            export_model(self.model, self.tokenizer, tmp, lora=False)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        self.ref_model = reference_model(self.tc, self.device, self.run_dir)
 
     # -------------------------------------------------------------- weights out
     def weights(self) -> list[tuple[str, Any]]:

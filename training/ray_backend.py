@@ -97,6 +97,9 @@ class RolloutWorker(RayWorker):
         device = resolve_device(self.tc.device)
         self.policy = policy_factory() if policy_factory is not None else rollout_policy(cfg, device, seed_offset=index)
         self.agent = build_searcher(loop_cfg, self.retriever, self.policy, k0=cfg.retriever.k, agent=agent_kind)
+        # the held-out evaluation's agent: the same engine, greedy (training.heldout_every)
+        self.greedy_agent = build_searcher(loop_cfg.model_copy(update={"temperature": 0.0}), self.retriever,
+                                           self.policy, k0=cfg.retriever.k, agent=agent_kind)
         self.version = -1
 
     def load_weights(self, weights: list[tuple[str, Any]], version: int) -> int:
@@ -116,7 +119,7 @@ class RolloutWorker(RayWorker):
         model = getattr(self.policy, "model", None)
         return None if model is None else weights_checksum(model)
 
-    def rollout(self, questions: list[str], seed: int) -> list[SearchResult]:
+    def rollout(self, questions: list[str], seed: int, greedy: bool = False) -> list[SearchResult]:
         import torch
 
         torch.manual_seed(seed)
@@ -127,7 +130,7 @@ class RolloutWorker(RayWorker):
         if model is not None and hasattr(model, "eval"):
             model.eval()
         with torch.no_grad(), autocast:
-            return list(self.agent.search(questions))
+            return list((self.greedy_agent if greedy else self.agent).search(questions))
 
 
 class RewardWorker(RayWorker):
@@ -218,9 +221,9 @@ class RayExecutor:
             f"{time.perf_counter() - t0:.1f}s")
 
     # ------------------------------------------------------------------ the step
-    def rollout(self, examples: list[QAExample], step: int) -> list[SearchResult]:
+    def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]:
         bounds = shard_bounds(len(examples), len(self.rollouts))
-        shards = [([e.question for e in examples[lo:hi]], shard_seed(self.tc.seed, step, j))
+        shards = [([e.question for e in examples[lo:hi]], shard_seed(self.tc.seed, step, j), greedy)
                   for j, (lo, hi) in enumerate(bounds)]
         outs = self.rollouts.map("rollout", shards, first=list(range(len(shards))))
         self._redone["rollout"] += sum(bounds[j][1] - bounds[j][0] for j in self.rollouts.last_redone)

@@ -62,6 +62,7 @@ from training.learner import Batch, GapSums, Learner, MicroBatch, UpdateOut, exp
 __all__ = ["Batch", "S3Trainer", "SearchR1Trainer", "export_model", "export_policy", "make_trainer", "read_metrics"]
 
 STATE_FILE = "trainer_state.pt"
+HELDOUT_FILE = "heldout.jsonl"  # one row per held-out evaluation (training.heldout_every)
 DATA_ORDER = "warmup-stream+rl-from-start"  # the batch order scheme (batch_indices); a resume checks it
 
 
@@ -230,7 +231,7 @@ class S3Trainer:
         if self.tc.backend == "ray":
             from training.ray_backend import RayExecutor
 
-            self.agent = self.scorer = None  # the workers hold them
+            self.agent = self.greedy_agent = self.scorer = None  # the workers hold them
             return RayExecutor(self.cfg, loop_cfg=scfg, index_dir=self.data.index_dir, agent_kind=self.agent_kind,
                                baseline=self.data.baseline, end_to_end=self.end_to_end,
                                learner=None if self.learners is not None else lambda: self.model,
@@ -242,6 +243,8 @@ class S3Trainer:
             self.engine = self._rollout_engine()
             rollout_policy = self.engine
         self.agent = build_searcher(scfg, self.retriever, rollout_policy, k0=self.cfg.retriever.k, agent=self.agent_kind)
+        self.greedy_agent = build_searcher(scfg.model_copy(update={"temperature": 0.0}), self.retriever, rollout_policy,
+                                           k0=self.cfg.retriever.k, agent=self.agent_kind)  # training.heldout_every
         return LocalExecutor(self)
 
     def _rollout_engine(self) -> Any:
@@ -456,6 +459,7 @@ class S3Trainer:
             row["reward/acc_rag"] = sum(x for x in scored.acc_rag if x is not None) / max(1, len(scored.acc_rag))
         row.update(stats)
         self.step += 1
+        row.update(self._heldout_if_due())
         self.metrics.write(self.step, {**row, "data/question_ids": [self.examples[i].id for i in idx]})
         return row
 
@@ -520,8 +524,66 @@ class S3Trainer:
             row["charts/weight_sync_s"] = sync_s
             row["charts/weight_sync_share"] = sync_s / max(t2 - t0, 1e-9)
         self.step += 1
+        row.update(self._heldout_if_due())
         self.metrics.write(self.step, {**row, "data/question_ids": [self.examples[i].id for i in idx]})
         return row
+
+    # ------------------------------------------------------------------ held-out evaluation (checkpoint choice)
+    def heldout_due(self, step: int) -> bool:
+        """Whether the policy after `step` steps is evaluated on the held-out questions (training.heldout_every):
+        at the end of the warm-up (the policy RL starts from), every heldout_every steps after it, and at the last."""
+        every, warm = self.tc.heldout_every, self.tc.sft_warmup_steps
+        if not every or not self.heldout or step < warm:
+            return False
+        return step == warm or step % every == 0 or step == self.tc.total_steps
+
+    def heldout_eval(self) -> dict[str, float]:
+        """The current policy's greedy rollouts of the held-out questions (on the rollout engine, which holds the
+        learner's weights), scored with the training reward: heldout/* metrics and a row of RUN_DIR/heldout.jsonl."""
+        t0 = time.perf_counter()
+        self.executor.step_stats()  # the step's generator usage is counted; what follows is the evaluation's
+        results = self.executor.rollout(self.heldout, self.step, greedy=True)
+        scored = self.executor.score(results, self.heldout)
+        usage = self.executor.step_stats()
+
+        def mean(xs: list[float | None] | None) -> float:
+            vals = [x for x in xs or [] if x is not None]
+            return sum(vals) / len(vals) if vals else float("nan")
+
+        row = {
+            "heldout/reward": mean(list(scored.rewards)),
+            "heldout/acc_s3": mean(scored.acc_s3),
+            "heldout/acc_rag": mean(scored.acc_rag),
+            "heldout/scored": float(sum(r is not None for r in scored.rewards)),
+            "heldout/turns": sum(r.turns for r in results) / len(results),
+            "heldout/docs": sum(len(r.documents) for r in results) / len(results),
+            "heldout/generator_calls": usage.get("reward/generator_calls", 0.0),
+            "charts/heldout_seconds": time.perf_counter() - t0,
+        }
+        with (self.run_dir / HELDOUT_FILE).open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"step": self.step, "checkpoint": f"step_{self.step:06d}",
+                                 "questions": len(self.heldout), **row}) + "\n")
+        self.log(f"held-out after step {self.step}: Acc(searcher docs) {row['heldout/acc_s3']:.3f} vs naive RAG "
+                 f"{row['heldout/acc_rag']:.3f}, reward {row['heldout/reward']:.3f} "
+                 f"({len(self.heldout)} questions, {row['charts/heldout_seconds']:.0f}s)")
+        return row
+
+    def _heldout_if_due(self) -> dict[str, float]:
+        return self.heldout_eval() if self.heldout_due(self.step) else {}
+
+    def best_checkpoint(self) -> str | None:
+        """The checkpoint with the highest held-out Acc(searcher docs) so far (ties: the earlier), from heldout.jsonl
+        (the last row per step wins: a resumed run may repeat one); None before any held-out evaluation."""
+        from s3core.io import read_log_jsonl
+
+        path = self.run_dir / HELDOUT_FILE
+        if not path.is_file():
+            return None
+        rows = {int(r["step"]): r for r in read_log_jsonl(path) if int(r["step"]) <= self.step}
+        scored = [r for r in rows.values() if r.get("heldout/acc_s3") == r.get("heldout/acc_s3")]  # not NaN
+        if not scored:
+            return None
+        return str(max(scored, key=lambda r: (r["heldout/acc_s3"], -int(r["step"])))["checkpoint"])
 
     def update(self, results: list[SearchResult], rewards: list[float | None]) -> tuple[dict[str, float], list[int], float]:
         """One masked policy-gradient update from scored rollouts (consecutive group_size rows = one question).
@@ -620,29 +682,27 @@ class S3Trainer:
         latest_tmp = self.ckpt_dir / "latest.tmp"
         latest_tmp.write_text(name)
         os.replace(latest_tmp, self.ckpt_dir / "latest")
+        best = self.best_checkpoint()
+        if best is not None and (self.ckpt_dir / best).is_dir():
+            best_tmp = self.ckpt_dir / "best.tmp"
+            best_tmp.write_text(best)
+            os.replace(best_tmp, self.ckpt_dir / "best")
         old = sorted(p for p in self.ckpt_dir.glob("step_*") if p.is_dir())
         for p in old[: -self.tc.keep_checkpoints]:
-            shutil.rmtree(p, ignore_errors=True)
+            if p.name != best:  # the held-out choice stays
+                shutil.rmtree(p, ignore_errors=True)
         self.log(f"train: checkpoint {final}")
         return final
 
     def _end_warmup(self) -> None:
-        """The warm-up is over: RL's reference policy becomes the warmed policy (saved to RUN_DIR/reference
-        atomically, so a resumed run loads the same one)."""
-        import torch
-
-        if self.tc.lora or self.ref_model is None:
+        """The warm-up is over: RL's reference policy becomes the warmed policy (Learner.end_warmup: saved to
+        RUN_DIR/reference atomically, so a resumed run loads the same one; LoRA included)."""
+        learner = self._learner()  # the warm-up runs in this process's learner (config check)
+        if learner.ref_model is None:
             return
-        final, tmp = self.run_dir / "reference", self.run_dir / ".reference.tmp"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        self._save_policy(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        with torch.no_grad():
-            self.ref_model.load_state_dict(self.model.state_dict())
-        self.log(f"train: warm-up done; reference policy = {final}")
+        learner.end_warmup()
+        self.ref_model = learner.ref_model
+        self.log(f"train: warm-up done; reference policy = {self.run_dir / 'reference'}")
 
     def _searcher_record(self, folder: Path) -> TrainedSearcherRecord:
         """What this searcher is trained with (loop settings, prompt, index), paths relative to `folder`."""
@@ -655,10 +715,6 @@ class S3Trainer:
         if self.learner is None:
             raise S3Error("this trainer's learner is a LearnerGroup (ray.learners > 1): no learner in this process")
         return self.learner
-
-    def _save_policy(self, out: Path) -> None:
-        """A plain HF checkpoint (LoRA merged) + tokenizer: what `s3 search --policy` and a vLLM server load."""
-        export_model(self.model, self.tokenizer, out, lora=self.tc.lora)
 
     def _load_state(self, ckpt: Path) -> None:
         import numpy as np
@@ -692,13 +748,25 @@ class S3Trainer:
         self.log(f"train: resumed from {ckpt} at step {self.step}")
 
     # ------------------------------------------------------------------ loop
-    def train(self, max_steps: int | None = None) -> dict[str, Any]:
-        """Run until training.total_steps (or `max_steps` more steps); checkpoint every save_every and at the end."""
+    def train(self, max_steps: int | None = None, max_seconds: float | None = None) -> dict[str, Any]:
+        """Run until training.total_steps (or `max_steps` more steps); checkpoint every save_every and at the end.
+        `max_seconds`: do not start a step that would not finish within that budget by the last step's wall time
+        (and the last held-out evaluation's, when the next step has one); the run then stops with a checkpoint at
+        the step it reached, which resumes exactly (the data order is a function of seed and step)."""
         start = self.step
         end = self.tc.total_steps if max_steps is None else min(self.tc.total_steps, self.step + max_steps)
         last: dict[str, float] = {}
+        t_start = time.monotonic()
+        heldout_s = 0.0
         try:
             while self.step < end:
+                if max_seconds is not None and last:
+                    heldout_s = last.get("charts/heldout_seconds", heldout_s)
+                    need = last["charts/step_seconds"] + (heldout_s if self.heldout_due(self.step + 1) else 0.0)
+                    if time.monotonic() - t_start + need > max_seconds:
+                        self.log(f"train: time budget: {max_seconds / 60:.0f} min would be exceeded by step "
+                                 f"{self.step + 1} (~{need:.0f}s); stopping at step {self.step}")
+                        break
                 if self.step < self.tc.sft_warmup_steps:
                     last = self.sft_step()
                     if self.step == self.tc.sft_warmup_steps:
@@ -712,7 +780,8 @@ class S3Trainer:
                         f"invalid {last['search/invalid_action_rate']:.2f} turns {last['search/turns']:.2f} "
                         f"{last['charts/step_seconds']:.1f}s"
                     )
-                if self.step % self.tc.save_every == 0 and self.step < end:
+                due = self.step % self.tc.save_every == 0 or self.heldout_due(self.step)
+                if due and self.step < end:
                     self.save_checkpoint()
             if self.step > start or not (self.ckpt_dir / "latest").is_file():
                 self.save_checkpoint()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,6 +18,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("train", help="train a searcher (GRPO/PPO; s3 or Search-R1 mode); resumes a run dir", parents=[common])
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many more steps (checkpointed)")
+    p.add_argument("--max-minutes", type=float, default=None,
+                   help="the command's wall-time budget: no step is started that would end past it (judged by the last "
+                        "step's time); the run stops with a checkpoint and resumes from it (for a session or a "
+                        "preemptible machine that ends at a known time)")
     p.set_defaults(handler=_train)
 
     p = sub.add_parser("plot", help="training curves of a run directory -> PNG, and whether the reward rose beyond noise", parents=[common])
@@ -48,13 +53,19 @@ def _prepare(args: argparse.Namespace, cfg: S3Config) -> int:
 
 
 def _train(args: argparse.Namespace, cfg: S3Config) -> int:
+    from s3core.errors import S3Error
     from searcher.heap import freeze_loaded_heap
     from training.trainer import make_trainer
 
+    if args.max_minutes is not None and args.max_minutes <= 0:
+        raise S3Error(f"--max-minutes must be > 0, got {args.max_minutes}")
+    t0 = time.monotonic()
     trainer = make_trainer(cfg)
     freeze_loaded_heap()  # policy, reference, generator, index and libraries: out of every later full GC pass
     try:
-        out = trainer.train(max_steps=args.max_steps)
+        # the budget is the command's: the start-up (models, engines, data) is spent from it
+        budget = args.max_minutes * 60 - (time.monotonic() - t0) if args.max_minutes is not None else None
+        out = trainer.train(max_steps=args.max_steps, max_seconds=budget)
     finally:
         trainer.close()  # the Ray backend's workers stop with the command
     print(json.dumps({k: v for k, v in out.items() if k != "last"}))

@@ -64,6 +64,23 @@ def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_para
         again = prepare_training(cfg, log=lambda s: None)
         assert again["counts"] == manifest["counts"] and again["baseline_cache"]["hit_rate"] == 1.0
         assert srv.stats()["requests"] == calls
+        # a fresh clone: the directory elsewhere with its caches only (baseline.jsonl, gold.jsonl, manifest): the
+        # corpus and the index are rebuilt, the rebuilt index has the same fingerprint, so no generator call either
+        import shutil
+
+        moved = tmp_path / "clone" / "data"
+        shutil.copytree(tmp_path / "data", moved)
+        shutil.rmtree(tmp_path / "data")
+        for name in ("corpus.jsonl", "questions.jsonl", "train.jsonl", "index"):
+            shutil.rmtree(moved / name) if (moved / name).is_dir() else (moved / name).unlink()
+        cfg2 = load_config(None, [*(o for o in over if not o.startswith("training.train_data=")),
+                                  f"training.train_data={moved}"])
+        third = prepare_training(cfg2, log=lambda s: None)
+        assert third["counts"] == manifest["counts"] and third["baseline_cache"]["hit_rate"] == 1.0
+        assert srv.stats()["requests"] == calls and third["index"] == "index"  # relative: the directory can move
+        from training.data import load_training_set
+
+        assert load_training_set(cfg2).index_dir == moved / "index"
 
 
 def _hotpot(qid: str, question: str, answer: str, paras: list[tuple[str, str]], gold: list[str]) -> dict[str, object]:

@@ -96,3 +96,25 @@ def test_the_old_build_searcher_path_warns() -> None:
         old.build_searcher(load_config([], ["retriever.backend=bm25"]))
     assert any(issubclass(w.category, DeprecationWarning) and "from s3 import build_searcher" in str(w.message)
                for w in caught)
+
+
+def test_the_index_fingerprint_is_what_the_index_is_not_where_or_when_it_was_built(tmp_path: Path) -> None:
+    """A fresh clone rebuilds an index from the same corpus elsewhere, later: same fingerprint (a cached baseline and a
+    trained searcher's record still match); another corpus or other parameters: another fingerprint."""
+    import time
+
+    from searcher.trained import index_fingerprint
+
+    def build(where: str, docs: list[Document], cfg: RetrieverConfig | None = None) -> Path:
+        corpus = tmp_path / where / "corpus.jsonl"
+        corpus.parent.mkdir(parents=True)
+        write_corpus(corpus, docs)
+        return build_index(corpus, "bm25", tmp_path / where / "index", cfg or RetrieverConfig(), overwrite=True)
+
+    first = index_fingerprint(build("a", DOCS))
+    time.sleep(1.1)  # index.json's `created` has one-second resolution
+    again = build("b", DOCS)
+    assert json.loads((again / "index.json").read_text())["corpus"]["path"] != str(tmp_path / "a" / "corpus.jsonl")
+    assert index_fingerprint(again) == first
+    assert index_fingerprint(build("c", DOCS[:-1])) != first
+    assert index_fingerprint(build("d", DOCS, RetrieverConfig.model_validate({"bm25": {"k1": 1.2}}))) != first

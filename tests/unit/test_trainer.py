@@ -327,3 +327,83 @@ def test_custom_resources_of_ray_actors_are_checked() -> None:
         load_config(None, ["ray.learner_resources.GPU=1"])
     with pytest.raises(ConfigError, match="amount > 0"):
         load_config(None, ["ray.eval_worker_resources.node2=0"])
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_after_the_warm_up_the_kl_reference_is_the_warmed_policy_also_with_lora(tiny_policy_dir: Path, tmp_path: Path,
+                                                                                lora: bool) -> None:
+    """RL's KL pulls towards the policy RL starts from: after the oracle warm-up that is the warmed policy, not the
+    unwarmed base (a LoRA reference of 'adapters disabled' would be the base). Saved to RUN_DIR/reference, so a
+    resumed learner gets the same reference."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from s3.config import load_config
+    from training.learner import Batch, Learner, forward_logprobs, ref_logprobs
+
+    tc = load_config(None, [f"training.base_model={tiny_policy_dir}", f"training.lora={str(lora).lower()}",
+                            "training.kl_coef=0.001", "training.autocast=off", "training.lora_r=4"]).training
+    learner = Learner(tc, "cpu", tmp_path)
+    ids = torch.randint(0, 1000, (2, 12))
+    batch = Batch(ids=ids, attention=torch.ones_like(ids), loss_mask=torch.ones(2, 11), start=0)
+    with torch.no_grad():
+        base = forward_logprobs(tc, learner.model, batch)[0]
+        for name, p in learner.model.named_parameters():  # the warm-up's effect: the trainable weights moved
+            if p.requires_grad and ("lora_B" in name or not lora):
+                p.add_(torch.randn_like(p) * 0.5)
+        warmed = forward_logprobs(tc, learner.model, batch)[0]
+    assert (warmed - base).abs().max() > 1e-2
+    if lora:
+        assert torch.allclose(ref_logprobs(learner, batch), base, atol=1e-6)  # before: the adapters disabled = base
+
+    learner.end_warmup()
+    assert (tmp_path / "reference" / ("adapter_config.json" if lora else "config.json")).is_file()
+    assert torch.allclose(ref_logprobs(learner, batch), warmed, atol=1e-5)  # KL = 0 at the first RL step
+    resumed = Learner(tc, "cpu", tmp_path)  # a resumed run loads RUN_DIR/reference
+    assert torch.allclose(ref_logprobs(resumed, batch), warmed, atol=1e-5)
+
+
+def test_heldout_evaluations_are_due_at_the_warm_up_end_every_n_steps_and_at_the_last_and_the_best_is_chosen(
+        tmp_path: Path) -> None:
+    from training.trainer import HELDOUT_FILE, S3Trainer
+
+    t = SimpleNamespace(tc=SimpleNamespace(heldout_every=10, sft_warmup_steps=8, total_steps=35), heldout=["q"],
+                        run_dir=tmp_path, step=30)
+    due = [s for s in range(1, 36) if S3Trainer.heldout_due(t, s)]  # type: ignore[arg-type]
+    assert due == [8, 10, 20, 30, 35]
+    t.heldout = []
+    assert not any(S3Trainer.heldout_due(t, s) for s in range(1, 36))  # type: ignore[arg-type]
+
+    assert S3Trainer.best_checkpoint(t) is None  # type: ignore[arg-type]
+    rows = [(8, 0.20), (10, 0.31), (20, 0.25), (20, 0.31), (30, float("nan")), (40, 0.9)]
+    (tmp_path / HELDOUT_FILE).write_text("".join(
+        json.dumps({"step": s, "checkpoint": f"step_{s:06d}", "heldout/acc_s3": a}) + "\n" for s, a in rows))
+    # ties go to the earlier step; a repeated step's last row wins; NaN (nothing scored) and rows past the
+    # trainer's step (left by a run that was cut before its checkpoint) are passed over
+    assert S3Trainer.best_checkpoint(t) == "step_000010"  # type: ignore[arg-type]
+
+
+def test_a_time_budget_starts_no_step_that_would_end_past_it_and_stops_with_a_checkpoint(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import training.trainer as tr
+
+    clock = [0.0]
+    monkeypatch.setattr(tr.time, "monotonic", lambda: clock[0])
+    saved: list[int] = []
+
+    def step(seconds: float, heldout: float = 0.0) -> dict[str, float]:
+        clock[0] += seconds + heldout
+        t.step += 1
+        row = {"reward/mean": 0.0, "search/invalid_action_rate": 0.0, "search/turns": 1.0, "charts/step_seconds": seconds}
+        return {**row, "charts/heldout_seconds": heldout} if heldout else row
+
+    t = SimpleNamespace(step=0, tc=SimpleNamespace(total_steps=100, sft_warmup_steps=0, save_every=1000),
+                        log=lambda s: None, metrics=SimpleNamespace(close=lambda: None), run_dir="run",
+                        ckpt_dir=Path("/nonexistent"))
+    t.heldout_due = lambda s: s % 4 == 0  # a held-out evaluation after steps 4, 8, ...
+    t.train_step = lambda: step(10.0, 25.0 if t.heldout_due(t.step + 1) else 0.0)
+    t.save_checkpoint = lambda: saved.append(t.step)
+    out = tr.S3Trainer.train(t, max_seconds=100.0)  # type: ignore[arg-type]
+    # steps 1-3 (30 s), step 4 + its held-out (35 s: ends at 65), steps 5-7 (95 s); step 8 would need 10 + 25 s
+    assert out["steps"] == 7 and clock[0] == 95.0 and saved == [4, 7]  # the held-out step is checkpointed too
+    t.step, clock[0], saved[:] = 0, 0.0, []
+    assert tr.S3Trainer.train(t, max_seconds=10_000.0, max_steps=3)["steps"] == 3 and saved == [3]  # type: ignore[arg-type]

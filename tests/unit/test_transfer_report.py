@@ -73,3 +73,43 @@ def test_report_pairs_methods_splits_gains_by_gold_and_reads_the_training_run(tr
     md = (tmp_path / "results" / "report.md").read_text()
     assert "trained - naive_rag" in md and "Real trajectories" in md and "Gold 5 (gold)" in md
     assert (tmp_path / "results" / "curves.png").stat().st_size > 1000
+
+
+def test_snapshot_keeps_what_a_resume_needs_and_restore_puts_it_back_only_over_an_older_run(transfer: Any,
+                                                                                              tmp_path: Path) -> None:
+    """A session's machine keeps only the repository: the snapshot (committed) must let a fresh clone resume."""
+    run = tmp_path / "runs" / "grpo"
+    cfg = tmp_path / "exp.toml"
+    cfg.write_text('[training]\noutput_dir = "runs/grpo"\n')
+    ck = run / "checkpoints"
+    for step in (10, 15, 20):
+        d = ck / f"step_{step:06d}"
+        (d / "adapter").mkdir(parents=True)
+        (d / "adapter" / "adapter_model.safetensors").write_bytes(b"w%d" % step)
+        (d / "policy").mkdir()
+        (d / "policy" / "model.safetensors").write_bytes(b"big merged weights")
+        (d / "trainer_state.pt").write_bytes(b"s%d" % step)
+    (ck / "latest").write_text("step_000020")
+    (ck / "best").write_text("step_000010")
+    (run / "reference").mkdir()
+    (run / "reference" / "adapter_config.json").write_text("{}")
+    (run / "metrics.jsonl").write_text('{"step": 20}\n')
+    (run / "heldout.jsonl").write_text('{"step": 10}\n')
+
+    snap = transfer.snapshot(str(cfg), tmp_path / "snap")
+    files = {str(p.relative_to(snap)) for p in snap.rglob("*") if p.is_file()}
+    assert files == {"metrics.jsonl", "heldout.jsonl", "reference/adapter_config.json", "checkpoints/latest",
+                     "checkpoints/best", "checkpoints/step_000020/adapter/adapter_model.safetensors",
+                     "checkpoints/step_000020/trainer_state.pt",
+                     "checkpoints/step_000010/adapter/adapter_model.safetensors"}  # no merged weights, no step 15
+
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs")  # a fresh clone
+    assert transfer.restore(str(cfg), snap) == run
+    assert (ck / "latest").read_text() == "step_000020" and (ck / "best").read_text() == "step_000010"
+    assert (ck / "step_000020" / "trainer_state.pt").read_bytes() == b"s20"
+    assert (run / "reference" / "adapter_config.json").is_file() and (run / "heldout.jsonl").is_file()
+    (ck / "latest").write_text("step_000025")  # the run went on past the snapshot: restore leaves it alone
+    assert transfer.restore(str(cfg), snap) is None and (ck / "latest").read_text() == "step_000025"
+    assert transfer.restore(str(cfg), tmp_path / "nothing") is None
