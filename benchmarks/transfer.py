@@ -49,9 +49,10 @@ def _s3(*args: str) -> None:
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The rows of a log file; a line torn by a kill is passed over."""
+    from s3core.io import read_log_jsonl
+
+    return list(read_log_jsonl(path)) if path.is_file() else []
 
 
 def select(config: str) -> dict[str, Any]:
@@ -67,12 +68,24 @@ def select(config: str) -> dict[str, Any]:
     out = RESULTS / "selection.jsonl"
     done = {r["policy"]: r for r in _jsonl(out)}
     base = cfg.training.base_model
-    in_training = {int(r["step"]): r for r in _jsonl(run / "heldout.jsonl")}  # the last row per step wins
+    def adapter_of(name: str) -> Path | None:
+        return next((d for d in (run / "checkpoints" / name / "adapter", RESULTS / "run" / "checkpoints" / name / "adapter",
+                                 Path(name)) if d.is_dir()), None)
+
+    # the trainer's own held-out evaluations (the last row per step wins); a row whose checkpoint was never written
+    # (the run was cut between the two) cannot be chosen
+    in_training = {int(r["step"]): r for r in _jsonl(run / "heldout.jsonl")}
     if in_training:
-        trained = [{"policy": r["checkpoint"], "step": s, "reward_mean": r["heldout/reward"],
+        from training.trainer import choose_heldout
+
+        rows = [r for _, r in sorted(in_training.items())]
+        pick = choose_heldout([r for r in rows if adapter_of(r["checkpoint"]) is not None])
+        if pick is None:
+            raise SystemExit(f"no held-out evaluation in {run}/heldout.jsonl has a score and a checkpoint to copy")
+        trained = [{"policy": r["checkpoint"], "step": r["step"], "reward_mean": r["heldout/reward"],
                     "acc_s3_mean": r["heldout/acc_s3"], "acc_rag_mean": r["heldout/acc_rag"],
-                    "turns_mean": r["heldout/turns"], "docs_mean": r["heldout/docs"], "source": "s3 train (vLLM, greedy)"}
-                   for s, r in sorted(in_training.items())]
+                    "turns_mean": r["heldout/turns"], "docs_mean": r["heldout/docs"],
+                    "source": "s3 train (rollout engine, greedy)"} for r in rows]
         todo = [base] if base not in done else []
     else:
         ckpts = sorted((run / "checkpoints").glob("step_*"))
@@ -80,7 +93,7 @@ def select(config: str) -> dict[str, Any]:
             raise SystemExit(f"no checkpoints in {run}/checkpoints: train first (s3 train --config {config})")
         names = [str(c / "adapter" if (c / "adapter").is_dir() else c / "policy") for c in ckpts]
         todo = [p for p in [base, *names] if p not in done]
-        trained = []
+        trained, pick = [], ""
     if todo:
         with out.open("a") as f:
             for row in heldout_rewards(cfg, todo):
@@ -89,11 +102,14 @@ def select(config: str) -> dict[str, Any]:
                 f.flush()
                 done[row["policy"]] = row
     if not in_training:
-        trained = [{**done[p], "source": "transfer.py select (transformers, greedy)"} for p in done if p != base]
-    best = max(trained, key=lambda r: (r["acc_s3_mean"], -trained.index(r)))
+        trained = [{**done[p], "source": "transfer.py select (transformers, greedy)"} for p in names]
+        finite = [r for r in trained if isinstance(r["acc_s3_mean"], int | float) and r["acc_s3_mean"] == r["acc_s3_mean"]]
+        if not finite:
+            raise SystemExit("no checkpoint has a held-out Acc (every generator call failed?)")
+        pick = max(finite, key=lambda r: (r["acc_s3_mean"], -trained.index(r)))["policy"]
+    best = next(r for r in trained if r["policy"] == pick)
     name = best["policy"]
-    adapter = next((d for d in (run / "checkpoints" / name / "adapter", RESULTS / "run" / "checkpoints" / name / "adapter",
-                                Path(name)) if d.is_dir()), None)
+    adapter = adapter_of(name)
     if adapter is None:
         raise SystemExit(f"the chosen checkpoint {name} is neither in {run}/checkpoints nor in the snapshot")
     policy_dir = RESULTS / "policy"
@@ -108,12 +124,17 @@ def select(config: str) -> dict[str, Any]:
         "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     b = done[base]
-    lines.append(f"| {base} (untrained) | {b['reward_mean']:.3f} | {b['acc_s3_mean']:.3f} | {b['acc_rag_mean']:.3f} | "
-                 f"{b['turns_mean']:.2f} | {b['docs_mean']:.2f} | transfer.py select (transformers, greedy) | |")
+    lines.append(f"| {base} (untrained) | {b['reward_mean'] or 0:.3f} | {b['acc_s3_mean'] or 0:.3f} | "
+                 f"{b['acc_rag_mean'] or 0:.3f} | {b['turns_mean']:.2f} | {b['docs_mean']:.2f} | "
+                 "transfer.py select (transformers, greedy) | |")
+    def num(v: Any, digits: int = 3) -> str:
+        return f"{v:.{digits}f}" if isinstance(v, int | float) and v == v else "-"
+
     for r in trained:
-        lines.append(f"| {Path(r['policy']).name if not in_training else r['policy']} | {r['reward_mean']:.3f} | "
-                     f"{r['acc_s3_mean']:.3f} | {r['acc_rag_mean']:.3f} | {r['turns_mean']:.2f} | {r['docs_mean']:.2f} | "
-                     f"{r['source']} | {'yes' if r is best else ''} |")
+        label = r["policy"] if in_training else str(Path(r["policy"]).parent.name)
+        lines.append(f"| {label} | {num(r['reward_mean'])} | {num(r['acc_s3_mean'])} | {num(r['acc_rag_mean'])} | "
+                     f"{num(r['turns_mean'], 2)} | {num(r['docs_mean'], 2)} | {r['source']} | "
+                     f"{'yes' if r is best else ''} |")
     (RESULTS / "selection.md").write_text("\n".join(lines) + "\n")
     chosen = {"policy": name, "adapter": str(adapter), "copied_to": str(policy_dir.relative_to(ROOT)), "heldout": best,
               "untrained": b}
@@ -144,8 +165,8 @@ def _run_dir(config: str) -> Path:
 
 
 def _copy_checkpoint(src: Path, dst: Path, resumable: bool) -> None:
-    """A checkpoint's adapter/ (+ its trainer_state.pt when `resumable`; + policy/searcher.json, the run record of
-    the merged policy, without the merged weights: LoRA resumes from base + adapter)."""
+    """A checkpoint's adapter/ (with its searcher.json) and, when `resumable`, its trainer_state.pt; not policy/
+    (the merged weights: a LoRA run resumes from base + adapter)."""
     dst.mkdir(parents=True, exist_ok=True)
     if (dst / "adapter").exists():
         shutil.rmtree(dst / "adapter")
@@ -178,7 +199,7 @@ def snapshot(config: str, dest: Path = RESULTS / "run") -> Path:
     (tmp / "checkpoints" / "latest").write_text(latest)
     if best is not None and best != latest and (ckpts / best / "adapter").is_dir():
         _copy_checkpoint(ckpts / best, tmp / "checkpoints" / best, resumable=False)
-    if best is not None:
+    if best is not None and (tmp / "checkpoints" / best).is_dir():  # never a pointer to what is not there
         (tmp / "checkpoints" / "best").write_text(best)
     if dest.exists():
         shutil.rmtree(dest)

@@ -63,8 +63,8 @@ class TrainedSearcherRecord(BaseModel):
 
 def index_fingerprint(index_dir: Path) -> str | None:
     """sha256 of what the index is: its self-description (index.json: format, backend, parameters, encoder, corpus
-    sha256, doc count, docstore sha256) without where and when it was built (the corpus path, `created`), so the same
-    corpus indexed again, on another machine or in a fresh clone, has the same fingerprint."""
+    sha256, doc count, docstore sha256) without where and when it was built (the corpus and encoder paths,
+    `created`), so the same corpus indexed again, on another machine or in a fresh clone, has the same fingerprint."""
     meta = index_dir / "index.json"
     if not meta.is_file():
         return None
@@ -75,8 +75,9 @@ def index_fingerprint(index_dir: Path) -> str | None:
     if not isinstance(desc, dict):
         return file_sha256(meta)
     desc.pop("created", None)
-    if isinstance(desc.get("corpus"), dict):
-        desc["corpus"] = {k: v for k, v in desc["corpus"].items() if k != "path"}
+    for part in ("corpus", "encoder"):  # where the corpus and the encoder's files were on the building machine
+        if isinstance(desc.get(part), dict):
+            desc[part] = {k: v for k, v in desc[part].items() if k != "path"}
     return text_sha256(json.dumps(desc, sort_keys=True))
 
 
@@ -166,7 +167,8 @@ def apply_record(
         raise ConfigError(f"the searcher was trained with the index {recorded}, which is missing{rebuild}; or pass --index DIR")
     want = record.retriever.index_fingerprint
     # records written before the fingerprint left out path and time hold the sha256 of index.json's bytes
-    if want is not None and want not in (index_fingerprint(recorded), file_sha256(recorded / "index.json")):
+    meta = recorded / "index.json"
+    if want is not None and want not in (index_fingerprint(recorded), file_sha256(meta) if meta.is_file() else None):
         raise ConfigError(
             f"the index {recorded} is not the one the searcher was trained with (index.json fingerprint differs){rebuild}; "
             "or pass --index DIR to use another index on purpose"

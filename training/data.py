@@ -40,6 +40,7 @@ from generator_adapters.build import build_generator
 from s3core.errors import S3Error
 from s3core.io import (
     append_jsonl,
+    file_sha256,
     read_jsonl,
     repair_tail,
     text_sha256,
@@ -171,11 +172,22 @@ def make_accuracy(cfg: TrainSettings) -> Accuracy:
     return build_accuracy(cfg.generator_resolved, cfg.judge_resolved, cfg.eval)
 
 
-def _cached_acc(path: Path, khash: str) -> dict[str, float | None]:
-    """question id -> cached accuracy (None = the call failed: retried) from the rows of `path` written under `khash`."""
+def _cached_acc(path: Path, khash: str | set[str]) -> dict[str, float | None]:
+    """question id -> cached accuracy (None = the call failed: retried) from the rows of `path` written under `khash`
+    (or any of a set of hashes)."""
     if not path.is_file():
         return {}
-    return {r["id"]: r["acc"] for r in read_jsonl(path, torn_tail="skip") if r.get("key") == khash}
+    want = {khash} if isinstance(khash, str) else khash
+    return {r["id"]: r["acc"] for r in read_jsonl(path, torn_tail="skip") if r.get("key") in want}
+
+
+def _accepted_hashes(key: dict[str, Any], index_dir: Path) -> set[str]:
+    """The hashes a cached baseline row may carry for `key`: its own, and the one a cache written before index
+    fingerprints left out path and time carries for the same index (the sha256 of index.json's bytes), so an older
+    prepared directory is not recomputed (new rows are written under the new hash)."""
+    meta = index_dir / "index.json"
+    legacy = {_key_hash({**key, "index": file_sha256(meta)[:16]})} if meta.is_file() else set()
+    return {_key_hash(key)} | legacy
 
 
 def _compute_acc(
@@ -267,7 +279,7 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     key = baseline_key(cfg, _index_fingerprint(index_dir))
     khash = _key_hash(key)
     bpath = out / "baseline.jsonl"
-    cached = _cached_acc(bpath, khash)
+    cached = _cached_acc(bpath, _accepted_hashes(key, index_dir))
     todo = [q for q in questions if q.id not in cached or cached[q.id] is None]  # failed ones are retried
     hits = len(questions) - len(todo)
     if todo:
@@ -352,10 +364,10 @@ def load_training_set(cfg: TrainSettings, directory: Path | None = None) -> Trai
         index_dir = d / index_dir  # inside the training directory: wherever the directory is (a clone, a copy)
     baseline: dict[str, float] = {}
     if cfg.training.mode == "s3" and cfg.training.reward in ("gbr", "acc_plus_gbr"):
-        khash = _key_hash(baseline_key(cfg, _index_fingerprint(index_dir)))
+        khashes = _accepted_hashes(baseline_key(cfg, _index_fingerprint(index_dir)), index_dir)
         if bpath.is_file():
             for r in read_jsonl(bpath, torn_tail="skip"):
-                if r.get("key") == khash and r.get("acc") is not None:
+                if r.get("key") in khashes and r.get("acc") is not None:
                     baseline[r["id"]] = float(r["acc"])
         missing = [e.id for e in examples if e.id not in baseline]
         if missing:

@@ -243,7 +243,8 @@ def reference_model(tc: Any, device: str, run_dir: Path) -> Any:
     """The frozen reference policy pi_ref = the policy RL starts from: training.base_model, or after a format
     warm-up the warmed policy (RUN_DIR/reference, written when the warm-up ends), loaded from disk so a resumed
     run keeps the same reference. Full fine-tuning: RUN_DIR/reference is a plain HF dir. LoRA: it is the warmed
-    adapter alone (a few MB), merged into a frozen copy of the base; before the warm-up ends (or without one) the
+    adapter alone (a few MB), merged into a frozen copy of the base (with training.dtype = bfloat16 the merge
+    rounds: the first RL step's KL is then ~0, not exactly 0); before the warm-up ends (or without one) the
     reference is the policy's own model with its adapters disabled (the base model: no copy)."""
     if tc.kl_coef == 0:
         return None
@@ -382,6 +383,7 @@ class Learner:
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
+        self.ref_model = None  # the old reference goes before the new one loads (never two copies at once)
         self.ref_model = reference_model(self.tc, self.device, self.run_dir)
 
     # -------------------------------------------------------------- weights out

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from s3core.errors import S3Error
+from s3core.io import append_jsonl, read_log_jsonl, repair_tail
 from s3core.types import QAExample, SearchResult
 from searcher.agent import S3Searcher
 from searcher.build import AgentKind, build_retriever, build_searcher
@@ -71,8 +72,6 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise S3Error(f"no metrics.jsonl in {run_dir}: is it a training run directory?")
-    from s3core.io import read_log_jsonl
-
     by_step = {int(row["step"]): row for row in read_log_jsonl(path)}  # a line torn by a kill is passed over
     return [by_step[k] for k in sorted(by_step)]
 
@@ -560,9 +559,10 @@ class S3Trainer:
             "heldout/generator_calls": usage.get("reward/generator_calls", 0.0),
             "charts/heldout_seconds": time.perf_counter() - t0,
         }
-        with (self.run_dir / HELDOUT_FILE).open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"step": self.step, "checkpoint": f"step_{self.step:06d}",
-                                 "questions": len(self.heldout), **row}) + "\n")
+        path = self.run_dir / HELDOUT_FILE
+        repair_tail(path)  # a line torn by a kill: cut before appending
+        append_jsonl(path, [{"step": self.step, "checkpoint": f"step_{self.step:06d}", "questions": len(self.heldout),
+                             **row}])
         self.log(f"held-out after step {self.step}: Acc(searcher docs) {row['heldout/acc_s3']:.3f} vs naive RAG "
                  f"{row['heldout/acc_rag']:.3f}, reward {row['heldout/reward']:.3f} "
                  f"({len(self.heldout)} questions, {row['charts/heldout_seconds']:.0f}s)")
@@ -574,16 +574,11 @@ class S3Trainer:
     def best_checkpoint(self) -> str | None:
         """The checkpoint with the highest held-out Acc(searcher docs) so far (ties: the earlier), from heldout.jsonl
         (the last row per step wins: a resumed run may repeat one); None before any held-out evaluation."""
-        from s3core.io import read_log_jsonl
-
         path = self.run_dir / HELDOUT_FILE
         if not path.is_file():
             return None
         rows = {int(r["step"]): r for r in read_log_jsonl(path) if int(r["step"]) <= self.step}
-        scored = [r for r in rows.values() if r.get("heldout/acc_s3") == r.get("heldout/acc_s3")]  # not NaN
-        if not scored:
-            return None
-        return str(max(scored, key=lambda r: (r["heldout/acc_s3"], -int(r["step"])))["checkpoint"])
+        return choose_heldout(list(rows.values()))
 
     def update(self, results: list[SearchResult], rewards: list[float | None]) -> tuple[dict[str, float], list[int], float]:
         """One masked policy-gradient update from scored rollouts (consecutive group_size rows = one question).
@@ -757,17 +752,18 @@ class S3Trainer:
         end = self.tc.total_steps if max_steps is None else min(self.tc.total_steps, self.step + max_steps)
         last: dict[str, float] = {}
         t_start = time.monotonic()
-        heldout_s = 0.0
+        seen = _step_times(Path(self.run_dir)) if max_seconds is not None else {}
+        saved_at = -1
         try:
             while self.step < end:
-                if max_seconds is not None and last:
-                    heldout_s = last.get("charts/heldout_seconds", heldout_s)
-                    need = last["charts/step_seconds"] + (heldout_s if self.heldout_due(self.step + 1) else 0.0)
-                    if time.monotonic() - t_start + need > max_seconds:
-                        self.log(f"train: time budget: {max_seconds / 60:.0f} min would be exceeded by step "
+                kind = "sft" if self.step < self.tc.sft_warmup_steps else "rl"
+                if max_seconds is not None:
+                    need = seen.get(kind, 0.0) + (seen.get("heldout", 0.0) if self.heldout_due(self.step + 1) else 0.0)
+                    if time.monotonic() - t_start + need >= max_seconds:
+                        self.log(f"train: time budget: {max_seconds / 60:.1f} min would be exceeded by step "
                                  f"{self.step + 1} (~{need:.0f}s); stopping at step {self.step}")
                         break
-                if self.step < self.tc.sft_warmup_steps:
+                if kind == "sft":
                     last = self.sft_step()
                     if self.step == self.tc.sft_warmup_steps:
                         self._end_warmup()
@@ -780,14 +776,47 @@ class S3Trainer:
                         f"invalid {last['search/invalid_action_rate']:.2f} turns {last['search/turns']:.2f} "
                         f"{last['charts/step_seconds']:.1f}s"
                     )
+                seen[kind] = last["charts/step_seconds"]
+                if "charts/heldout_seconds" in last:
+                    seen["heldout"] = last["charts/heldout_seconds"]
                 due = self.step % self.tc.save_every == 0 or self.heldout_due(self.step)
                 if due and self.step < end:
                     self.save_checkpoint()
-            if self.step > start or not (self.ckpt_dir / "latest").is_file():
+                    saved_at = self.step
+            if (self.step > start and saved_at != self.step) or not (self.ckpt_dir / "latest").is_file():
                 self.save_checkpoint()
         finally:
             self.metrics.close()
         return {"steps": self.step, "started_at": start, "last": last, "run_dir": str(self.run_dir)}
+
+
+def choose_heldout(rows: list[dict[str, Any]]) -> str | None:
+    """The checkpoint of the best held-out row: the highest heldout/acc_s3 (the generator's accuracy with the
+    searcher's documents), or heldout/reward when no row has an Acc (search_r1 mode, r1_searcher_stage1); ties go
+    to the earlier step; rows without a finite score are passed over. None when no row has one."""
+    import math
+
+    def score(r: dict[str, Any], key: str) -> float | None:
+        v = r.get(key)
+        return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+    key = "heldout/acc_s3" if any(score(r, "heldout/acc_s3") is not None for r in rows) else "heldout/reward"
+    scored = [(v, -int(r["step"]), str(r["checkpoint"])) for r in rows if (v := score(r, key)) is not None]
+    return max(scored)[2] if scored else None
+
+
+def _step_times(run_dir: Path) -> dict[str, float]:
+    """The wall time of the run's last warm-up step ('sft'), last RL step ('rl') and last held-out evaluation
+    ('heldout') in metrics.jsonl (what a time budget judges the next step by, also right after a resume)."""
+    if not (run_dir / "metrics.jsonl").is_file():
+        return {}
+    out: dict[str, float] = {}
+    for row in read_metrics(run_dir):
+        if isinstance(row.get("charts/step_seconds"), int | float):
+            out["sft" if row.get("charts/sft") else "rl"] = float(row["charts/step_seconds"])
+        if isinstance(row.get("charts/heldout_seconds"), int | float):
+            out["heldout"] = float(row["charts/heldout_seconds"])
+    return out
 
 
 class SearchR1Trainer(S3Trainer):

@@ -407,3 +407,16 @@ def test_a_time_budget_starts_no_step_that_would_end_past_it_and_stops_with_a_ch
     assert out["steps"] == 7 and clock[0] == 95.0 and saved == [4, 7]  # the held-out step is checkpointed too
     t.step, clock[0], saved[:] = 0, 0.0, []
     assert tr.S3Trainer.train(t, max_seconds=10_000.0, max_steps=3)["steps"] == 3 and saved == [3]  # type: ignore[arg-type]
+
+
+def test_the_held_out_choice_falls_back_to_the_reward_when_no_row_has_an_acc() -> None:
+    """search_r1 mode and r1_searcher_stage1 score no generator: heldout/acc_s3 is NaN in every row."""
+    from training.trainer import choose_heldout
+
+    nan = float("nan")
+    rows = [{"step": 10, "checkpoint": "a", "heldout/acc_s3": nan, "heldout/reward": 0.2},
+            {"step": 20, "checkpoint": "b", "heldout/acc_s3": nan, "heldout/reward": 0.5},
+            {"step": 30, "checkpoint": "c", "heldout/acc_s3": nan, "heldout/reward": nan}]
+    assert choose_heldout(rows) == "b"
+    assert choose_heldout([{**rows[0], "heldout/acc_s3": 0.1}, rows[1]]) == "a"  # an Acc decides where there is one
+    assert choose_heldout([rows[2]]) is None and choose_heldout([]) is None
