@@ -394,6 +394,16 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
         a, b = info[key]["first_third"], info[key]["last_third"]
         if a is not None and b is not None:
             lines.append(f"- {key}: first third of the RL steps {a:.4g} -> last third {b:.4g}")
+    held = {int(r["step"]): r for r in _jsonl(run / "heldout.jsonl")}  # the trainer's held-out evaluations
+    if held:
+        shutil.copyfile(run / "heldout.jsonl", RESULTS / "heldout.jsonl")
+        info["heldout"] = [held[k] for k in sorted(held)]
+        lines += ["", f"Held-out evaluations during training ({cfg.training.heldout_questions} questions never trained on, "
+                  "greedy, the training reward; the checkpoint is chosen here):", "",
+                  "| after step | Acc(searcher docs) | Acc(naive RAG) | reward | turns | docs |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [f"| {k} | {r['heldout/acc_s3']:.3f} | {r['heldout/acc_rag']:.3f} | {r['heldout/reward']:.3f} | "
+                  f"{r['heldout/turns']:.2f} | {r['heldout/docs']:.2f} |" for k, r in sorted(held.items())]
     return [*lines, ""], info
 
 

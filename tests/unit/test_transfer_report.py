@@ -54,8 +54,12 @@ def test_report_pairs_methods_splits_gains_by_gold_and_reads_the_training_run(tr
            + [{"step": s, "reward/mean": 0.1 * s, "reward/acc_s3": 0.05 * s, "reward/acc_rag": 0.2, "losses/kl": 0.01,
                "reward/flat_groups": 10 - s, "charts/step_seconds": 100.0 + s, "data/rl_coverage": s / 8}
               for s in range(3, 9)])
+    _write(run / "heldout.jsonl",
+           [{"step": s, "checkpoint": f"step_{s:06d}", "heldout/acc_s3": a, "heldout/acc_rag": 0.25,
+             "heldout/reward": a - 0.25, "heldout/turns": 2.0, "heldout/docs": 4.5} for s, a in ((2, 0.2), (8, 0.3))])
     cfg = tmp_path / "transfer.toml"
     text = (ROOT / "configs" / "transfer.toml").read_text()
+    assert 'output_dir = "../runs/transfer/grpo"' in text
     cfg.write_text(text.replace('output_dir = "../runs/transfer/grpo"', f'output_dir = "{run}"'))
     transfer.report(str(cfg), work)
     report = json.loads((tmp_path / "results" / "report.json").read_text())
@@ -73,6 +77,7 @@ def test_report_pairs_methods_splits_gains_by_gold_and_reads_the_training_run(tr
     md = (tmp_path / "results" / "report.md").read_text()
     assert "trained - naive_rag" in md and "Real trajectories" in md and "Gold 5 (gold)" in md
     assert (tmp_path / "results" / "curves.png").stat().st_size > 1000
+    assert [r["step"] for r in train["heldout"]] == [2, 8] and "| 8 | 0.300 | 0.250 | 0.050 | 2.00 | 4.50 |" in md
 
 
 def test_snapshot_keeps_what_a_resume_needs_and_restore_puts_it_back_only_over_an_older_run(transfer: Any,
