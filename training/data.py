@@ -40,7 +40,6 @@ from generator_adapters.build import build_generator
 from s3core.errors import S3Error
 from s3core.io import (
     append_jsonl,
-    file_sha256,
     read_jsonl,
     repair_tail,
     text_sha256,
@@ -51,7 +50,7 @@ from s3core.types import Document, QAExample
 from searcher.build import build_retriever
 from searcher.retrieval import build_index
 from searcher.retrieval.base import Retriever
-from searcher.trained import index_fingerprint
+from searcher.trained import index_fingerprint, legacy_index_fingerprint
 from training.config import TrainSettings
 
 Log = Callable[[str], object]  # where progress lines go (print by default)
@@ -185,9 +184,8 @@ def _accepted_hashes(key: dict[str, Any], index_dir: Path) -> set[str]:
     """The hashes a cached baseline row may carry for `key`: its own, and the one a cache written before index
     fingerprints left out path and time carries for the same index (the sha256 of index.json's bytes), so an older
     prepared directory is not recomputed (new rows are written under the new hash)."""
-    meta = index_dir / "index.json"
-    legacy = {_key_hash({**key, "index": file_sha256(meta)[:16]})} if meta.is_file() else set()
-    return {_key_hash(key)} | legacy
+    legacy = legacy_index_fingerprint(index_dir)
+    return {_key_hash(key)} | ({_key_hash({**key, "index": legacy[:16]})} if legacy is not None else set())
 
 
 def _compute_acc(

@@ -695,6 +695,7 @@ class S3Trainer:
         learner = self._learner()  # the warm-up runs in this process's learner (config check)
         if learner.ref_model is None:
             return
+        self.ref_model = None  # this handle too: the old reference is freed before the new one loads
         learner.end_warmup()
         self.ref_model = learner.ref_model
         self.log(f"train: warm-up done; reference policy = {self.run_dir / 'reference'}")
