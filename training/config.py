@@ -63,6 +63,13 @@ class TrainingConfig(Section):
         "the searcher finds. The held-out questions are not filtered.",
     )
     confidence_beta: float = Field(0.4, ge=0, le=1, description="Search Wisely's beta for the confidence-gated reward.")
+    invalid_penalty: float = Field(
+        0.0,
+        ge=0,
+        description="Format term on top of the reward: minus this x the fraction of a rollout's turns whose action was "
+        "invalid (no <query> and no <search_complete>, an empty query, ...). 0 = the s3 paper (no format term); a small "
+        "searcher may then drift into select-only replies at no cost (docs/transfer.md).",
+    )
     train_sources: list[str] = Field(
         default_factory=lambda: [
             "hotpotqa:../shared/data/train_hotpotqa_musique100/hotpotqa_train.json",

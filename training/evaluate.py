@@ -50,7 +50,7 @@ def heldout_rewards(
         results = agent.search([e.question for e in examples])
         scorer = RewardScorer(tc.reward, accuracy=accuracy, baseline=data.baseline, end_to_end=end_to_end,
                               decode=pol.decode if isinstance(pol, TokenPolicy) else None,
-                              beta=tc.confidence_beta)
+                              beta=tc.confidence_beta, invalid_penalty=tc.invalid_penalty)
         scored = asyncio.run(scorer.score(results, examples))
         r = [x for x in scored.rewards if x is not None]
         acc = [x for x in (scored.acc_s3 or []) if x is not None]

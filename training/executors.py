@@ -90,6 +90,7 @@ def make_scorer(
         query_tags=("<search>", "</search>") if end_to_end else ("<query>", "</query>"),
         beta=tc.confidence_beta,
         end_to_end=end_to_end,
+        invalid_penalty=tc.invalid_penalty,
     )
 
 

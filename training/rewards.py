@@ -12,6 +12,10 @@ the update. It is never turned into 0.
   then answer F1 + format penalty (0 / -2).
 - `confidence_gated` — Search Wisely's beta-GRPO: 1 only when the answer is correct AND the minimum token
   probability over search-query tokens exceeds beta.
+- `penalize_invalid` — an optional format term on top of any of them (`training.invalid_penalty`, off by default as
+  in the s3 paper): minus penalty x the fraction of the rollout's turns whose action was invalid. Without it an
+  invalid turn costs nothing, and a small policy can drift into replies that only select (no query, no stop) while
+  every rollout keeps its reward: docs/transfer.md shows the 135M searcher doing exactly that.
 
 `RewardScorer` turns SearchResults into these rewards, calling the frozen generator (and judge, via the metric)
 batched and concurrently through the generator layer.
@@ -35,6 +39,8 @@ __all__ = [
     "exact_match_reward",
     "format_ok",
     "gbr",
+    "invalid_fraction",
+    "penalize_invalid",
     "query_token_logprobs",
     "r1_searcher_stage1",
     "r1_searcher_stage2",
@@ -174,6 +180,22 @@ def format_ok(result: SearchResult, needs_answer: bool) -> bool:
     return not (needs_answer and result.answer is None)
 
 
+def invalid_fraction(result: SearchResult) -> float:
+    """The fraction of a rollout's turns (each one policy reply, turn 0 included) whose action was invalid."""
+    steps = result.steps
+    return sum(1 for s in steps if s.invalid_reason) / len(steps) if steps else 0.0
+
+
+def penalize_invalid(rewards: Sequence[float | None], fractions: Sequence[float], penalty: float) -> list[float | None]:
+    """reward - penalty x invalid fraction; a missing reward stays missing.
+
+    >>> penalize_invalid([2.0, 1.0, None, 0.0], [0.0, 0.5, 1.0, 1.0], 0.5)
+    [2.0, 0.75, None, -0.5]
+    """
+    _check_lengths("penalize_invalid", rewards, fractions)
+    return [None if r is None else float(r) - penalty * f for r, f in zip(rewards, fractions, strict=True)]
+
+
 @dataclass
 class RewardBatch:
     """Rewards for one batch plus the per-sample terms they came from (for logging)."""
@@ -209,6 +231,7 @@ class RewardScorer:
         query_tags: tuple[str, str] = ("<query>", "</query>"),
         beta: float = 0.4,
         end_to_end: bool = False,
+        invalid_penalty: float = 0.0,
     ) -> None:
         if reward not in REWARDS:
             raise ValueError(f"unknown reward {reward!r}; choose one of {', '.join(REWARDS)}")
@@ -221,6 +244,9 @@ class RewardScorer:
         self.query_tags = query_tags
         self.beta = beta
         self.end_to_end = end_to_end
+        if invalid_penalty < 0:
+            raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty}")
+        self.invalid_penalty = invalid_penalty
 
     def _baseline_for(self, examples: Sequence[QAExample]) -> list[float | None]:
         from s3core.errors import S3Error
@@ -250,6 +276,13 @@ class RewardScorer:
         return list(acc)
 
     async def score(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> RewardBatch:
+        """The configured reward, minus `invalid_penalty` x each rollout's invalid-turn fraction when that is set."""
+        batch = await self._score(results, examples)
+        if self.invalid_penalty:
+            batch.rewards = penalize_invalid(batch.rewards, [invalid_fraction(x) for x in results], self.invalid_penalty)
+        return batch
+
+    async def _score(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> RewardBatch:
         _check_lengths("RewardScorer.score", results, examples)
         r = self.reward
         if r in ("gbr", "acc_plus_gbr"):

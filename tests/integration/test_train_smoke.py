@@ -326,7 +326,7 @@ def test_a_lora_run_ships_its_adapter_as_a_complete_small_policy(tmp_path: Path)
         a = TransformersPolicy.load(str(shipped)).model(ids).logits
         b = TransformersPolicy.load(str(merged)).model(ids).logits
         base = TransformersPolicy.load("smollm2-135m-instruct").model(ids).logits
-    # float32 rounding: (W + BA)x and Wx + B(Ax) sum in another order; logits reach ~20, so the tolerance is relative
-    # too (1.2e-3 at a logit of 11 was seen), far below the adapter's own effect checked next
-    assert torch.allclose(a, b, rtol=1e-4, atol=1e-3), (a - b).abs().max()
+    # float32 rounding: (W + BA)x and Wx + B(Ax) sum in another order over 30 layers; differences up to 1.2e-3 were
+    # seen (CI, stop 26), at logits of any size. 5e-3 is still 20x below the adapter's own effect checked next
+    assert torch.allclose(a, b, rtol=1e-4, atol=5e-3), (a - b).abs().max()
     assert (a - base).abs().max() > 0.1  # the adapter does change the outputs, and the merge kept that change

@@ -100,3 +100,21 @@ def test_query_token_logprobs_and_confidence_gate() -> None:
 def test_unknown_reward_rejected() -> None:
     with pytest.raises(ValueError, match="unknown reward"):
         rw.RewardScorer("recall")
+
+
+def test_invalid_penalty_takes_the_invalid_turn_fraction_off_and_keeps_missing_rewards_missing() -> None:
+    async def accuracy(questions: list[str], docs: list[list[Document]], golden: list[list[str]]) -> list[float | None]:
+        return [None if any(d.id == "fail" for d in ds) else 1.0 for ds in docs]
+
+    ex = [_ex(0, ["a"]), _ex(1, ["b"]), _ex(2, ["c"])]
+    # _res(invalid=True, turns=3): 3 invalid turns of 4 (turn 0 valid)
+    res = [_res(0, ["d"]), _res(1, ["d"], invalid=True, turns=3), _res(2, ["fail"], invalid=True)]
+    assert [rw.invalid_fraction(x) for x in res] == [0.0, 0.75, 0.5]
+    base = {"q0": 0.0, "q1": 0.0, "q2": 0.0}
+    plain = asyncio.run(rw.RewardScorer("acc_plus_gbr", accuracy=accuracy, baseline=base).score(res, ex))
+    assert plain.rewards == [2.0, 2.0, None]  # the paper's reward: an invalid turn costs nothing
+    pen = asyncio.run(rw.RewardScorer("acc_plus_gbr", accuracy=accuracy, baseline=base, invalid_penalty=1.0).score(res, ex))
+    assert pen.rewards == [2.0, 1.25, None] and pen.acc_s3 == [1.0, 1.0, None]
+    assert rw.invalid_fraction(SearchResult(question="q", documents=[], steps=[])) == 0.0
+    with pytest.raises(ValueError, match="invalid_penalty"):
+        rw.RewardScorer("gbr", invalid_penalty=-0.1)
