@@ -27,7 +27,7 @@ from dataprep.formats.corpus import add_corpus_row, add_hipporag_dict, is_corpus
 from dataprep.records import iter_records
 from s3core.corpus import read_questions, write_corpus, write_questions
 from s3core.errors import DataFormatError
-from s3core.io import file_sha256, write_text_atomic
+from s3core.io import file_sha256, path_from, write_text_atomic
 from s3core.types import Document, QAExample
 
 __all__ = [
@@ -103,7 +103,7 @@ def load(fmt: str, inputs: Iterable[str | Path]) -> LoadedData:
 
 
 class SourceFile(BaseModel):
-    path: str
+    path: str = Field(description="The input file, relative to the prepared folder (absolute when on another drive).")
     sha256: str
     bytes: int
     records: int = Field(description="Top-level records read (lines, array elements, or 1 for a single object).")
@@ -168,7 +168,7 @@ def prepare(fmt: str, inputs: list[Path], out_dir: str | Path) -> Manifest:
         ],
         sources=[
             SourceFile(
-                path=str(s.path.resolve()),
+                path=path_from(out, s.path),
                 sha256=file_sha256(s.path),
                 bytes=s.path.stat().st_size,
                 records=s.records,

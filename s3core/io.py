@@ -176,6 +176,20 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def path_from(folder: str | Path, path: str | Path) -> str:
+    """`path` as a manifest in `folder` records it: relative to that folder (the folder and the data can move
+    together, e.g. a committed prepared directory in a fresh clone elsewhere), absolute when no relative path exists.
+
+    >>> path_from("/work/main/data", "/work/shared/a.json")
+    '../../shared/a.json'
+    """
+    target, base = Path(path).resolve(), Path(folder).resolve()
+    try:
+        return os.path.relpath(target, base)
+    except ValueError:  # another drive (Windows)
+        return str(target)
+
+
 # ----------------------------------------------------------------------------------------------- atomic writes
 
 

@@ -40,6 +40,7 @@ from generator_adapters.build import build_generator
 from s3core.errors import S3Error
 from s3core.io import (
     append_jsonl,
+    path_from,
     read_jsonl,
     repair_tail,
     text_sha256,
@@ -245,6 +246,7 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
             qs = qs[: t.max_questions]
         write_jsonl_atomic(cpath, [{"id": d.id, "contents": d.contents} for d in docs])
         write_jsonl_atomic(qpath, [q.model_dump() for q in qs])
+        sources = [{**s, "path": path_from(out, s["path"])} for s in sources]  # the directory can move with its data
         write_json_atomic(out / "sources.json", sources)
         write_json_atomic(prep_path, prep)
         log(f"prepare-training: {len(qs)} questions, {len(docs)} paragraphs -> {out}")

@@ -72,7 +72,9 @@ def test_prepared_folder(
     manifest: dict[str, Any] = json.loads((d / "manifest.json").read_text())
     counts = manifest["counts"]
     assert (counts["questions"], counts["dropped"]) == (n_questions, n_dropped)
-    assert [s["path"] for s in manifest["sources"]] == [str((shared_data / i).resolve()) for i in inputs]
+    # recorded relative to the prepared folder: the folder and the data can move together
+    assert [(d / s["path"]).resolve() for s in manifest["sources"]] == [(shared_data / i).resolve() for i in inputs]
+    assert not any(Path(s["path"]).is_absolute() for s in manifest["sources"])
     assert all(len(s["sha256"]) == 64 for s in manifest["sources"])
 
     corpus_path, questions = load_prepared(d)

@@ -78,6 +78,9 @@ def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_para
         third = prepare_training(cfg2, log=lambda s: None)
         assert third["counts"] == manifest["counts"] and third["baseline_cache"]["hit_rate"] == 1.0
         assert srv.stats()["requests"] == calls and third["index"] == "index"  # relative: the directory can move
+        # the sources too: relative to the directory, so a committed one stays the same file in a clone elsewhere
+        assert [(moved / s["path"]).resolve() for s in third["sources"]] == [Path(DATA).resolve()]
+        assert json.loads((moved / "sources.json").read_text()) == third["sources"]
         from training.data import load_training_set
 
         assert load_training_set(cfg2).index_dir == moved / "index"

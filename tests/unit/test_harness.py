@@ -323,3 +323,13 @@ def test_searcher_contexts_file_looked_up_in_the_corpus(tmp_path: Path) -> None:
     ctx = asyncio.run(fixed_contexts({"q0": [found["d2"], found["d1"]]})([QAExample(id="q0", question="?",
                                                                                     golden_answers=[])]))
     assert [d.id for d in ctx[0].documents] == ["d2", "d1"]
+
+
+def test_manifest_paths_are_relative_to_their_folder() -> None:
+    import doctest
+
+    import s3core.io as io
+
+    assert doctest.testmod(io).failed == 0
+    assert io.path_from("/a/b/prepared", "/a/b/prepared/index") == "index"
+    assert io.path_from("/a/b", "/c/d.json") == "../../c/d.json"
