@@ -135,6 +135,14 @@ def select(config: str) -> dict[str, Any]:
         lines.append(f"| {label} | {num(r['reward_mean'])} | {num(r['acc_s3_mean'])} | {num(r['acc_rag_mean'])} | "
                      f"{num(r['turns_mean'], 2)} | {num(r['docs_mean'], 2)} | {r['source']} | "
                      f"{'yes' if r is best else ''} |")
+    # discarded segments of the run (RESULTS/*_segment/, each with a README saying why): evaluated, never chosen
+    for seg in sorted(RESULTS.glob("*_segment")):
+        for r in _jsonl(seg / "heldout.jsonl"):
+            if r["step"] <= cfg.training.sft_warmup_steps:
+                continue  # the warm-up the segment shares with the run: listed once, above
+            lines.append(f"| {seg.name}/{r['checkpoint']} | {num(r['heldout/reward'])} | {num(r['heldout/acc_s3'])} | "
+                         f"{num(r['heldout/acc_rag'])} | {num(r['heldout/turns'], 2)} | {num(r['heldout/docs'], 2)} | "
+                         f"s3 train, a discarded segment ({seg.name}/README.md) | not eligible |")
     (RESULTS / "selection.md").write_text("\n".join(lines) + "\n")
     chosen = {"policy": name, "adapter": str(adapter), "copied_to": str(policy_dir.relative_to(ROOT)), "heldout": best,
               "untrained": b}

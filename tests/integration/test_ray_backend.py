@@ -13,6 +13,7 @@ every node on 127.0.0.1), with the real SmolLM2-135M transformers policy, a real
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections import Counter
@@ -110,6 +111,19 @@ def test_one_worker_ray_step_equals_local_step(trainers) -> None:  # type: ignor
         assert row_r[key] == row_l[key] > 0, key
     assert row_r["charts/weight_sync_s"] > 0 and "charts/weight_sync_s" not in row_l
     assert row_r["ray/rollout_workers"] == 1 and row_r["ray/lost_rollout_workers"] == 0
+
+    # the held-out evaluation (training.heldout_every) on the Ray workers' greedy agent = the local one's: same rows,
+    # each in its run's heldout.jsonl (weights made bit-equal first so greedy decoding cannot part on a near-tie)
+    with torch.no_grad():
+        for p, q in zip(local.model.parameters(), on_ray.model.parameters(), strict=True):
+            p.copy_(q)
+    local.executor.sync(), on_ray.executor.sync()
+    local.heldout = on_ray.heldout = local.examples[-2:]
+    h_l, h_r = local.heldout_eval(), on_ray.heldout_eval()
+    assert h_l.pop("charts/heldout_seconds") > 0 and h_r.pop("charts/heldout_seconds") > 0
+    assert h_r == h_l and h_l["heldout/scored"] == 2.0 and h_l["heldout/generator_calls"] > 0
+    for t in (local, on_ray):
+        assert [json.loads(x)["step"] for x in (t.run_dir / "heldout.jsonl").read_text().splitlines()] == [1]
 
 
 def test_two_workers_same_rollouts_and_lost_workers_redo_only_their_shards(trainers) -> None:  # type: ignore[no-untyped-def]
