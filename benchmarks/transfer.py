@@ -398,6 +398,10 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
         s = info["step_seconds"]
         lines.append(f"- wall time per RL step: median {s['median']:.0f} s (range {s['min']:.0f}-{s['max']:.0f} s)")
     lines += [f"- {format_trend(t)}" for t in info["trends"].values()]
+    if cfg.training.invalid_penalty:
+        lines.append(f"- reward/mean includes the format term (training.invalid_penalty = {cfg.training.invalid_penalty}: "
+                     "minus that x the rollout's share of invalid turns; on from the restart at step 11, "
+                     "collapse_segment/README.md); reward/gbr and reward/acc_s3 never include it")
     for key in ("reward/flat_groups", "losses/kl", "search/turns", "search/invalid_action_rate"):
         a, b = info[key]["first_third"], info[key]["last_third"]
         if a is not None and b is not None:
