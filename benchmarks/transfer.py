@@ -62,7 +62,7 @@ def select(config: str) -> dict[str, Any]:
     from s3.config import load_config
     from training.evaluate import heldout_rewards
 
-    cfg = load_config(config)
+    cfg = load_config(config, [f"searcher.policy={EVAL_POLICY}"])  # the untrained base's rollouts on vLLM
     run = _run_dir(config)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "selection.jsonl"
@@ -102,7 +102,7 @@ def select(config: str) -> dict[str, Any]:
                 f.flush()
                 done[row["policy"]] = row
     if not in_training:
-        trained = [{**done[p], "source": "transfer.py select (transformers, greedy)"} for p in names]
+        trained = [{**done[p], "source": f"transfer.py select ({EVAL_POLICY}, greedy)"} for p in names]
         finite = [r for r in trained if isinstance(r["acc_s3_mean"], int | float) and r["acc_s3_mean"] == r["acc_s3_mean"]]
         if not finite:
             raise SystemExit("no checkpoint has a held-out Acc (every generator call failed?)")
@@ -126,7 +126,7 @@ def select(config: str) -> dict[str, Any]:
     b = done[base]
     lines.append(f"| {base} (untrained) | {b['reward_mean'] or 0:.3f} | {b['acc_s3_mean'] or 0:.3f} | "
                  f"{b['acc_rag_mean'] or 0:.3f} | {b['turns_mean']:.2f} | {b['docs_mean']:.2f} | "
-                 "transfer.py select (transformers, greedy) | |")
+                 f"transfer.py select ({EVAL_POLICY}, greedy) | |")
     def num(v: Any, digits: int = 3) -> str:
         return f"{v:.{digits}f}" if isinstance(v, int | float) and v == v else "-"
 

@@ -5,6 +5,7 @@ training questions instead (greedy): what RL learned where it trained, apart fro
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,8 @@ from s3core.errors import S3Error
 from training.config import TrainSettings
 
 __all__ = ["heldout_rewards"]
+
+CHUNK = 16  # questions rolled out together: progress after each chunk, the batch the engines are sized for
 
 
 def heldout_rewards(
@@ -21,6 +24,8 @@ def heldout_rewards(
     Acc(s3), the naive-RAG baseline's mean Acc on the same questions, turns and documents over the held-out questions
     (the last training.heldout_questions of the prepared set; `split="train"`: the questions before them), greedy
     decoding. Every policy is resolved before any runs, so a wrong path fails at once."""
+    from tqdm import tqdm
+
     from searcher.build import build_policy, build_retriever, build_searcher
     from searcher.policy.base import TokenPolicy
     from searcher.policy.transformers_policy import resolve_checkpoint
@@ -39,7 +44,10 @@ def heldout_rewards(
     pool = data.examples[-n:] if split == "heldout" else data.examples[:-n]
     examples = pool[: limit or len(pool)]
     retriever = build_retriever(cfg.retriever, data.index_dir)
-    scfg = cfg.searcher.model_copy(update={"temperature": 0.0, "policy": "transformers"})
+    # the engine: vLLM when searcher.policy says so (the same greedy trajectories, several times the questions/s:
+    # benchmarks/results/rollout_engines/), else the transformers policy; an API searcher is not a checkpoint
+    engine = "vllm" if cfg.searcher.policy == "vllm" else "transformers"
+    scfg = cfg.searcher.model_copy(update={"temperature": 0.0, "policy": engine})
     if tc.max_new_tokens:
         scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
     end_to_end = tc.mode == "search_r1"
@@ -47,7 +55,12 @@ def heldout_rewards(
     for name in policies:
         pol = build_policy(scfg.model_copy(update={"policy_path": name}))
         agent = build_searcher(scfg, retriever, pol, k0=cfg.retriever.k, agent="search_r1" if end_to_end else "s3")
-        results = agent.search([e.question for e in examples])
+        results = []
+        with tqdm(total=len(examples), desc=f"{split} rollouts ({engine}) {name}", unit="q", file=sys.stderr,
+                  leave=False) as bar:
+            for lo in range(0, len(examples), CHUNK):
+                results += agent.search([e.question for e in examples[lo : lo + CHUNK]])
+                bar.update(len(examples[lo : lo + CHUNK]))
         scorer = RewardScorer(tc.reward, accuracy=accuracy, baseline=data.baseline, end_to_end=end_to_end,
                               decode=pol.decode if isinstance(pol, TokenPolicy) else None,
                               beta=tc.confidence_beta, invalid_penalty=tc.invalid_penalty)
