@@ -121,7 +121,9 @@ def test_one_worker_ray_step_equals_local_step(trainers) -> None:  # type: ignor
     local.heldout = on_ray.heldout = local.examples[-2:]
     h_l, h_r = local.heldout_eval(), on_ray.heldout_eval()
     assert h_l.pop("charts/heldout_seconds") > 0 and h_r.pop("charts/heldout_seconds") > 0
-    assert h_r == h_l and h_l["heldout/scored"] == 2.0 and h_l["heldout/generator_calls"] > 0
+    # as JSON: this reward has no naive-RAG term, so heldout/acc_rag is NaN on both sides (and NaN != NaN)
+    assert json.dumps(h_r, sort_keys=True) == json.dumps(h_l, sort_keys=True)
+    assert h_l["heldout/scored"] == 2.0 and h_l["heldout/generator_calls"] > 0
     for t in (local, on_ray):
         assert [json.loads(x)["step"] for x in (t.run_dir / "heldout.jsonl").read_text().splitlines()] == [1]
 
