@@ -55,6 +55,21 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return list(read_log_jsonl(path)) if path.is_file() else []
 
 
+def _from_heldout(r: dict[str, Any], source: str) -> dict[str, Any]:
+    """A row of the trainer's heldout.jsonl as a row of the selection table (heldout_rewards' keys)."""
+    return {"policy": r["checkpoint"], "step": r["step"], "reward_mean": r["heldout/reward"],
+            "acc_s3_mean": r["heldout/acc_s3"], "acc_rag_mean": r["heldout/acc_rag"],
+            "turns_mean": r["heldout/turns"], "docs_mean": r["heldout/docs"], "source": source}
+
+
+def _selection_line(label: str, r: dict[str, Any], chosen: str) -> str:
+    def num(v: Any, digits: int = 3) -> str:
+        return f"{v:.{digits}f}" if isinstance(v, int | float) and v == v else "-"
+
+    return (f"| {label} | {num(r['reward_mean'])} | {num(r['acc_s3_mean'])} | {num(r['acc_rag_mean'])} | "
+            f"{num(r['turns_mean'], 2)} | {num(r['docs_mean'], 2)} | {r['source']} | {chosen} |")
+
+
 def select(config: str) -> dict[str, Any]:
     """The checkpoint with the highest held-out Acc(searcher docs): from the trainer's own held-out evaluations
     (RUN_DIR/heldout.jsonl, training.heldout_every) when the run has them, else by evaluating every checkpoint kept;
@@ -82,10 +97,7 @@ def select(config: str) -> dict[str, Any]:
         pick = choose_heldout([r for r in rows if adapter_of(r["checkpoint"]) is not None])
         if pick is None:
             raise SystemExit(f"no held-out evaluation in {run}/heldout.jsonl has a score and a checkpoint to copy")
-        trained = [{"policy": r["checkpoint"], "step": r["step"], "reward_mean": r["heldout/reward"],
-                    "acc_s3_mean": r["heldout/acc_s3"], "acc_rag_mean": r["heldout/acc_rag"],
-                    "turns_mean": r["heldout/turns"], "docs_mean": r["heldout/docs"],
-                    "source": "s3 train (rollout engine, greedy)"} for r in rows]
+        trained = [_from_heldout(r, "s3 train (rollout engine, greedy)") for r in rows]
         todo = [base] if base not in done else []
     else:
         ckpts = sorted((run / "checkpoints").glob("step_*"))
@@ -127,22 +139,16 @@ def select(config: str) -> dict[str, Any]:
     lines.append(f"| {base} (untrained) | {b['reward_mean'] or 0:.3f} | {b['acc_s3_mean'] or 0:.3f} | "
                  f"{b['acc_rag_mean'] or 0:.3f} | {b['turns_mean']:.2f} | {b['docs_mean']:.2f} | "
                  f"transfer.py select ({EVAL_POLICY}, greedy) | |")
-    def num(v: Any, digits: int = 3) -> str:
-        return f"{v:.{digits}f}" if isinstance(v, int | float) and v == v else "-"
-
     for r in trained:
         label = r["policy"] if in_training else str(Path(r["policy"]).parent.name)
-        lines.append(f"| {label} | {num(r['reward_mean'])} | {num(r['acc_s3_mean'])} | {num(r['acc_rag_mean'])} | "
-                     f"{num(r['turns_mean'], 2)} | {num(r['docs_mean'], 2)} | {r['source']} | "
-                     f"{'yes' if r is best else ''} |")
+        lines.append(_selection_line(label, r, "yes" if r is best else ""))
     # discarded segments of the run (RESULTS/*_segment/, each with a README saying why): evaluated, never chosen
     for seg in sorted(RESULTS.glob("*_segment")):
         for r in _jsonl(seg / "heldout.jsonl"):
             if r["step"] <= cfg.training.sft_warmup_steps:
                 continue  # the warm-up the segment shares with the run: listed once, above
-            lines.append(f"| {seg.name}/{r['checkpoint']} | {num(r['heldout/reward'])} | {num(r['heldout/acc_s3'])} | "
-                         f"{num(r['heldout/acc_rag'])} | {num(r['heldout/turns'], 2)} | {num(r['heldout/docs'], 2)} | "
-                         f"s3 train, a discarded segment ({seg.name}/README.md) | not eligible |")
+            row = _from_heldout(r, f"s3 train, a discarded segment ({seg.name}/README.md)")
+            lines.append(_selection_line(f"{seg.name}/{r['checkpoint']}", row, "not eligible"))
     (RESULTS / "selection.md").write_text("\n".join(lines) + "\n")
     chosen = {"policy": name, "adapter": str(adapter), "copied_to": str(policy_dir.relative_to(ROOT)), "heldout": best,
               "untrained": b}

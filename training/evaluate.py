@@ -59,8 +59,9 @@ def heldout_rewards(
         with tqdm(total=len(examples), desc=f"{split} rollouts ({engine}) {name}", unit="q", file=sys.stderr,
                   leave=False) as bar:
             for lo in range(0, len(examples), CHUNK):
-                results += agent.search([e.question for e in examples[lo : lo + CHUNK]])
-                bar.update(len(examples[lo : lo + CHUNK]))
+                chunk = examples[lo : lo + CHUNK]
+                results += agent.search([e.question for e in chunk])
+                bar.update(len(chunk))
         scorer = RewardScorer(tc.reward, accuracy=accuracy, baseline=data.baseline, end_to_end=end_to_end,
                               decode=pol.decode if isinstance(pol, TokenPolicy) else None,
                               beta=tc.confidence_beta, invalid_penalty=tc.invalid_penalty)
