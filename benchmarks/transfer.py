@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -150,7 +151,8 @@ def select(config: str) -> dict[str, Any]:
             row = _from_heldout(r, f"s3 train, a discarded segment ({seg.name}/README.md)")
             lines.append(_selection_line(f"{seg.name}/{r['checkpoint']}", row, "not eligible"))
     (RESULTS / "selection.md").write_text("\n".join(lines) + "\n")
-    chosen = {"policy": name, "adapter": str(adapter), "copied_to": str(policy_dir.relative_to(ROOT)), "heldout": best,
+    # paths relative to the repository, so the file reads the same in any clone
+    chosen = {"policy": name, "adapter": os.path.relpath(adapter.resolve(), ROOT), "copied_to": str(policy_dir.relative_to(ROOT)), "heldout": best,
               "untrained": b}
     (RESULTS / "selected.json").write_text(json.dumps(chosen, indent=1))
     print("\n".join(lines))
@@ -264,10 +266,10 @@ def _methods(k: int) -> dict[str, list[str]]:
     trained = str(RESULTS / "policy")
     cap = [f"searcher.max_contexts={k}"]
     sets = {
-        "no_retrieval": ("no_retrieval", []),
         "naive_rag": ("naive_rag", []),
-        "untrained": ("searcher", ["searcher.policy_path=null"]),
         "trained": ("searcher", [f"searcher.policy_path={trained}"]),
+        "untrained": ("searcher", ["searcher.policy_path=null"]),
+        "no_retrieval": ("no_retrieval", []),
         "untrained_cap": ("searcher", ["searcher.policy_path=null", *cap]),
         "trained_cap": ("searcher", [f"searcher.policy_path={trained}", *cap]),
     }
@@ -285,13 +287,17 @@ def evaluate(config: str, work: Path) -> None:
     if not (RESULTS / "policy").is_dir():
         raise SystemExit("no trained policy at benchmarks/results/transfer/policy: run the select stage first")
     common = ["--config", config, "--set", "eval.metric=genacc", "--set", "eval.use_judge=true"]
-    for name, (fmt, raw, limit) in DATASETS.items():
+    for name, (fmt, raw, _) in DATASETS.items():
         data, index = work / "eval" / name / "data", work / "eval" / name / "index"
-        if not (data / "questions.jsonl").is_file():
+        if not (data / "corpus.jsonl").is_file():  # questions.jsonl is committed (the report reads it), the corpus not
             _s3("data", "prepare", fmt, "--input", str(raw), "--out", str(data))
         if not index.is_dir():
             _s3("index", "build", "--config", config, "--corpus", str(data / "corpus.jsonl"), "--out", str(index))
-        for method, margs in _methods(cfg.retriever.k).items():
+    # method by method across both slices (the four main methods first, the equal-budget caps last): a session cut
+    # mid-evaluation leaves whole comparisons behind, and the next run resumes the rest
+    for method, margs in _methods(cfg.retriever.k).items():
+        for name, (_, _, limit) in DATASETS.items():
+            data, index = work / "eval" / name / "data", work / "eval" / name / "index"
             _s3("eval", *common, "--dataset", str(data), "--index", str(index), "--limit", str(limit),
                 "--out", str(work / "eval" / name / method), "--no-progress", "--method", *margs)
 
