@@ -26,6 +26,7 @@ from eval.contexts import (
     retriever_contexts,
 )
 from eval.harness import AnswerFn, Components, Dataset, EvalOptions, ScoreFn, load_dataset
+from eval.rundir import TRAJECTORIES_FILE
 from generator_adapters.build import build_generator, build_judge
 from generator_adapters.config import GeneratorConfig, JudgeConfig
 from generator_adapters.generator import Generator
@@ -106,7 +107,7 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
         s = cfg.searcher
         agent = build_searcher(s, retriever, build_policy(s), k0=rcfg.k,
                                agent="search_r1" if method.startswith("search_r1") else "s3")
-        contexts = agent_contexts(agent, own_answer=(method == "search_r1"))
+        contexts = agent_contexts(agent, own_answer=(method == "search_r1"), trajectories=opts.out / TRAJECTORIES_FILE)
         config["searcher"] = {"class": type(agent).__name__, "policy": s.policy, "model": s.model,
                               "policy_path": s.policy_path, "k": s.k, "max_turns": s.max_turns,
                               "doc_token_budget": s.doc_token_budget, "max_select": s.max_select,

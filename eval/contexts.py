@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from eval.accuracy import Prediction
 from s3core.corpus import iter_corpus
 from s3core.errors import DataFormatError, RetrievalError
-from s3core.io import iter_jsonl, latest_by_id, repair_tail
+from s3core.io import append_jsonl, iter_jsonl, latest_by_id, repair_tail
 from s3core.types import Document, QAExample, SearchResult
 
 if TYPE_CHECKING:  # annotations only: `s3 search` imports this module at start-up
@@ -84,13 +84,20 @@ def _policy_error(result: SearchResult) -> str | None:
     return None
 
 
-def agent_contexts(agent: S3Searcher, own_answer: bool) -> ContextFn:
-    """An S3Searcher / SearchR1Agent (sync, batched) run off the event loop; `own_answer`: the agent's answer too."""
+def agent_contexts(agent: S3Searcher, own_answer: bool, trajectories: Path | None = None) -> ContextFn:
+    """An S3Searcher / SearchR1Agent (sync, batched) run off the event loop; `own_answer`: the agent's answer too.
+    `trajectories`: a contexts.jsonl the agent's trajectories are appended to, a batch at a time (turns, queries,
+    selections, stops: what the searcher did for each evaluated question; `s3 eval --contexts` replays it). A resumed
+    run appends the retried questions again; readers keep the latest row per id."""
+    if trajectories is not None:
+        repair_tail(trajectories)  # a line torn by a kill
 
     async def contexts(qs: list[QAExample]) -> list[ContextOut]:
         t0 = time.perf_counter()
         results = await asyncio.to_thread(agent.search, qs)
         per_q = (time.perf_counter() - t0) / max(len(qs), 1)
+        if trajectories is not None:
+            append_jsonl(trajectories, [contexts_row(r, q.id) for r, q in zip(results, qs, strict=True)])
         out = []
         for r in results:
             err = _policy_error(r)

@@ -6,6 +6,8 @@
                        skips finished rows and retries failed ones, and the final view keeps the LATEST row per id.
                        A line torn by a kill is skipped, and cut before the next append
     summary.json       means over scored rows with bootstrap intervals, totals (eval/summary.py)
+    contexts.jsonl     a live searcher's trajectories (turns, queries, selections, stops), one row per question in the
+                       contexts.jsonl shape `s3 search --out` writes; `s3 eval --contexts` replays it
     invocations.jsonl  one line per invocation (rows run / skipped, generator cache hits and misses)
     .lock              held while a run appends: two evals on one RUN_DIR would interleave their rows
 
@@ -30,6 +32,7 @@ RESULTS_FILE = "results.jsonl"
 SUMMARY_FILE = "summary.json"
 RUN_FILE = "run.json"
 INVOCATIONS_FILE = "invocations.jsonl"
+TRAJECTORIES_FILE = "contexts.jsonl"
 
 # Identity keys compared when resuming a RUN_DIR (dotted paths into run.json["config"]).
 IDENTITY_KEYS = (

@@ -219,3 +219,21 @@ def test_live_agents_through_eval(method: str, hotpot: tuple[Path, Path], tmp_pa
             assert r["generation_latency_s"] == 0.0  # no frozen generator was called
         else:
             assert r["note"] is None
+    # the agent's trajectories are kept next to the rows: one contexts.jsonl row per question, the same documents
+    traj = {t["id"]: t for t in map(json.loads, (out / "contexts.jsonl").read_text().splitlines())}
+    assert traj.keys() == {r["id"] for r in rows}
+    for r in rows:
+        t = traj[r["id"]]
+        assert [d["id"] for d in t["documents"]] == r["context_ids"] and t["turns"] == r["turns"]
+        assert t["steps"][0]["turn"] == 0 and all("selected_ids" in st for st in t["steps"])
+    if method == "searcher":  # ... and they replay: `s3 eval --contexts` gives the generator the same documents
+        replay = tmp_path / "replay"
+        argv = ["eval", "--dataset", str(ds), "--method", "searcher", "--contexts", str(out / "contexts.jsonl"),
+                "--index", str(index), "--limit", "2", "--no-progress", "--out", str(replay),
+                "--generator", "local/smollm2-135m-instruct"]
+        for s in sets[:1] + sets[-2:]:
+            argv += ["--set", s]
+        assert s3_main(argv) == 0
+        again = read_results(replay / RESULTS_FILE)
+        assert {i: a["context_ids"] for i, a in again.items()} == {r["id"]: r["context_ids"] for r in rows}
+        assert not (replay / "contexts.jsonl").exists()  # a replay runs no agent
