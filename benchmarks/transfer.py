@@ -417,7 +417,9 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
     for key in ("reward/flat_groups", "losses/kl", "search/turns", "search/invalid_action_rate"):
         a, b = info[key]["first_third"], info[key]["last_third"]
         if a is not None and b is not None:
-            lines.append(f"- {key}: first third of the RL steps {a:.4g} -> last third {b:.4g}")
+            note = ("  (a share of the turns after begin-with-search, of which there are few once the searcher stops "
+                    "searching: see search/turns)" if key == "search/invalid_action_rate" else "")
+            lines.append(f"- {key}: first third of the RL steps {a:.4g} -> last third {b:.4g}{note}")
     held = {int(r["step"]): r for r in _jsonl(run / "heldout.jsonl")}  # the trainer's held-out evaluations
     if held:
         shutil.copyfile(run / "heldout.jsonl", RESULTS / "heldout.jsonl")
@@ -462,6 +464,14 @@ def _diagnostics(ds_dir: Path, runs: dict[str, dict[str, dict[str, Any]]], max_t
     ctx = {m: {r["id"]: r for r in _jsonl(ds_dir / m / "contexts.jsonl")} for m in ("untrained", "trained")}
     out: dict[str, Any] = {"behaviour": {m: _behaviour(c, max_turns) for m, c in ctx.items() if c}}
     lines = ["### What the searcher does, before (untrained) and after (trained) training", ""]
+    # the trajectories must be the evaluated ones: the same documents, in order, as each scored row
+    same = {m: sum(1 for i, r in runs.get(m, {}).items()
+                   if i in c and [d["id"] for d in c[i]["documents"]] == r.get("context_ids"))
+            for m, c in ctx.items() if c}
+    out["trajectories_match_rows"] = {m: [n, len(runs.get(m, {}))] for m, n in same.items()}
+    if same:
+        lines += ["Trajectories (contexts.jsonl) naming the same documents as the evaluated rows: "
+                  + ", ".join(f"{m} {n} of {len(runs.get(m, {}))}" for m, n in same.items()), ""]
     if out["behaviour"]:
         keys = list(next(iter(out["behaviour"].values())))
         lines += ["| | " + " | ".join(out["behaviour"]) + " |", "| --- |" + " ---: |" * len(out["behaviour"])]

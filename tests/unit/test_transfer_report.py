@@ -71,6 +71,8 @@ def test_report_pairs_methods_splits_gains_by_gold_and_reads_the_training_run(tr
     beh = ds_out["diagnostics"]["behaviour"]
     assert beh["untrained"]["query_is_the_question"] == 1.0 and beh["trained"]["query_is_the_question"] == 0.0
     assert beh["trained"]["stopped_before_last_turn"] == 1.0
+    # trajectories are checked against the rows they claim to explain (trained: the gold paragraph on q0..q9 only)
+    assert ds_out["diagnostics"]["trajectories_match_rows"] == {"untrained": [0, 20], "trained": [10, 20]}
     train = report["training"]
     assert train["rl_steps"] == 6 and train["warmup_steps"] == 2 and train["rl_coverage"] == 1.0
     assert train["trends"]["reward/gbr"]["diff"] > 0 and train["step_seconds"]["median"] == pytest.approx(105.5)
