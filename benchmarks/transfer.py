@@ -297,9 +297,13 @@ def evaluate(config: str, work: Path) -> None:
     # mid-evaluation leaves whole comparisons behind, and the next run resumes the rest
     for method, margs in _methods(cfg.retriever.k).items():
         for name, (_, _, limit) in DATASETS.items():
-            data, index = work / "eval" / name / "data", work / "eval" / name / "index"
-            _s3("eval", *common, "--dataset", str(data), "--index", str(index), "--limit", str(limit),
-                "--out", str(work / "eval" / name / method), "--no-progress", "--method", *margs)
+            data, index, out = work / "eval" / name / "data", work / "eval" / name / "index", work / "eval" / name / method
+            summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
+            if summary.get("n_scored") == limit and not summary.get("n_failed"):
+                continue  # finished, nothing to retry: skip building its engines
+            where = [] if margs[0] == "no_retrieval" else ["--index", str(index)]  # it takes no index
+            _s3("eval", *common, "--dataset", str(data), *where, "--limit", str(limit), "--out", str(out),
+                "--no-progress", "--method", *margs)
 
 
 def _rows(run: Path) -> dict[str, dict[str, Any]]:
