@@ -369,7 +369,39 @@ def report(config: str, work: Path) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "report.json").write_text(json.dumps(out, indent=1))
     (RESULTS / "report.md").write_text("\n".join(lines) + "\n")
+    if out["datasets"]:
+        _plot_eval(out["datasets"], RESULTS / "eval.png")
     print("\n".join(lines))
+
+
+def _plot_eval(datasets: dict[str, Any], path: Path) -> None:
+    """eval.png: per dev slice, GenAcc of every method with its 95% interval (left) and the paired differences of the
+    trained searcher with theirs (right); a difference whose interval crosses 0 is no evidence of a gain."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(datasets), 2, figsize=(12, 3.6 * len(datasets)), squeeze=False)
+    for row, (name, ds) in zip(axes, datasets.items(), strict=True):
+        ms = [m for m, v in ds["methods"].items() if v["genacc"]["mean"] is not None]
+        mean = [ds["methods"][m]["genacc"]["mean"] for m in ms]
+        lo = [mu - ds["methods"][m]["genacc"]["ci95"][0] for m, mu in zip(ms, mean, strict=True)]
+        hi = [ds["methods"][m]["genacc"]["ci95"][1] - mu for m, mu in zip(ms, mean, strict=True)]
+        row[0].bar(ms, mean, yerr=[lo, hi], capsize=4, color=["#d62728" if m.startswith("trained") else "#1f77b4" for m in ms])
+        row[0].set_title(f"{name}: GenAcc (95% CI), n = {max(ds['methods'][m]['n'] for m in ms)}")
+        row[0].tick_params(axis="x", rotation=20)
+        pairs = [(k.split(":")[0], d) for k, d in ds["paired"].items() if k.endswith(":GenAcc") and d["diff"] is not None]
+        if pairs:
+            ys = list(range(len(pairs)))
+            row[1].errorbar([d["diff"] for _, d in pairs], ys, fmt="o", capsize=4,
+                            xerr=[[d["diff"] - d["ci95"][0] for _, d in pairs], [d["ci95"][1] - d["diff"] for _, d in pairs]])
+            row[1].axvline(0.0, color="grey", lw=1, ls="--")
+            row[1].set_yticks(ys, [k.replace("-", " - ") for k, _ in pairs])
+            row[1].set_title(f"{name}: paired GenAcc difference (95% CI)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:

@@ -79,6 +79,7 @@ def test_report_pairs_methods_splits_gains_by_gold_and_reads_the_training_run(tr
     md = (tmp_path / "results" / "report.md").read_text()
     assert "trained - naive_rag" in md and "Real trajectories" in md and "Gold 5 (gold)" in md
     assert (tmp_path / "results" / "curves.png").stat().st_size > 1000
+    assert (tmp_path / "results" / "eval.png").stat().st_size > 1000  # GenAcc and the paired differences, with CIs
     assert [r["step"] for r in train["heldout"]] == [2, 8] and "| 8 | 0.300 | 0.250 | 0.050 | 2.00 | 4.50 |" in md
 
 
