@@ -13,7 +13,7 @@ evaluated on the dev slices; selection.md lists every checkpoint evaluated anywh
 evaluate: for hotpotqa_dev500 (first 300 questions) and musique_dev200 (first 100), each over its own paragraphs (bm25),
 `s3 eval` runs no_retrieval, naive_rag, the untrained searcher and the trained searcher with the config's generator,
 GenAcc = span check or the judge (judge model named in the report), the searcher with the loop settings it was trained
-with; the two searchers also under the equal-budget cap (searcher.max_contexts = retriever.k). Run directories:
+with; the two searchers also under the equal-budget cap (searcher.context_cap = retriever.k). Run directories:
 <work>/eval/<dataset>/<method>/ (results.jsonl, contexts.jsonl, summary.json).
 
 report: benchmarks/results/transfer/{report.md, report.json, curves.png, eval.png}: GenAcc and EM with bootstrap 95%
@@ -264,7 +264,7 @@ def restore(config: str, src: Path = RESULTS / "run") -> Path | None:
 def _methods(k: int) -> dict[str, list[str]]:
     """name -> the s3 eval arguments of that method (after --method)."""
     trained = str(RESULTS / "policy")
-    cap = [f"searcher.max_contexts={k}"]
+    cap = [f"searcher.context_cap={k}"]
     sets = {
         "naive_rag": ("naive_rag", []),
         "trained": ("searcher", [f"searcher.policy_path={trained}"]),

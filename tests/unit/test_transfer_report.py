@@ -121,3 +121,24 @@ def test_snapshot_keeps_what_a_resume_needs_and_restore_puts_it_back_only_over_a
     (ck / "latest").write_text("step_000025")  # the run went on past the snapshot: restore leaves it alone
     assert transfer.restore(str(cfg), snap) is None and (ck / "latest").read_text() == "step_000025"
     assert transfer.restore(str(cfg), tmp_path / "nothing") is None
+
+
+def test_every_evaluated_method_is_a_valid_s3_eval_call(transfer: Any) -> None:
+    """The evaluate stage's --set overrides are real config keys and the equal-budget cap binds (a misspelt key stops
+    a 2-hour evaluation halfway); no_retrieval is the one method without an index."""
+    from eval.harness import METHODS
+    from s3.config import load_config
+
+    cfgfile = str(ROOT / "configs" / "transfer.toml")
+    k = load_config(cfgfile).retriever.k
+    methods = transfer._methods(k)
+    assert list(methods)[:2] == ["naive_rag", "trained"]  # the comparison that matters runs first
+    for name, margs in methods.items():
+        assert margs[0] in METHODS
+        sets = [margs[i + 1] for i, a in enumerate(margs) if a == "--set"]
+        cfg = load_config(cfgfile, sets)
+        if name.endswith("_cap"):
+            assert cfg.searcher.max_contexts == k
+        elif margs[0] == "searcher":
+            assert cfg.searcher.max_contexts == cfg.searcher.max_select * cfg.searcher.max_turns == 9
+            assert cfg.searcher.policy == "vllm"
