@@ -270,8 +270,8 @@ def _methods(k: int) -> dict[str, list[str]]:
         "trained": ("searcher", [f"searcher.policy_path={trained}"]),
         "untrained": ("searcher", ["searcher.policy_path=null"]),
         "no_retrieval": ("no_retrieval", []),
-        "untrained_cap": ("searcher", ["searcher.policy_path=null", *cap]),
         "trained_cap": ("searcher", [f"searcher.policy_path={trained}", *cap]),
+        "untrained_cap": ("searcher", ["searcher.policy_path=null", *cap]),
     }
     # the searchers' rollouts on the vLLM engine (a LoRA policy merged into its base first): the same greedy
     # trajectories as the transformers policy, 7.9x the questions/s (benchmarks/results/rollout_engines/)
