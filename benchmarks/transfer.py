@@ -76,6 +76,7 @@ def select(config: str) -> dict[str, Any]:
     (RUN_DIR/heldout.jsonl, training.heldout_every) when the run has them, else by evaluating every checkpoint kept;
     the untrained base model is evaluated here. Its adapter goes to benchmarks/results/transfer/policy."""
     from s3.config import load_config
+    from searcher.trained import relocate_record
     from training.evaluate import heldout_rewards
 
     cfg = load_config(config, [f"searcher.policy={EVAL_POLICY}"])  # the untrained base's rollouts on vLLM
@@ -129,6 +130,8 @@ def select(config: str) -> dict[str, Any]:
     if policy_dir.exists():
         shutil.rmtree(policy_dir)
     shutil.copytree(adapter, policy_dir)
+    relocate_record(adapter, policy_dir)  # its searcher.json's index path is relative to where the record lives
+    _policy_card(policy_dir, name, best, cfg)
     lines = [
         f"Held-out questions: the last {cfg.training.heldout_questions} of the prepared training set (never trained on);",
         "greedy decoding, the training reward. Every checkpoint evaluated anywhere is listed here; only the chosen one",
@@ -157,6 +160,28 @@ def select(config: str) -> dict[str, Any]:
     (RESULTS / "selected.json").write_text(json.dumps(chosen, indent=1))
     print("\n".join(lines))
     return chosen
+
+
+def _policy_card(policy_dir: Path, name: str, heldout: dict[str, Any], cfg: Any) -> None:
+    """policy/README.md: what the adapter is and how to load it (in place of PEFT's empty model card)."""
+    s, t = cfg.searcher, cfg.training
+    acc = heldout.get("acc_s3_mean")
+    (policy_dir / "README.md").write_text(f"""# The transfer experiment's trained searcher
+
+A LoRA adapter (r = {t.lora_r}, alpha = {t.lora_alpha}) on `{t.base_model}`: checkpoint `{name}` of
+`s3 train --config configs/transfer.toml` ({t.algorithm.upper()}, reward `{t.reward}`), chosen on the
+{t.heldout_questions} held-out training questions (Acc with its documents {acc if acc is None else round(acc, 3)};
+`../selection.md` lists every checkpoint evaluated). `searcher.json` holds the loop it was trained with (begin-with-search
+top-{cfg.retriever.k}, {s.max_turns} turns x k = {s.k}, up to {s.max_select} documents selected per turn); `s3 search`
+and `s3 serve` apply it.
+
+    s3 search --policy benchmarks/results/transfer/policy --index <any index> "a question"
+    s3 serve --policy benchmarks/results/transfer/policy --index <any index>
+
+loads it on top of the offline base model (transformers; `--set searcher.policy=vllm` for the vLLM engine, which
+merges it into the base first). Without `--index` it uses the training index named in `searcher.json` (rebuilt by
+`s3 prepare-training --config configs/transfer.toml`). How it does on unseen questions: `../report.md`.
+""")
 
 
 # ---------------------------------------------------------------------------------------------------- across machines

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Collection
 from pathlib import Path
 
@@ -127,6 +128,28 @@ def write_record(record: TrainedSearcherRecord, folder: Path) -> Path:
     path = folder / RECORD_FILE
     write_json_atomic(path, record.model_dump(mode="json"))
     return path
+
+
+def relocate_record(src: Path, dst: Path) -> Path | None:
+    """A policy folder copied from `src` to `dst` (an exported checkpoint): write its record into `dst` with the index
+    and rebuild paths re-based, since they are relative to the record. None when `src` has no record."""
+    path = src / RECORD_FILE
+    if not path.is_file():
+        return None
+    record = TrainedSearcherRecord.model_validate_json(path.read_text(encoding="utf-8"))
+
+    def move(p: str) -> str:
+        return p if os.path.isabs(p) else os.path.relpath((src / p).resolve(), dst.resolve())
+
+    retr = record.retriever
+    update: dict[str, str] = {}
+    if retr.index:
+        update["index"] = move(retr.index)
+    if retr.rebuild:
+        words = shlex.split(retr.rebuild)
+        update["rebuild"] = shlex.join(move(w) if i and words[i - 1] in ("--corpus", "--out") else w
+                                       for i, w in enumerate(words))
+    return write_record(record.model_copy(update={"retriever": retr.model_copy(update=update)}), dst)
 
 
 def find_record(policy: Path) -> tuple[TrainedSearcherRecord, Path] | None:

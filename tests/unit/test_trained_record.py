@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import warnings
 from pathlib import Path
 
@@ -118,3 +119,23 @@ def test_the_index_fingerprint_is_what_the_index_is_not_where_or_when_it_was_bui
     assert index_fingerprint(again) == first
     assert index_fingerprint(build("c", DOCS[:-1])) != first
     assert index_fingerprint(build("d", DOCS, RetrieverConfig.model_validate({"bm25": {"k1": 1.2}}))) != first
+
+
+def test_a_copied_policy_folder_keeps_finding_its_index(tmp_path: Path) -> None:
+    """`relocate_record`: an exported checkpoint (benchmarks/results/transfer/policy) re-bases the record's paths,
+    which are relative to the record, so `s3 search --policy COPY` still finds (and can rebuild) the training index."""
+    from searcher.trained import relocate_record
+
+    run, policy = _run(tmp_path)
+    copy = tmp_path / "results" / "transfer" / "policy"
+    shutil.copytree(policy, copy)
+    stale = json.loads((copy / RECORD_FILE).read_text())["retriever"]["index"]
+    assert not (copy / stale).resolve().is_dir()  # the plain copy points nowhere
+    assert relocate_record(policy, copy) == copy / RECORD_FILE
+    rec = json.loads((copy / RECORD_FILE).read_text())["retriever"]
+    assert (copy / rec["index"]).resolve() == (run / "data" / "index").resolve()
+    assert rec["rebuild"] == (f"s3 index build --corpus {rec['index'][: -len('index')]}corpus.jsonl --backend bm25 "
+                              f"--out {rec['index']}")
+    found = find_record(copy)
+    assert found is not None and found[1] == copy.resolve()
+    assert relocate_record(tmp_path / "nothing", copy) is None
