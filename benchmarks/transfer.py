@@ -140,9 +140,7 @@ def select(config: str) -> dict[str, Any]:
         "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     b = done[base]
-    lines.append(f"| {base} (untrained) | {b['reward_mean'] or 0:.3f} | {b['acc_s3_mean'] or 0:.3f} | "
-                 f"{b['acc_rag_mean'] or 0:.3f} | {b['turns_mean']:.2f} | {b['docs_mean']:.2f} | "
-                 f"transfer.py select ({EVAL_POLICY}, greedy) | |")
+    lines.append(_selection_line(f"{base} (untrained)", {**b, "source": f"transfer.py select ({EVAL_POLICY}, greedy)"}, ""))
     for r in trained:
         label = r["policy"] if in_training else str(Path(r["policy"]).parent.name)
         lines.append(_selection_line(label, r, "yes" if r is best else ""))
@@ -526,13 +524,13 @@ def _diagnostics(ds_dir: Path, runs: dict[str, dict[str, dict[str, Any]]], max_t
     out: dict[str, Any] = {"behaviour": {m: _behaviour(c, max_turns) for m, c in ctx.items() if c}}
     lines = ["### What the searcher does, before (untrained) and after (trained) training", ""]
     # the trajectories must be the evaluated ones: the same documents, in order, as each scored row
-    same = {m: sum(1 for i, r in runs.get(m, {}).items()
-                   if i in c and [d["id"] for d in c[i]["documents"]] == r.get("context_ids"))
-            for m, c in ctx.items() if c}
-    out["trajectories_match_rows"] = {m: [n, len(runs.get(m, {}))] for m, n in same.items()}
-    if same:
+    match = out["trajectories_match_rows"] = {
+        m: [sum(1 for i, r in runs.get(m, {}).items()
+                if i in c and [d["id"] for d in c[i]["documents"]] == r.get("context_ids")), len(runs.get(m, {}))]
+        for m, c in ctx.items() if c}
+    if match:
         lines += ["Trajectories (contexts.jsonl) naming the same documents as the evaluated rows: "
-                  + ", ".join(f"{m} {n} of {len(runs.get(m, {}))}" for m, n in same.items()), ""]
+                  + ", ".join(f"{m} {n} of {total}" for m, (n, total) in match.items()), ""]
     if out["behaviour"]:
         keys = list(next(iter(out["behaviour"].values())))
         lines += ["| | " + " | ".join(out["behaviour"]) + " |", "| --- |" + " ---: |" * len(out["behaviour"])]
