@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from s3core.errors import S3Error
+from s3core.frameworks import keep_jax_off_gpus
 
 # Command modules, in help order. Each registers one or more subcommands.
 COMMAND_MODULES = [
@@ -27,6 +28,7 @@ COMMAND_MODULES = [
     "s3.commands.train",
     "s3.commands.demo",
     "s3.commands.models",
+    "s3.commands.doctor",
 ]
 
 
@@ -55,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    keep_jax_off_gpus()  # a JAX some dependency imports never grabs the GPU (s3core/frameworks.py)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):

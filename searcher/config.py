@@ -149,6 +149,12 @@ class SearcherConfig(Section):
     temperature: float = Field(0.0, ge=0, description="Sampling temperature at inference (training uses training.temperature).")
     max_new_tokens: int = Field(160, ge=8, description="Tokens the policy may write per turn.")
     concurrency: int = Field(4, ge=1, description="Concurrent policy calls (litellm backend).")
+    generate_batch: int = Field(
+        64, ge=1,
+        description="Rows per generate call of the transformers policy (the searcher's and the trainer's own rollouts): "
+        "the lockstep batch is cut into pieces of this size. Bounded by the device's memory (KV cache: rows x tokens x "
+        "layers x 2 x KV heads x head dim x dtype bytes); larger is faster on a GPU.",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where the transformers policy runs ('auto' = cuda when available, else cpu)."
     )

@@ -16,6 +16,7 @@ Pure torch; no model code here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +32,7 @@ __all__ = [
     "group_advantages_missing",
     "grpo_loss",
     "kl_k3",
+    "masked_logprobs",
     "masked_mean",
     "policy_gradient_loss",
     "ppo_loss",
@@ -61,6 +63,49 @@ def gather_logprobs(logits: Tensor, ids: Tensor, temperature: float = 1.0) -> Te
         logits = logits / temperature
     logp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
     return torch.gather(logp, -1, ids.unsqueeze(-1)).squeeze(-1)  # (B, T)
+
+
+def masked_logprobs(
+    hidden: Tensor,
+    head: Callable[[Tensor], Tensor],
+    ids: Tensor,
+    mask: Tensor,
+    temperature: float = 1.0,
+    chunk: int = 1024,
+) -> Tensor:
+    """`gather_logprobs(head(hidden), ids)` at the positions where `mask` is 1, zero elsewhere — without the
+    (B, T, V) logits: the vocabulary projection runs only over the masked positions, `chunk` of them at a time, and
+    under autograd each chunk is recomputed in the backward pass (activation checkpointing), so the transient memory
+    is ~chunk x V whatever B, T and the number of policy tokens.
+
+    hidden: (B, T, H) final (normed) hidden states, hidden[:, t] predicting ids[:, t]; head: (n, H) -> (n, V) logits
+    (the LM head); ids, mask: (B, T). Returns (B, T) float32. Unmasked positions hold 0 and get no gradient (every
+    loss multiplies by `mask` anyway).
+    """
+    rows, cols = mask.nonzero(as_tuple=True)  # (N,) each: the policy tokens
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)  # (B, T)
+    if rows.numel() == 0:
+        return out + 0.0 * hidden.sum() if hidden.requires_grad else out  # keep the graph connected
+
+    def piece(h: Tensor, tgt: Tensor) -> Tensor:  # (n, H), (n,) -> (n,)
+        logits = head(h).float()  # (n, V)
+        if temperature != 1.0:
+            logits = logits / temperature
+        return torch.log_softmax(logits, dim=-1).gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+
+    h_all = hidden[rows, cols]  # (N, H)
+    tgt_all = ids[rows, cols]  # (N,)
+    grad = torch.is_grad_enabled() and h_all.requires_grad
+    parts = []
+    for lo in range(0, h_all.shape[0], max(1, chunk)):
+        h, tgt = h_all[lo : lo + chunk], tgt_all[lo : lo + chunk]
+        if grad:
+            from torch.utils.checkpoint import checkpoint
+
+            parts.append(checkpoint(piece, h, tgt, use_reentrant=False))
+        else:
+            parts.append(piece(h, tgt))
+    return out.index_put((rows, cols), torch.cat(parts))
 
 
 def group_advantages(rewards: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:

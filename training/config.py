@@ -121,8 +121,16 @@ class TrainingConfig(Section):
     )
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32",
-        description="Weights of the learner and the reference policy. bfloat16 halves their memory (a 3B model on a "
-        "GPU); LoRA adapters and the optimizer state stay float32 (peft). On CPU prefer float32 + autocast = 'bf16'.",
+        description="Weights of the learner and the reference policy. bfloat16 is for LoRA only (frozen base weights at "
+        "2 bytes a parameter; the adapters and their optimizer state stay float32); full fine-tuning keeps float32 "
+        "weights (the master copy every AdamW update lands in) and computes in bf16 with autocast = 'bf16' "
+        "(docs/training.md, 'Precision and memory').",
+    )
+    logprob_chunk: int = Field(
+        1024, ge=1,
+        description="Policy-token positions whose vocabulary logits the learner computes at once (training/algorithms.py "
+        "masked_logprobs; recomputed in the backward pass): its transient memory is ~logprob_chunk x vocabulary x 4 B "
+        "(1024 x 151,936 = 0.6 GB for Qwen2.5), whatever the sequence length.",
     )
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass (less memory, ~30% more compute). Turns off "
@@ -154,6 +162,13 @@ class TrainingConfig(Section):
             raise ValueError("GRPO needs training.group_size >= 2 (the group is its baseline); set group_size or use ppo")
         if self.heldout_every and not self.heldout_questions:
             raise ValueError("training.heldout_every needs training.heldout_questions > 0 (the questions it evaluates)")
+        if self.dtype == "bfloat16" and not self.lora:
+            raise ValueError(
+                "training.dtype = 'bfloat16' with full fine-tuning (training.lora = false) would let AdamW update bf16 "
+                "weights in place: most of each update rounds away (at lr 1e-6, 2% of the weights moved in three steps). "
+                "Use training.dtype = 'float32' with training.autocast = 'bf16' (float32 master weights, bf16 compute: "
+                "16 bytes a parameter), or training.lora = true (bf16 base weights are fine when only the float32 "
+                "adapters train)")
         if self.mode == "search_r1" and self.reward not in ("em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated"):
             raise ValueError(f"search_r1 mode answers itself: training.reward={self.reward!r} needs a generator; use 'em'")
         return self

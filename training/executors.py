@@ -115,7 +115,7 @@ def rollout_policy(cfg: TrainSettings, device: str, *, seed_offset: int = 0) -> 
             # vLLM's own 'auto' serves a float32 checkpoint in bfloat16: ~0.04 mean log-prob gap to a float32 learner
             update["dtype"] = tc.dtype
         return VLLMPolicy(str(resolve_checkpoint(tc.base_model)), engine=cfg.searcher.vllm.model_copy(update=update))
-    return TransformersPolicy.load(tc.base_model, device=device, dtype=tc.dtype)
+    return TransformersPolicy.load(tc.base_model, device=device, dtype=tc.dtype, gen_batch=cfg.searcher.generate_batch)
 
 
 class LocalExecutor:

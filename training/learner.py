@@ -26,7 +26,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Batch", "GapSums", "Learner", "MicroBatch", "UpdateOut", "export_model", "forward_logprobs", "load_policy",
+from s3core.errors import S3Error
+
+__all__ = ["Batch", "GapSums", "Learner", "MicroBatch", "UpdateOut", "decoder_and_head", "export_model", "forward_logprobs", "load_policy",
            "load_tokenizer", "masked_update", "ref_logprobs"]
 
 
@@ -94,28 +96,52 @@ def autocast(tc: Any, model: Any) -> Any:
     return torch.autocast(device_type=device, dtype=torch.bfloat16)
 
 
-def forward_logprobs(tc: Any, model: Any, batch: Batch, want_hidden: bool = False) -> tuple[Any, Any]:
-    """Token logprobs (B, T') at the sampling temperature for positions batch.start .. L-2 (the response part;
-    the vocabulary projection is skipped over the shared prompt), and last hidden states (B, T', H) if asked."""
-    from searcher.policy.prefix_kv import cache_arg, expand, prefix_cache
-    from training.algorithms import gather_logprobs
+def decoder_and_head(model: Any) -> tuple[Any, Callable[[Any], Any]]:
+    """The causal LM's decoder (hidden states, final norm included) and its vocabulary head as a function of hidden
+    states — for a plain transformers model or a peft wrapper (the LoRA layers live inside both). Gemma-style final
+    logit soft-capping is applied by the head as the model's own forward would."""
+    import torch
 
-    L = batch.ids.shape[1]
-    keep = L - batch.start
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder, lm_head = base.get_decoder(), base.get_output_embeddings()
+    if decoder is None or lm_head is None:
+        raise S3Error(f"{type(base).__name__}: the learner needs a causal LM with a decoder and an output head")
+    cap = getattr(base.config, "final_logit_softcapping", None)
+    scale = getattr(base.config, "logit_scale", None)
+
+    def head(h: Any) -> Any:
+        logits = lm_head(h)
+        if scale is not None:
+            logits = logits * scale
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    return decoder, head
+
+
+def forward_logprobs(tc: Any, model: Any, batch: Batch, want_hidden: bool = False) -> tuple[Any, Any]:
+    """Token logprobs (B, T') at the sampling temperature for positions batch.start .. L-2 (the response part),
+    computed only where batch.loss_mask is 1 (the policy's tokens; 0 elsewhere), `training.logprob_chunk` positions
+    at a time (training/algorithms.py `masked_logprobs`: no (B, T', V) logits), and the last hidden states (B, T', H)
+    if asked (PPO's critic)."""
+    from searcher.policy.prefix_kv import cache_arg, expand, prefix_cache
+    from training.algorithms import masked_logprobs
+
+    decoder, head = decoder_and_head(model)
     P = batch.prefix
     with autocast(tc, model):
         if P:
             # the shared prefix once (batch 1, differentiated once), every row's remainder on top of its KV cache
             cache = expand(prefix_cache(model, batch.ids[0, :P].tolist()), batch.ids.shape[0], copy_first=False)
-            out = model(input_ids=batch.ids[:, P:], attention_mask=batch.attention, output_hidden_states=want_hidden,
-                        use_cache=True, logits_to_keep=keep, **{cache_arg(model): cache})
+            out = decoder(input_ids=batch.ids[:, P:], attention_mask=batch.attention, use_cache=True,
+                          **{cache_arg(model): cache})
         else:
-            out = model(input_ids=batch.ids, attention_mask=batch.attention, output_hidden_states=want_hidden,
-                        use_cache=False, logits_to_keep=keep)
-    logits = out.logits[:, -keep:-1, :]  # (B, T', V): position t predicts ids[:, t+1]
-    lp = gather_logprobs(logits, batch.ids[:, batch.start + 1 :], temperature=tc.temperature or 1.0)  # (B, T')
-    hidden = out.hidden_states[-1][:, batch.start - P : -1, :] if want_hidden else None
-    return lp, hidden
+            out = decoder(input_ids=batch.ids, attention_mask=batch.attention, use_cache=False)
+        hidden = out.last_hidden_state[:, batch.start - P : -1, :]  # (B, T', H): position t predicts ids[:, t+1]
+        lp = masked_logprobs(hidden, head, batch.ids[:, batch.start + 1 :], batch.loss_mask,
+                             temperature=tc.temperature or 1.0, chunk=tc.logprob_chunk)  # (B, T')
+    return lp, hidden if want_hidden else None
 
 
 def ref_logprobs(core: Any, batch: Batch) -> Any:

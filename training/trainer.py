@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import time
 from collections.abc import Callable
@@ -59,6 +58,7 @@ from searcher.trained import TrainedSearcherRecord, make_record, write_record
 from training.config import TrainSettings
 from training.executors import StepExecutor
 from training.learner import Batch, GapSums, Learner, MicroBatch, UpdateOut, export_model, masked_update
+from training.rng import capture_rng, restore_rng
 
 __all__ = ["Batch", "S3Trainer", "SearchR1Trainer", "export_model", "export_policy", "make_trainer", "read_metrics"]
 
@@ -180,6 +180,7 @@ class S3Trainer:
             self.learner = Learner(tc, self.device, self.run_dir, resume_dir)
             lr_ = self.learner
             self.policy, self.model, self.tokenizer = lr_.policy, lr_.model, lr_.tokenizer
+            self.policy.gen_batch = self.cfg.searcher.generate_batch  # the learner generates its own rollouts
             self.value_head, self.ref_model = lr_.value_head, lr_.ref_model
             self.optimizer, self.scheduler = lr_.optimizer, lr_.scheduler
         scfg = self.cfg.searcher.model_copy(update={"temperature": tc.temperature})
@@ -644,7 +645,6 @@ class S3Trainer:
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
         """Write checkpoints/step_N atomically (temp dir + rename), then point checkpoints/latest at it."""
-        import numpy as np
         import torch
 
         name = f"step_{self.step:06d}"
@@ -665,7 +665,7 @@ class S3Trainer:
             "optimizer": learner_state["optimizer"],
             "scheduler": learner_state["scheduler"],
             "value_head": learner_state["value_head"],
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
+            "rng": capture_rng(),  # CPU and every device's generators (training/rng.py)
             "data_order": {"seed": self.tc.seed, "batch_size": self.tc.batch_size, "n_questions": len(self.examples),
                            "scheme": DATA_ORDER, "sft_warmup_steps": self.tc.sft_warmup_steps,
                            "next_batch": [self.examples[i].id for i in self.batch_indices(self.step)]},
@@ -713,7 +713,6 @@ class S3Trainer:
         return self.learner
 
     def _load_state(self, ckpt: Path) -> None:
-        import numpy as np
         import torch
 
         state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
@@ -737,9 +736,9 @@ class S3Trainer:
             group.call_all("load_state", require_ray().put(learner_state))
         else:
             self._learner().load_state(learner_state)
-        torch.set_rng_state(state["rng"]["torch"])
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
+        note = restore_rng(state["rng"])
+        if note:
+            self.log(f"train: resume: {note}")
         self.resumed_from = str(ckpt)
         self.log(f"train: resumed from {ckpt} at step {self.step}")
 

@@ -69,7 +69,8 @@ def load_policy(cfg: SearcherConfig, *, threads: int | None = None) -> Policy:
         from s3core.devices import resolve_device
         from searcher.policy.transformers_policy import TransformersPolicy
 
-        return TransformersPolicy.load(spec, threads=threads, device=resolve_device(cfg.device))
+        return TransformersPolicy.load(spec, threads=threads, device=resolve_device(cfg.device),
+                                       gen_batch=cfg.generate_batch)
     if cfg.policy == "vllm":
         from pathlib import Path
 

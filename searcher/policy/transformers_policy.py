@@ -34,7 +34,7 @@ from searcher.policy.prefix_kv import (
 )
 from searcher.policy.stopping import truncate_token_ids
 
-__all__ = ["TransformersPolicy", "converted_gguf_dir", "resolve_checkpoint"]
+__all__ = ["ChosenLogprobs", "TransformersPolicy", "converted_gguf_dir", "resolve_checkpoint"]
 
 
 def _hf_cache_root() -> Path:
@@ -155,6 +155,41 @@ def merged_adapter_dir(adapter_dir: Path, cache_root: Path | None = None) -> Pat
     return dest
 
 
+class ChosenLogprobs:
+    """A transformers logits processor that records, on the model's device, the log-probability of each generated
+    token under the sampling distribution (logits / temperature) — one step's (B, V) log-softmax alive at a time,
+    never the whole (B, N, V) history. It divides the scores by the temperature itself and returns them, so HF samples
+    at temperature 1 from exactly the distribution recorded (greedy: temperature 1, the argmax is unchanged).
+
+    At step t+1 it reads the token chosen at step t from `input_ids`; `finish(new_tokens)` adds the last step's."""
+
+    def __init__(self, temperature: float = 1.0) -> None:
+        self.temperature = temperature
+        self.prev: Any = None  # (B, V) float32 log-softmax of the last step
+        self.steps: list[Any] = []  # (B,) per finished step
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        if self.prev is not None:
+            self.steps.append(self.prev.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        scaled = scores.float() / self.temperature if self.temperature != 1.0 else scores.float()
+        self.prev = torch.log_softmax(scaled, dim=-1)
+        return scaled
+
+    def finish(self, new_tokens: Any) -> Any:
+        """(B, N) log-probs of `new_tokens` (the generated part of the sequences)."""
+        import torch
+
+        N = new_tokens.shape[1]
+        if self.prev is not None and len(self.steps) < N:
+            self.steps.append(self.prev.gather(-1, new_tokens[:, len(self.steps) : len(self.steps) + 1]).squeeze(-1))
+        self.prev = None
+        if not self.steps:
+            return torch.zeros(new_tokens.shape, dtype=torch.float32, device=new_tokens.device)
+        return torch.stack(self.steps[:N], dim=1)
+
+
 class TransformersPolicy(ChatTokenizerMixin):
     """Token-id policy over a transformers causal LM (trainable: `self.model` is a torch module).
 
@@ -172,7 +207,7 @@ class TransformersPolicy(ChatTokenizerMixin):
         *,
         name: str = "transformers",
         max_batch: int | None = None,
-        gen_batch: int = 16,
+        gen_batch: int = 64,
         share_prefix: bool = True,
     ) -> None:
         self.model = model
@@ -208,7 +243,7 @@ class TransformersPolicy(ChatTokenizerMixin):
         threads: int | None = None,
         dtype: str = "float32",
         max_batch: int | None = None,
-        gen_batch: int = 16,
+        gen_batch: int = 64,
         device: str = "cpu",
     ) -> TransformersPolicy:
         """Load an offline GGUF model by name, a .gguf file, a checkpoint directory (full model, or a peft LoRA
@@ -311,7 +346,7 @@ class TransformersPolicy(ChatTokenizerMixin):
         prefix: Any = None,
     ) -> list[PolicyOutput]:
         import torch
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList
 
         if not id_lists:
             return []
@@ -320,16 +355,18 @@ class TransformersPolicy(ChatTokenizerMixin):
         input_ids, attention = pack_after_prefix(id_lists, prefix_len if prefix is not None else 0, self.pad_id)
         L = input_ids.shape[1]
         sample = temperature > 0
+        # sampling is done by HF at temperature 1 over the scores ChosenLogprobs returns (already divided by the
+        # temperature), so no warper runs after it; it keeps one step's log-softmax (B, V) on the device at a time
+        recorder = ChosenLogprobs(temperature if sample else 1.0)
         gen_kwargs: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
             "do_sample": sample,
             "pad_token_id": self.pad_id,
             "eos_token_id": sorted(self.eos_ids),
             "return_dict_in_generate": True,
-            "output_logits": True,
         }
         if sample:
-            gen_kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
+            gen_kwargs.update(temperature=1.0, top_k=0, top_p=1.0)
         if stop:
             gen_kwargs["stop_strings"] = stop
         gcfg = GenerationConfig(**gen_kwargs)
@@ -342,14 +379,13 @@ class TransformersPolicy(ChatTokenizerMixin):
                 input_ids=input_ids.to(device),
                 attention_mask=attention.to(device),
                 generation_config=gcfg,
+                logits_processor=LogitsProcessorList([recorder]),
                 tokenizer=self.tokenizer,
                 **extra,
             )
-        new = res.sequences[:, L:].cpu()  # (B, N)
-        logits = torch.stack(list(res.logits), dim=1).float().cpu()  # (B, N, V)
-        if sample:
-            logits = logits / temperature
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, N)
+        new_dev = res.sequences[:, L:]  # (B, N) on the device
+        logp = recorder.finish(new_dev).cpu()  # (B, N) float32: the chosen tokens' log-probs only
+        new = new_dev.cpu()
         outs = []
         for b in range(B):
             ids, hit, finish = truncate_token_ids(new[b].tolist(), self.decode, stop, self.eos_ids, self.pad_id)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from s3core.errors import ConfigError
+from s3core.frameworks import import_bm25s
 from s3core.types import Document
 from searcher.config import BM25Config
 from searcher.retrieval.base import IndexedRetriever, top_k_rows
@@ -36,7 +37,7 @@ def _stemmer(language: str | None) -> Any:
 
 
 def _tokenize(texts: list[str], params: dict[str, Any], stemmer: Any) -> list[list[str]]:
-    import bm25s
+    bm25s = import_bm25s()
 
     out: list[list[str]] = bm25s.tokenize(
         texts, stopwords=params.get("stopwords") or None, stemmer=stemmer, return_ids=False, show_progress=False
@@ -46,7 +47,7 @@ def _tokenize(texts: list[str], params: dict[str, Any], stemmer: Any) -> list[li
 
 def build_bm25(store: DocStore, out_dir: Path, cfg: BM25Config) -> dict[str, Any]:
     """Index the doc store with bm25s; returns the parameters to record in the manifest."""
-    import bm25s
+    bm25s = import_bm25s()
 
     params = cfg.model_dump(mode="json")
     stemmer = _stemmer(cfg.stemmer)
@@ -62,7 +63,7 @@ class BM25Retriever(IndexedRetriever):
     backend = "bm25"
 
     def __init__(self, index_dir: Path, store: DocStore, manifest: IndexManifest) -> None:
-        import bm25s
+        bm25s = import_bm25s()
 
         super().__init__(index_dir, store)
         self.params = dict(manifest.params)

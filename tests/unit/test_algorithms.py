@@ -15,6 +15,7 @@ from training.algorithms import (  # noqa: E402
     group_advantages,
     grpo_loss,
     kl_k3,
+    masked_logprobs,
     masked_mean,
     policy_gradient_loss,
     ppo_loss,
@@ -199,6 +200,52 @@ def test_masked_tokens_get_exactly_zero_gradient(algorithm: str) -> None:
     assert model.emb.weight.grad is not None
     assert (model.emb.weight.grad[[9, 10]] == 0).all()
     assert model.emb.weight.grad[[0, 1, 2, 11]].abs().sum() > 0
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1024])
+def test_masked_logprobs_equal_the_full_vocabulary_log_softmax_in_values_and_gradients(chunk: int) -> None:
+    """The learner's log-probs project only the policy positions onto the vocabulary, `chunk` rows at a time (each
+    recomputed in the backward pass): same values and gradients as the full (B, T, V) log-softmax."""
+    torch.manual_seed(0)
+    B, T, H, V = 2, 7, 5, 11
+    hidden0 = torch.randn(B, T, H)
+    head = torch.nn.Linear(H, V)
+    ids = torch.randint(0, V, (B, T))
+    mask = torch.tensor([[0, 1, 1, 0, 0, 1, 1], [1, 0, 0, 0, 1, 1, 0]])
+    calls: list[int] = []
+
+    def counted(h: torch.Tensor) -> torch.Tensor:
+        calls.append(h.shape[0])
+        return head(h)
+
+    def run(fast: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        hidden = hidden0.clone().requires_grad_(True)
+        head.zero_grad(set_to_none=True)
+        if fast:
+            lp = masked_logprobs(hidden, counted, ids, mask, temperature=0.6, chunk=chunk)
+        else:
+            lp = gather_logprobs(head(hidden), ids, temperature=0.6) * mask
+        (lp * torch.linspace(0.5, 1.5, T)).sum().backward()
+        assert hidden.grad is not None and head.weight.grad is not None
+        return lp.detach(), hidden.grad, head.weight.grad.clone()
+
+    ref_lp, ref_gh, ref_gw = run(False)
+    lp, gh, gw = run(True)
+    assert torch.allclose(lp, ref_lp, atol=1e-6)
+    assert (lp[mask == 0] == 0).all()
+    assert torch.allclose(gh, ref_gh, atol=1e-6) and torch.allclose(gw, ref_gw, atol=1e-6)
+    # only the 8 policy positions reach the vocabulary head, never more than `chunk` rows at once (forward and the
+    # backward's recomputation)
+    assert max(calls) <= chunk
+    assert sum(calls) == 2 * int(mask.sum())  # each policy position once forward, once recomputed backward
+
+
+def test_masked_logprobs_without_policy_tokens_keep_the_graph() -> None:
+    hidden = torch.randn(1, 3, 4, requires_grad=True)
+    lp = masked_logprobs(hidden, torch.nn.Linear(4, 6), torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 3))
+    assert lp.shape == (1, 3) and (lp == 0).all()
+    lp.sum().backward()  # no "does not require grad" error: an all-environment micro-batch adds a zero gradient
+    assert hidden.grad is not None and (hidden.grad == 0).all()
 
 
 def test_group_advantages_missing_leave_the_update() -> None:

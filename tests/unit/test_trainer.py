@@ -137,7 +137,7 @@ def test_forward_on_response_positions_matches_a_full_forward() -> None:
 
     model = _tiny_llama().eval()
     ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=SimpleNamespace(temperature=0.7, autocast="off", share_prefix=True,
-                         gradient_checkpointing=False), model=model, device="cpu")
+                         gradient_checkpointing=False, logprob_chunk=3), model=model, device="cpu")
     ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
     # two rollouts with different prompt lengths; response = policy 1s, environment 0s
     t1 = Trajectory(prompt_ids=[5, 6, 7, 8])
@@ -189,7 +189,7 @@ def test_shared_prefix_forward_equals_the_plain_forward_in_values_and_gradients(
     def run(share: bool) -> tuple[object, object, dict[str, object], int]:
         ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), model=model, device="cpu",
                              tc=SimpleNamespace(temperature=0.8, autocast="off", share_prefix=share,
-                                                gradient_checkpointing=False))
+                                                gradient_checkpointing=False, logprob_chunk=3))
         ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
         batch = S3Trainer._pad(ns, results, [0, 1, 2])  # type: ignore[arg-type]
         model.zero_grad(set_to_none=True)
@@ -220,7 +220,7 @@ def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool) -> None:
     model = _tiny_llama()
     tc = SimpleNamespace(algorithm="grpo", group_size=2, drop_flat_groups=drop, micro_batch_size=8, ppo_epochs=1,
                          clip_coef=0.2, kl_coef=0.0, max_grad_norm=1.0, temperature=1.0, autocast="off",
-                         share_prefix=True, gradient_checkpointing=False)
+                         share_prefix=True, gradient_checkpointing=False, logprob_chunk=3)
     ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=tc, model=model, ref_model=None, device="cpu",
                          value_head=None, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
     ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]

@@ -1,0 +1,34 @@
+"""`s3 doctor`: run every GPU path of s3 on this machine, each step PASS / FAIL / SKIP, with its memory (s3/doctor.py).
+
+    s3 doctor --device cuda --out gpu-check     # what scripts/gpu_check.sh runs on a new GPU machine (~5 minutes)
+    s3 doctor --device cpu --quick              # the same steps on the CPU, smaller
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from s3.config import S3Config
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("doctor", parents=[common], help="check every GPU path here (training, engines, retriever)",
+                       description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where the steps run (auto: cuda if seen)")
+    p.add_argument("--quick", action="store_true", help="smaller model and rollouts (CI's form on the CPU)")
+    p.add_argument("--only", default=None, metavar="REGEX", help="run only the steps whose name matches")
+    p.add_argument("--timeout-s", type=float, default=600.0, help="per-step limit (seconds)")
+    p.add_argument("--out", default="s3-doctor", help="folder for summary.json / summary.md, logs/ and work/")
+    p.set_defaults(handler=_doctor)
+
+
+def _doctor(args: argparse.Namespace, cfg: S3Config) -> int:
+    from s3.doctor import run_doctor
+
+    out = Path(args.out)
+    results = run_doctor(out, device=args.device, quick=args.quick, only=args.only, timeout_s=args.timeout_s)
+    print((out / "summary.md").read_text())
+    return 1 if any(r.status == "FAIL" for r in results) else 0
