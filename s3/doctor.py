@@ -172,7 +172,8 @@ def _fail_line(text: str, rc: int) -> str:
     if rc == 124:
         return "timed out"
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return (lines[-1] if lines else f"exit status {rc}")[:300]
+    errors = [ln for ln in lines if re.search(r"\b\w*(Error|Exception)\b: |^error: |^s3: ", ln)]
+    return ((errors or lines or [f"exit status {rc}"])[-1]).strip()[:300]
 
 
 class Skip(Exception):
@@ -225,7 +226,7 @@ def _train_args(ctx: Ctx, run: str, extra: list[str]) -> list[str]:
     tokens = 16 if ctx.quick else 48
     return ["train", "--set", f"training.output_dir={ctx.work / run}", "--set", f"training.base_model={ctx.work / 'tiny'}",
             "--set", "training.mode=search_r1", "--set", "training.reward=em",
-            "--set", f"training.train_sources=['hotpotqa:{_data(ctx)}']",
+            "--set", "training.train_sources=" + json.dumps([f"hotpotqa:{_data(ctx)}"]),
             "--set", f"training.train_data={ctx.work / 'train_data'}",
             "--set", "training.keep_baseline_zero=false", "--set", "training.drop_yes_no=false",
             "--set", "training.batch_size=2", "--set", "training.group_size=2", "--set", "training.micro_batch_size=2",
@@ -269,10 +270,11 @@ def step_tiny_model(ctx: Ctx, res: StepResult) -> None:
 
     src = resolve_checkpoint("smollm2-135m-instruct")
     tok = AutoTokenizer.from_pretrained(str(src))
-    hidden, layers = (64, 2) if ctx.quick else (256, 4)
+    hidden, layers = (128, 2) if ctx.quick else (256, 4)
     torch.manual_seed(0)
+    # head dimension 64, as SmolLM2's (vLLM's CPU attention kernels take 32, 64, 80, 96, 112, 128, ...; not 16)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      num_attention_heads=hidden // 64, num_key_value_heads=1, max_position_embeddings=4096,
                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=True)
     model = LlamaForCausalLM(cfg)
     dest = ctx.work / "tiny"
