@@ -224,6 +224,11 @@ class ServiceConfig(Section):
     )
     batch_window_ms: float = Field(5.0, ge=0, description="How long concurrent requests are gathered into one batch.")
     max_batch: int = Field(256, ge=1, description="Largest gathered batch.")
+    batch_full_at: int = Field(
+        16, ge=1,
+        description="/retrieve: a gathered batch of at least this many queries runs at once instead of waiting out "
+        "batch_window_ms (requests that bring their own batch pay no window; single-query requests still gather).",
+    )
     batch_workers: int = Field(
         4, ge=1,
         description="/search batches that may run at once, so one slow batch (a hung upstream) does not hold the "

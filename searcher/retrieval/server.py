@@ -136,7 +136,8 @@ def create_retrieve_app(retriever: Retriever, service_cfg: ServiceConfig | None 
     """FastAPI app serving `retriever` under the Search-R1 /retrieve contract."""
     cfg = service_cfg or ServiceConfig()
     batcher: MicroBatcher[tuple[str, int], list[Document]] = MicroBatcher(
-        make_search_batch_fn(retriever), window_ms=cfg.batch_window_ms, max_batch=cfg.max_batch, name="retrieve"
+        make_search_batch_fn(retriever), window_ms=cfg.batch_window_ms, max_batch=cfg.max_batch, name="retrieve",
+        full_at=cfg.batch_full_at,
     )
 
     @asynccontextmanager
