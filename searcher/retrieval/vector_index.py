@@ -93,6 +93,8 @@ def index_factory_string(kind: str, d: int, n: int, nlist: int, pq_m: int, pq_nb
     if kind in ("ivfpq", "opq_ivfpq"):
         if d % pq_m:
             raise ConfigError(f"retriever.dense.pq_m={pq_m} must divide the embedding dimension {d}")
+        if kind == "opq_ivfpq" and n < 1024:
+            raise ConfigError(f"opq_ivfpq needs at least 1024 vectors to train its rotation (got {n})")
         nl = max(1, min(nlist, n // 39))
         nbits = max(1, min(pq_nbits, int(math.log2(max(n // 4, 2)))))
         params.update(ivf_nlist=nl, pq_m=pq_m, pq_nbits=nbits)
@@ -375,7 +377,11 @@ def tune(
             if progress:
                 progress(f"tuning {kind}")
             t = time.perf_counter()
-            index, params = build_faiss(kind, vectors, cfg)
+            try:
+                index, params = build_faiss(kind, vectors, cfg)
+            except ConfigError as e:  # a type this corpus cannot train (too small): skipped, said in the report
+                results.append(TuneResult(kind, None, 0.0, 0, 0.0, 0.0, [{"skipped": str(e)}]))
+                continue
             build_s = time.perf_counter() - t
             vi = VectorIndex(index, kind, SearchSettings(), vf)
             s, r, qps, tried = tune_settings(vi, params.get("ivf_nlist"), queries, truth, target, k)
