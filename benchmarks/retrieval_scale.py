@@ -311,6 +311,50 @@ def stage_cli(cache: Path, target: float) -> dict[str, Any]:
                        f"{target} --tune-queries tune.jsonl --set retriever.dense.embed_cache=shards"}
 
 
+# ------------------------------------------------------------------------------------------------------ index dirs
+
+
+def minilm_encoder_info() -> dict[str, Any]:
+    from searcher.retrieval.dense import encoder_fingerprint, resolve_encoder
+
+    path = resolve_encoder("minilm")
+    return {"name": "minilm", "path": path, "dim": 384, "fingerprint": encoder_fingerprint(path)}
+
+
+def dense_dir_from_vectors(store_dir: Path, vec_file: Path, out: Path, kind: str, search: dict[str, Any] | None,
+                           dim: int = 384) -> float:
+    """A dense index directory over vectors already encoded (the benchmark's cache): the doc store of `store_dir`
+    (an index dir built from the same corpus, hard-linked), the vectors file (linked) and a `kind` index built from
+    it. Returns the faiss build seconds."""
+    import faiss
+
+    from searcher.config import DenseConfig
+    from searcher.retrieval.dense import default_settings
+    from searcher.retrieval.store import IndexManifest, read_manifest
+    from searcher.retrieval.vector_index import INDEX_FILE, VECTORS_FILE, build_faiss, open_vectors
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in ("docs.jsonl", "docs.offsets.npy", "docs.idmap.npy"):
+        if not (out / f).exists():
+            os.link(store_dir / f, out / f)
+    src = read_manifest(store_dir)
+    vectors = open_vectors(vec_file, dim)
+    if vectors.shape[0] != src.doc_count:
+        raise RuntimeError(f"{vec_file}: {vectors.shape[0]} vectors for {src.doc_count} documents")
+    cfg = DenseConfig(index_type=kind)  # type: ignore[arg-type]
+    t = time.perf_counter()
+    index, params = build_faiss(kind, vectors, cfg)
+    secs = time.perf_counter() - t
+    faiss.write_index(index, str(out / INDEX_FILE))
+    if kind not in ("flat", "hnsw") and not (out / VECTORS_FILE).exists():
+        os.link(vec_file, out / VECTORS_FILE)
+    params["search"] = search or default_settings(kind, params, cfg).as_dict()
+    params.update(normalize=True, query_prefix="", passage_prefix="")
+    IndexManifest(backend="dense", params=params, encoder=minilm_encoder_info(), docstore=src.docstore,
+                  corpus=src.corpus, doc_count=src.doc_count).write(out)
+    return secs
+
+
 # ------------------------------------------------------------------------------------------------------ scale (1M)
 
 
@@ -388,8 +432,7 @@ def _serve_and_measure(index: Path, queries: list[str], per_request: int, rounds
 
 def stage_scale(cache: Path, big: int, kinds: tuple[str, ...]) -> dict[str, Any]:
     from s3core.corpus import read_questions
-    from searcher.retrieval.store import DocStore, IndexManifest, read_manifest
-    from searcher.retrieval.vector_index import INDEX_FILE, VECTORS_FILE, build_faiss, open_vectors
+    from searcher.retrieval.vector_index import INDEX_FILE, VECTORS_FILE, open_vectors
 
     big_dir = cache / f"big{big}"
     big_dir.mkdir(parents=True, exist_ok=True)
@@ -425,48 +468,23 @@ def stage_scale(cache: Path, big: int, kinds: tuple[str, ...]) -> dict[str, Any]
         with vec.open("wb") as fh:
             for i in range(0, big, n_real):
                 fh.write(np.asarray(real[: min(n_real, big - i)]).tobytes())
-    vectors = open_vectors(vec, dim)
-    bm_manifest = read_manifest(bm)
-    enc_manifest = read_manifest(cache / "cli_index") if (cache / "cli_index" / "index.json").is_file() else None
     res["dense"] = {}
-    import faiss
-
-    from searcher.config import DenseConfig
-
     for kind in kinds:
         d = big_dir / f"dense_{kind}"
-        d.mkdir(exist_ok=True)
-        for f in ("docs.jsonl", "docs.offsets.npy", "docs.idmap.npy"):
-            if not (d / f).exists():
-                os.link(bm / f, d / f)
         built = json.loads((cache / "indexes" / kind / "build.json").read_text())
         log(f"scale: dense {kind} over {big:,} vectors")
-        t = time.perf_counter()
-        cfg = DenseConfig(index_type=kind)  # type: ignore[arg-type]
-        index, params = build_faiss(kind, vectors, cfg)
-        build_s = time.perf_counter() - t
-        faiss.write_index(index, str(d / INDEX_FILE))
-        del index
-        if kind not in ("flat", "hnsw") and not (d / VECTORS_FILE).exists():
-            os.link(vec, d / VECTORS_FILE)
-        params["search"] = built["params"]["search"]
-        params.update(normalize=True, query_prefix="", passage_prefix="")
-        enc = enc_manifest.encoder if enc_manifest else None
-        m = IndexManifest(backend="dense", params=params, encoder=enc, docstore=bm_manifest.docstore,
-                          corpus=bm_manifest.corpus, doc_count=big)
-        m.write(d)
+        build_s = dense_dir_from_vectors(bm, vec, d, kind, built["params"]["search"], dim)
         serve = _serve_and_measure(d, qs, 32, 2)
         res["dense"][kind] = {"build_s": round(build_s, 1), "index_disk_bytes": (d / INDEX_FILE).stat().st_size,
-                              "settings": params["search"], "serve": serve}
+                              "settings": built["params"]["search"], "serve": serve}
         log(f"  {kind}: {res['dense'][kind]}")
-    DocStore  # noqa: B018  (imported for the reader: the store the servers open)
     return res
 
 
 # ------------------------------------------------------------------------------------------------------ http
 
 
-def stage_http(runs: int) -> dict[str, Any]:
+def stage_http(cache: Path, runs: int) -> dict[str, Any]:
     import httpx
 
     from dataprep import prepare
@@ -480,11 +498,27 @@ def stage_http(runs: int) -> dict[str, Any]:
     corpus = work / "hp" / "corpus.jsonl"
     queries = [q.question for q in read_questions(work / "hp" / "questions.jsonl")]
     out: dict[str, Any] = {"queries": len(queries), "runs": runs}
+    cfg = RetrieverConfig()
+    cfg.dense.device = "cpu"
+    bm = build_index(corpus, "bm25", work / "bm25", cfg, overwrite=True)
     for backend in ("bm25", "dense"):
-        cfg = RetrieverConfig(backend=backend)  # type: ignore[arg-type]
-        cfg.dense.device = "cpu"
-        log(f"http: building {backend} index of hotpotqa_dev500")
-        r = load_retriever(cfg, build_index(corpus, backend, work / backend, cfg, overwrite=True))
+        log(f"http: {backend} index of hotpotqa_dev500")
+        if backend == "dense":  # flat, over the cached embeddings of the same passages (no re-encoding)
+            from searcher.retrieval.store import DocStore
+            from searcher.retrieval.vector_index import VECTORS_FILE, open_vectors, write_vectors
+
+            store = DocStore(bm)
+            big = DocStore(cache / "store")
+            rows = np.array([big.row(store.doc_id(i)) for i in range(len(store))])
+            if (rows < 0).any():
+                raise RuntimeError("hotpotqa_dev500 passages missing from the cached corpus")
+            allv = open_vectors(cache / VECTORS_FILE, 384)
+            write_vectors([np.asarray(allv[rows])], work / "hp.f32")
+            dense_dir_from_vectors(bm, work / "hp.f32", work / "dense", "flat", None)
+            index_dir = work / "dense"
+        else:
+            index_dir = bm
+        r = load_retriever(cfg, index_dir)
         app = create_retrieve_app(r, ServiceConfig(max_queries_per_request=256))
         with serve_in_thread(app) as url, httpx.Client(timeout=120) as client:
             for per in (32, 64):
@@ -709,7 +743,7 @@ def main() -> int:
         res["cli"] = stage_cli(args.cache, args.target)
         write_report(res)
     if "http" in stages:
-        res["http"] = stage_http(args.runs)
+        res["http"] = stage_http(args.cache, args.runs)
         write_report(res)
     if "scale" in stages:
         res["scale"] = stage_scale(args.cache, args.big, tuple(args.big_types.split(",")))
