@@ -93,10 +93,10 @@ def index_factory_string(kind: str, d: int, n: int, nlist: int, pq_m: int, pq_nb
     if kind in ("ivfpq", "opq_ivfpq"):
         if d % pq_m:
             raise ConfigError(f"retriever.dense.pq_m={pq_m} must divide the embedding dimension {d}")
-        if kind == "opq_ivfpq" and n < 1024:
-            raise ConfigError(f"opq_ivfpq needs at least 1024 vectors to train its rotation (got {n})")
+        if kind == "opq_ivfpq" and n < 256:
+            raise ConfigError(f"opq_ivfpq needs at least 256 vectors to train its rotation (got {n})")
         nl = max(1, min(nlist, n // 39))
-        nbits = max(1, min(pq_nbits, int(math.log2(max(n // 4, 2)))))
+        nbits = max(1, min(pq_nbits, int(math.log2(max(n // 39, 2)))))  # 39 training points a centroid
         params.update(ivf_nlist=nl, pq_m=pq_m, pq_nbits=nbits)
         head = f"OPQ{pq_m}," if kind == "opq_ivfpq" else ""
         return f"{head}IVF{nl},PQ{pq_m}x{nbits}", params
@@ -115,6 +115,10 @@ def new_index(kind: str, d: int, n: int, cfg: Any) -> tuple[Any, dict[str, Any]]
         return index, {"binary_bits": nbits}
     spec, params = index_factory_string(kind, d, n, cfg.ivf_nlist, cfg.pq_m, cfg.pq_nbits, cfg.hnsw_m)
     index = faiss.index_factory(d, spec, faiss.METRIC_INNER_PRODUCT)
+    if kind == "opq_ivfpq":  # faiss's defaults (50 rotations x PQ re-trainings) take minutes on 2 cores for ~no gain
+        opq = faiss.downcast_VectorTransform(index.chain.at(0))
+        opq.niter, opq.niter_pq_0, opq.max_train_points = 12, 12, 32_768
+        params.update(opq_niter=12)
     if kind in ("hnsw", "hnsw_sq"):
         hnsw = faiss.downcast_index(index).hnsw
         hnsw.efConstruction = max(40, 2 * cfg.hnsw_m)
@@ -334,11 +338,12 @@ class TuneResult:
 
 def tune_settings(
     vi: VectorIndex, nlist: int | None, queries: np.ndarray, truth: np.ndarray, target: float, k: int
-) -> tuple[SearchSettings | None, float, float, list[dict[str, Any]]]:
+) -> tuple[SearchSettings | None, float, float, list[dict[str, Any]], SearchSettings]:
     """The cheapest setting of `vi`'s ladder with recall@k >= target on `queries` (None if none reaches it), its
-    recall and queries/s, and every point tried. Rescoring depths that cannot help (below k) are skipped."""
+    recall and queries/s, every point tried, and the best setting seen (the one reaching the target, else the one
+    with the highest recall). Rescoring depths that cannot help (below k) are skipped."""
     tried: list[dict[str, Any]] = []
-    best_recall = 0.0
+    best: tuple[float, float, SearchSettings] = (-1.0, 0.0, SearchSettings())
     for s in settings_ladder(vi.kind, vi.ntotal, nlist):
         if 0 < s.rescore < k:
             continue
@@ -349,10 +354,27 @@ def tune_settings(
         r = recall_vs(truth, rows)
         qps = queries.shape[0] / max(secs, 1e-9)
         tried.append({**s.as_dict(), "recall": round(r, 4), "qps": round(qps, 1)})
-        best_recall = max(best_recall, r)
+        if r > best[0]:
+            best = (r, qps, s)
         if r >= target:
-            return s, r, qps, tried
-    return None, best_recall, 0.0, tried
+            return s, r, qps, tried, s
+    vi.set(best[2])
+    return None, max(best[0], 0.0), best[1], tried, best[2]
+
+
+def estimate_bytes(kind: str, n: int, d: int, cfg: Any) -> int:
+    """Resident bytes an index of `kind` will need for n vectors of dim d (codes, ids, graph, centroids): lets the
+    tuner skip types that cannot beat one already found."""
+    nlist = max(1, min(int(cfg.ivf_nlist), n // 39))
+    graph = 2 * int(cfg.hnsw_m) * 4
+    per = {
+        "flat": 4 * d, "hnsw": 4 * d + graph, "sq8": d, "sq4": d // 2, "hnsw_sq": d + graph,
+        "binary": int(cfg.binary_bits or d) // 8, "ivfpq": int(cfg.pq_m) + 8, "opq_ivfpq": int(cfg.pq_m) + 8,
+    }[kind]
+    extra = nlist * d * 4 if kind in ("ivfpq", "opq_ivfpq") else 0
+    if kind == "opq_ivfpq":
+        extra += d * d * 4
+    return n * per + extra
 
 
 def tune(
@@ -365,15 +387,21 @@ def tune(
     k: int = 10,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[list[TuneResult], dict[str, tuple[Any, dict[str, Any]]]]:
-    """Build each index type in `kinds` over `vectors` and find its cheapest setting reaching recall@k >= target
-    (vs the exact top-k) on `queries`. Returns the results (met first, least index memory first) and the built
-    indexes by type."""
+    """Build each index type in `kinds` over `vectors` (smallest expected memory first) and find its cheapest setting
+    reaching recall@k >= target (vs the exact top-k) on `queries`; a type whose codes alone exceed an index that already
+    met the target is skipped. Returns the results (met first, least index memory first) and the built indexes."""
     truth = exact_topk(vectors, queries, k)
     vf = VectorFile(vectors_file, vectors.shape[1])
     results: list[TuneResult] = []
     built: dict[str, tuple[Any, dict[str, Any]]] = {}
+    n, d = vectors.shape
     try:
-        for kind in kinds:
+        for kind in sorted(kinds, key=lambda k: estimate_bytes(k, n, d, cfg)):
+            met = [r.index_bytes for r in results if r.met]
+            if met and estimate_bytes(kind, n, d, cfg) > min(met):
+                why = f"its codes alone (~{estimate_bytes(kind, n, d, cfg):,} bytes) exceed an index that met the target"
+                results.append(TuneResult(kind, None, 0.0, 0, 0.0, 0.0, [{"skipped": why}]))
+                continue
             if progress:
                 progress(f"tuning {kind}")
             t = time.perf_counter()
@@ -384,10 +412,10 @@ def tune(
                 continue
             build_s = time.perf_counter() - t
             vi = VectorIndex(index, kind, SearchSettings(), vf)
-            s, r, qps, tried = tune_settings(vi, params.get("ivf_nlist"), queries, truth, target, k)
+            s, r, qps, tried, _ = tune_settings(vi, params.get("ivf_nlist"), queries, truth, target, k)
             results.append(TuneResult(kind, s, r, index_bytes(index), build_s, qps, tried))
             built[kind] = (index, params)
     finally:
         vf.close()
-    results.sort(key=lambda x: (not x.met, x.index_bytes, -x.qps))
+    results.sort(key=lambda x: (not x.met, x.index_bytes if x.met else 0, -x.recall))
     return results, built

@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
 from s3.cli import main
 from s3core.errors import ConfigError
-from searcher.config import DenseConfig, RetrieverConfig
+from searcher.config import DenseConfig, RetrieverConfig, ServiceConfig
 from searcher.retrieval import build_index, load_retriever, read_manifest
+from searcher.retrieval.server import create_retrieve_app, serve_in_thread
 from searcher.retrieval.store import IDMAP, DocStore
 from searcher.retrieval.vector_index import exact_topk, open_vectors, recall_vs
 
@@ -63,6 +65,18 @@ def test_cli_target_recall_picks_and_records_a_compressed_index(
     # rescored scores are exact inner products
     q0 = comp.encode_queries(qs[:1])[0]
     assert got[0][0].score == pytest.approx(float(vectors[comp.store.row(got[0][0].id)] @ q0), abs=1e-4)
+    # served over /retrieve: the Search-R1 response shape, the same hits as in-process
+    app = create_retrieve_app(comp, ServiceConfig())
+    with serve_in_thread(app) as url:
+        r = httpx.post(f"{url}/retrieve", json={"queries": qs[:2], "topk": 3, "return_scores": True}, timeout=60)
+        bare = httpx.post(f"{url}/retrieve", json={"queries": qs[:1], "topk": 2}, timeout=60)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    result = r.json()["result"]
+    assert [[set(h) for h in hits] for hits in result] == [[{"document", "score"}] * 3] * 2
+    assert [h["document"]["id"] for h in result[0]] == [d.id for d in got[0][:3]]
+    assert result[0][0]["document"] == {"id": got[0][0].id, "contents": got[0][0].contents}
+    assert result[0][0]["score"] == pytest.approx(got[0][0].score, abs=1e-5)
+    assert [set(h) for h in bare.json()["result"][0]] == [{"id", "contents"}] * 2
 
 
 def test_cli_rejects_dense_flags_for_bm25_and_bad_targets(corpus: Path, tmp_path: Path,

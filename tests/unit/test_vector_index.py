@@ -10,6 +10,7 @@ import pytest
 
 from s3core.errors import ConfigError, IndexDirError
 from searcher.config import DenseConfig
+from searcher.retrieval import vector_index
 from searcher.retrieval.dense import default_settings, open_vector_index
 from searcher.retrieval.vector_index import (
     INDEX_FILE,
@@ -19,6 +20,7 @@ from searcher.retrieval.vector_index import (
     VectorFile,
     VectorIndex,
     build_faiss,
+    estimate_bytes,
     exact_topk,
     index_bytes,
     recall_vs,
@@ -116,9 +118,11 @@ def test_rescoring_without_vectors_is_a_clear_error(data: tuple[np.ndarray, np.n
 def test_tuner_meets_the_target_with_the_least_memory(data: tuple[np.ndarray, np.ndarray, Path]) -> None:
     vecs, queries, path = data
     results, built = tune(("sq8", "binary", "flat"), vecs, path, queries, 0.95, _cfg(), k=10)
-    assert all(r.met for r in results)
-    assert results[0].kind == "binary"  # the smallest codes that reach the target
-    assert results[0].index_bytes == min(r.index_bytes for r in results)
+    assert results[0].kind == "binary" and results[0].met  # the smallest codes that reach the target
+    # the others cannot beat it: skipped without being built, saying why
+    assert {r.kind for r in results[1:]} == {"sq8", "flat"} and not any(r.met for r in results[1:])
+    assert all("exceed an index that met the target" in r.tried[0]["skipped"] for r in results[1:])
+    assert set(built) == {"binary"}
     best = results[0]
     assert best.recall >= 0.95 and best.settings is not None
     # the recorded setting really gives that recall, and the step below it (if any) did not
@@ -126,6 +130,18 @@ def test_tuner_meets_the_target_with_the_least_memory(data: tuple[np.ndarray, np
     assert recall_vs(exact_topk(vecs, queries, 10), vi.search(queries, 10)[1]) == pytest.approx(best.recall)
     assert all(t["recall"] < 0.95 for t in best.tried[:-1])
     assert best.as_dict()["settings"] == best.settings.as_dict()
+
+
+def test_tuner_builds_every_type_until_one_meets_the_target(
+    data: tuple[np.ndarray, np.ndarray, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vecs, queries, path = data
+    monkeypatch.setattr(vector_index, "RESCORE_LADDER", (0, 10, 20))
+    cfg = _cfg(binary_bits=8)  # 8 bits a vector: far too coarse for recall 0.99 with 20 candidates rescored
+    results, built = tune(("sq8", "binary"), vecs[:300], path, queries, 0.99, cfg, k=10)
+    assert set(built) == {"binary", "sq8"}
+    assert results[0].kind == "sq8" and results[0].met and not results[1].met
+    assert estimate_bytes("binary", 300, 32, cfg) < estimate_bytes("sq8", 300, 32, cfg)
 
 
 def test_tuner_reports_an_unreachable_target(data: tuple[np.ndarray, np.ndarray, Path]) -> None:
