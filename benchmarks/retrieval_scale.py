@@ -50,6 +50,7 @@ DATA = ROOT.parent / "shared" / "data"
 if not DATA.is_dir():
     DATA = Path("/work/shared/data")
 OUT = ROOT / "benchmarks" / "results" / "retrieval_scale"
+S3 = [sys.executable, "-c", "import sys; from s3.cli import main; sys.exit(main())"]  # `s3 ...` with this tree
 TYPES = ("flat", "hnsw", "sq8", "sq4", "hnsw_sq", "ivfpq", "opq_ivfpq", "binary")
 # wiki-18 (DPR 100-word passages) as served by Search-R1 / FlashRAG with E5-base
 WIKI_N = 21_015_324
@@ -220,21 +221,45 @@ def _child_build(kind: str, cache: str, target: float, out_dir: str) -> None:
 
 def _child_search(kind: str, cache: str, out_dir: str, batch: int) -> None:
     """Fresh process: RSS before opening the index, then open + search the dev questions; VmHWM after."""
+    import gc
+
     import faiss
 
     from searcher.config import DenseConfig
     from searcher.retrieval.dense import open_vector_index
+    from searcher.retrieval.vector_index import (
+        SearchSettings,
+        VectorFile,
+        VectorIndex,
+        build_faiss,
+        write_vectors,
+    )
 
     faiss.omp_set_num_threads(2)
     c = Path(cache)
     q = np.load(c / "dev_q.npy")
-    warm = faiss.IndexFlatIP(q.shape[1])  # start faiss's thread pool before the baseline
-    warm.add(q[:16])
-    warm.search(q[:16], 4)
-    del warm
-    base = proc_status()["VmRSS"]
     out = Path(out_dir)
     params = json.loads((out / "build.json").read_text())["params"]
+    # Warm the same code path on a tiny index of the same type (faiss's thread pool, per-thread buffers, the
+    # allocator's arenas, lazily imported modules) so the baseline holds what does not grow with the index.
+    rng = np.random.default_rng(1)
+    tiny = rng.normal(size=(1200, q.shape[1])).astype(np.float32)
+    tiny /= np.linalg.norm(tiny, axis=1, keepdims=True)
+    with tempfile.TemporaryDirectory() as td:
+        write_vectors([tiny], Path(td) / "v.f32")
+        cfg = DenseConfig(index_type=kind, ivf_nlist=16)  # type: ignore[arg-type]
+        widx, wp = build_faiss(kind, tiny, cfg)
+        s = params["search"]
+        ws = SearchSettings(nprobe=min(s.get("nprobe") or 1, 16) if s.get("nprobe") else None,
+                            ef_search=s.get("ef_search"), rescore=min(s.get("rescore", 0), 1200))
+        wvf = VectorFile(Path(td) / "v.f32", q.shape[1])
+        wvi = VectorIndex(widx, kind, ws, wvf)
+        for i in range(0, 4 * batch, batch):
+            wvi.search(q[i : i + batch], 10)
+        wvf.close()
+        del widx, wvi, wvf, tiny, wp
+    gc.collect()
+    base = proc_status()["VmRSS"]
     if kind not in ("flat", "hnsw"):
         link = out / "dense.vectors.f32"
         if not link.exists():
@@ -261,7 +286,8 @@ def _run_child(fn: str, *args: Any) -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-def stage_dense(cache: Path, target: float, batch: int, types: tuple[str, ...]) -> dict[str, Any]:
+def stage_dense(cache: Path, target: float, batch: int, types: tuple[str, ...], search_only: bool = False
+                ) -> dict[str, Any]:
     from searcher.retrieval.vector_index import VECTORS_FILE, exact_topk, open_vectors, recall_vs
 
     dim = int(json.loads((cache / "encode_info.json").read_text())["dim"])
@@ -271,8 +297,9 @@ def stage_dense(cache: Path, target: float, batch: int, types: tuple[str, ...]) 
     rows: dict[str, Any] = {}
     for kind in types:
         d = cache / "indexes" / kind
-        log(f"dense {kind}: build + tune")
-        _run_child("_child_build", kind, str(cache), target, str(d))
+        if not (search_only and (d / "build.json").is_file()):
+            log(f"dense {kind}: build + tune")
+            _run_child("_child_build", kind, str(cache), target, str(d))
         log(f"dense {kind}: search (fresh process)")
         _run_child("_child_search", kind, str(cache), str(d), batch)
         b = json.loads((d / "build.json").read_text())
@@ -299,7 +326,7 @@ def stage_dense(cache: Path, target: float, batch: int, types: tuple[str, ...]) 
 def stage_cli(cache: Path, target: float) -> dict[str, Any]:
     """The real command: s3 index build --backend dense --target-recall (reusing the cached embedding shards)."""
     out = cache / "cli_index"
-    cmd = [sys.executable, "-m", "s3", "index", "build", "--corpus", str(cache / "corpus.jsonl"), "--backend", "dense",
+    cmd = [*S3, "index", "build", "--corpus", str(cache / "corpus.jsonl"), "--backend", "dense",
            "--out", str(out), "--overwrite", "--target-recall", str(target), "--tune-queries", str(cache / "tune.jsonl"),
            "--set", f"retriever.dense.embed_cache={cache / 'shards'}", "--set", "retriever.dense.device=cpu"]
     log("cli: " + " ".join(cmd[1:]))
@@ -341,10 +368,20 @@ def dense_dir_from_vectors(store_dir: Path, vec_file: Path, out: Path, kind: str
     for f in ("docs.jsonl", "docs.offsets.npy", "docs.idmap.npy"):
         if not (out / f).exists():
             os.link(store_dir / f, out / f)
-    src = read_manifest(store_dir)
+    if (store_dir / "index.json").is_file():
+        src = read_manifest(store_dir)
+        docstore, corpus, count = src.docstore, src.corpus, src.doc_count
+    else:  # a bare doc store (docs.jsonl + offsets + id map)
+        from s3core.io import file_sha256
+        from searcher.retrieval.store import FileInfo
+
+        count = int(np.load(store_dir / "docs.offsets.npy", mmap_mode="r").shape[0] - 1)
+        docstore = FileInfo(file="docs.jsonl", sha256=file_sha256(store_dir / "docs.jsonl"),
+                            bytes=(store_dir / "docs.jsonl").stat().st_size)
+        corpus = None
     vectors = open_vectors(vec_file, dim)
-    if vectors.shape[0] != src.doc_count:
-        raise RuntimeError(f"{vec_file}: {vectors.shape[0]} vectors for {src.doc_count} documents")
+    if vectors.shape[0] != count:
+        raise RuntimeError(f"{vec_file}: {vectors.shape[0]} vectors for {count} documents")
     cfg = DenseConfig(index_type=kind)  # type: ignore[arg-type]
     t = time.perf_counter()
     index, params = build_faiss(kind, vectors, cfg)
@@ -354,8 +391,8 @@ def dense_dir_from_vectors(store_dir: Path, vec_file: Path, out: Path, kind: str
         os.link(vec_file, out / VECTORS_FILE)
     params["search"] = search or default_settings(kind, params, cfg).as_dict()
     params.update(normalize=True, query_prefix="", passage_prefix="")
-    IndexManifest(backend="dense", params=params, encoder=minilm_encoder_info(), docstore=src.docstore,
-                  corpus=src.corpus, doc_count=src.doc_count).write(out)
+    IndexManifest(backend="dense", params=params, encoder=minilm_encoder_info(), docstore=docstore,
+                  corpus=corpus, doc_count=count).write(out)
     return secs
 
 
@@ -398,7 +435,7 @@ def _serve_and_measure(index: Path, queries: list[str], per_request: int, rounds
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    cmd = [sys.executable, "-m", "s3", "serve-retriever", "--index", str(index), "--port", str(port),
+    cmd = [*S3, "serve-retriever", "--index", str(index), "--port", str(port),
            "--set", "retriever.dense.device=cpu", "--set", "service.max_queries_per_request=256"]
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
@@ -434,7 +471,7 @@ def _serve_and_measure(index: Path, queries: list[str], per_request: int, rounds
             "p95_ms": 1000 * float(np.percentile(lat, 95)), "qps": qps, "per_request": per_request}
 
 
-def stage_scale(cache: Path, big: int, kinds: tuple[str, ...]) -> dict[str, Any]:
+def stage_scale(cache: Path, big: int, kinds: tuple[str, ...], with_bm25: bool = True) -> dict[str, Any]:
     from s3core.corpus import read_questions
     from searcher.retrieval.vector_index import INDEX_FILE, VECTORS_FILE, open_vectors
 
@@ -454,16 +491,29 @@ def stage_scale(cache: Path, big: int, kinds: tuple[str, ...]) -> dict[str, Any]
         tmp.replace(corpus)
     del src
     res: dict[str, Any] = {"passages": big, "real_passages": n_real, "corpus_bytes": corpus.stat().st_size}
-    bm = big_dir / "bm25"
-    log("scale: s3 index build --backend bm25")
-    peak, secs, _ = _peak_of([sys.executable, "-m", "s3", "index", "build", "--corpus", str(corpus), "--backend",
-                              "bm25", "--out", str(bm), "--overwrite"])
-    res["bm25_build"] = {"peak_rss": peak, "seconds": round(secs, 1),
-                         "index_disk_bytes": sum(f.stat().st_size for f in bm.rglob("*") if f.is_file())}
-    log(f"  {res['bm25_build']}")
     qs = [q.question for q in read_questions(cache / "dev.jsonl")][:256]
-    res["bm25_serve"] = _serve_and_measure(bm, qs, 32, 2)
-    log(f"  serve bm25: {res['bm25_serve']}")
+    if with_bm25:
+        bm = big_dir / "bm25"
+        log("scale: s3 index build --backend bm25")
+        peak, secs, _ = _peak_of([*S3, "index", "build", "--corpus", str(corpus), "--backend",
+                                  "bm25", "--out", str(bm), "--overwrite"])
+        res["bm25_build"] = {"peak_rss": peak, "seconds": round(secs, 1),
+                             "index_disk_bytes": sum(f.stat().st_size for f in bm.rglob("*") if f.is_file())}
+        log(f"  {res['bm25_build']}")
+        res["bm25_serve"] = _serve_and_measure(bm, qs, 32, 2)
+        log(f"  serve bm25: {res['bm25_serve']}")
+    else:  # the doc store alone, streamed (what every index build writes first)
+        bm = big_dir / "store"
+        if not (bm / "docs.idmap.npy").is_file():
+            from s3core.corpus import iter_corpus
+            from searcher.retrieval.store import write_docstore
+
+            bm.mkdir(exist_ok=True)
+            log("scale: writing the doc store")
+            t = time.perf_counter()
+            write_docstore(iter_corpus(corpus), bm)
+            res["docstore_write_s"] = round(time.perf_counter() - t, 1)
+        res["docstore_peak_rss_this_process"] = proc_status()["VmHWM"]
     # dense: the cached real embeddings tiled to `big` rows (the ids repeat the passages), docstore shared with bm25
     dim = int(json.loads((cache / "encode_info.json").read_text())["dim"])
     real = open_vectors(cache / VECTORS_FILE, dim)
@@ -609,9 +659,11 @@ def stage_project(dense: dict[str, Any], encode: dict[str, Any] | None) -> dict[
 # ------------------------------------------------------------------------------------------------------ report
 
 
-def write_report(res: dict[str, Any]) -> None:
+def write_report(res: dict[str, Any], results: Path | None = None) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "results.json").write_text(json.dumps(res, indent=2) + "\n")
+    (results or OUT / "results.json").write_text(json.dumps(res, indent=2) + "\n")
+    if results is not None and results.name != "results.json":
+        return  # a side run: its results are merged into the report later
     md = ["# Retrieval at scale (benchmarks/retrieval_scale.py)", "",
           f"Machine: 2 CPU cores shared with other jobs; {time.strftime('%Y-%m-%d')}. "
           "Reproduce: `flock /tmp/s3-cpu.lock .venv/bin/python benchmarks/retrieval_scale.py`.", ""]
@@ -653,12 +705,16 @@ def write_report(res: dict[str, Any]) -> None:
         md += [f"## {sc['passages']:,} passages ({sc['real_passages']:,} real ones repeated under new ids: memory and "
                "latency only)", "", f"Corpus on disk: {sc['corpus_bytes'] / 2**20:,.0f} MiB.", "",
                "| what | peak RSS MiB | idle RSS MiB | disk MiB | p50 ms | p95 ms | queries/s | notes |", "|" + "---|" * 8]
-        b = sc["bm25_build"]
-        md.append(f"| s3 index build bm25 | {b['peak_rss'] / 2**20:,.0f} | | {b['index_disk_bytes'] / 2**20:,.0f} | | | | "
-                  f"{b['seconds']} s |")
-        s = sc["bm25_serve"]
-        md.append(f"| s3 serve-retriever bm25 | {s['vm_hwm'] / 2**20:,.0f} | {s['idle_rss'] / 2**20:,.0f} | | "
-                  f"{s['p50_ms']:.0f} | {s['p95_ms']:.0f} | {s['qps']:.0f} | {s['per_request']} queries/request |")
+        if "bm25_build" in sc:
+            b = sc["bm25_build"]
+            md.append(f"| s3 index build bm25 | {b['peak_rss'] / 2**20:,.0f} | | {b['index_disk_bytes'] / 2**20:,.0f} | | | "
+                      f"| {b['seconds']} s |")
+            s = sc["bm25_serve"]
+            md.append(f"| s3 serve-retriever bm25 | {s['vm_hwm'] / 2**20:,.0f} | {s['idle_rss'] / 2**20:,.0f} | | "
+                      f"{s['p50_ms']:.0f} | {s['p95_ms']:.0f} | {s['qps']:.0f} | {s['per_request']} queries/request |")
+        else:
+            md.append(f"| doc store write (streamed) | {sc['docstore_peak_rss_this_process'] / 2**20:,.0f} | | | | | | "
+                      f"{sc.get('docstore_write_s', '?')} s; peak of the benchmark process (bm25 at 1M not run here) |")
         flat_qps = sc["dense"].get("flat", {}).get("serve", {}).get("qps")
         for kind, r in sc["dense"].items():
             s = r["serve"]
@@ -730,31 +786,40 @@ def main() -> int:
     ap.add_argument("--big", type=int, default=1_000_000, help="passages of the scale stage")
     ap.add_argument("--big-types", default="flat,binary")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--no-big-bm25", action="store_true", help="scale: dense only (the bm25 build of 1M passages "
+                    "takes ~10 min of 2 free cores)")
+    ap.add_argument("--search-only", action="store_true", help="dense: reuse the built + tuned indexes, re-measure")
+    ap.add_argument("--results", type=Path, default=OUT / "results.json",
+                    help="results file to read earlier stages from and write to (a second run beside a first one "
+                         "writes its own, then --merge folds it in)")
+    ap.add_argument("--merge", type=Path, default=None, help="fold the stages of another results file into this one")
     args = ap.parse_args()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     stages = args.stages.split(",")
-    prev = OUT / "results.json"
+    prev = args.results
     res: dict[str, Any] = json.loads(prev.read_text()) if prev.is_file() else {}
+    if args.merge:
+        res.update({k: v for k, v in json.loads(args.merge.read_text()).items() if k not in res or k in ("scale",)})
     if "corpus" in stages:
         res["corpus"] = stage_corpus(args.cache)
     if "encode" in stages:
         res["encode"] = stage_encode(args.cache)
     if "dense" in stages:
-        res["dense"] = stage_dense(args.cache, args.target, args.batch, tuple(args.types.split(",")))
-        write_report(res)
+        res["dense"] = stage_dense(args.cache, args.target, args.batch, tuple(args.types.split(",")), args.search_only)
+        write_report(res, args.results)
     if "cli" in stages:
         res["cli"] = stage_cli(args.cache, args.target)
-        write_report(res)
+        write_report(res, args.results)
     if "http" in stages:
         res["http"] = stage_http(args.cache, args.runs)
-        write_report(res)
+        write_report(res, args.results)
     if "scale" in stages:
-        res["scale"] = stage_scale(args.cache, args.big, tuple(args.big_types.split(",")))
-        write_report(res)
+        res["scale"] = stage_scale(args.cache, args.big, tuple(args.big_types.split(",")), not args.no_big_bm25)
+        write_report(res, args.results)
     if "project" in stages and res.get("dense"):
         res["project"] = stage_project(res["dense"], res.get("encode"))
-    write_report(res)
+    write_report(res, args.results)
     log(f"wrote {OUT}/report.md")
     return 0
 
