@@ -326,8 +326,10 @@ class TuneResult:
         return self.settings is not None
 
     def as_dict(self) -> dict[str, Any]:
+        skipped = self.tried[0].get("skipped") if self.tried else None
         return {
             "index_type": self.kind,
+            **({"skipped": skipped} if skipped else {}),
             "settings": self.settings.as_dict() if self.settings else None,
             "tuning_recall": round(self.recall, 4),
             "index_bytes": self.index_bytes,
