@@ -22,15 +22,16 @@ from searcher.retrieval.vector_index import exact_topk, open_vectors, recall_vs
 pytestmark = pytest.mark.integration
 
 FLASHRAG = Path("/work/shared/data/flashrag_sample/sample_data.jsonl")
+N = 100
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The first 150 passages of the FlashRAG wiki-18 sample (real Wikipedia text)."""
+    """The first N passages of the FlashRAG wiki-18 sample (real Wikipedia text)."""
     if not FLASHRAG.is_file():
         pytest.skip(f"shared data missing: {FLASHRAG}")
     out = tmp_path_factory.mktemp("c") / "corpus.jsonl"
-    out.write_text("".join(FLASHRAG.read_text(encoding="utf-8").splitlines(keepends=True)[:150]), encoding="utf-8")
+    out.write_text("".join(FLASHRAG.read_text(encoding="utf-8").splitlines(keepends=True)[:N]), encoding="utf-8")
     return out
 
 
@@ -51,7 +52,7 @@ def test_cli_target_recall_picks_and_records_a_compressed_index(
     met = [c for c in tuning["candidates"] if c["settings"] is not None]
     assert chosen["index_bytes"] == min(c["index_bytes"] for c in met)
     assert f"chose {chosen['index_type']}" in said
-    assert (out / "dense.vectors.f32").stat().st_size == 150 * 384 * 4
+    assert (out / "dense.vectors.f32").stat().st_size == N * 384 * 4
     assert not list(tmp_path.glob(".idx.embeddings*"))  # shards removed after a good build
     # served with the recorded setting; its top-10 against the exact top-10 over the same vectors (flat's answer)
     comp = load_retriever(RetrieverConfig(), out)
@@ -95,7 +96,7 @@ def test_cli_rejects_dense_flags_for_bm25_and_bad_targets(corpus: Path, tmp_path
 def test_encoding_resumes_from_shards(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from searcher.retrieval import dense
 
-    cfg = RetrieverConfig(dense=DenseConfig(index_type="sq8", shard_size=100, device="cpu",
+    cfg = RetrieverConfig(dense=DenseConfig(index_type="sq8", shard_size=60, device="cpu",
                                             embed_cache=str(tmp_path / "shards")))
     calls: list[int] = []
     real = dense.encode
@@ -114,7 +115,7 @@ def test_encoding_resumes_from_shards(corpus: Path, tmp_path: Path, monkeypatch:
     calls.clear()
     monkeypatch.setattr(dense, "encode", lambda model, texts, *a, **kw: calls.append(len(texts)) or real(model, texts, *a, **kw))
     out = build_index(corpus, "dense", tmp_path / "idx", cfg)
-    assert calls == [50]  # shard 0 was reused; 150 = 100 + 50
+    assert calls == [40]  # shard 0 was reused; 100 = 60 + 40
     r = load_retriever(RetrieverConfig(), out)
     assert read_manifest(out).params["search"] == {"rescore": 100}
     assert len(r.search(["american football"], 5)[0]) == 5
@@ -126,6 +127,6 @@ def test_bm25_index_built_before_the_id_map_still_loads(corpus: Path, tmp_path: 
     r = load_retriever(RetrieverConfig(), out)
     (hit,) = r.search(["football"], 1)[0]
     assert r.get([hit.id])[0].id == hit.id
-    assert isinstance(r.store, DocStore) and len(r) == 150
+    assert isinstance(r.store, DocStore) and len(r) == N
     m = json.loads((out / "index.json").read_text())
     assert m["backend"] == "bm25"
