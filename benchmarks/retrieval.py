@@ -7,7 +7,8 @@ Rows:
 - bm25: our BM25Retriever.search vs bm25s.BM25.retrieve called directly on the same loaded index, same queries.
 - lucene: our LuceneRetriever.search vs pyserini LuceneSearcher.batch_search directly (same index).
 - http: POST /retrieve over loopback (uvicorn, N queries per request) vs in-process search of the same batches.
-- dense flat / hnsw / ivfpq over `--vectors` vectors of dim 384: build time, bytes on disk, peak extra RSS,
+- dense flat / hnsw / ivfpq over `--vectors` vectors of dim 384 (a SYNTHETIC scaling check, kept for comparison
+  with earlier runs; the compressed types on 35k real passages and real questions: benchmarks/retrieval_scale.py): build time, bytes on disk, peak extra RSS,
   queries/s, recall@10 relative to flat. The vectors are REAL all-MiniLM-L6-v2 embeddings of hotpotqa paragraphs
   (from `--dense-index`, or encoded here) plus perturbed copies of them (gaussian noise, re-normalised) up to
   `--vectors`; queries are perturbed copies of real vectors. The table says how many were real.
@@ -159,7 +160,8 @@ def bench_dense(real: np.ndarray, n_vectors: int, n_queries: int) -> list[tuple[
         p.join()
     flat_ids = results["flat"][5]
     rows: list[tuple[str, ...]] = []
-    note = f"{n_vectors:,} x {vectors.shape[1]}: {n_real:,} real MiniLM vectors + {n_vectors - n_real:,} perturbed copies"
+    note = (f"SYNTHETIC scaling check: {n_vectors:,} x {vectors.shape[1]}: {n_real:,} real MiniLM vectors + "
+            f"{n_vectors - n_real:,} perturbed copies (real-passage numbers: benchmarks/retrieval_scale.py)")
     for kind in ("flat", "hnsw", "ivfpq"):
         _, build, size, peak, qps, ids, params = results[kind]
         recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids.tolist(), flat_ids.tolist(), strict=True)]))

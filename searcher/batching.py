@@ -4,7 +4,8 @@
     result = await batcher.submit(item)            # one item
     results = await batcher.submit_many(items)     # several items, kept together where they fit
 
-Items arriving within `window_ms` of the first waiting item (up to `max_batch`) are answered by one call of
+Items arriving within `window_ms` of the first waiting item (up to `max_batch`; with `full_at`, no waiting once the
+queued items already number `full_at`: a request that brings its own batch runs at once) are answered by one call of
 `batch_fn(items) -> results` (same length, same order), run in a worker thread so the event loop stays free. At most
 `workers` batches run at once (1 = the backend is never called concurrently): while they run, new items queue for the
 next batch, and with `workers > 1` one slow batch (a hung upstream) does not hold the batches behind it.
@@ -41,6 +42,7 @@ class MicroBatcher(Generic[T, R]):
         *,
         workers: int = 1,
         cancel_aware: bool = False,
+        full_at: int | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
@@ -54,6 +56,7 @@ class MicroBatcher(Generic[T, R]):
         self.name = name
         self.workers = workers
         self.cancel_aware = cancel_aware
+        self.full_at = full_at
         self._queue: asyncio.Queue[tuple[T, asyncio.Future[R]]] | None = None
         self._worker: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -97,6 +100,8 @@ class MicroBatcher(Generic[T, R]):
             remaining = deadline - time.monotonic()
             if len(batch) >= self.max_batch or remaining <= 0:
                 break
+            if self.full_at is not None and len(batch) >= self.full_at:
+                break  # big enough to be worth a call now: waiting would only add latency
             try:
                 batch.append(await asyncio.wait_for(queue.get(), remaining))
             except TimeoutError:

@@ -39,14 +39,42 @@ class DenseConfig(Section):
     )
     query_prefix: str = Field("", description="Prepended to queries (E5 wants 'query: ').")
     passage_prefix: str = Field("", description="Prepended to passages (E5 wants 'passage: ').")
-    index_type: Literal["flat", "hnsw", "ivfpq"] = Field("flat", description="faiss index family.")
+    index_type: Literal["flat", "hnsw", "ivfpq", "opq_ivfpq", "sq8", "sq4", "hnsw_sq", "binary", "auto"] = Field(
+        "flat",
+        description="faiss index family: flat / hnsw hold float vectors; ivfpq, opq_ivfpq, sq8, sq4, hnsw_sq and binary "
+        "hold compressed codes and rescore their candidates on the full vectors kept on disk; 'auto' (with "
+        "target_recall) builds the compressed type that meets the target with the least resident memory.",
+    )
+    target_recall: float | None = Field(
+        None, gt=0, le=1,
+        description="Build-time recall@tune_k target vs flat: tunes nprobe / efSearch / rescore on tuning queries "
+        "and records the setting in the manifest (None = use the settings below as given).",
+    )
+    rescore: int = Field(
+        100, ge=0,
+        description="Candidates per query a compressed index re-scores on the full float32 vectors (0 = none). "
+        "Indexes built with target_recall use their recorded setting instead.",
+    )
+    binary_bits: int | None = Field(
+        None, ge=8, description="Bits per vector of the binary index (None = the embedding dimension).")
+    tune_queries: str | None = Field(
+        None,
+        description="Questions jsonl the tuner measures recall on (training questions, never the ones recall is "
+        "reported on); None = a sentence from each of tune_samples random passages.",
+    )
+    tune_samples: int = Field(256, ge=8, description="Tuning queries used (sampled).")
+    tune_k: int = Field(10, ge=1, description="The k of the tuner's recall@k.")
+    shard_size: int = Field(
+        16384, ge=1, description="Passages per embedding shard on disk (an interrupted build resumes from the shards).")
+    embed_cache: str | None = Field(
+        None, description="Folder for the embedding shards (None = beside the index directory; removed after a build).")
     normalize: bool = Field(True, description="L2-normalise embeddings (inner product = cosine).")
     batch_size: int = Field(64, ge=1, description="Encoding batch size.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Encoder device; faiss-gpu is used when present and device != cpu.")
     hnsw_m: int = Field(32, ge=4, description="HNSW graph degree.")
-    hnsw_ef_search: int = Field(128, ge=1, description="HNSW search breadth.")
+    hnsw_ef_search: int = Field(128, ge=1, description="HNSW search breadth (indexes built without target_recall).")
     ivf_nlist: int = Field(1024, ge=1, description="IVF coarse centroids.")
-    ivf_nprobe: int = Field(32, ge=1, description="IVF lists probed per query.")
+    ivf_nprobe: int = Field(32, ge=1, description="IVF lists probed per query (indexes built without target_recall).")
     pq_m: int = Field(16, ge=1, description="PQ sub-quantisers (must divide the embedding dimension).")
     pq_nbits: int = Field(8, ge=1, le=16, description="Bits per PQ code.")
     threads: int = Field(2, ge=1, description="Upper bound on torch / faiss CPU threads (keep it polite on shared machines).")
@@ -202,6 +230,11 @@ class ServiceConfig(Section):
     )
     batch_window_ms: float = Field(5.0, ge=0, description="How long concurrent requests are gathered into one batch.")
     max_batch: int = Field(256, ge=1, description="Largest gathered batch.")
+    batch_full_at: int = Field(
+        16, ge=1,
+        description="/retrieve: a gathered batch of at least this many queries runs at once instead of waiting out "
+        "batch_window_ms (requests that bring their own batch pay no window; single-query requests still gather).",
+    )
     batch_workers: int = Field(
         4, ge=1,
         description="/search batches that may run at once, so one slow batch (a hung upstream) does not hold the "

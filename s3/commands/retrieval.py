@@ -24,6 +24,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     b.add_argument("--backend", default=None, help="bm25 | lucene | dense (default: retriever.backend)")
     b.add_argument("--out", required=True, help="index directory to create")
     b.add_argument("--overwrite", action="store_true", help="replace an existing index directory")
+    b.add_argument("--index-type", default=None,
+                   help="dense: flat | hnsw | ivfpq | opq_ivfpq | sq8 | sq4 | hnsw_sq | binary | auto "
+                        "(default: retriever.dense.index_type; auto when --target-recall is given without it)")
+    b.add_argument("--target-recall", type=float, default=None,
+                   help="dense: recall@10 vs flat to reach; tunes the search settings (and with auto the type) "
+                        "for the least resident memory and records them in the manifest")
+    b.add_argument("--tune-queries", default=None,
+                   help="dense: questions jsonl to tune on (default: sentences of random passages); never the "
+                        "questions you report recall on")
     b.set_defaults(handler=_index_build)
     i = isub.add_parser("info", help="print an index directory's manifest", parents=[common])
     i.add_argument("--index", required=True)
@@ -47,13 +56,36 @@ def _open(args: argparse.Namespace, cfg: S3Config) -> Retriever:
 
 
 def _index_build(args: argparse.Namespace, cfg: S3Config) -> int:
+    from s3core.errors import ConfigError
     from searcher.retrieval import build_index, read_manifest
 
     backend = args.backend or cfg.retriever.backend
+    dense_flags = {"index_type": args.index_type, "target_recall": args.target_recall, "tune_queries": args.tune_queries}
+    given = {k: v for k, v in dense_flags.items() if v is not None}
+    if given and backend != "dense":
+        raise ConfigError(f"--{next(iter(given)).replace('_', '-')} applies to --backend dense only")
+    if args.target_recall is not None and not 0 < args.target_recall <= 1:
+        raise ConfigError(f"--target-recall must be in (0, 1], got {args.target_recall}")
+    if args.target_recall is not None and args.index_type is None:
+        given["index_type"] = "auto"
+    rcfg = cfg.retriever
+    if given:
+        from searcher.config import DenseConfig
+
+        try:
+            dense = DenseConfig.model_validate({**cfg.retriever.dense.model_dump(), **given})
+        except ValueError as e:
+            raise ConfigError(f"invalid dense index option: {str(e).splitlines()[-1].strip()}") from None
+        rcfg = cfg.retriever.model_copy(update={"dense": dense})
     t0 = time.perf_counter()
-    out = build_index(args.corpus, backend, args.out, cfg.retriever, overwrite=args.overwrite, progress=True)
+    out = build_index(args.corpus, backend, args.out, rcfg, overwrite=args.overwrite, progress=True)
     m = read_manifest(out)
     print(f"built {backend} index of {m.doc_count} documents in {out} ({time.perf_counter() - t0:.1f}s)")
+    tuning = m.params.get("tuning")
+    if tuning:
+        ch = tuning["chosen"]
+        print(f"chose {ch['index_type']} {ch['settings']}: recall@{tuning['k']} {ch['tuning_recall']:.3f} of flat on "
+              f"{tuning['queries']} tuning queries, {ch['index_bytes'] / 2**20:.2f} MiB index")
     return 0
 
 

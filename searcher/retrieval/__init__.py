@@ -6,7 +6,7 @@
     retriever.search(["who wrote hamlet?"], k=3)  # -> list[list[Document]], scores set
 
 Backends: `bm25` (bm25s + PyStemmer, the embedded default), `lucene` (pyserini), `dense` (sentence-transformers +
-faiss flat / HNSW / IVF-PQ), `remote` (HTTP client of the Search-R1 /retrieve contract).
+faiss flat / HNSW, or compressed codes + rescoring on vectors on disk, tuned to a recall target), `remote` (HTTP client of the Search-R1 /retrieve contract).
 Heavy dependencies are imported only when their backend is used.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,14 @@ __all__ = [
 ]
 
 
+def _progress(items: Iterable[Any], on: bool, desc: str) -> Iterable[Any]:
+    if not on:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit="doc")
+
+
 def _check_backend(backend: str, allowed: tuple[str, ...]) -> None:
     if backend not in allowed:
         raise ConfigError(f"unknown retrieval backend {backend!r}; choose one of: {', '.join(allowed)}")
@@ -84,7 +93,7 @@ def build_index(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     try:
-        count, store_info = write_docstore(iter_corpus(corpus), tmp)
+        count, store_info = write_docstore(_progress(iter_corpus(corpus), progress, "writing doc store"), tmp)
         if count == 0:
             raise IndexDirError(f"{corpus}: the corpus has no documents")
         manifest = IndexManifest(
@@ -98,7 +107,7 @@ def build_index(
             if backend == "bm25":
                 from searcher.retrieval.bm25 import build_bm25
 
-                manifest.params = build_bm25(store, tmp, cfg.bm25)
+                manifest.params = build_bm25(store, tmp, cfg.bm25, progress=progress)
             elif backend == "lucene":
                 from searcher.retrieval.lucene import build_lucene
 
@@ -106,7 +115,11 @@ def build_index(
             else:
                 from searcher.retrieval.dense import build_dense
 
-                manifest.params, manifest.encoder = build_dense(store, tmp, cfg.dense, progress=progress)
+                shards = Path(cfg.dense.embed_cache) if cfg.dense.embed_cache else out.parent / f".{out.name}.embeddings"
+                manifest.params, manifest.encoder = build_dense(
+                    store, tmp, cfg.dense, progress=progress, shard_dir=shards, docstore_sha=store_info.sha256,
+                    keep_shards=cfg.dense.embed_cache is not None,
+                )
         finally:
             store.close()
         manifest.write(tmp)

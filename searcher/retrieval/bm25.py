@@ -45,16 +45,26 @@ def _tokenize(texts: list[str], params: dict[str, Any], stemmer: Any) -> list[li
     return out
 
 
-def build_bm25(store: DocStore, out_dir: Path, cfg: BM25Config) -> dict[str, Any]:
+def build_bm25(store: DocStore, out_dir: Path, cfg: BM25Config, progress: bool = False) -> dict[str, Any]:
     """Index the doc store with bm25s; returns the parameters to record in the manifest."""
-    bm25s = import_bm25s()
+    bm25s = import_bm25s()  # first: its submodules below then come from the already-loaded, JAX-free package
+    from bm25s.tokenization import Tokenizer
+    from tqdm import tqdm
 
     params = cfg.model_dump(mode="json")
     stemmer = _stemmer(cfg.stemmer)
-    texts = [f"{d.title}\n{d.text}" for d in store]
-    tokens = bm25s.tokenize(texts, stopwords=cfg.stopwords or None, stemmer=stemmer, show_progress=False)
+    # Streamed: passages are read from the doc store one at a time, and each document keeps only its token ids
+    # (an int32 array), never the corpus text.
+    tok = Tokenizer(stopwords=cfg.stopwords or [], stemmer=stemmer)
+    texts = (f"{d.title}\n{d.text}" for d in store)
+    ids = [
+        np.asarray(x, dtype=np.int32)
+        for x in tqdm(tok.streaming_tokenize(texts, update_vocab=True), total=len(store), desc="bm25 tokenizing",
+                      unit="doc", disable=not progress)
+    ]
     model = bm25s.BM25(method=cfg.method, k1=cfg.k1, b=cfg.b)
-    model.index(tokens, show_progress=False)
+    model.index((ids, tok.get_vocab_dict()), show_progress=False)
+    del ids
     model.save(str(out_dir / SUBDIR))
     return params
 
@@ -68,7 +78,8 @@ class BM25Retriever(IndexedRetriever):
         super().__init__(index_dir, store)
         self.params = dict(manifest.params)
         self._stemmer = _stemmer(self.params.get("stemmer"))
-        self.model = bm25s.BM25.load(str(index_dir / SUBDIR), load_corpus=False)
+        # memory-mapped: the score matrix stays in the page cache, the process touches the rows of query terms
+        self.model = bm25s.BM25.load(str(index_dir / SUBDIR), load_corpus=False, mmap=True)
         self._n = int(self.model.scores["num_docs"])
 
     def tokenize(self, queries: list[str]) -> list[list[str]]:

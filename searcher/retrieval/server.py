@@ -7,6 +7,7 @@
     GET  /health -> {"status": "ok", "backend", "documents"}
     POST /documents {"ids": [...]} -> {"documents": [{"id", "contents"}, ...]}   (lookup by id; our extension)
 
+Bodies are written with orjson from the doc store's trusted documents (no per-hit model validation).
 Queries from concurrent requests are gathered by a `MicroBatcher` into one batched backend call.
 Limits (`[service]`: queries per request, query length, topk) are checked before anything runs: 422 naming the limit;
 so is the response-size budget (queries x topk x the index's mean passage bytes, then the real bytes, against
@@ -22,8 +23,9 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+import orjson
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from s3core.errors import DeadlineExceededError, RetrievalError
@@ -134,7 +136,8 @@ def create_retrieve_app(retriever: Retriever, service_cfg: ServiceConfig | None 
     """FastAPI app serving `retriever` under the Search-R1 /retrieve contract."""
     cfg = service_cfg or ServiceConfig()
     batcher: MicroBatcher[tuple[str, int], list[Document]] = MicroBatcher(
-        make_search_batch_fn(retriever), window_ms=cfg.batch_window_ms, max_batch=cfg.max_batch, name="retrieve"
+        make_search_batch_fn(retriever), window_ms=cfg.batch_window_ms, max_batch=cfg.max_batch, name="retrieve",
+        full_at=cfg.batch_full_at,
     )
 
     @asynccontextmanager
@@ -148,7 +151,7 @@ def create_retrieve_app(retriever: Retriever, service_cfg: ServiceConfig | None 
     passage_bytes = mean_passage_bytes(retriever)
 
     @app.post("/retrieve", responses={200: {"model": RetrieveResponse}, **ERROR_RESPONSES})
-    async def retrieve(req: RetrieveRequest) -> JSONResponse:
+    async def retrieve(req: RetrieveRequest) -> Response:
         _check_limits(req, cfg)
         k = req.topk or min(default_topk, cfg.max_topk)
         if passage_bytes is not None:  # refuse before the work: queries x topk x passage bytes
@@ -163,11 +166,11 @@ def create_retrieve_app(retriever: Retriever, service_cfg: ServiceConfig | None 
                 f"retrieval took longer than service.request_timeout_s={cfg.request_timeout_s:g}") from None
         check_response_budget(hits_bytes(results), cfg, f"{len(req.queries)} queries x topk {k}")
         body = {"result": [[_hit(d, req.return_scores) for d in docs] for docs in results]}
-        return JSONResponse(body)
+        return Response(orjson.dumps(body), media_type="application/json")
 
     @app.post("/documents", responses={200: {"model": DocumentsResponse}, 404: {"model": ErrorBody},
                                        **ERROR_RESPONSES})
-    async def documents(req: DocumentsRequest) -> JSONResponse:
+    async def documents(req: DocumentsRequest) -> Response:
         limit = cfg.max_queries_per_request * cfg.max_topk
         if len(req.ids) > limit:
             raise _invalid(f"too many ids: {len(req.ids)} > {limit} (max_queries_per_request * max_topk)")
@@ -176,7 +179,8 @@ def create_retrieve_app(retriever: Retriever, service_cfg: ServiceConfig | None 
         except RetrievalError as e:
             raise ApiError(404, "not_found", str(e)) from None
         check_response_budget(hits_bytes([docs]), cfg, f"{len(req.ids)} documents")
-        return JSONResponse({"documents": [{"id": d.id, "contents": d.contents} for d in docs]})
+        return Response(orjson.dumps({"documents": [{"id": d.id, "contents": d.contents} for d in docs]}),
+                        media_type="application/json")
 
     @app.get("/health")
     async def health() -> RetrieverHealth:

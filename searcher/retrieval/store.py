@@ -4,7 +4,8 @@ An index directory describes itself:
 
     index.json        manifest: backend, build parameters, encoder, corpus sha256 + size, doc count, created time
     docs.jsonl        the corpus as indexed, one {"id","title","text"} a line (row i = corpus line i)
-    docs.offsets.npy  byte offset of every line (n + 1 entries), so any row is one slice of a memory map
+    docs.offsets.npy  byte offset of every line (n + 1 entries), so any row is one read
+    docs.idmap.npy    id map: 64-bit id hashes sorted, and their rows (memory-mapped; absent in older indexes)
     <backend files>   bm25/, lucene/, dense.faiss ...
 
 `get(ids)` and the mapping from a hit's row to a `Document` read the doc store, so every backend returns the
@@ -13,14 +14,18 @@ same documents for the same ids.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
-import mmap
-from collections.abc import Iterable, Iterator
+import os
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from s3core.errors import IndexDirError, RetrievalError
@@ -30,11 +35,10 @@ from s3core.types import Document, construct_trusted
 MANIFEST = "index.json"
 DOCS = "docs.jsonl"
 OFFSETS = "docs.offsets.npy"
+IDMAP = "docs.idmap.npy"
 FORMAT_VERSION = 1
 # Doc stores up to this size are re-hashed on load (cheap); larger ones are checked by size only.
 VERIFY_HASH_MAX_BYTES = 512 * 1024 * 1024
-# Doc stores up to this many documents are decoded into memory at open; larger ones are read row by row (mmap).
-PRELOAD_MAX_DOCS = 500_000
 
 
 class CorpusInfo(BaseModel):
@@ -99,47 +103,109 @@ def _document(doc_id: str, title: str, text: str, score: float | None) -> Docume
     return construct_trusted(Document, {"id": doc_id, "title": title, "text": text, "score": score})
 
 
+def id_hash(doc_id: str) -> int:
+    """64-bit key of a document id in the on-disk id map (blake2b; collisions are resolved by reading the row)."""
+    return int.from_bytes(hashlib.blake2b(doc_id.encode(), digest_size=8).digest(), "little")
+
+
+def _id_hashes(ids: Iterable[str]) -> np.ndarray:
+    return np.fromiter((id_hash(i) for i in ids), dtype=np.uint64)
+
+
+class _RowOf(Mapping[str, int]):
+    """id -> row, read from the doc store's id map; iterating reads every row (for tests and small tools only)."""
+
+    def __init__(self, store: DocStore) -> None:
+        self._store = store
+
+    def __getitem__(self, doc_id: str) -> int:
+        row = self._store.row(doc_id)
+        if row is None:
+            raise KeyError(doc_id)
+        return row
+
+    def __contains__(self, doc_id: object) -> bool:
+        return isinstance(doc_id, str) and self._store.row(doc_id) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        for row in range(len(self._store)):
+            yield self._store.doc_id(row)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+
 class DocStore:
-    """Read-only, memory-mapped documents of an index directory, addressed by row or by id."""
+    """Read-only documents of an index directory, addressed by row or by id; memory does not grow with the corpus.
+
+    - `docs.jsonl` is read per hit (one `pread` of the row's bytes + orjson): the text lives in the OS page cache,
+      not in this process.
+    - `docs.offsets.npy` and the id map (`docs.idmap.npy`: id hashes sorted, with their rows) are memory-mapped:
+      a lookup touches a few pages. Index directories written before the id map existed get one built in memory
+      at open (8 bytes per document hash + 8 per row).
+    """
 
     def __init__(self, index_dir: Path) -> None:
         self.path = index_dir / DOCS
         off_path = index_dir / OFFSETS
         if not self.path.is_file() or not off_path.is_file():
             raise IndexDirError(f"{index_dir}: doc store missing ({DOCS} / {OFFSETS})")
-        self.offsets = np.load(off_path)
+        self.offsets = np.load(off_path, mmap_mode="r")
         n = self.offsets.shape[0] - 1
         size = self.path.stat().st_size
         if n < 0 or int(self.offsets[-1]) != size:
             raise IndexDirError(f"{self.path}: doc store does not match its offsets (file changed after build?)")
-        self._mm: mmap.mmap | bytes = b""
-        if size:
-            with self.path.open("rb") as fh:  # the map keeps its own handle
-                self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        self.ids: list[str] = []
-        # Small and medium corpora are held decoded (about the corpus size in memory): no JSON on the hot path.
-        self._rows: list[tuple[str, str, str]] | None = [] if n <= PRELOAD_MAX_DOCS else None
-        for row in range(n):
-            o = self._raw(row)
-            self.ids.append(o["id"])
-            if self._rows is not None:
-                self._rows.append((o["id"], o["title"], o["text"]))
-        self.row_of: dict[str, int] = {doc_id: row for row, doc_id in enumerate(self.ids)}
+        self._n = n
+        self._fd: int | None = os.open(self.path, os.O_RDONLY)
+        idmap = index_dir / IDMAP
+        if idmap.is_file():
+            table = np.load(idmap, mmap_mode="r")
+            if table.shape != (2, n):
+                raise IndexDirError(f"{idmap}: id map has shape {table.shape}, expected (2, {n}); rebuild the index")
+            self._hashes, self._rows = table[0], table[1]
+        else:  # an index built before the id map: hash the ids once, in memory
+            hashes = _id_hashes(self.doc_id(r) for r in range(n))
+            order = np.argsort(hashes, kind="stable")
+            self._hashes, self._rows = hashes[order], order.astype(np.uint64)
 
     def _raw(self, row: int) -> dict[str, Any]:
-        obj: dict[str, Any] = json.loads(self._mm[int(self.offsets[row]) : int(self.offsets[row + 1])])
+        if not 0 <= row < self._n:
+            raise RetrievalError(f"row {row} is outside the doc store (0..{self._n - 1})")
+        if self._fd is None:
+            raise RetrievalError(f"{self.path}: the doc store is closed")
+        start, end = int(self.offsets[row]), int(self.offsets[row + 1])
+        obj: dict[str, Any] = orjson.loads(os.pread(self._fd, end - start, start))
         return obj
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return self._n
+
+    @property
+    def ids(self) -> list[str]:
+        """Every id in row order (reads the whole store: for tools and tests, not the hot path)."""
+        return [self.doc_id(r) for r in range(self._n)]
+
+    @property
+    def row_of(self) -> Mapping[str, int]:
+        return _RowOf(self)
+
+    def doc_id(self, row: int) -> str:
+        return str(self._raw(row)["id"])
+
+    def row(self, doc_id: str) -> int | None:
+        """The row of `doc_id`, None when the store has no such id."""
+        h = np.uint64(id_hash(doc_id))
+        i = int(np.searchsorted(self._hashes, h, side="left"))
+        while i < self._n and self._hashes[i] == h:
+            row = int(self._rows[i])
+            if self.doc_id(row) == doc_id:
+                return row
+            i += 1
+        return None
 
     def doc(self, row: int, score: float | None = None) -> Document:
-        if self._rows is not None:
-            doc_id, title, text = self._rows[row]
-        else:
-            o = self._raw(row)
-            doc_id, title, text = o["id"], o["title"], o["text"]
-        return _document(doc_id, title, text, score)
+        o = self._raw(row)
+        return _document(o["id"], o["title"], o["text"], score)
 
     def docs(self, rows: Iterable[int], scores: Iterable[float]) -> list[Document]:
         return [self.doc(int(r), float(s)) for r, s in zip(rows, scores, strict=True)]
@@ -147,33 +213,47 @@ class DocStore:
     def get(self, ids: list[str]) -> list[Document]:
         if isinstance(ids, str):
             raise RetrievalError("ids must be a list of strings, got a single string")
-        missing = [i for i in ids if i not in self.row_of]
+        rows = [self.row(i) for i in ids]
+        missing = [i for i, r in zip(ids, rows, strict=True) if r is None]
         if missing:
             shown = ", ".join(repr(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
             raise RetrievalError(f"{len(missing)} unknown document id(s): {shown}")
-        return [self.doc(self.row_of[i]) for i in ids]
+        return [self.doc(r) for r in rows if r is not None]
 
     def __iter__(self) -> Iterator[Document]:
         for row in range(len(self)):
             yield self.doc(row)
 
     def close(self) -> None:
-        if isinstance(self._mm, mmap.mmap):
-            self._mm.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            self.close()
 
 
 def write_docstore(docs: Iterable[Document], index_dir: Path) -> tuple[int, FileInfo]:
-    """Write docs.jsonl + offsets; returns (count, file info). Duplicate ids are rejected by the corpus reader."""
-    offsets = [0]
+    """Write docs.jsonl + offsets + id map, streaming (one document in memory at a time, plus 24 bytes a document
+    for the offsets and id hashes); returns (count, file info). Duplicate ids are rejected by the corpus reader."""
+    offsets = array("q", [0])
+    hashes = array("Q")
     pos = 0
+    h = hashlib.sha256()
     with (index_dir / DOCS).open("wb") as fh:
         for d in docs:
-            line = (json.dumps({"id": d.id, "title": d.title, "text": d.text}, ensure_ascii=False) + "\n").encode()
+            line = orjson.dumps({"id": d.id, "title": d.title, "text": d.text}) + b"\n"
             fh.write(line)
+            h.update(line)
             pos += len(line)
             offsets.append(pos)
-    np.save(index_dir / OFFSETS, np.asarray(offsets, dtype=np.int64))
-    info = FileInfo(file=DOCS, sha256=file_sha256(index_dir / DOCS), bytes=pos)
+            hashes.append(id_hash(d.id))
+    np.save(index_dir / OFFSETS, np.frombuffer(offsets, dtype=np.int64))
+    hv = np.frombuffer(hashes, dtype=np.uint64)
+    order = np.argsort(hv, kind="stable")
+    np.save(index_dir / IDMAP, np.stack([hv[order], order.astype(np.uint64)]))
+    info = FileInfo(file=DOCS, sha256=h.hexdigest(), bytes=pos)
     return len(offsets) - 1, info
 
 
