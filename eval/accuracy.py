@@ -22,10 +22,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from eval import metrics
-from generator_adapters.client import Answer
+from generator_adapters.client import Answer, LLMClient
 from generator_adapters.generator import Generator
 from generator_adapters.judge import Judge
 from s3core.errors import ConfigError, S3Error
@@ -125,7 +125,7 @@ class Accuracy:
         u["generator_failures"] += sum(p.error is not None for p in preds)
         return preds
 
-    def clients(self) -> dict[str, Any]:
+    def clients(self) -> dict[str, LLMClient]:
         """The LLM clients this Accuracy calls, by config section (for prices and budgets)."""
         return {name: llm.client for name, llm in (("generator", self.generator), ("judge", self.judge))
                 if llm is not None}

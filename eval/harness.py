@@ -394,6 +394,9 @@ async def dry_run_async(opts: EvalOptions, dataset: Dataset, comp: Components) -
             comp.close()
     spent = spend_totals(opts.out / INVOCATIONS_FILE).get("cost_usd") if opts.out.is_dir() else None
     total = float(sum(per_q))
+    if total == float("inf"):
+        raise ConfigError("--dry-run: the price of the generator or the judge model is unknown (litellm's cost map "
+                          "does not list it): set generator.input_cost_per_mtok / output_cost_per_mtok (and judge.*)")
     return {"questions": len(todo), "already_finished": len(done), "projected_usd": total,
             "projected_usd_per_question": total / len(todo) if todo else 0.0, "spent_usd": spent or 0.0,
             "budget_usd": comp.budget.limit_usd if comp.budget is not None else None}

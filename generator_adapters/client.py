@@ -427,8 +427,9 @@ class LLMClient:
             if self.cache is not None:
                 self.cache.add_counts(res["cache"])
             for j, a in zip(idx, res["answers"], strict=True):
-                out[j] = Answer(**a)
-                self._account(out[j])
+                answer = Answer(**a)
+                out[j] = answer
+                self._account(answer)
         return [a for a in out if a is not None]
 
     def close(self) -> None:

@@ -146,6 +146,8 @@ class BudgetedExecutor:
         self.inner.close()
 
     def __getattr__(self, name: str) -> Any:  # executor-specific extras (Ray worker stats, ...)
+        if name == "inner":  # not set yet (a half-built object): no recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
 
