@@ -126,12 +126,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "configs" / "smoke.toml"
 
 
-def train_cfg(srv: FakeLLMServer, run: Path, budget: float | None, steps: int = 4) -> Any:
+def train_cfg(srv: FakeLLMServer, run: Path, budget: float | None, steps: int = 2) -> Any:
     from s3.config import load_config
 
     sets = [
-        "training.max_questions=6", "training.batch_size=1", "training.group_size=2", f"training.total_steps={steps}",
-        "searcher.max_new_tokens=24", "searcher.doc_token_budget=24", f"training.output_dir={run}",
+        "training.max_questions=4", "training.batch_size=1", "training.group_size=2", f"training.total_steps={steps}",
+        "searcher.max_new_tokens=16", "searcher.doc_token_budget=24", f"training.output_dir={run}",
         f"training.train_data={run.parent / 'data'}",
         "generator.model=openai/fake", f"generator.api_base={srv.api_base}", "generator.cache_path=none",
         f"generator.input_cost_per_mtok={IN_PRICE}", f"generator.output_cost_per_mtok={OUT_PRICE}",
@@ -143,37 +143,41 @@ def train_cfg(srv: FakeLLMServer, run: Path, budget: float | None, steps: int = 
 
 
 def test_training_stops_at_its_budget_and_resumes(priced_api: FakeLLMServer, tmp_path: Path) -> None:
+    """Step 1 runs; with the budget then set to 1.5x what it cost, step 2's bound does not fit: the run stops there
+    (no call made) with step 1's checkpoint; a new trainer with a higher budget resumes at step 1 and finishes."""
     from training.budget import dry_run
     from training.trainer import make_trainer, read_metrics
 
     srv, run = priced_api, tmp_path / "run"
-    t = make_trainer(train_cfg(srv, run, 1.0), log=lambda s: None)
-    # what one step costs at most: the dry run's figure per step (nothing paid for it)
-    d = dry_run(t)
-    assert d["steps"] == 4 and d["reward_calls"] == 8 and d["spent_usd"] == 0
-    budget = round(2.2 * d["projected_usd"] / d["steps"], 8)  # room for about two steps' bounds, not four
+    t = make_trainer(train_cfg(srv, run, 10.0), log=lambda s: None)
+    d = dry_run(t)  # nothing paid for it
+    assert d["steps"] == 2 and d["reward_calls"] == 4 and d["spent_usd"] == 0 and d["projected_usd"] > 0
+    calls0, tokens0 = srv.stats().get("answered", 0), dict(srv.usage_totals)
+    assert t.train(max_steps=1)["stopped"] is None
+    [row] = read_metrics(run)
+    step1 = row["cost/usd_step"]
+    assert step1 > 0 and row["cost/usd_total"] == step1 == pytest.approx(row["reward/cost_usd"])
+    # exact: the server's own token counts for step 1 (a group's identical prompts are asked once), at the prices
+    calls1 = srv.stats()["answered"]
+    pt = srv.usage_totals["prompt_tokens"] - tokens0.get("prompt_tokens", 0)
+    ct = srv.usage_totals["completion_tokens"] - tokens0.get("completion_tokens", 0)
+    assert calls1 > calls0 and step1 == pytest.approx((pt * IN_PRICE + ct * OUT_PRICE) / 1e6, rel=1e-9)
+    budget = round(1.5 * step1, 9)
     t.executor.budget.limit_usd = budget
     out = t.train()
     t.close()
-    assert out["stopped"] is not None and "budget reached" in out["stopped"]
-    stopped_at = out["steps"]
-    assert 1 <= stopped_at < 4
-    rows = read_metrics(run)
-    assert [r["step"] for r in rows] == list(range(1, stopped_at + 1))
-    spent = rows[-1]["cost/usd_total"]
-    assert 0 < spent <= budget
-    assert sum(r["cost/usd_step"] for r in rows) == pytest.approx(spent)
-    assert all(r["reward/cost_usd"] == pytest.approx(r["cost/usd_step"]) for r in rows)
-    assert (run / "checkpoints" / "latest").read_text().strip().endswith(f"{stopped_at:06d}")
+    assert out["stopped"] is not None and "budget reached: step 2" in out["stopped"] and out["steps"] == 1
+    assert srv.stats()["answered"] == calls1, "the refused step made a call"
+    assert (run / "checkpoints" / "latest").read_text().strip().endswith("000001")
+    assert [r["step"] for r in read_metrics(run)] == [1] and read_metrics(run)[-1]["cost/usd_total"] <= budget
 
     # resumed with a higher budget: from the checkpoint to the end, the spend carried over
     t = make_trainer(train_cfg(srv, run, 10 * budget), log=lambda s: None)
-    assert t.step == stopped_at
+    assert t.step == 1
     out = t.train()
     t.close()
-    assert out["stopped"] is None and out["steps"] == 4
+    assert out["stopped"] is None and out["steps"] == 2
     rows = read_metrics(run)
-    assert [r["step"] for r in rows][-1] == 4
-    totals = [r["cost/usd_total"] for r in rows]
-    assert totals == sorted(totals) and totals[-1] <= 10 * budget
-    assert totals[-1] == pytest.approx(sum(r["cost/usd_step"] for r in rows))
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[1]["cost/usd_total"] == pytest.approx(step1 + rows[1]["cost/usd_step"])
+    assert rows[1]["cost/usd_total"] <= 10 * budget

