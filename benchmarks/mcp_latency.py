@@ -67,7 +67,7 @@ async def one_round(session: Any, http: Any, base_retrieve: str, searcher: Any, 
         t0 = time.perf_counter()
         r = await session.call_tool("gather_context", {"question": q})
         t_mcp_ctx.append(time.perf_counter() - t0)
-        assert not r.isError, r.content
+        assert not r.is_error, r.content
         t0 = time.perf_counter()
         await asyncio.to_thread(searcher.search, [q])
         t_inproc.append(time.perf_counter() - t0)
@@ -76,7 +76,7 @@ async def one_round(session: Any, http: Any, base_retrieve: str, searcher: Any, 
         t0 = time.perf_counter()
         r = await session.call_tool("search", {"queries": [q], "k": 3})
         t_mcp_search.append(time.perf_counter() - t0)
-        assert not r.isError, r.content
+        assert not r.is_error, r.content
         t0 = time.perf_counter()
         resp = await http.post(f"{base_retrieve}/retrieve", json={"queries": [q], "topk": 3, "return_scores": True})
         t_retrieve.append(time.perf_counter() - t0)
@@ -88,7 +88,7 @@ async def one_round(session: Any, http: Any, base_retrieve: str, searcher: Any, 
 async def run(rounds: int, calls: int, search_calls: int) -> list[dict[str, float]]:
     import httpx
     from mcp import ClientSession
-    from mcp.client.streamable_http import streamablehttp_client
+    from mcp.client.streamable_http import streamable_http_client
 
     from searcher.mcp_server import MCPSearchServer, policy_price
     from searcher.retrieval.server import create_retrieve_app, serve_in_thread
@@ -101,7 +101,7 @@ async def run(rounds: int, calls: int, search_calls: int) -> list[dict[str, floa
         out = []
         with serve_in_thread(server.http_app(), service_cfg=cfg.service) as mcp_base, \
                 serve_in_thread(create_retrieve_app(retriever, cfg.service), service_cfg=cfg.service) as r_base:
-            async with streamablehttp_client(f"{mcp_base}/mcp") as (read, write, _), \
+            async with streamable_http_client(f"{mcp_base}/mcp") as (read, write), \
                     ClientSession(read, write) as session, httpx.AsyncClient(timeout=600) as http:
                 await session.initialize()
                 await one_round(session, http, r_base, searcher, 1, 3)  # warm-up: connections, first calls

@@ -127,14 +127,10 @@ class BudgetedExecutor:
         self._load()
         self.budget.spend(self._collect())
         row, self._pending = self._pending, {}
-        if self.accuracy is not None:
-            unknown = row.get("cost/unknown_price_calls", 0.0) > 0 or any(c.price is None
-                                                                        for c in self.accuracy.clients().values())
-            if not unknown:
-                row["cost/usd_step"] = row.get("reward/cost_usd", 0.0)
-                row["cost/usd_total"] = self.budget.spent_usd
-        else:
-            row["cost/usd_step"] = 0.0
+        unknown = row.get("cost/unknown_price_calls", 0.0) > 0 or (
+            self.accuracy is not None and any(c.price is None for c in self.accuracy.clients().values()))
+        if not unknown:  # an unknown price leaves the dollars out (never 0); cost/unknown_price_calls says why
+            row["cost/usd_step"] = row.get("reward/cost_usd", 0.0)
             row["cost/usd_total"] = self.budget.spent_usd
         if self.budget.limit_usd is not None:
             row["cost/budget_usd"] = self.budget.limit_usd

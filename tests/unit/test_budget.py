@@ -117,3 +117,55 @@ def test_harness_cuts_a_batch_before_the_question_that_would_pass_the_budget() -
     assert budget.spent_usd == pytest.approx(0.8) and budget.reserved_usd == 0
     rows, stop = asyncio.run(_run_batch(comp, batch[2:], {}))  # $0.2 left: nothing starts
     assert rows == [] and stop is not None
+
+
+def test_budgeted_executor_stops_before_the_step_that_could_pass(tmp_path: Path) -> None:
+    """Each step's reward calls are bounded at $0.30 and really cost $0.25: with $1.00, steps 1-3 run (0.75 spent),
+    step 4's bound would make 1.05: refused before its calls. A resumed executor starts from metrics.jsonl's total."""
+    import json
+
+    from s3.config import load_config
+    from training.budget import BudgetedExecutor, spent_before
+
+    class Inner:
+        def __init__(self) -> None:
+            self.pending: dict[str, float] = {}
+            self.scored = 0
+
+        def rollout(self, examples, step, greedy=False):  # type: ignore[no-untyped-def]
+            return []
+
+        def score(self, results, examples):  # type: ignore[no-untyped-def]
+            self.scored += 1
+            self.pending = {"reward/cost_usd": 0.25, "reward/prompt_tokens": 100.0}
+            return "batch"
+
+        def step_stats(self) -> dict[str, float]:
+            out, self.pending = self.pending, {}
+            return out
+
+        def sync(self) -> None:
+            return None
+
+        def close(self) -> None:
+            return None
+
+    cfg = load_config(None, ["training.mode=search_r1", "training.reward=em"])  # no generator to build here
+    step = [0]
+    ex = BudgetedExecutor(Inner(), cfg, tmp_path, lambda: step[0], budget_usd=1.0)
+    ex.project = lambda results, examples: 0.30  # type: ignore[method-assign]
+    rows = []
+    for _ in range(3):
+        ex.score([], [])
+        rows.append({"step": step[0] + 1, **ex.step_stats()})
+        step[0] += 1
+    assert [r["cost/usd_step"] for r in rows] == [0.25, 0.25, 0.25] and rows[-1]["cost/usd_total"] == 0.75
+    with pytest.raises(BudgetReached, match="budget reached: step 4"):
+        ex.score([], [])
+    assert ex.inner.scored == 3
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "cost/us')
+    assert spent_before(tmp_path, 2) == 0.5 and spent_before(tmp_path, 3) == 0.75  # a torn last line is skipped
+    resumed = BudgetedExecutor(Inner(), cfg, tmp_path, lambda: 3, budget_usd=2.0)
+    resumed.project = lambda results, examples: 0.30  # type: ignore[method-assign]
+    resumed.score([], [])
+    assert resumed.step_stats()["cost/usd_total"] == 1.0
