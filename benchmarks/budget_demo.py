@@ -9,8 +9,9 @@ in the config at gpt-4o's list price ($2.50 / $10 per million tokens): a real HT
 1. `s3 eval` (naive RAG, HotpotQA dev, bm25 over the questions' paragraphs, generator + judge on the API): the dry run,
    the unbudgeted run (its spend = the server's token counts x the prices), then a run with ~40% of that as its
    budget (stops, exit 3), resumed with a higher budget; and the leaderboard of the two finished runs.
-2. `s3 train` (the smoke recipe: SmolLM2-135M searcher, GRPO, the generator reward on the API): the dry run, a run
-   with a budget for about half its steps (stops with a checkpoint), resumed with a higher budget to the end.
+2. `s3 train` (the smoke recipe: SmolLM2-135M searcher, GRPO, the generator reward on the API): the dry run, one
+   step, then a budget of 2.5x that step's cost (the run stops before the step whose bound would pass it, with a
+   checkpoint), resumed with a higher budget to the end.
 
 Writes benchmarks/results/budget/{README.md,results.json,leaderboard.md}.
 """
@@ -114,13 +115,13 @@ def training(api: str, tmp: Path, steps: int) -> dict[str, Any]:
         return load_config(ROOT / "configs" / "smoke.toml", sets)
 
     res: dict[str, Any] = {"steps": steps}
-    t = make_trainer(cfg(None), log=lambda s: None)
-    d = dry_run(t)
-    t.close()
-    res["dry_run"] = d
-    budget = round(0.5 * d["projected_usd"], 6)
     t0 = time.perf_counter()
-    t = make_trainer(cfg(budget), log=lambda s: None)
+    t = make_trainer(cfg(10.0), log=lambda s: None)
+    d = dry_run(t)
+    res["dry_run"] = d
+    t.train(max_steps=1)  # what one step really costs, then a budget of 2.5 steps' worth
+    budget = round(2.5 * read_metrics(run)[0]["cost/usd_step"], 6)
+    t.executor.budget.limit_usd = budget
     out = t.train()
     t.close()
     rows = read_metrics(run)

@@ -162,15 +162,36 @@ def dry_run(trainer: Any) -> dict[str, Any]:
         docs = trainer.retriever.search([e.question for e in examples], k)
         return float(sum(acc.project([e.question for e in examples], docs, [e.golden_answers for e in examples])))
 
+    measured = measured_step_costs(Path(trainer.run_dir), trainer.step)
     for step in range(trainer.step, tc.total_steps):
         if step < tc.sft_warmup_steps:
             continue  # the warm-up imitates an oracle: no reward call
         qs = [trainer.examples[i] for i in trainer.batch_indices(step)]
-        total += price(qs) * tc.group_size
+        total += sum(measured) / len(measured) if measured else price(qs) * tc.group_size
         calls += len(qs) * tc.group_size
         steps += 1
         if trainer.heldout_due(step + 1):
             total += price(list(trainer.heldout))
             calls += len(trainer.heldout)
     return {"steps": steps, "reward_calls": calls, "projected_usd": total, "spent_usd": spent,
+            "basis": f"the mean of {len(measured)} measured steps" if measured else
+            "naive-RAG top-k per rollout (an upper estimate: a searcher selects fewer documents, and a group's "
+            "identical contexts are asked once)",
             "budget_usd": ex.budget.limit_usd if isinstance(ex, BudgetedExecutor) else None}
+
+
+def measured_step_costs(run_dir: Path, step: int) -> list[float]:
+    """`cost/usd_step` of the RL steps already run (a resumed run's dry run projects from what steps really cost)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    by_step: dict[int, float] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        usd = row.get("cost/usd_step") if isinstance(row, dict) else None
+        if isinstance(usd, int | float) and "reward/mean" in row and int(row.get("step", 0)) <= step:
+            by_step[int(row["step"])] = float(usd)
+    return list(by_step.values())

@@ -111,8 +111,8 @@ def _train_dry_run(cfg: S3Config) -> int:
         trainer.close()
     budget = d["budget_usd"]
     left = f"; budget ${budget:.6f}" if budget is not None else ""
-    print(f"dry run: {d['steps']} RL steps to run, {d['reward_calls']} reward calls: projected at most "
-          f"${d['projected_usd']:.6f} (prompts measured, completions at max_tokens, every answer judged); "
+    print(f"dry run: {d['steps']} RL steps to run, {d['reward_calls']} reward calls: projected "
+          f"${d['projected_usd']:.6f} (from {d['basis']}; prompts measured, completions at max_tokens); "
           f"${d['spent_usd']:.6f} already spent{left}; no paid API was called")
     return 0
 
