@@ -238,7 +238,7 @@ class FakeLLMServer:
                 )
             text = self.reply(prompt)
             max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
-            if isinstance(max_tokens, int) and max_tokens > 0:
+            if self.usage == "tiktoken" and isinstance(max_tokens, int) and max_tokens > 0:  # "words": as it was
                 text = truncate_tokens(text, max_tokens, self.usage, str(body.get("model", "fake")))
             n_prompt, n_completion = count_usage(body.get("messages", []), text, self.usage,
                                                  str(body.get("model", "fake")))
