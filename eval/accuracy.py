@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from eval import metrics
-from generator_adapters.client import Answer
+from generator_adapters.client import Answer, LLMClient
 from generator_adapters.generator import Generator
 from generator_adapters.judge import Judge
 from s3core.errors import ConfigError, S3Error
@@ -86,7 +86,10 @@ class Scores:
         return self.genacc
 
 
-USAGE_KEYS = ("generator_calls", "generator_failures", "prompt_tokens", "completion_tokens", "cost_usd")
+# generator calls and failures, then the spend of the generator and the judge together (LLMClient.usage(): paid
+# answers, their tokens and dollars, answers of unknown price, cache hits and the dollars they saved)
+USAGE_KEYS = ("generator_calls", "generator_failures", "paid_calls", "prompt_tokens", "completion_tokens", "cost_usd",
+              "unknown_cost_calls", "cache_hits", "saved_usd")
 
 
 class Accuracy:
@@ -102,7 +105,7 @@ class Accuracy:
         self.judge = judge
         self.metric = metric
         self.judge_only = judge_only or metric == "judge"
-        self._usage: dict[str, float] = dict.fromkeys(USAGE_KEYS, 0.0)
+        self._usage: dict[str, float] = dict.fromkeys(("generator_calls", "generator_failures"), 0.0)
 
     async def __call__(
         self, questions: Sequence[str], documents: Sequence[Sequence[Document]], golden: Sequence[Sequence[str]]
@@ -120,15 +123,46 @@ class Accuracy:
         u = self._usage
         u["generator_calls"] += len(preds)
         u["generator_failures"] += sum(p.error is not None for p in preds)
-        u["prompt_tokens"] += sum(p.prompt_tokens for p in preds)
-        u["completion_tokens"] += sum(p.completion_tokens for p in preds)
-        u["cost_usd"] += sum(p.cost_usd for p in preds)
         return preds
 
+    def clients(self) -> dict[str, LLMClient]:
+        """The LLM clients this Accuracy calls, by config section (for prices and budgets)."""
+        return {name: llm.client for name, llm in (("generator", self.generator), ("judge", self.judge))
+                if llm is not None}
+
+    def project(
+        self, questions: Sequence[str], documents: Sequence[Sequence[Document]] | None,
+        golden: Sequence[Sequence[str]], *, answers: bool = True,
+    ) -> list[float]:
+        """The most the paid calls of Acc(G(Q, D)) can cost, per question, in dollars: the generator's prompt measured
+        (nothing when its answer is cached), its completion at max_tokens, and a judge call on an answer of that
+        length (the span check may spare it; a bound does not count on that). `answers=False`: the answers come from
+        elsewhere (an agent answers itself), only the judge is projected. A model of unknown price projects as
+        infinity: a budget never lets it run (budgeted runs refuse it at the start)."""
+        out: list[float] = []
+        gen, judge = self.generator, self.judge
+        answer_len = gen.cfg.max_tokens if gen is not None else 64
+        placeholder = " ".join(["x"] * answer_len)
+        for i, q in enumerate(questions):
+            usd = 0.0
+            if answers and gen is not None:
+                docs = None if documents is None else list(documents[i])
+                g = gen.client.project([gen.messages(q, docs)])
+                usd += float("inf") if g is None else g
+            if judge is not None and golden[i]:
+                j = judge.client.project([[{"role": "user", "content": judge.prompt(placeholder, golden[i])}]],
+                                         skip_cached=False)
+                usd += float("inf") if j is None else j
+            out.append(usd)
+        return out
+
     def usage(self) -> dict[str, float]:
-        """Generator calls, failures, tokens and cost of this Accuracy so far (summed across workers by the Ray
-        backend)."""
-        return dict(self._usage)
+        """Generator calls and failures, and the spend of the generator and the judge together (USAGE_KEYS), so far
+        (summed across workers by the Ray backend)."""
+        from generator_adapters.budget import add_usage
+
+        spend = add_usage(*(c.usage() for c in self.clients().values()))
+        return {**self._usage, **spend}
 
     async def score(
         self,

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from eval.accuracy import Accuracy, Prediction, Scores
 from eval.config import EvalConfig, EvalSettings
 from eval.contexts import (
     ContextFn,
+    ContextOut,
     agent_contexts,
     fixed_contexts,
     lookup_documents,
@@ -27,6 +29,7 @@ from eval.contexts import (
 )
 from eval.harness import AnswerFn, Components, Dataset, EvalOptions, ScoreFn, load_dataset
 from eval.rundir import TRAJECTORIES_FILE
+from generator_adapters.budget import Budget, require_known_prices
 from generator_adapters.build import build_generator, build_judge
 from generator_adapters.config import GeneratorConfig, JudgeConfig
 from generator_adapters.generator import Generator
@@ -132,6 +135,12 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
     config["eval"] = {"metric": e.metric, "use_judge": e.use_judge, "bootstrap_samples": e.bootstrap_samples,
                       "seed": e.seed}
 
+    budget_usd = opts.max_cost_usd if opts.max_cost_usd is not None else e.budget_usd
+    budget = None
+    if budget_usd is not None:
+        setting = "--max-cost-usd" if opts.max_cost_usd is not None else "eval.budget_usd"
+        require_known_prices(accuracy.clients(), setting)
+        budget = Budget(budget_usd, setting=setting)
     comp = Components(
         contexts=contexts,
         answer=None if accuracy.generator is None else answerer(accuracy, no_context=method == "no_retrieval"),
@@ -139,8 +148,27 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
         cache_stats=accuracy.cache_stats,
         close=accuracy.close,
         has_contexts=method != "no_retrieval",
+        usage=accuracy.usage,
+        project=projector(accuracy, no_context=method == "no_retrieval"),
+        budget=budget,
     )
     return dataset, comp, config
+
+
+def projector(accuracy: Accuracy, *, no_context: bool = False) -> Callable[[list[QAExample], list[ContextOut]], list[float]]:
+    """The harness's projection: the most each question's paid calls can cost (`Accuracy.project`); a question whose
+    context failed makes no call; an agent that answers itself (search_r1) only costs its judge call."""
+
+    def project(qs: list[QAExample], ctxs: list[ContextOut]) -> list[float]:
+        live = [i for i, c in enumerate(ctxs) if c.error is None]
+        got = accuracy.project([qs[i].question for i in live], None if no_context else [ctxs[i].documents for i in live],
+                               [qs[i].golden_answers for i in live], answers=accuracy.generator is not None)
+        out = [0.0] * len(qs)
+        for i, usd in zip(live, got, strict=True):
+            out[i] = usd
+        return out
+
+    return project
 
 
 def answerer(accuracy: Accuracy, *, no_context: bool = False) -> AnswerFn:

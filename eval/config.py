@@ -31,6 +31,14 @@ class EvalConfig(Section):
         description="`s3 eval` exits non-zero (1, with a one-line summary) when nothing was scored or more than this "
         "fraction of the rows failed; re-running the same command resumes and retries the failed rows.",
     )
+    budget_usd: float | None = Field(
+        None, ge=0,
+        description="Cap in dollars on what one `s3 eval` run (all its invocations) spends on paid generator and judge "
+        "calls (same as --max-cost-usd). Before each batch the most its calls can cost (prompts measured, completions "
+        "at max_tokens) is checked; the run stops with its rows written, exit status 3 and 'budget reached', and the "
+        "same command with a higher cap resumes it. A model of unknown price is refused (set its "
+        "input_cost_per_mtok / output_cost_per_mtok). None = no cap.",
+    )
 
 
 class RayConfig(Section):

@@ -35,7 +35,8 @@ from eval.rundir import (
     row_failed,
     run_lock,
 )
-from eval.summary import summarize, wall_clock
+from eval.summary import spend_totals, summarize, wall_clock
+from generator_adapters.budget import Budget, BudgetReached
 from s3core.credentials import redact
 from s3core.errors import ConfigError, DataFormatError, S3Error
 from s3core.io import append_jsonl, file_sha256, repair_tail, write_json_atomic
@@ -56,6 +57,11 @@ class Components:
     cache_stats: Callable[[], dict[str, int]] | None = None
     close: Callable[[], None] | None = None
     has_contexts: bool = True  # False for no_retrieval: no support recall to report
+    # spend (eval/build.py wires the generator's and the judge's clients): usage() totals so far (USAGE_KEYS of
+    # eval/accuracy.py), project(questions, contexts) the most each question's paid calls can cost, and the budget
+    usage: Callable[[], dict[str, float]] | None = None
+    project: Callable[[list[QAExample], list[ContextOut]], list[float]] | None = None
+    budget: Budget | None = None
 
 
 @dataclass
@@ -72,6 +78,7 @@ class EvalOptions:
     batch_size: int = 16
     progress: bool = True
     given: set[str] = field(default_factory=set)  # the options the user passed explicitly
+    max_cost_usd: float | None = None  # --max-cost-usd: overrides eval.budget_usd (never part of the run's identity)
 
 
 def validate_options(opts: EvalOptions) -> None:
@@ -88,6 +95,8 @@ def validate_options(opts: EvalOptions) -> None:
         )
     if opts.limit is not None and opts.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {opts.limit}")
+    if opts.max_cost_usd is not None and opts.max_cost_usd < 0:
+        raise ConfigError(f"--max-cost-usd must be >= 0, got {opts.max_cost_usd}")
     if opts.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {opts.batch_size}")
     if opts.out.exists() and not opts.out.is_dir():
@@ -181,6 +190,13 @@ async def run_eval_async(
         attempts = {i: int(r.get("attempt", 1)) for i, r in previous.items()}
         cache_stats = runner.cache_stats if runner is not None else comp.cache_stats
         stats0 = dict(cache_stats()) if cache_stats else {}
+        if comp.budget is not None:
+            if runner is not None:
+                raise ConfigError("eval.budget_usd / --max-cost-usd runs with eval.backend = 'local' (a Ray run's "
+                                  "batches are not projected one by one yet): drop --ray or the budget")
+            comp.budget.spent_usd = spend_totals(run_dir / INVOCATIONS_FILE).get("cost_usd") or 0.0  # earlier runs
+        usage0 = dict(comp.usage()) if comp.usage is not None and runner is None else {}
+        stopped: BudgetReached | None = None
         t0 = time.perf_counter()
         written = 0
         bar = _progress(len(wanted), len(wanted) - len(todo), opts.progress, f"{opts.method}")
@@ -188,10 +204,13 @@ async def run_eval_async(
         try:
             if runner is None:
                 for batch in batches:
-                    rows = await _run_batch(comp, batch, attempts)
-                    append_jsonl(results, rows)
+                    rows, stopped = await _run_batch(comp, batch, attempts)
+                    if rows:  # whole rows only: a budget stop ends the run between two appends, never inside one
+                        append_jsonl(results, rows)
                     written += len(rows)
                     bar.update(len(rows))
+                    if stopped is not None:
+                        break
             else:
                 for rows in runner.run(batches, attempts):  # each batch's rows as it comes back
                     append_jsonl(results, rows)
@@ -214,18 +233,77 @@ async def run_eval_async(
             "seconds": round(time.perf_counter() - t0, 3),
             "cache": {k: stats1.get(k, 0) - stats0.get(k, 0) for k in stats1},
         }
+        if usage0:
+            assert comp.usage is not None
+            now = comp.usage()
+            invocation["spend"] = {k: round(float(now.get(k, 0.0)) - float(usage0.get(k, 0.0)), 9) for k in now
+                                   if k not in ("generator_calls", "generator_failures")}
+        if comp.budget is not None:
+            invocation["budget_usd"] = comp.budget.limit_usd
+        if stopped is not None:
+            invocation["stopped"] = str(stopped)
         summary["invocation"] = invocation
         append_jsonl(run_dir / INVOCATIONS_FILE, [invocation])
         summary["totals"].update(wall_clock(run_dir / INVOCATIONS_FILE))
+        summary["totals"].update(spend_totals(run_dir / INVOCATIONS_FILE, rows))
+        if stopped is not None:
+            summary["stopped"] = {"reason": "budget reached", "message": str(stopped),
+                                  "budget_usd": stopped.limit_usd, "spent_usd": round(comp.budget.spent_usd, 9)
+                                  if comp.budget is not None else None}
         write_json_atomic(run_dir / SUMMARY_FILE, summary)
         return summary
 
 
-async def _run_batch(comp: Components, batch: list[QAExample], attempts: dict[str, int]) -> list[dict[str, Any]]:
-    """Contexts, then answers for the questions that got them, then scores for the answers that came back."""
+def _fit_budget(comp: Components, batch: list[QAExample], ctxs: list[ContextOut]) -> tuple[int, float, BudgetReached | None]:
+    """How many questions of the batch (a prefix) the budget allows, what they may cost at most, and the stop when
+    not all of them fit. Only questions whose paid calls are projected within what is left are run."""
+    assert comp.budget is not None and comp.project is not None
+    per_question = comp.project(batch, ctxs)
+    n, total = 0, 0.0
+    for usd in per_question:
+        if not comp.budget.fits(total + usd):
+            break
+        n, total = n + 1, total + usd
+    stop = None
+    if n < len(batch):
+        try:
+            comp.budget.check(total + per_question[n], f"question {batch[n].id!r}")
+        except BudgetReached as e:
+            stop = e
+    return n, total, stop
+
+
+async def _run_batch(
+    comp: Components, batch: list[QAExample], attempts: dict[str, int]
+) -> tuple[list[dict[str, Any]], BudgetReached | None]:
+    """Contexts, then answers for the questions that got them, then scores for the answers that came back. With a
+    budget, the batch is cut before the first question whose paid calls (projected) would pass it: the rows of the
+    questions before it and the stop come back."""
     ctxs = await comp.contexts(batch)
     if len(ctxs) != len(batch):
         raise S3Error(f"context source returned {len(ctxs)} results for {len(batch)} questions")
+    stop: BudgetReached | None = None
+    reserved = 0.0
+    if comp.budget is not None and comp.project is not None:
+        n, reserved, stop = _fit_budget(comp, batch, ctxs)
+        batch, ctxs = batch[:n], ctxs[:n]
+        if not batch:
+            return [], stop
+        comp.budget.reserve(reserved)
+        usage0 = comp.usage() if comp.usage is not None else {}
+    try:
+        rows = await _answer_and_score(comp, batch, ctxs, attempts)
+    finally:
+        if comp.budget is not None and comp.project is not None:
+            spent = (float(comp.usage().get("cost_usd", 0.0)) - float(usage0.get("cost_usd", 0.0))
+                     if comp.usage is not None else reserved)
+            comp.budget.settle(reserved, spent)
+    return rows, stop
+
+
+async def _answer_and_score(
+    comp: Components, batch: list[QAExample], ctxs: list[ContextOut], attempts: dict[str, int]
+) -> list[dict[str, Any]]:
     preds: list[Prediction | None] = [None] * len(batch)
     if comp.answer is None:
         preds = [c.answer if c.error is None else None for c in ctxs]
@@ -292,3 +370,33 @@ def _progress(total: int, initial: int, enabled: bool, desc: str) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, disable=not enabled, desc=desc, unit="q", file=sys.stderr, leave=False)
+
+
+async def dry_run_async(opts: EvalOptions, dataset: Dataset, comp: Components) -> dict[str, Any]:
+    """What the rest of the run would cost, without one paid call: the questions not yet finished get their contexts
+    (the method's own source: retrieval, a contexts file, a local searcher), and their generator and judge prompts
+    are measured and priced (completions at max_tokens; answers the cache holds cost nothing)."""
+    if comp.project is None:
+        raise ConfigError("--dry-run needs a run whose generator and judge prices are known")
+    results = opts.out / RESULTS_FILE
+    done: set[str] = set()
+    if results.is_file():
+        done = {i for i, r in read_results(results).items() if not row_failed(r)}
+    todo = [q for q in dataset.questions if q.id not in done]
+    per_q: list[float] = []
+    try:
+        for start in range(0, len(todo), opts.batch_size):
+            batch = todo[start : start + opts.batch_size]
+            ctxs = await comp.contexts(batch)
+            per_q += comp.project(batch, ctxs)
+    finally:
+        if comp.close is not None:
+            comp.close()
+    spent = spend_totals(opts.out / INVOCATIONS_FILE).get("cost_usd") if opts.out.is_dir() else None
+    total = float(sum(per_q))
+    if total == float("inf"):
+        raise ConfigError("--dry-run: the price of the generator or the judge model is unknown (litellm's cost map "
+                          "does not list it): set generator.input_cost_per_mtok / output_cost_per_mtok (and judge.*)")
+    return {"questions": len(todo), "already_finished": len(done), "projected_usd": total,
+            "projected_usd_per_question": total / len(todo) if todo else 0.0, "spent_usd": spent or 0.0,
+            "budget_usd": comp.budget.limit_usd if comp.budget is not None else None}

@@ -51,11 +51,14 @@ class RunInfo:
     genacc_ci: list[float] | None
     n_scored: int
     n_failed: int
-    cost_usd: float
+    cost_usd: float | None  # None: a paid answer's price was unknown
     mean_latency_s: float | None
     retriever: dict[str, Any]
     prompt_sha256: str | None
     config: dict[str, Any] = field(repr=False, default_factory=dict)
+    correct: float | None = None  # sum of GenAcc over scored rows (the denominator of cost per correct answer)
+    saved_usd: float = 0.0  # what the response cache's hits saved
+    cache_hits: int = 0
 
 
 def _metric(summary: dict[str, Any], key: str) -> tuple[float | None, list[float] | None]:
@@ -94,11 +97,14 @@ def load_run(path: Path) -> RunInfo:
         genacc_ci=ci,
         n_scored=int(s.get("n_scored", 0)),
         n_failed=int(s.get("n_failed", 0)),
-        cost_usd=float(totals.get("cost_usd") or 0.0),
+        cost_usd=None if "cost_usd" in totals and totals["cost_usd"] is None else float(totals.get("cost_usd") or 0.0),
         mean_latency_s=totals.get("wall_s_per_question") or totals.get("mean_latency_s"),
         retriever=cfg.get("retriever") or {},
         prompt_sha256=(cfg.get("generator") or {}).get("prompt_sha256"),
         config=cfg,
+        correct=totals.get("correct"),
+        saved_usd=float(totals.get("saved_usd") or 0.0),
+        cache_hits=int(totals.get("cache_hits") or 0),
     )
 
 
@@ -147,6 +153,8 @@ class Row:
     cost_usd: float | None
     mean_latency_s: float | None
     n_failed: int = 0
+    cost_per_correct_usd: float | None = None
+    saved_usd: float | None = None
 
     @property
     def label(self) -> str:
@@ -175,16 +183,19 @@ class Leaderboard:
         return f"{100 * g:.1f} ({100 * e:.1f})" if e is not None else f"{100 * g:.1f}"
 
     def header(self) -> list[str]:
-        return ["Generator", "Method", *self.datasets, "Mean", "Cost ($)", "Latency (s/q)"]
+        return ["Generator", "Method", *self.datasets, "Mean", "Cost ($)", "$ / correct", "Cache saved ($)",
+                "Latency (s/q)"]
 
     def table(self) -> list[list[str]]:
         out = []
         for r in self.rows:
             signed = r.method == GBR
             cells = [self.fmt_cell(r.cells.get(d, (None, None)), signed) for d in self.datasets]
-            cost = "-" if r.cost_usd is None else f"{r.cost_usd:.4f}"
+            cost = ("unknown" if r.method != GBR else "-") if r.cost_usd is None else f"{r.cost_usd:.4f}"
+            per = "-" if r.cost_per_correct_usd is None else f"{r.cost_per_correct_usd:.5f}"
+            saved = "-" if r.saved_usd is None else f"{r.saved_usd:.4f}"
             lat = "-" if r.mean_latency_s is None else f"{r.mean_latency_s:.2f}"
-            out.append([r.generator, r.label, *cells, self.fmt_cell(r.mean, signed), cost, lat])
+            out.append([r.generator, r.label, *cells, self.fmt_cell(r.mean, signed), cost, per, saved, lat])
         return out
 
     def markdown(self) -> str:
@@ -193,6 +204,9 @@ class Leaderboard:
         lines += ["| " + " | ".join(row) + " |" for row in self.table()]
         lines.append("")
         lines.append("Cells: GenAcc (EM in brackets), % over scored questions; GBR rows: searcher - naive RAG, points.")
+        lines.append("Cost: dollars spent on generator and judge calls over every dataset (unknown = a model without a "
+                     "price); $ / correct: cost over the correct answers (GenAcc summed); cache saved: what answers "
+                     "served from the response cache would have cost.")
         failed = [f"{r.generator}/{r.method}/{r.dataset}: {r.n_failed}" for r in self.runs if r.n_failed]
         if failed:
             lines.append("Failed (unscored, excluded from means) questions: " + "; ".join(failed) + ".")
@@ -218,7 +232,8 @@ class Leaderboard:
         head: list[Any] = ["generator", "method"]
         for d in self.datasets:
             head += [f"{d}_genacc", f"{d}_em"]
-        head += ["mean_genacc", "mean_em", "cost_usd", "mean_latency_s", "n_failed"]
+        head += ["mean_genacc", "mean_em", "cost_usd", "cost_per_correct_usd", "cache_saved_usd", "mean_latency_s",
+                 "n_failed"]
         rows: list[list[Any]] = [head]
         for r in self.rows:
             vals: list[Any] = [r.generator, r.method]
@@ -228,6 +243,8 @@ class Leaderboard:
             g, e = r.mean
             vals += ["" if g is None else round(100 * g, 2), "" if e is None else round(100 * e, 2),
                      "" if r.cost_usd is None else r.cost_usd,
+                     "" if r.cost_per_correct_usd is None else r.cost_per_correct_usd,
+                     "" if r.saved_usd is None else r.saved_usd,
                      "" if r.mean_latency_s is None else round(r.mean_latency_s, 4), r.n_failed]
             rows.append(vals)
         return rows
@@ -250,10 +267,16 @@ def build_leaderboard(paths: list[Path]) -> Leaderboard:
             cells = {r.dataset: (r.genacc, r.em) for r in mine}
             lat_w = [(r.mean_latency_s, r.n_scored) for r in mine if r.mean_latency_s is not None and r.n_scored]
             lat = sum(x * n for x, n in lat_w) / sum(n for _, n in lat_w) if lat_w else None
+            costs = [r.cost_usd for r in mine]
+            cost = None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))
+            corrects = [r.correct for r in mine]
+            correct = None if any(c is None for c in corrects) else sum(c for c in corrects if c is not None)
             row = Row(
                 generator=g, method=m, cells=cells,
                 mean=(_mean([c[0] for c in cells.values()]), _mean([c[1] for c in cells.values()])),
-                cost_usd=sum(r.cost_usd for r in mine), mean_latency_s=lat, n_failed=sum(r.n_failed for r in mine),
+                cost_usd=cost, mean_latency_s=lat, n_failed=sum(r.n_failed for r in mine),
+                cost_per_correct_usd=cost / correct if cost is not None and correct else None,
+                saved_usd=sum(r.saved_usd for r in mine),
             )
             by_method[m] = row
             rows.append(row)

@@ -86,3 +86,34 @@ def wall_clock(invocations: Path) -> dict[str, Any]:
         secs += float(inv.get("seconds") or 0.0)
         rows += int(inv.get("rows_written") or 0)
     return {"wall_seconds": round(secs, 3), "wall_s_per_question": round(secs / rows, 4) if rows else None}
+
+
+SPEND_KEYS = ("paid_calls", "prompt_tokens", "completion_tokens", "cost_usd", "unknown_cost_calls", "cache_hits",
+              "saved_usd")
+
+
+def spend_totals(invocations: Path, rows: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """What the run spent on paid LLM calls (generator and judge) over every invocation, from each invocation's
+    `spend` record: paid calls, tokens, dollars, cache hits and the dollars they saved, and with the final `rows` the
+    cost per correct answer (dollars / the sum of GenAcc over scored rows). `cost_usd` is None when a paid answer's
+    price was unknown (never 0). Runs written before spend was recorded fall back to the rows' own figures."""
+    totals = dict.fromkeys(SPEND_KEYS, 0.0)
+    recorded = False
+    for inv in read_log_jsonl(invocations):
+        spend = inv.get("spend")
+        if not isinstance(spend, dict):
+            continue
+        recorded = True
+        for k in SPEND_KEYS:
+            totals[k] += float(spend.get(k) or 0.0)
+    out: dict[str, Any] = {}
+    if recorded:
+        out = {k: (round(v) if k not in ("cost_usd", "saved_usd") else round(v, 9)) for k, v in totals.items()}
+        if totals["unknown_cost_calls"] > 0:
+            out["cost_usd"] = None
+    if rows is not None:
+        cost = out.get("cost_usd") if recorded else float(sum(float(r.get("cost_usd") or 0.0) for r in rows))
+        correct = sum(float(r["metrics"].get("genacc") or 0.0) for r in rows if not row_failed(r))
+        out["correct"] = round(correct, 3)
+        out["cost_per_correct_usd"] = (round(cost / correct, 9) if cost is not None and correct > 0 else None)
+    return out

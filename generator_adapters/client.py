@@ -23,8 +23,14 @@ from generator_adapters.config import LLMCallConfig
 from generator_adapters.errors import GeneratorError, map_exception
 from s3core.credentials import llm_api_key, redact
 from s3core.errors import ConfigError
+from s3core.pricing import Price, count_prompt_tokens, resolve_price
 
-__all__ = ["Answer", "CompletionFn", "LLMClient", "run_sync"]
+__all__ = ["USAGE_FIELDS", "Answer", "CompletionFn", "LLMClient", "run_sync"]
+
+# what `LLMClient.usage()` reports (money in dollars): provider answers paid for, their tokens and spend, the answers
+# whose price is unknown, and the answers served by the cache (or a repeat in the same batch) with what they saved
+USAGE_FIELDS = ("paid_calls", "prompt_tokens", "completion_tokens", "cost_usd", "unknown_cost_calls", "cache_hits",
+                "saved_usd")
 
 CompletionFn = Callable[..., Awaitable[Any]]
 T = TypeVar("T")
@@ -49,8 +55,9 @@ class Answer(BaseModel):
     latency_s: float = Field(default=0.0, description="Wall time of the call including retries (0 for a cache hit).")
     cost_usd: float | None = Field(
         default=None,
-        description="litellm's price of this answer where known, 0 for local models, else None. Kept on cache hits "
-        "(the answer's price, not this run's spend: see `cached`).",
+        description="The price of this answer (s3core/pricing.py: the section's prices, 0 for local models, litellm's "
+        "cost map), None when unknown. Kept on cache hits (what the answer cost when it was made, so what the hit "
+        "saved; this run spent nothing on it: see `cached`).",
     )
     cached: bool = False
     attempts: int = Field(default=0, description="Provider calls made (0 for a cache hit).")
@@ -125,6 +132,9 @@ class LLMClient:
         self._sem_loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
+        self.price: Price | None = resolve_price(cfg.model, cfg.api_base, cfg.input_cost_per_mtok,
+                                                 cfg.output_cost_per_mtok)
+        self._usage: dict[str, float] = dict.fromkeys(USAGE_FIELDS, 0.0)
 
     def _read_key(self) -> str | None:
         """The key of this endpoint, only from the variable its own api_key_env names; without one a placeholder,
@@ -144,6 +154,53 @@ class LLMClient:
             out = dict(self._counts)
             self._counts.clear()
         return out
+
+    def _account(self, answer: Answer) -> None:
+        """Add one answer to usage(): spend for a paid answer, savings for a cache hit; a failed call costs nothing."""
+        if not answer.ok:
+            return
+        with self._lock:
+            u = self._usage
+            if answer.cached:
+                u["cache_hits"] += 1
+                u["saved_usd"] += answer.cost_usd or 0.0
+                return
+            u["paid_calls"] += 1
+            u["prompt_tokens"] += answer.prompt_tokens
+            u["completion_tokens"] += answer.completion_tokens
+            if answer.cost_usd is None:
+                u["unknown_cost_calls"] += 1
+            else:
+                u["cost_usd"] += answer.cost_usd
+
+    def usage(self) -> dict[str, float]:
+        """Spend of this client so far (USAGE_FIELDS): paid answers, tokens, dollars, answers of unknown price, cache
+        hits and the dollars they saved. Totals; take differences of two snapshots for a step or a batch."""
+        with self._lock:
+            return dict(self._usage)
+
+    def call_messages(self, messages: list[dict[str, Any]]) -> bool:
+        """Whether these messages would reach the provider (False when the response cache holds their answer)."""
+        if self.cache is None:
+            return True
+        return self.cache.get(cache_key(self.cfg.model, self.cfg.api_base, messages, self.decoding_params())) is None
+
+    def project(self, batch: Sequence[list[dict[str, Any]]], *, completion_tokens: int | None = None,
+                skip_cached: bool = True) -> float | None:
+        """Dollars the calls of `batch` would cost at most: prompt tokens measured (s3core.pricing.count_prompt_tokens),
+        each completion at `completion_tokens` (default: the max_tokens bound); answers already in the cache cost
+        nothing. None when the price is unknown."""
+        if self.price is None:
+            return None
+        if self.price.input_per_mtok == 0 and self.price.output_per_mtok == 0:
+            return 0.0
+        out_tokens = self.cfg.max_tokens if completion_tokens is None else completion_tokens
+        total = 0.0
+        for messages in batch:
+            if skip_cached and not self.call_messages(messages):
+                continue
+            total += self.price.cost(count_prompt_tokens(self.cfg.model, messages), out_tokens)
+        return total
 
     def stats(self) -> dict[str, Any]:
         """Calls, retries, failures by error type, cache hits/misses of this client."""
@@ -205,10 +262,10 @@ class LLMClient:
     async def _call(self, kwargs: dict[str, Any]) -> Any:
         return await self._completion_fn(**kwargs)
 
-    def _cost(self, response: Any) -> float | None:
-        """litellm's price for this response (it computes it once per call), 0 for local models, None if unknown."""
-        if _is_local(self.cfg.model):
-            return 0.0
+    def _cost(self, response: Any, prompt_tokens: int, completion_tokens: int) -> float | None:
+        """The price of this response from its usage (self.price), else litellm's own figure, None if unknown."""
+        if self.price is not None:
+            return self.price.cost(prompt_tokens, completion_tokens)
         hidden = getattr(response, "_hidden_params", None)
         cost = hidden.get("response_cost") if isinstance(hidden, dict) else getattr(hidden, "response_cost", None)
         return float(cost) if isinstance(cost, int | float) else None
@@ -222,7 +279,9 @@ class LLMClient:
             hit = self.cache.get(key)
             if hit is not None:
                 self._count("succeeded")
-                return Answer(**{**hit, "cached": True, "latency_s": 0.0, "attempts": 0})
+                cached = Answer(**{**hit, "cached": True, "latency_s": 0.0, "attempts": 0})
+                self._account(cached)
+                return cached
         kwargs = self._kwargs(messages)
         t0 = time.perf_counter()
         attempts = 0
@@ -252,6 +311,7 @@ class LLMClient:
                 self._count("failed")
                 return answer
             self._count("succeeded")
+            self._account(answer)
             if self.cache is not None and key is not None:
                 self.cache.put(
                     key,
@@ -278,12 +338,14 @@ class LLMClient:
         if content is None:
             return Answer(error="the provider returned no message content", error_type="EmptyResponse",
                           latency_s=latency, attempts=attempts, model=self.cfg.model)
+        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
         return Answer(
             text=str(content).strip(),
-            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
             latency_s=latency,
-            cost_usd=self._cost(response),
+            cost_usd=self._cost(response, prompt_tokens, completion_tokens),
             attempts=attempts,
             model=self.cfg.model,
         )
@@ -325,6 +387,7 @@ class LLMClient:
                     self._count("failed")
                 else:
                     self._count("succeeded")
+                    self._account(a)
             seen.add(j)
             out.append(a)
         return out
@@ -364,7 +427,9 @@ class LLMClient:
             if self.cache is not None:
                 self.cache.add_counts(res["cache"])
             for j, a in zip(idx, res["answers"], strict=True):
-                out[j] = Answer(**a)
+                answer = Answer(**a)
+                out[j] = answer
+                self._account(answer)
         return [a for a in out if a is not None]
 
     def close(self) -> None:

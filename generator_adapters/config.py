@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from s3core.configbase import Section
 from searcher.config import VLLMConfig
@@ -36,6 +36,22 @@ class LLMCallConfig(Section):
     max_retries: int = Field(3, ge=0, description="Retries on rate limits, timeouts, connection errors and 5xx.")
     backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles each try.")
     cache_path: str | None = Field(".s3cache/llm_cache.sqlite", description="sqlite response cache (None = off).")
+    input_cost_per_mtok: float | None = Field(
+        None, ge=0,
+        description="Dollars per million prompt tokens, for a model litellm's cost map does not know (or a negotiated "
+        "price; 0 for a self-hosted server). None = litellm's price; a remote model with neither has an unknown cost "
+        "(never 0) and a budgeted run refuses it. Set both prices or neither.",
+    )
+    output_cost_per_mtok: float | None = Field(
+        None, ge=0, description="Dollars per million completion tokens (see input_cost_per_mtok)."
+    )
+
+    @model_validator(mode="after")
+    def _both_prices(self) -> LLMCallConfig:
+        if (self.input_cost_per_mtok is None) != (self.output_cost_per_mtok is None):
+            raise ValueError("set both input_cost_per_mtok and output_cost_per_mtok (dollars per million tokens), "
+                             "or neither")
+        return self
 
 
 class GeneratorConfig(LLMCallConfig):

@@ -34,7 +34,7 @@ from fastapi.responses import JSONResponse
 
 from s3core.errors import ServiceError
 
-__all__ = ["FakeLLMServer", "default_reply", "s3_reply", "wait_until_serving"]
+__all__ = ["FakeLLMServer", "default_reply", "s3_reply", "varied_reply", "wait_until_serving"]
 
 FailureKind = Literal["500", "503", "429", "timeout", "400", "401", "mixed"]
 # request headers that carry credentials: recorded per request for the secrets tests
@@ -64,7 +64,40 @@ def s3_reply(prompt: str) -> str:
     return f"{S3_REPLY_MARK}<important_info>[1]</important_info><search_complete>True</search_complete>"
 
 
-REPLIES: dict[str, Callable[[str], str]] = {"default": default_reply, "s3": s3_reply}
+def varied_reply(prompt: str) -> str:
+    """Answers of varied lengths (1 to 12 filler words after the echo, by a hash of the prompt): 'yes' for judge
+    prompts. For the cost tests: known, different completion sizes."""
+    if "Golden answers:" in prompt:
+        return "yes"
+    n = 1 + hashlib.sha256(prompt.encode()).digest()[0] % 12
+    return " ".join([default_reply(prompt), *(["indeed"] * n)])
+
+
+REPLIES: dict[str, Callable[[str], str]] = {"default": default_reply, "s3": s3_reply, "varied": varied_reply}
+Usage = Literal["words", "tiktoken"]
+
+
+def count_usage(messages: list[dict[str, Any]], text: str, usage: Usage, model: str = "fake") -> tuple[int, int]:
+    """(prompt, completion) tokens a provider reports: whitespace words, or ("tiktoken") what litellm's counter gives
+    for the model named in the request (the tokenizer litellm knows for it, the chat template's tokens included), as
+    an OpenAI-compatible provider counts them."""
+    if usage == "words":
+        return len(FakeLLMServer.prompt_of(messages).split()), len(text.split())
+    import litellm
+
+    from s3core.pricing import count_prompt_tokens
+
+    return count_prompt_tokens(model, messages), int(litellm.token_counter(model=model, text=text))
+
+
+def truncate_tokens(text: str, max_tokens: int, usage: Usage, model: str = "fake") -> str:
+    """The reply cut at max_tokens, like a provider's `finish_reason: length`."""
+    if usage == "words":
+        return " ".join(text.split()[:max_tokens])
+    import litellm
+
+    ids = list(litellm.encode(model=model, text=text))
+    return text if len(ids) <= max_tokens else str(litellm.decode(model=model, tokens=ids[:max_tokens]))
 
 
 def wait_until_serving(url: str, proc: Any, timeout_s: float, interval_s: float = 0.5) -> None:
@@ -101,6 +134,7 @@ class FakeLLMServer:
         process: bool = False,
         echo_headers: bool = False,
         hang_on: str | None = None,
+        usage: Usage = "words",
     ) -> None:
         if not 0.0 <= failure_rate <= 1.0:
             raise ValueError(f"failure_rate must be within [0, 1], got {failure_rate}")
@@ -117,6 +151,8 @@ class FakeLLMServer:
         self.reply = reply
         self.echo_headers = echo_headers
         self.hang_on = hang_on
+        self.usage = usage
+        self.usage_totals: Counter[str] = Counter()  # prompt / completion tokens of the answers given (cost tests)
         self.headers_seen: list[dict[str, str]] = []  # per request: path + credential headers (secrets tests)
         self.port = 0
         self._lock = threading.Lock()
@@ -201,9 +237,15 @@ class FakeLLMServer:
                     status_code=status,
                 )
             text = self.reply(prompt)
+            max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+            if self.usage == "tiktoken" and isinstance(max_tokens, int) and max_tokens > 0:  # "words": as it was
+                text = truncate_tokens(text, max_tokens, self.usage, str(body.get("model", "fake")))
+            n_prompt, n_completion = count_usage(body.get("messages", []), text, self.usage,
+                                                 str(body.get("model", "fake")))
             with self._lock:
                 self._counts["answered"] += 1
-            n_prompt, n_completion = len(prompt.split()), len(text.split())
+                self.usage_totals["prompt_tokens"] += n_prompt
+                self.usage_totals["completion_tokens"] += n_completion
             return {
                 "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
                 "object": "chat.completion",
@@ -267,6 +309,7 @@ class FakeLLMServer:
             "--latency", str(self.latency_s), "--failure-rate", str(self.failure_rate),
             "--failure-kind", self.failure_kind, "--failures-per-prompt", str(self.failures_per_prompt),
             "--hang", str(self.hang_s), "--seed", str(self.seed), "--reply", names[self.reply],
+            "--usage", self.usage,
         ]
         if self.echo_headers:
             cmd.append("--echo-headers")
@@ -361,9 +404,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reply", default="default", choices=sorted(REPLIES))
     ap.add_argument("--echo-headers", action="store_true")
     ap.add_argument("--hang-on", default=None)
+    ap.add_argument("--usage", default="words", choices=["words", "tiktoken"])
     a = ap.parse_args(argv)
     srv = FakeLLMServer(a.latency, a.failure_rate, a.failure_kind, a.failures_per_prompt, a.hang, a.seed,
-                        reply=a.reply, echo_headers=a.echo_headers, hang_on=a.hang_on)
+                        reply=a.reply, echo_headers=a.echo_headers, hang_on=a.hang_on, usage=a.usage)
     uvicorn.run(srv._app(), host="127.0.0.1", port=a.port, log_level="error", access_log=False,
                 timeout_graceful_shutdown=1, backlog=4096)
 

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "s3.commands.retrieval",
     "s3.commands.search",
     "s3.commands.serve",
+    "s3.commands.mcp",
     "s3.commands.evaluate",
     "s3.commands.train",
     "s3.commands.demo",

@@ -146,6 +146,15 @@ class SearcherConfig(Section):
         description="litellm model string (litellm backend) or a model path/name (transformers, vllm).",
     )
     policy_path: str | None = Field(None, description="A trained checkpoint to load instead of `model` (s3 train output).")
+    input_cost_per_mtok: float | None = Field(
+        None, ge=0,
+        description="Dollars per million prompt tokens of the searcher model (litellm backend), for a model litellm's "
+        "cost map does not know; None = litellm's price (transformers / vLLM policies run here and cost 0). Set both "
+        "prices or neither.",
+    )
+    output_cost_per_mtok: float | None = Field(
+        None, ge=0, description="Dollars per million completion tokens of the searcher model (see input_cost_per_mtok)."
+    )
     api_base: str | None = Field(None, description="api_base for a served searcher model (litellm backend).")
     api_key_env: str | None = Field(
         None,

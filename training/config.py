@@ -156,6 +156,15 @@ class TrainingConfig(Section):
         "documents (kept whatever keep_checkpoints prunes). 0 = off.",
     )
 
+    budget_usd: float | None = Field(
+        None, ge=0,
+        description="Cap in dollars on what the run (all its invocations) spends on paid reward calls (the frozen "
+        "generator and the judge; same as `s3 train --max-cost-usd`). Before each step its calls are projected "
+        "(prompts measured, completions at max_tokens); a step that could pass the cap is not started: the run stops "
+        "with the previous step's checkpoint, exit status 3 and 'budget reached', and resumes with a higher cap. A "
+        "model of unknown price is refused (set its input_cost_per_mtok / output_cost_per_mtok). None = no cap.",
+    )
+
     @model_validator(mode="after")
     def _check(self) -> TrainingConfig:
         if self.algorithm == "grpo" and self.group_size < 2:

@@ -199,9 +199,10 @@ def _compute_acc(
     cached: dict[str, float | None],
     log: Log,
     what: str,
-) -> None:
+) -> dict[str, float]:
     """Acc(G(Q, D)) of the `todo` questions, D = documents(retriever, batch), in batches of training.baseline_batch;
-    each batch is appended to the cache `path` under `khash` (resumable) and into `cached`."""
+    each batch is appended to the cache `path` under `khash` (resumable) and into `cached`. Returns what the calls
+    spent (Accuracy.usage(): paid calls, tokens, dollars, cache hits; `cost_usd` None when a price is unknown)."""
     retriever = build_retriever(cfg.retriever, index_dir)
     accuracy = make_accuracy(cfg)
     bs = cfg.training.baseline_batch
@@ -215,6 +216,14 @@ def _compute_acc(
         append_jsonl(path, rows)
         cached.update({q.id: a for q, a in zip(batch, acc, strict=True)})
         log(f"prepare-training: {what} {min(start + bs, len(todo))}/{len(todo)}")
+    usage: dict[str, Any] = {k: v for k, v in accuracy.usage().items() if k not in ("generator_calls",)}
+    if usage.get("unknown_cost_calls"):
+        usage["cost_usd"] = None
+    accuracy.close()
+    cost = "unknown (no price)" if usage.get("cost_usd") is None else f"${usage['cost_usd']:.6f}"
+    log(f"prepare-training: {what} cost {cost} for {int(usage.get('paid_calls', 0))} paid calls, "
+        f"{int(usage.get('cache_hits', 0))} cache hits")
+    return usage
 
 
 @dataclass
@@ -282,10 +291,11 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     cached = _cached_acc(bpath, _accepted_hashes(key, index_dir))
     todo = [q for q in questions if q.id not in cached or cached[q.id] is None]  # failed ones are retried
     hits = len(questions) - len(todo)
+    spend: dict[str, Any] | None = None
     if todo:
         k = cfg.retriever.k
-        _compute_acc(cfg, index_dir, todo, lambda r, batch: r.search([q.question for q in batch], k),
-                     bpath, khash, cached, log, "baseline")
+        spend = _compute_acc(cfg, index_dir, todo, lambda r, batch: r.search([q.question for q in batch], k),
+                             bpath, khash, cached, log, "baseline")
     counts["baseline_failed"] = sum(1 for q in questions if cached.get(q.id) is None)
     questions = [q for q in questions if cached.get(q.id) is not None]
     counts["after_baseline_ok"] = len(questions)
@@ -302,6 +312,7 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
         "baseline_key": key,
         "baseline_key_hash": khash,
         "baseline_cache": {"hits": hits, "computed": len(todo), "hit_rate": hits / max(hits + len(todo), 1)},
+        "baseline_spend": spend,  # this preparation's generator / judge spend (None: nothing was computed)
         "baseline_mean_acc": (
             sum(float(v) for v in cached.values() if v is not None) / max(1, sum(v is not None for v in cached.values()))
         ),

@@ -32,6 +32,10 @@ USAGE_METRICS = {
     "prompt_tokens": "reward/prompt_tokens",
     "completion_tokens": "reward/completion_tokens",
     "cost_usd": "reward/cost_usd",
+    "paid_calls": "cost/paid_calls",
+    "unknown_cost_calls": "cost/unknown_price_calls",
+    "cache_hits": "cost/cache_hits",
+    "saved_usd": "cost/saved_usd",
 }
 
 

@@ -55,6 +55,7 @@ from searcher.agent import S3Searcher
 from searcher.build import AgentKind, build_retriever, build_searcher
 from searcher.config import SearcherConfig
 from searcher.trained import TrainedSearcherRecord, make_record, write_record
+from training.budget import BudgetedExecutor, BudgetReached  # [budget]
 from training.config import TrainSettings
 from training.executors import StepExecutor
 from training.learner import Batch, GapSums, Learner, MicroBatch, UpdateOut, export_model, masked_update
@@ -127,6 +128,7 @@ class S3Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.step = 0
         self.resumed_from: str | None = None
+        self.stopped: str | None = None  # [budget] why train() stopped early (budget reached), else None
         self._setup()
 
     # ------------------------------------------------------------------ setup
@@ -189,6 +191,9 @@ class S3Trainer:
         self.loop_cfg = scfg
         try:
             self.executor: StepExecutor = self._make_executor(scfg)
+            # [budget] training/budget.py: the reward calls priced, capped by training.budget_usd (cost/ metrics)
+            self.executor = BudgetedExecutor(self.executor, self.cfg, self.run_dir, lambda: self.step,
+                                             budget_usd=tc.budget_usd)
         except BaseException:
             if self.learners is not None:
                 self.learners.close()  # the learner actors do not outlive a trainer that failed to start
@@ -770,7 +775,12 @@ class S3Trainer:
                     self.log(f"step {self.step}/{self.tc.total_steps} warm-up nll {last['losses/sft_nll']:.3f} "
                              f"turns {last['search/turns']:.2f} {last['charts/step_seconds']:.1f}s")
                 else:
-                    last = self.train_step()
+                    try:  # [budget] a step whose reward calls could pass training.budget_usd is not started
+                        last = self.train_step()
+                    except BudgetReached as e:  # [budget] stop with the checkpoint of the step before; resumable
+                        self.stopped = str(e)
+                        self.log(f"train: {e}")
+                        break
                     self.log(
                         f"step {self.step}/{self.tc.total_steps} reward {last['reward/mean']:.3f} "
                         f"invalid {last['search/invalid_action_rate']:.2f} turns {last['search/turns']:.2f} "
@@ -787,7 +797,8 @@ class S3Trainer:
                 self.save_checkpoint()
         finally:
             self.metrics.close()
-        return {"steps": self.step, "started_at": start, "last": last, "run_dir": str(self.run_dir)}
+        return {"steps": self.step, "started_at": start, "last": last, "run_dir": str(self.run_dir),
+                "stopped": self.stopped}  # [budget] "budget reached: ..." or None
 
 
 def choose_heldout(rows: list[dict[str, Any]]) -> str | None:

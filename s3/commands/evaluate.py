@@ -35,6 +35,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--ray", action="store_true",
                    help="run the question batches on Ray workers ([ray]; same as eval.backend = 'ray')")
+    p.add_argument("--max-cost-usd", type=float, default=None, metavar="USD",
+                   help="cap on the run's spend on paid generator / judge calls (eval.budget_usd): it stops before "
+                   "the batch that could pass it, exit status 3 'budget reached'; a higher cap resumes it")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what the rest of the run would cost (prompts measured, completions at max_tokens), "
+                   "calling no paid API, and exit")
     p.set_defaults(handler=_eval)
 
     lb = sub.add_parser(
@@ -72,9 +78,12 @@ def _eval(args: argparse.Namespace, cfg: S3Config) -> int:
         batch_size=args.batch_size,
         progress=not args.no_progress and sys.stderr.isatty(),
         given=given,
+        max_cost_usd=args.max_cost_usd,
     )
     validate_options(opts)
     dataset, comp, config = build_run(cfg, opts)
+    if args.dry_run:
+        return _dry_run(opts, dataset, comp)
     runner = None
     if args.ray or cfg.eval.backend == "ray":
         from eval.ray_eval import RayBatchRunner
@@ -87,12 +96,33 @@ def _eval(args: argparse.Namespace, cfg: S3Config) -> int:
         if runner is not None:
             runner.close()
     _print_summary(summary, opts.out)
+    stopped = summary.get("stopped")
+    if stopped:
+        from generator_adapters.budget import BUDGET_EXIT_CODE
+
+        print(f"{stopped['message']} (--max-cost-usd / eval.budget_usd); {summary['n_missing']} questions not run: "
+              f"the same command with a higher cap resumes", file=sys.stderr)
+        return BUDGET_EXIT_CODE
     from eval.summary import verdict
 
     problem = verdict(summary, cfg.eval.max_failed_fraction)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _dry_run(opts: Any, dataset: Any, comp: Any) -> int:
+    import asyncio
+
+    from eval.harness import dry_run_async
+
+    d = asyncio.run(dry_run_async(opts, dataset, comp))
+    budget = d["budget_usd"]
+    left = f"; budget ${budget:.6f}, ${d['spent_usd']:.6f} already spent" if budget is not None else ""
+    print(f"dry run: {d['questions']} questions to run ({d['already_finished']} finished): projected at most "
+          f"${d['projected_usd']:.6f} (${d['projected_usd_per_question']:.6f} a question; prompts measured, "
+          f"completions at max_tokens, every answer judged; no paid API was called){left}")
     return 0
 
 
@@ -120,7 +150,14 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
         wall = t.get("wall_s_per_question")
         wall_txt = f"wall {wall:.2f} s/question (the leaderboard's latency); " if wall is not None else ""
         print(f"  time            {wall_txt}per-row latency {t['mean_latency_s']:.2f} s (queueing in its batch "
-              f"included), cost ${t.get('cost_usd', 0.0):.4f}")
+              f"included)")
+    if "paid_calls" in t:
+        cost = "unknown (a model without a price: set its input/output_cost_per_mtok)" if t.get("cost_usd") is None \
+            else f"${t['cost_usd']:.6f}"
+        per = t.get("cost_per_correct_usd")
+        print(f"  cost            {cost} for {t['paid_calls']} paid calls ({t['prompt_tokens']} tokens in, "
+              f"{t['completion_tokens']} out); cache hits {t['cache_hits']} saved ${t['saved_usd']:.6f}"
+              + (f"; ${per:.6f} per correct answer" if per is not None else ""))
 
 
 def _leaderboard(args: argparse.Namespace, cfg: S3Config) -> int:

@@ -22,6 +22,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="the command's wall-time budget: no step is started that would end past it (judged by the last "
                         "step's time); the run stops with a checkpoint and resumes from it (for a session or a "
                         "preemptible machine that ends at a known time)")
+    p.add_argument("--max-cost-usd", type=float, default=None, metavar="USD",
+                   help="cap on the run's spend on paid reward calls (training.budget_usd): no step is started that "
+                   "could pass it; the run stops with a checkpoint, exit status 3 'budget reached', and resumes with a "
+                   "higher cap")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the projected cost of the rest of the run (measured prompts, prices; the naive-RAG "
+                   "top-k stands in for the searcher's documents), calling no paid API, and exit")
     p.set_defaults(handler=_train)
 
     p = sub.add_parser("plot", help="training curves of a run directory -> PNG, and whether the reward rose beyond noise", parents=[common])
@@ -59,6 +66,12 @@ def _train(args: argparse.Namespace, cfg: S3Config) -> int:
 
     if args.max_minutes is not None and args.max_minutes <= 0:
         raise S3Error(f"--max-minutes must be > 0, got {args.max_minutes}")
+    if args.max_cost_usd is not None:
+        if args.max_cost_usd < 0:
+            raise S3Error(f"--max-cost-usd must be >= 0, got {args.max_cost_usd}")
+        cfg.training.budget_usd = args.max_cost_usd
+    if args.dry_run:
+        return _train_dry_run(cfg)
     t0 = time.monotonic()
     trainer = make_trainer(cfg)
     freeze_loaded_heap()  # policy, reference, generator, index and libraries: out of every later full GC pass
@@ -69,6 +82,38 @@ def _train(args: argparse.Namespace, cfg: S3Config) -> int:
     finally:
         trainer.close()  # the Ray backend's workers stop with the command
     print(json.dumps({k: v for k, v in out.items() if k != "last"}))
+    if out.get("stopped"):
+        import sys
+
+        from generator_adapters.budget import BUDGET_EXIT_CODE
+
+        print(f"{out['stopped']} (--max-cost-usd / training.budget_usd); stopped at step {out['steps']} with its "
+              "checkpoint: the same command with a higher cap resumes", file=sys.stderr)
+        return BUDGET_EXIT_CODE
+    return 0
+
+
+def _train_dry_run(cfg: S3Config) -> int:
+    from s3core.errors import S3Error
+    from training.budget import dry_run
+    from training.data import load_training_set, training_dir
+    from training.trainer import make_trainer
+
+    try:  # the naive-RAG baseline is paid for by prepare-training: a dry run never computes it
+        load_training_set(cfg, training_dir(cfg))
+    except S3Error as e:
+        raise S3Error(f"--dry-run needs a prepared training directory with its baseline ({e}): run "
+                      "`s3 prepare-training` first (it calls the generator once per question)") from None
+    trainer = make_trainer(cfg)
+    try:
+        d = dry_run(trainer)
+    finally:
+        trainer.close()
+    budget = d["budget_usd"]
+    left = f"; budget ${budget:.6f}" if budget is not None else ""
+    print(f"dry run: {d['steps']} RL steps to run, {d['reward_calls']} reward calls: projected "
+          f"${d['projected_usd']:.6f} (from {d['basis']}; prompts measured, completions at max_tokens); "
+          f"${d['spent_usd']:.6f} already spent{left}; no paid API was called")
     return 0
 
 

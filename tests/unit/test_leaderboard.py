@@ -44,13 +44,32 @@ def test_table_cells_mean_and_gbr(tmp_path: Path) -> None:
     board = build_leaderboard(runs)
     assert board.datasets == ["hotpotqa", "musique"]
     md = board.markdown()
-    assert "| local/a | Naive RAG | 40.0 (10.0) | 10.0 (2.0) | 25.0 (6.0) | 0.7500 | 3.00 |" in md
+    # runs written before spend was recorded: no cost per correct answer, nothing saved
+    assert "| local/a | Naive RAG | 40.0 (10.0) | 10.0 (2.0) | 25.0 (6.0) | 0.7500 | - | 0.0000 | 3.00 |" in md
     assert "| local/a | No retrieval | 20.0 (5.0) | - | 20.0 (5.0) |" in md
     # GBR = searcher - naive RAG, per dataset and on the mean, in points
-    assert "| local/a | GBR (searcher - naive RAG) | +6.0 (+2.0) | +5.0 (+1.0) | +5.5 (+1.5) | - | - |" in md
+    assert "| local/a | GBR (searcher - naive RAG) | +6.0 (+2.0) | +5.0 (+1.0) | +5.5 (+1.5) | - | - | - | - |" in md
     assert "local/a/searcher/musique: 2" in md
     order = [r.method for r in board.rows]
     assert order == ["no_retrieval", "naive_rag", "searcher", "gbr"]
+
+
+def test_cost_columns(tmp_path: Path) -> None:
+    """$ / correct = the row's dollars over its correct answers (GenAcc summed over datasets); an unknown price
+    is 'unknown', never 0."""
+    a = write_run(tmp_path, "openai/x", "naive_rag", "hotpotqa", 0.40, 0.10, cost=0.5)
+    b = write_run(tmp_path, "openai/x", "naive_rag", "musique", 0.10, 0.02, cost=0.25)
+    for d, correct, saved in ((a, 40.0, 0.1), (b, 10.0, 0.05)):
+        s = json.loads((d / "summary.json").read_text())
+        s["totals"].update(correct=correct, saved_usd=saved, cache_hits=3)
+        (d / "summary.json").write_text(json.dumps(s))
+    c = write_run(tmp_path, "openai/y", "naive_rag", "hotpotqa", 0.30, 0.10)
+    s = json.loads((c / "summary.json").read_text())
+    s["totals"].update(cost_usd=None, correct=30.0)
+    (c / "summary.json").write_text(json.dumps(s))
+    md = build_leaderboard([a, b, c]).markdown()
+    assert "| openai/x | Naive RAG | 40.0 (10.0) | 10.0 (2.0) | 25.0 (6.0) | 0.7500 | 0.01500 | 0.1500 |" in md
+    assert "| openai/y | Naive RAG | 30.0 (10.0) | - | 30.0 (10.0) | unknown | - | 0.0000 |" in md
 
 
 def test_writes_markdown_csv_html_png(tmp_path: Path) -> None:

@@ -1,0 +1,171 @@
+"""Prices and budgets (s3core/pricing.py, generator_adapters/budget.py, eval/harness.py's budget cut): hand-computed
+figures, the refusals and their messages."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from generator_adapters.budget import Budget, BudgetReached, add_usage, require_known_prices, usage_delta
+from generator_adapters.client import LLMClient
+from generator_adapters.config import GeneratorConfig
+from s3core.errors import ConfigError
+from s3core.pricing import Price, resolve_price
+
+
+def test_price_sources_and_unknown_is_none() -> None:
+    assert resolve_price("openai/my-model", "http://127.0.0.1:1/v1", 0.5, 2.0) == Price(0.5, 2.0, "config")
+    assert resolve_price("local/smollm2-135m-instruct", None, None, None) == Price(0.0, 0.0, "local")
+    known = resolve_price("openai/gpt-4o-mini", None, None, None)
+    assert known is not None and known.source == "litellm" and known.input_per_mtok > 0 and known.output_per_mtok > 0
+    assert resolve_price("openai/no-such-model-anywhere", "http://127.0.0.1:1/v1", None, None) is None
+    # 1,000 prompt tokens at $0.5/M + 200 completion tokens at $2/M
+    assert Price(0.5, 2.0, "config").cost(1000, 200) == pytest.approx(0.0005 + 0.0004)
+
+
+def test_prices_come_in_pairs() -> None:
+    with pytest.raises(ValueError, match="set both input_cost_per_mtok and output_cost_per_mtok"):
+        GeneratorConfig(model="openai/x", input_cost_per_mtok=1.0)
+
+
+def test_budget_check_reserve_settle() -> None:
+    b = Budget(1.0, spent_usd=0.25, setting="eval.budget_usd")
+    assert b.fits(0.75) and not b.fits(0.7500001)
+    b.reserve(0.5)  # calls in flight count
+    assert not b.fits(0.3)
+    with pytest.raises(BudgetReached, match=r"budget reached: batch 3 would cost up to \$0.300000.*eval.budget_usd"):
+        b.check(0.3, "batch 3")
+    b.settle(0.5, 0.4)
+    assert b.spent_usd == pytest.approx(0.65) and b.reserved_usd == 0 and b.remaining_usd == pytest.approx(0.35)
+    assert Budget(None).fits(1e9)
+
+
+def test_unknown_price_refuses_a_budgeted_run_naming_the_settings() -> None:
+    client = LLMClient(GeneratorConfig(model="openai/no-such-model-anywhere", api_base="http://127.0.0.1:9/v1",
+                                       cache_path=None), completion_fn=_never)
+    assert client.price is None
+    with pytest.raises(ConfigError, match=r"generator.input_cost_per_mtok and generator.output_cost_per_mtok"):
+        require_known_prices({"generator": client}, "eval.budget_usd")
+    require_known_prices({"generator": None}, "eval.budget_usd")  # nothing to price
+
+
+async def _never(**kw: object) -> object:
+    raise AssertionError("no call expected")
+
+
+def test_projection_measures_prompts_and_skips_cached(tmp_path: Path) -> None:
+    from generator_adapters.cache import ResponseCache, cache_key
+    from s3core.pricing import count_prompt_tokens
+
+    cfg = GeneratorConfig(model="openai/fake", api_base="http://127.0.0.1:9/v1", max_tokens=10,
+                          input_cost_per_mtok=1.0, output_cost_per_mtok=3.0, cache_path=None)
+    cache = ResponseCache(str(tmp_path / "c.sqlite"))
+    client = LLMClient(cfg, cache=cache, completion_fn=_never)
+    a = [{"role": "user", "content": "What is the capital of France? Answer briefly."}]
+    b = [{"role": "user", "content": "Who wrote Hamlet?"}]
+    n_a = count_prompt_tokens("openai/fake", a)
+    assert client.project([a]) == pytest.approx((n_a * 1.0 + 10 * 3.0) / 1e6)
+    cache.put(cache_key(cfg.model, cfg.api_base, b, client.decoding_params()),
+              {"text": "Shakespeare", "prompt_tokens": 5, "completion_tokens": 1, "cost_usd": 8e-6, "model": cfg.model},
+              model=cfg.model)
+    assert client.project([a, b]) == pytest.approx(client.project([a]))  # the cached answer costs nothing
+    # ...and serving it counts a cache hit with what it saved, not a spend
+    answer = asyncio.run(client.complete(b))
+    assert answer.cached and client.usage()["cache_hits"] == 1 and client.usage()["saved_usd"] == pytest.approx(8e-6)
+    assert client.usage()["cost_usd"] == 0
+    client.close()
+
+
+def test_usage_arithmetic() -> None:
+    d = usage_delta({"cost_usd": 1.0, "paid_calls": 2}, {"cost_usd": 1.5, "paid_calls": 6})
+    assert d["cost_usd"] == 0.5 and d["paid_calls"] == 4 and d["cache_hits"] == 0
+    s = add_usage({"cost_usd": 0.25, "prompt_tokens": 10}, {"cost_usd": 0.5, "prompt_tokens": 5})
+    assert s["cost_usd"] == 0.75 and s["prompt_tokens"] == 15
+
+
+def test_harness_cuts_a_batch_before_the_question_that_would_pass_the_budget() -> None:
+    """Per-question projections 0.3, 0.3, 0.3 with $0.7 left: two questions run, the third is the stop."""
+    from eval.contexts import ContextOut
+    from eval.harness import Components, _run_batch
+    from s3core.types import QAExample
+
+    spent = {"cost_usd": 0.0}
+
+    async def contexts(qs: list[QAExample]) -> list[ContextOut]:
+        return [ContextOut() for _ in qs]
+
+    async def answer(qs, ctxs):  # type: ignore[no-untyped-def]
+        from eval.accuracy import Prediction
+
+        spent["cost_usd"] += 0.25 * len(qs)  # what the calls really cost (below their bound)
+        return [Prediction(text="x", cost_usd=0.25) for _ in qs]
+
+    async def score(qs, answers):  # type: ignore[no-untyped-def]
+        from eval.accuracy import Scores
+
+        return [Scores(genacc=1.0, span=1.0, em=1.0, f1=1.0) for _ in qs]
+
+    budget = Budget(1.0, spent_usd=0.3, setting="--max-cost-usd")
+    comp = Components(contexts=contexts, answer=answer, score=score, usage=lambda: dict(spent),
+                      project=lambda qs, cs: [0.3] * len(qs), budget=budget)
+    batch = [QAExample(id=f"q{i}", question=f"question {i}?", golden_answers=["x"]) for i in range(3)]
+    rows, stop = asyncio.run(_run_batch(comp, batch, {}))
+    assert [r["id"] for r in rows] == ["q0", "q1"]
+    assert isinstance(stop, BudgetReached) and "question 'q2'" in str(stop)
+    assert budget.spent_usd == pytest.approx(0.8) and budget.reserved_usd == 0
+    rows, stop = asyncio.run(_run_batch(comp, batch[2:], {}))  # $0.2 left: nothing starts
+    assert rows == [] and stop is not None
+
+
+def test_budgeted_executor_stops_before_the_step_that_could_pass(tmp_path: Path) -> None:
+    """Each step's reward calls are bounded at $0.30 and really cost $0.25: with $1.00, steps 1-3 run (0.75 spent),
+    step 4's bound would make 1.05: refused before its calls. A resumed executor starts from metrics.jsonl's total."""
+    import json
+
+    from s3.config import load_config
+    from training.budget import BudgetedExecutor, spent_before
+
+    class Inner:
+        def __init__(self) -> None:
+            self.pending: dict[str, float] = {}
+            self.scored = 0
+
+        def rollout(self, examples, step, greedy=False):  # type: ignore[no-untyped-def]
+            return []
+
+        def score(self, results, examples):  # type: ignore[no-untyped-def]
+            self.scored += 1
+            self.pending = {"reward/cost_usd": 0.25, "reward/prompt_tokens": 100.0}
+            return "batch"
+
+        def step_stats(self) -> dict[str, float]:
+            out, self.pending = self.pending, {}
+            return out
+
+        def sync(self) -> None:
+            return None
+
+        def close(self) -> None:
+            return None
+
+    cfg = load_config(None, ["training.mode=search_r1", "training.reward=em"])  # no generator to build here
+    step = [0]
+    ex = BudgetedExecutor(Inner(), cfg, tmp_path, lambda: step[0], budget_usd=1.0)
+    ex.project = lambda results, examples: 0.30  # type: ignore[method-assign]
+    rows = []
+    for _ in range(3):
+        ex.score([], [])
+        rows.append({"step": step[0] + 1, **ex.step_stats()})
+        step[0] += 1
+    assert [r["cost/usd_step"] for r in rows] == [0.25, 0.25, 0.25] and rows[-1]["cost/usd_total"] == 0.75
+    with pytest.raises(BudgetReached, match="budget reached: step 4"):
+        ex.score([], [])
+    assert ex.inner.scored == 3
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "cost/us')
+    assert spent_before(tmp_path, 2) == 0.5 and spent_before(tmp_path, 3) == 0.75  # a torn last line is skipped
+    resumed = BudgetedExecutor(Inner(), cfg, tmp_path, lambda: 3, budget_usd=2.0)
+    resumed.project = lambda results, examples: 0.30  # type: ignore[method-assign]
+    resumed.score([], [])
+    assert resumed.step_stats()["cost/usd_total"] == 1.0

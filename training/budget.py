@@ -1,0 +1,197 @@
+"""What a training run spends on paid calls, and its cap (`training.budget_usd` / `s3 train --max-cost-usd`).
+
+    executor = BudgetedExecutor(inner, cfg, run_dir, step_of=lambda: trainer.step, budget_usd=2.0)
+    ...
+    batch = executor.score(results, examples)   # BudgetReached before any of the step's calls when they could pass it
+    row.update(executor.step_stats())            # cost/usd_step, cost/usd_total, tokens, cache hits, dollars saved
+
+The step's reward calls (the frozen generator on each rollout's documents, and a judge call on each answer) are
+projected on the trainer's side before they are made, wherever they then run (here or on Ray reward workers): prompts
+measured, completions at max_tokens, answers in the response cache free. A step that could pass the cap is not
+started: the trainer stops with the checkpoint of the step before (`S3Trainer.train`), and the same command with a
+higher cap resumes it from there. `cost/usd_total` is carried over a resume from metrics.jsonl.
+
+`dry_run` projects the whole run without one paid call: every remaining step's questions (their order is a function
+of seed and step) with the naive-RAG top-k as a stand-in for the searcher's documents, times the group size, plus the
+held-out evaluations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from eval.accuracy import Accuracy
+from generator_adapters.budget import Budget, BudgetReached, require_known_prices
+from s3core.types import QAExample, SearchResult
+from training.config import TrainSettings
+from training.executors import StepExecutor
+from training.rewards import RewardBatch
+
+__all__ = ["BudgetReached", "BudgetedExecutor", "dry_run", "paid_reward", "spent_before"]
+
+COST_METRICS = ("cost/usd_step", "cost/usd_total")
+
+
+def paid_reward(cfg: TrainSettings) -> bool:
+    """Whether the configured reward calls the frozen generator (and the judge)."""
+    tc = cfg.training
+    if tc.mode == "search_r1":
+        return False
+    return tc.reward not in ("em", "r1_searcher_stage1")
+
+
+def projection_accuracy(cfg: TrainSettings) -> Accuracy | None:
+    """An Accuracy built like the reward's, used only for its prompts and prices here: it makes no call."""
+    if not paid_reward(cfg):
+        return None
+    from eval.build import build_accuracy
+
+    gen = cfg.generator_resolved.model_copy(update={"processes": 1})
+    return build_accuracy(gen, cfg.judge_resolved, cfg.eval)
+
+
+def spent_before(run_dir: Path, step: int) -> float:
+    """`cost/usd_total` of the last metrics row at or before `step` (what a resumed run had spent), else 0."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return 0.0
+    total = 0.0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line of a killed run
+        if isinstance(row, dict) and int(row.get("step", 0)) <= step and isinstance(row.get("cost/usd_total"), int | float):
+            total = float(row["cost/usd_total"])
+    return total
+
+
+class BudgetedExecutor:
+    """A StepExecutor that prices and caps the reward calls of the one it wraps; everything else passes through."""
+
+    def __init__(self, inner: StepExecutor, cfg: TrainSettings, run_dir: Path, step_of: Callable[[], int],
+                 budget_usd: float | None = None, setting: str = "training.budget_usd") -> None:
+        self.inner = inner
+        self.run_dir = run_dir
+        self.step_of = step_of
+        self.accuracy = projection_accuracy(cfg)
+        if budget_usd is not None and self.accuracy is not None:
+            require_known_prices(self.accuracy.clients(), setting)
+        self.budget = Budget(budget_usd, setting=setting)
+        self._loaded = False
+        self._pending: dict[str, float] = {}
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self.budget.spent_usd = spent_before(self.run_dir, self.step_of())
+            self._loaded = True
+
+    def _collect(self) -> float:
+        """Move the inner executor's usage since its last report into pending; the dollars it spent."""
+        row = self.inner.step_stats()
+        for k, v in row.items():
+            self._pending[k] = self._pending.get(k, 0.0) + v
+        return float(row.get("reward/cost_usd", 0.0))
+
+    def project(self, results: list[SearchResult], examples: list[QAExample]) -> float:
+        """The most the reward calls of these rollouts can cost."""
+        if self.accuracy is None:
+            return 0.0
+        return float(sum(self.accuracy.project([e.question for e in examples], [list(r.documents) for r in results],
+                                               [e.golden_answers for e in examples])))
+
+    # ------------------------------------------------------------------ StepExecutor
+    def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]:
+        return self.inner.rollout(examples, step, greedy)
+
+    def score(self, results: list[SearchResult], examples: list[QAExample]) -> RewardBatch:
+        self._load()
+        self.budget.spend(self._collect())  # anything spent outside score (nothing today) is counted too
+        projected = self.project(results, examples)
+        self.budget.check(projected, f"step {self.step_of() + 1} ({len(results)} rollouts to score)")
+        self.budget.reserve(projected)
+        spent = 0.0
+        try:
+            return self.inner.score(results, examples)
+        finally:
+            spent = self._collect()
+            self.budget.settle(projected, spent)
+
+    def sync(self) -> float | None:
+        return self.inner.sync()
+
+    def step_stats(self) -> dict[str, float]:
+        self._load()
+        self.budget.spend(self._collect())
+        row, self._pending = self._pending, {}
+        unknown = row.get("cost/unknown_price_calls", 0.0) > 0 or (
+            self.accuracy is not None and any(c.price is None for c in self.accuracy.clients().values()))
+        if not unknown:  # an unknown price leaves the dollars out (never 0); cost/unknown_price_calls says why
+            row["cost/usd_step"] = row.get("reward/cost_usd", 0.0)
+            row["cost/usd_total"] = self.budget.spent_usd
+        if self.budget.limit_usd is not None:
+            row["cost/budget_usd"] = self.budget.limit_usd
+        return row
+
+    def close(self) -> None:
+        if self.accuracy is not None:
+            self.accuracy.close()
+        self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:  # executor-specific extras (Ray worker stats, ...)
+        if name == "inner":  # not set yet (a half-built object): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def dry_run(trainer: Any) -> dict[str, Any]:
+    """The projected spend of the rest of the run (see the module docstring), without a paid call."""
+    ex = trainer.executor
+    acc: Accuracy | None = ex.accuracy if isinstance(ex, BudgetedExecutor) else projection_accuracy(trainer.cfg)
+    tc = trainer.tc
+    k = trainer.cfg.retriever.k
+    steps, total, calls = 0, 0.0, 0
+    spent = spent_before(Path(trainer.run_dir), trainer.step)
+
+    def price(examples: list[QAExample]) -> float:
+        if acc is None or not examples:
+            return 0.0
+        docs = trainer.retriever.search([e.question for e in examples], k)
+        return float(sum(acc.project([e.question for e in examples], docs, [e.golden_answers for e in examples])))
+
+    measured = measured_step_costs(Path(trainer.run_dir), trainer.step)
+    for step in range(trainer.step, tc.total_steps):
+        if step < tc.sft_warmup_steps:
+            continue  # the warm-up imitates an oracle: no reward call
+        qs = [trainer.examples[i] for i in trainer.batch_indices(step)]
+        total += sum(measured) / len(measured) if measured else price(qs) * tc.group_size
+        calls += len(qs) * tc.group_size
+        steps += 1
+        if trainer.heldout_due(step + 1):
+            total += price(list(trainer.heldout))
+            calls += len(trainer.heldout)
+    return {"steps": steps, "reward_calls": calls, "projected_usd": total, "spent_usd": spent,
+            "basis": f"the mean of {len(measured)} measured steps" if measured else
+            "naive-RAG top-k per rollout (an upper estimate: a searcher selects fewer documents, and a group's "
+            "identical contexts are asked once)",
+            "budget_usd": ex.budget.limit_usd if isinstance(ex, BudgetedExecutor) else None}
+
+
+def measured_step_costs(run_dir: Path, step: int) -> list[float]:
+    """`cost/usd_step` of the RL steps already run (a resumed run's dry run projects from what steps really cost)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    by_step: dict[int, float] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        usd = row.get("cost/usd_step") if isinstance(row, dict) else None
+        if isinstance(usd, int | float) and "reward/mean" in row and int(row.get("step", 0)) <= step:
+            by_step[int(row["step"])] = float(usd)
+    return list(by_step.values())
