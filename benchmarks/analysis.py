@@ -1,0 +1,86 @@
+"""What the transfer experiment's searchers do, and a Search-R1-mode run's over-/under-search (issue 34).
+
+    .venv/bin/python benchmarks/analysis.py prepare      # the dev slices' corpora + bm25 indexes (gitignored; seconds)
+    .venv/bin/python benchmarks/analysis.py search_r1    # s3 eval --method search_r1 on MuSiQue (+ Bamboogle over the
+                                                         # demo Wikipedia corpus), resumable
+    .venv/bin/python benchmarks/analysis.py analyze      # s3 analyze: the searchers, the Search-R1 run, hand labels
+    .venv/bin/python benchmarks/analysis.py all
+
+Everything lands in benchmarks/results/analysis/: s3/ (untrained vs trained searcher, HotpotQA and MuSiQue),
+search_r1/ (the Search-R1 run and its analysis), hand_labels.jsonl (50 steps labelled by reading them).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRANSFER = ROOT / "benchmarks" / "results" / "transfer" / "eval"
+OUT = ROOT / "benchmarks" / "results" / "analysis"
+SHARED = ROOT.parent / "shared" / "data"
+SLICES = {"hotpotqa_dev500": ("hotpotqa", SHARED / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl"),
+          "musique_dev200": ("musique", SHARED / "musique_dev200" / "musique.json")}
+R1_POLICY = os.environ.get("S3_R1_POLICY", "local/qwen2.5-coder-0.5b-instruct")
+R1_QUESTIONS = int(os.environ.get("S3_R1_QUESTIONS", "200"))
+GENACC_QUESTIONS = os.environ.get("S3_GENACC_QUESTIONS", "30")
+
+
+def _s3(*args: str) -> None:
+    cmd = [str(ROOT / ".venv" / "bin" / "s3"), *args]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def prepare() -> None:
+    for name, (fmt, raw) in SLICES.items():
+        data, index = TRANSFER / name / "data", TRANSFER / name / "index"
+        if not (data / "corpus.jsonl").is_file():
+            _s3("data", "prepare", fmt, "--input", str(raw), "--out", str(data))
+        if not index.is_dir():
+            _s3("index", "build", "--config", "configs/transfer.toml", "--corpus", str(data / "corpus.jsonl"),
+                "--out", str(index))
+
+
+def search_r1() -> None:
+    prepare()
+    data, index = TRANSFER / "musique_dev200" / "data", TRANSFER / "musique_dev200" / "index"
+    _s3("eval", "--config", "configs/transfer.toml", "--dataset", str(data), "--index", str(index), "--method",
+        "search_r1", "--limit", str(R1_QUESTIONS), "--out", str(OUT / "search_r1" / "musique_dev200" / "search_r1"),
+        "--set", "searcher.policy=litellm", "--set", f"searcher.model={R1_POLICY}", "--set", "searcher.max_turns=3",
+        "--set", "searcher.max_new_tokens=96", "--set", "eval.metric=genacc", "--set", "eval.use_judge=true",
+        "--no-progress")
+
+
+def analyze() -> None:
+    prepare()
+    runs = [str(TRANSFER / s / m) for s in SLICES for m in ("untrained", "trained")]
+    _s3("analyze", "--config", "configs/transfer.toml", *runs[:2], "--out", str(OUT / "s3" / "hotpotqa"), "--probe",
+        "--genacc-questions", GENACC_QUESTIONS, "--set", "eval.metric=genacc", "--set", "eval.use_judge=true")
+    _s3("analyze", "--config", "configs/transfer.toml", *runs[2:], "--out", str(OUT / "s3" / "musique"), "--probe",
+        "--genacc-questions", GENACC_QUESTIONS, "--set", "eval.metric=genacc", "--set", "eval.use_judge=true")
+    r1 = OUT / "search_r1" / "musique_dev200" / "search_r1"
+    if (r1 / "results.jsonl").is_file():
+        labels = OUT / "hand_labels.jsonl"
+        _s3("analyze", "--config", "configs/transfer.toml", str(r1), "--out", str(OUT / "search_r1" / "analysis"),
+            "--dataset", str(TRANSFER / "musique_dev200" / "data"), "--index", str(TRANSFER / "musique_dev200" / "index"),
+            "--set", "searcher.policy=litellm", "--set", f"searcher.model={R1_POLICY}",
+            *(["--labels", str(labels)] if labels.is_file() else []))
+
+
+def main() -> int:
+    stage = sys.argv[1] if len(sys.argv) > 1 else "all"
+    stages = {"prepare": [prepare], "search_r1": [search_r1], "analyze": [analyze],
+              "all": [prepare, search_r1, analyze]}
+    if stage not in stages:
+        print(f"usage: analysis.py {{{'|'.join(stages)}}}", file=sys.stderr)
+        return 2
+    for f in stages[stage]:
+        f()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
