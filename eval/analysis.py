@@ -286,7 +286,7 @@ S3_RATES = [
     ("stop_rate", "stopped before the budget (% of questions)", True),
     ("stop_missing_support_rate", "stops with support missing (% of stops)", True),
     ("premature_stop_rate", "premature stops (% of stops)", True),
-    ("invalid_turn_rate", "invalid replies (% of turns >= 1)", True),
+    ("invalid_turn_rate", "invalid replies (% of the policy's replies)", True),
     ("support_recall", "support recall of D_s3", True),
     ("selection_precision", "selection precision (gold share of D_s3)", True),
     ("selection_recall", "selection recall (of gold shown)", True),
@@ -392,6 +392,7 @@ def plot_s3(analyses: Sequence[S3Analysis], path: Path) -> Path | None:
         axes[1].plot(ts, [r["marginal_recall"] if r["marginal_recall"] is not None else float("nan") for r in pt],
                      marker="o", label=a.run.name)
     axes[0].set_title("support recall of D_s3 after turn t")
+    axes[0].set_ylim(0, 1)
     axes[1].set_title("marginal support recall of turn t")
     for ax in axes[:2]:
         ax.set_xlabel("turn")

@@ -139,7 +139,8 @@ class QuestionBehavior:
     qid: str
     n_gold: int
     search_turns: int  # turns >= 1 that issued a query
-    invalid_turns: int  # turns >= 1 whose reply was invalid
+    invalid_turns: int  # replies that were invalid (a step's reply judges its window: turn 0's judges D0)
+    replies: int  # the policy's replies (one per step)
     recall_after: list[float]  # index t = 0..last turn; [] when the question has no gold paragraphs
     genacc_after: list[float | None] | None
     redundant: int  # redundant search turns (either reason)
@@ -191,7 +192,7 @@ def question_behavior(
     overlaps = [query_overlap(s.query or "", trace.question) for s in searches]
     return QuestionBehavior(
         qid=trace.qid, n_gold=len(gold), search_turns=len(searches),
-        invalid_turns=sum(1 for s in trace.turns if s.turn >= 1 and s.invalid),
+        invalid_turns=sum(1 for s in trace.turns if s.invalid), replies=len(trace.turns),
         recall_after=recall, genacc_after=list(genacc_after) if genacc_after is not None else None,
         redundant=red, redundant_support=red_support, redundant_answer=red_answer,
         stopped=stopped, stop_missing_support=stop_missing, premature=premature,
@@ -215,7 +216,7 @@ def summarize(behaviors: Sequence[QuestionBehavior], max_turns: int, n_resamples
 
     Rates whose unit is a turn or a stop are ratios (sum over questions / sum over questions, resampled by question):
     `redundant_turn_rate` (of search turns), `premature_stop_rate` and `stop_missing_support_rate` (of stops),
-    `invalid_turn_rate` (of turns >= 1), `selection_precision` (of selected documents), `selection_recall` (of gold
+    `invalid_turn_rate` (of the policy's replies), `selection_precision` (of selected documents), `selection_recall` (of gold
     paragraphs shown). Per-question means: `queries_per_question`, `support_recall`, `genacc` (final D_s3).
     `per_turn`: for each turn t, the number of questions that reached it, the mean support recall after t over all
     questions, the marginal recall of turn t (mean of recall after t - recall after t - 1 over the questions that
@@ -236,8 +237,7 @@ def summarize(behaviors: Sequence[QuestionBehavior], max_turns: int, n_resamples
     if any(b.premature is not None for b in bs):
         pb = [b for b in bs if b.premature is not None]
         out["premature_stop_rate"] = _rate([float(bool(b.premature)) for b in pb], [float(b.stopped) for b in pb], **kw)
-    out["invalid_turn_rate"] = _rate([b.invalid_turns for b in bs],
-                                     [b.search_turns + b.invalid_turns for b in bs], **kw)
+    out["invalid_turn_rate"] = _rate([b.invalid_turns for b in bs], [b.replies for b in bs], **kw)
     out["selection_precision"] = _rate([b.selected_gold for b in with_gold], [b.selected for b in with_gold], **kw)
     out["selection_recall"] = _rate([b.selected_gold for b in with_gold], [b.shown_gold for b in with_gold], **kw)
     out["support_recall"] = mean_ci([b.recall_after[-1] for b in with_gold], **kw)

@@ -147,3 +147,36 @@ def test_search_r1_steps_and_agreement(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="policy_text"):
         extract_steps({"id": "r", "steps": [{"turn": 0, "query": None}]})
     assert isinstance(steps[0], R1Step) and steps[0].key == "r1#0"
+
+
+def test_search_r1_analysis_with_scripted_answers(tmp_path: Path) -> None:
+    """The over-/under-search bookkeeping with a scripted policy and judge (the real ones: benchmarks/analysis.py)."""
+    from eval.analysis import RunData
+    from eval.oversearch import analyze_search_r1
+    from s3core.types import Document
+
+    second = {**R1_ROW, "id": "2hop__1_2", "steps": [
+        {"turn": 0, "query": None, "retrieved_ids": [], "policy_text": "<think>easy</think><answer>Paris</answer>"}]}
+    run = RunData(name="r1", dir=tmp_path, method="search_r1", config={}, contexts={"r1": R1_ROW, "2hop__1_2": second},
+                  rows={"r1": {"metrics": {"genacc": 1.0}}, "2hop__1_2": {"metrics": {"genacc": 0.0}}},
+                  gold={}, datasets={"r1": "musique", "2hop__1_2": "musique"}, dataset_dir=None, max_turns=3, k=3)
+    seen: list[list[dict[str, str]]] = []
+
+    def answer(chats: list[list[dict[str, str]]]) -> list[str | None]:
+        seen.extend(chats)
+        return ["<query_answer>Steven Spielberg</query_answer>", "<query_answer>Spielberg</query_answer>"]
+
+    def docs(ids: set[str]) -> dict[str, Document]:
+        return {i: Document(id=i, title=f"T{i}", text="Jaws is a film by Steven Spielberg.") for i in ids}
+
+    a = analyze_search_r1(run, answer, lambda m, c: [True for _ in m], docs, n_resamples=100)
+    s = a.summary
+    assert (s["search_steps"], s["answer_steps"], s["no_answer_steps"]) == (1, 2, 1)
+    assert s["over_search_rate"]["mean"] == 1.0 and s["under_search_rate"]["mean"] == 0.5
+    assert s["under_search_rate_incl_no_answer"]["mean"] == pytest.approx(2 / 3)
+    # the memory prompt ends at the step's think; the context prompt carries the retrieved window
+    assert seen[0][-2]["content"] == "<think>I need it</think>" and "own knowledge" in seen[0][-1]["content"]
+    assert "<information>Doc 1(Title: Td1)" in seen[1][-1]["content"]
+    assert [b["searches"] for b in s["by_searches"]] == [0, 1]
+    assert a.hops is not None and a.hops["less"]["sum"] == 100.0  # 2-hop questions with 0 and 1 searches
+    assert "over-search" in "\n".join(a.markdown())
