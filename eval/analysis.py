@@ -182,7 +182,8 @@ class PrefixGenAcc:
             row = run.rows.get(tr.qid)
             final = (row or {}).get("metrics", {}).get("genacc") if row else None
             last = tr.last_turn
-            out[tr.qid] = [None] * last + [final]
+            prefix: list[float | None] = [None] * last
+            out[tr.qid] = [*prefix, final]
             final_docs = tr.d_after(last)
             for t in range(last):
                 d = tr.d_after(t)
