@@ -101,11 +101,11 @@ def _s3_analysis(args: argparse.Namespace, cfg: S3Config, run: RunData, shared: 
 
             probe = bridge_probe(retriever, run.k, titles)
         if args.genacc_questions:
+            _same_model(run, "generator", cfg.generator_resolved.model)
             if "accuracy" not in shared:
                 from eval.build import build_accuracy
 
                 shared["accuracy"] = build_accuracy(cfg.generator_resolved, cfg.judge_resolved, cfg.eval)
-            _same_model(run, "generator", cfg.generator_resolved.model)
             genacc = PrefixGenAcc(shared["accuracy"], docs, limit=args.genacc_questions)
     return analyze_s3(run, probe=probe, genacc=genacc, n_resamples=args.resamples)
 

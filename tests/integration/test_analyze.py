@@ -48,14 +48,16 @@ def test_analyze_compares_untrained_and_trained(musique: Path, tmp_path: Path, c
     # the trained searcher stops at turn 0 on every question: no search turns, every stop before the budget
     assert tr["queries_per_question"]["mean"] == 0.0 and tr["stop_rate"]["mean"] == 1.0
     assert tr["redundant_turn_rate"]["mean"] is None
-    assert un["queries_per_question"]["mean"] > 2.5
+    assert 1.5 < un["queries_per_question"]["mean"] < 3.0  # 3 turns, some of them invalid replies without a query
     lo, hi = un["redundant_turn_rate"]["ci95"]
     assert 0.0 <= lo <= un["redundant_turn_rate"]["mean"] <= hi <= 1.0
     # premature stops were probed with the real index: a share of the stops with support missing
     p = tr["premature_stop_rate"]
     assert p["n"] == 100 and 0.0 < p["mean"] <= tr["stop_missing_support_rate"]["mean"]
     assert [r["turn"] for r in un["per_turn"]] == [0, 1, 2, 3]
-    assert un["per_turn"][0]["recall_after"] == pytest.approx(tr["per_turn"][0]["recall_after"], abs=0.05)
+    # turn 0 retrieves the same top-3; the untrained searcher keeps the whole window (no selection), the trained one
+    # selects from it: never more gold than the window
+    assert un["per_turn"][0]["recall_after"] >= tr["per_turn"][0]["recall_after"] > 0.3
     with (out / "hops.csv").open() as f:
         hops = list(csv.DictReader(f))
     assert {h["run"] for h in hops} == {"musique_dev200/untrained", "musique_dev200/trained"}
@@ -79,11 +81,11 @@ def test_marginal_genacc_with_the_real_generator(musique: Path, tmp_path: Path) 
 def test_wrong_input_is_one_clear_line(musique: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     garbage = tmp_path / "g"
     garbage.mkdir()
-    (garbage / "results.jsonl").write_text("{not json\n")
+    (garbage / "results.jsonl").write_text("{not json\n{\"id\": \"q\"}\n")
     cases = [
         (["analyze", str(tmp_path / "nope"), "--out", str(tmp_path / "o")], "no such run directory"),
         (["analyze", str(musique / "data"), "--out", str(tmp_path / "o")], "no results.jsonl"),
-        (["analyze", str(garbage), "--out", str(tmp_path / "o")], "results.jsonl"),
+        (["analyze", str(garbage), "--out", str(tmp_path / "o")], "results.jsonl:1"),
         (["analyze", str(musique / "untrained"), "--out", str(tmp_path / "o"), "--probe", "--index",
           str(tmp_path / "noindex")], "no retrieval index"),
         (["report", str(tmp_path / "nope")], "no such run directory"),
