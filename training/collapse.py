@@ -75,7 +75,7 @@ def detect_collapse(
     rows: list[dict[str, Any]],
     *,
     window: int = 5,
-    stop_share: float = 0.25,
+    stop_share: float = 0.5,
     stop_floor: float = 0.05,
     invalid_rise: float = 0.25,
     invalid_floor: float = 0.4,
