@@ -1,13 +1,13 @@
 """What the transfer experiment's searchers do, and a Search-R1-mode run's over-/under-search (issue 34).
 
     .venv/bin/python benchmarks/analysis.py prepare      # the dev slices' corpora + bm25 indexes (gitignored; seconds)
-    .venv/bin/python benchmarks/analysis.py search_r1    # s3 eval --method search_r1 on MuSiQue (+ Bamboogle over the
-                                                         # demo Wikipedia corpus), resumable
+    .venv/bin/python benchmarks/analysis.py search_r1    # s3 eval --method search_r1 on MuSiQue (resumable)
     .venv/bin/python benchmarks/analysis.py analyze      # s3 analyze: the searchers, the Search-R1 run, hand labels
     .venv/bin/python benchmarks/analysis.py all
 
 Everything lands in benchmarks/results/analysis/: s3/ (untrained vs trained searcher, HotpotQA and MuSiQue),
-search_r1/ (the Search-R1 run and its analysis), hand_labels.jsonl (50 steps labelled by reading them).
+training/ (the transfer training run's search metrics and collapse), search_r1/ (the Search-R1 run and its
+analysis), hand_labels.jsonl (50 steps labelled by a person reading them; benchmarks/label_sample.py draws them).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ SLICES = {"hotpotqa_dev500": ("hotpotqa", SHARED / "hotpotqa_dev500" / "hotpotqa
           "musique_dev200": ("musique", SHARED / "musique_dev200" / "musique.json")}
 R1_POLICY = os.environ.get("S3_R1_POLICY", "local/qwen2.5-coder-0.5b-instruct")
 R1_QUESTIONS = int(os.environ.get("S3_R1_QUESTIONS", "200"))
-GENACC_QUESTIONS = os.environ.get("S3_GENACC_QUESTIONS", "30")
+GENACC_QUESTIONS = os.environ.get("S3_GENACC_QUESTIONS", "20")
+R1_RUN = OUT / "search_r1" / "musique_dev200" / "search_r1"
 
 
 def _s3(*args: str) -> None:
@@ -48,26 +49,23 @@ def search_r1() -> None:
     prepare()
     data, index = TRANSFER / "musique_dev200" / "data", TRANSFER / "musique_dev200" / "index"
     _s3("eval", "--config", "configs/transfer.toml", "--dataset", str(data), "--index", str(index), "--method",
-        "search_r1", "--limit", str(R1_QUESTIONS), "--out", str(OUT / "search_r1" / "musique_dev200" / "search_r1"),
-        "--set", "searcher.policy=litellm", "--set", f"searcher.model={R1_POLICY}", "--set", "searcher.max_turns=3",
-        "--set", "searcher.max_new_tokens=96", "--set", "eval.metric=genacc", "--set", "eval.use_judge=true",
-        "--no-progress")
+        "search_r1", "--limit", str(R1_QUESTIONS), "--out", str(R1_RUN), "--set", "searcher.policy=litellm",
+        "--set", f"searcher.model={R1_POLICY}", "--set", "searcher.max_new_tokens=80", "--set", "eval.metric=genacc",
+        "--set", "eval.use_judge=true", "--no-progress")
 
 
 def analyze() -> None:
     prepare()
     runs = [str(TRANSFER / s / m) for s in SLICES for m in ("untrained", "trained")]
-    _s3("analyze", "--config", "configs/transfer.toml", *runs[:2], "--out", str(OUT / "s3" / "hotpotqa"), "--probe",
+    _s3("analyze", "--config", "configs/transfer.toml", *runs, "--out", str(OUT / "s3"), "--probe",
         "--genacc-questions", GENACC_QUESTIONS, "--set", "eval.metric=genacc", "--set", "eval.use_judge=true")
-    _s3("analyze", "--config", "configs/transfer.toml", *runs[2:], "--out", str(OUT / "s3" / "musique"), "--probe",
-        "--genacc-questions", GENACC_QUESTIONS, "--set", "eval.metric=genacc", "--set", "eval.use_judge=true")
-    r1 = OUT / "search_r1" / "musique_dev200" / "search_r1"
-    if (r1 / "results.jsonl").is_file():
+    _s3("analyze", str(ROOT / "benchmarks" / "results" / "transfer"), "--out", str(OUT / "training"))
+    if (R1_RUN / "results.jsonl").is_file():
         labels = OUT / "hand_labels.jsonl"
-        _s3("analyze", "--config", "configs/transfer.toml", str(r1), "--out", str(OUT / "search_r1" / "analysis"),
+        _s3("analyze", "--config", "configs/transfer.toml", str(R1_RUN), "--out", str(OUT / "search_r1" / "analysis"),
             "--dataset", str(TRANSFER / "musique_dev200" / "data"), "--index", str(TRANSFER / "musique_dev200" / "index"),
-            "--set", "searcher.policy=litellm", "--set", f"searcher.model={R1_POLICY}",
-            *(["--labels", str(labels)] if labels.is_file() else []))
+            "--set", "searcher.policy=litellm", "--set", f"searcher.model={R1_POLICY}", "--set", "eval.metric=genacc",
+            "--set", "eval.use_judge=true", *(["--labels", str(labels)] if labels.is_file() else []))
 
 
 def main() -> int:
