@@ -249,7 +249,7 @@ def analyze_s3(run: RunData, probe: ProbeFn | None = None, genacc: PrefixGenAcc 
     gen = genacc(run, traces) if genacc is not None else {}
     if genacc is not None:
         notes.append(f"marginal GenAcc on the first {min(genacc.limit, len(traces))} questions "
-                     f"({genacc.calls} generator answers so far across runs)")
+                     f"({genacc.calls} generator answers: a prefix with the final documents reuses the row)")
     bs = [question_behavior(t, run.gold.get(t.qid, set()), run.max_turns,
                             probe_ids=probes.get(t.qid, []) if probe is not None else None,
                             genacc_after=gen.get(t.qid)) for t in traces]
