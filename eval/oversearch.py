@@ -171,8 +171,9 @@ class R1Analysis:
             lines.append("")
         if self.agreement:
             a = self.agreement
+            kappa = "undefined: one class only" if a["kappa"] is None else f"{a['kappa']:.2f}"
             lines += [f"Judge vs hand labels on {a['n']} steps: agreement {100 * a['agreement']:.1f}% "
-                      f"(Cohen's kappa {a['kappa']:.2f}); over-search steps {a['by_kind'].get('search', {})}, "
+                      f"(Cohen's kappa {kappa}); over-search steps {a['by_kind'].get('search', {})}, "
                       f"answer steps {a['by_kind'].get('answer', {})}.", ""]
         lines += [f"- {n}" for n in self.notes]
         lines.append("")
@@ -317,7 +318,7 @@ def analyze_search_r1(
 
 
 def agreement(steps: Sequence[R1Step], labels_path: Path) -> dict[str, Any]:
-    """The judge's verdicts vs hand labels: {"n", "agreement", "kappa", "by_kind"}. A label row is {"key": "qid#i",
+    """The judge's verdicts vs hand labels: {"n", "agreement", "kappa" (None when undefined), "by_kind"}. A label row is {"key": "qid#i",
     "label": true|false} where the label answers the judge's question for that step (search step: the two answers
     agree = over-search; answer step: the answer is correct)."""
     by_key = {s.key: s for s in steps}
@@ -343,7 +344,7 @@ def agreement(steps: Sequence[R1Step], labels_path: Path) -> dict[str, Any]:
     pv = sum(v for _, v, _ in pairs) / len(pairs)
     pl = sum(lab for _, _, lab in pairs) / len(pairs)
     pe = pv * pl + (1 - pv) * (1 - pl)
-    kappa = (agree - pe) / (1 - pe) if pe < 1 else 1.0
+    kappa = (agree - pe) / (1 - pe) if pe < 1 else None  # undefined when labels and verdicts are all one class
     by_kind: dict[str, Any] = {}
     for kind in ("search", "answer"):
         sub = [(v, lab) for k, v, lab in pairs if k == kind]
