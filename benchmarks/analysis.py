@@ -7,7 +7,8 @@
 
 Everything lands in benchmarks/results/analysis/: s3/ (untrained vs trained searcher, HotpotQA and MuSiQue),
 training/ (the transfer training run's search metrics and collapse), search_r1/ (the Search-R1 run and its
-analysis), hand_labels.jsonl (50 steps labelled by a person reading them; benchmarks/label_sample.py draws them).
+analysis), hand_labels_*.jsonl (every step with a judge verdict, labelled by a person reading it; benchmarks/label_sample.py
+prints a sample to label).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ OUT = ROOT / "benchmarks" / "results" / "analysis"
 SHARED = ROOT.parent / "shared" / "data"
 SLICES = {"hotpotqa_dev500": ("hotpotqa", SHARED / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl"),
           "musique_dev200": ("musique", SHARED / "musique_dev200" / "musique.json")}
-R1_POLICY = os.environ.get("S3_R1_POLICY", "local/qwen2.5-coder-0.5b-instruct")
+# the committed run: SmolLM2-135M (Qwen2.5-Coder-0.5B never searched in an 8-question trial: search_r1_qwen05/), stopped
+# at 80 of the 200 questions by this session's CPU budget (the same command resumes it)
+R1_POLICY = os.environ.get("S3_R1_POLICY", "local/smollm2-135m-instruct")
 R1_QUESTIONS = int(os.environ.get("S3_R1_QUESTIONS", "200"))
 GENACC_QUESTIONS = os.environ.get("S3_GENACC_QUESTIONS", "20")
 R1_RUN = OUT / "search_r1" / "musique_dev200" / "search_r1"
@@ -61,7 +64,7 @@ def analyze() -> None:
         "--genacc-questions", GENACC_QUESTIONS, "--set", "eval.metric=genacc", "--set", "eval.use_judge=true")
     _s3("analyze", str(ROOT / "benchmarks" / "results" / "transfer"), "--out", str(OUT / "training"))
     if (R1_RUN / "results.jsonl").is_file():
-        labels = OUT / "hand_labels.jsonl"
+        labels = OUT / "hand_labels_smollm2.jsonl"
         _s3("analyze", "--config", "configs/transfer.toml", str(R1_RUN), "--out", str(OUT / "search_r1" / "analysis"),
             "--dataset", str(TRANSFER / "musique_dev200" / "data"), "--index", str(TRANSFER / "musique_dev200" / "index"),
             "--set", "searcher.policy=litellm", "--set", f"searcher.model={R1_POLICY}", "--set", "eval.metric=genacc",
