@@ -9,7 +9,8 @@ A context source is an async batch function `(questions) -> list[ContextOut]`, o
 
 contexts.jsonl is what `s3 search --questions Q --out FILE` writes and `s3 eval --method searcher --contexts FILE`
 reads: one row per question, `{"id", "question", "documents": [{"id", "title", "score", "turn"}], "turns",
-"queries", "steps", "seconds"}` (`contexts_row`). The documents carry no text: the reader looks their ids up in the
+"queries", "steps", "seconds"}` (`contexts_row`; each step: turn, query, retrieved / selected ids, stop flag, invalid
+reason and the policy's own text). The documents carry no text: the reader looks their ids up in the
 index or in the dataset's corpus (`lookup_documents`). A file being written is resumable (`read_done_ids`).
 """
 
@@ -146,8 +147,9 @@ def contexts_row(result: SearchResult, question_id: str) -> dict[str, Any]:
                 "selection_fallback": s.selection_fallback,
                 "search_complete": s.search_complete,
                 "invalid_reason": s.invalid_reason,
+                "policy_text": raw.policy_text,  # what the policy wrote: `s3 analyze` and `s3 report` read it
             }
-            for s in summary.trajectory.steps
+            for s, raw in zip(summary.trajectory.steps, result.steps, strict=True)
         ],
         "seconds": summary.trajectory.seconds,
     }

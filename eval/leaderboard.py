@@ -9,6 +9,8 @@ corpus; otherwise the board is refused with a message naming each difference. Tw
 
     board = build_leaderboard([Path("runs/eval/qwen05-hotpot-rag"), ...])
     write_leaderboard(board, Path("runs/leaderboard"))   # leaderboard.md / .csv / .html / .png
+                                                         # + reports/*/index.html: each searcher run's trajectory
+                                                         # browser (eval/browser.py), linked from the .html
 """
 
 from __future__ import annotations
@@ -214,7 +216,11 @@ class Leaderboard:
         lines.append(f"Scored questions per run: {', '.join(str(n) for n in ns)}.")
         return "\n".join(lines) + "\n"
 
-    def html(self) -> str:
+    def html(self, reports: dict[str, str] | None = None) -> str:
+        """The table as a page; `reports`: run label -> relative link of its trajectory browser (`s3 report`)."""
+        links = "".join(f"<li><a href='{html.escape(href)}'>{html.escape(name)}</a></li>"
+                        for name, href in (reports or {}).items())
+        links = f"<h3>Trajectories (s3 report)</h3><ul>{links}</ul>" if links else ""
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.header())
         body = "".join(
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.table()
@@ -225,7 +231,7 @@ class Leaderboard:
             "padding:4px 8px;text-align:right}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}</style>"
             f"</head><body><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
             "<p>Cells: GenAcc (EM in brackets), % over scored questions; GBR rows: searcher - naive RAG, points.</p>"
-            "</body></html>\n"
+            f"{links}</body></html>\n"
         )
 
     def csv_rows(self) -> list[list[Any]]:
@@ -330,6 +336,24 @@ def plot_leaderboard(board: Leaderboard, path: Path) -> None:
     plt.close(fig)
 
 
+def _trajectory_reports(board: Leaderboard, out: Path) -> dict[str, str]:
+    """A trajectory browser (eval/browser.py) for every run that kept its trajectories (contexts.jsonl), written
+    under out/reports/; label -> link relative to the leaderboard page."""
+    from eval.browser import build_report
+
+    links: dict[str, str] = {}
+    for i, r in enumerate(board.runs):
+        if r.path.is_dir() and (r.path / "contexts.jsonl").is_file():
+            name = f"{r.generator} · {METHOD_LABELS.get(r.method, r.method)} · {r.dataset}"
+            try:
+                page = build_report(r.path, out / "reports" / f"{i:02d}_{r.method}_{r.dataset}")
+            except S3Error as e:  # a run whose trajectories cannot be read still has its row in the table
+                print(f"warning: no trajectory browser for {r.path}: {e}")
+                continue
+            links[name] = page.relative_to(out).as_posix()
+    return links
+
+
 def write_leaderboard(board: Leaderboard, out: Path) -> list[Path]:
     """Write leaderboard.md, .csv, .html and .png into `out`; returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
@@ -337,6 +361,6 @@ def write_leaderboard(board: Leaderboard, out: Path) -> list[Path]:
     md.write_text(board.markdown(), encoding="utf-8")
     with cs.open("w", newline="", encoding="utf-8") as fh:
         csv.writer(fh).writerows(board.csv_rows())
-    ht.write_text(board.html(), encoding="utf-8")
+    ht.write_text(board.html(_trajectory_reports(board, out)), encoding="utf-8")
     plot_leaderboard(board, png)
     return [md, cs, ht, png]

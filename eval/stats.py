@@ -70,3 +70,29 @@ def paired_diff_ci(
         "a_mean": float(x.mean()), "b_mean": float(y.mean()),
         "wins": int((d > 0).sum()), "losses": int((d < 0).sum()),
     }
+
+
+def ratio_ci(
+    num: Sequence[float], den: Sequence[float], n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95
+) -> dict[str, Any]:
+    """sum(num) / sum(den) over items (questions) with a percentile-bootstrap interval that resamples the items:
+    a rate whose unit is not the item (search turns per question, stops) keeps each question's turns together.
+    {"mean", "ci95", "items"}; mean None when sum(den) is 0; resamples whose denominator is 0 are dropped.
+
+    >>> ratio_ci([1, 0, 2], [2, 1, 2], n_resamples=200)["mean"]
+    0.6
+    """
+    if len(num) != len(den):
+        raise ValueError(f"ratio_ci: {len(num)} numerators for {len(den)} denominators")
+    x = np.asarray(num, dtype=np.float64)
+    y = np.asarray(den, dtype=np.float64)
+    if x.size == 0 or y.sum() <= 0:
+        return {"mean": None, "ci95": None, "items": int(x.size)}
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(n_resamples, x.size))  # (R, N)
+    sx, sy = x[idx].sum(axis=1), y[idx].sum(axis=1)  # (R,)
+    ok = sy > 0
+    ratios = sx[ok] / sy[ok]
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(ratios, [alpha, 1.0 - alpha]) if ratios.size else (np.nan, np.nan)
+    return {"mean": float(x.sum() / y.sum()), "ci95": [float(lo), float(hi)], "items": int(x.size)}

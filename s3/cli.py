@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "s3.commands.serve",
     "s3.commands.mcp",
     "s3.commands.evaluate",
+    "s3.commands.analyze",
     "s3.commands.train",
     "s3.commands.demo",
     "s3.commands.models",

@@ -157,10 +157,12 @@ def _s3(ctx: Ctx, name: str, args: list[str], *, timeout_s: float | None = None,
         f.write("$ s3 " + " ".join(args) + "\n")
     if background:
         return subprocess.Popen(cmd, stdout=log_path.open("a"), stderr=subprocess.STDOUT, env=env, text=True,
-                                start_new_session=True)
+                                start_new_session=True, cwd=ctx.work)
     try:
         with log_path.open("a") as f:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout_s or ctx.timeout_s).returncode
+            # in the work folder: a config.toml where `s3 doctor` was started does not change the steps
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ctx.work,
+                                timeout=timeout_s or ctx.timeout_s).returncode
     except subprocess.TimeoutExpired:
         rc = 124
     text = log_path.read_text(errors="replace")
@@ -232,7 +234,7 @@ def _train_args(ctx: Ctx, run: str, extra: list[str]) -> list[str]:
             "--set", "training.batch_size=2", "--set", "training.group_size=2", "--set", "training.micro_batch_size=2",
             "--set", "training.temperature=1.0", "--set", f"training.device={ctx.device}",
             "--set", f"searcher.device={ctx.device}", "--set", f"searcher.max_new_tokens={tokens}",
-            "--set", "searcher.k=2", "--set", "searcher.max_turns=1", "--set", "searcher.doc_token_budget=24",
+            "--set", "searcher.k=2", "--set", "searcher.max_select=2", "--set", "searcher.max_turns=1", "--set", "searcher.doc_token_budget=24",
             "--set", "retriever.backend=bm25", "--set", "retriever.k=2", *extra]
 
 

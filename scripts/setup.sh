@@ -20,5 +20,11 @@ else
   # ("operator torchvision::nms does not exist") and takes `import transformers` down with it. Nothing here uses them.
   .venv/bin/python -m pip uninstall --yes torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 fi
+# `s3 report`'s browser test drives Debian's headless Chromium through playwright (executable_path=/usr/bin/chromium;
+# never `playwright install`, which downloads its own): installed here when the set-up runs as root, as CI does
+if [ "$(id -u)" = "0" ] && [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium \
+    || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
+fi
 .venv/bin/python -c "import transformers, vllm; print(f'transformers {transformers.__version__}, vllm {vllm.__version__}')"
 echo "set-up done: .venv/bin/s3 is ready (try: .venv/bin/s3 --help)"

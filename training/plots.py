@@ -1,5 +1,5 @@
-"""`s3 plot RUN_DIR`: training curves (reward, losses, search behaviour) as one PNG, and whether the RL reward rose
-beyond its step-to-step noise (`reward_trend`)."""
+"""`s3 plot RUN_DIR`: training curves (reward, losses, search behaviour) as one PNG, a search collapse marked at the
+step it began (training/collapse.py), and whether the RL reward rose beyond its step-to-step noise (`reward_trend`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ __all__ = ["format_trend", "plot_run", "reward_trend"]
 PANELS = [
     ("reward", ["reward/mean", "reward/acc_s3", "reward/acc_rag"]),
     ("losses", ["losses/policy", "losses/value", "losses/kl", "losses/sft_nll"]),
-    ("search", ["search/turns", "search/invalid_action_rate", "search/docs"]),
+    ("search", ["search/turns", "search/invalid_action_rate", "search/docs", "search/queries_per_question",
+                "search/redundant_turn_rate", "search/premature_stop_rate", "search/support_recall"]),
     ("time (s/step)", ["charts/step_seconds", "charts/rollout_seconds", "charts/update_seconds"]),
 ]
 
@@ -61,7 +62,18 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, smooth: int = 5
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    fig.suptitle(str(Path(run_dir).name))
+    from training.collapse import detect_collapse
+
+    collapses = detect_collapse(rows)
+    search_ax = axes[[t for t, _ in PANELS].index("search")]
+    for c in collapses:  # a search collapse: marked where it began, named in the title
+        search_ax.axvline(c.step, color="red", ls="--", lw=1.5)
+        search_ax.annotate(f"{c.kind.replace('_', ' ')}\nfrom step {c.step}", (c.step, 0.95),
+                           xycoords=("data", "axes fraction"), color="red", fontsize=8, va="top")
+    title = str(Path(run_dir).name)
+    if collapses:
+        title += "  —  SEARCH COLLAPSE: " + "; ".join(f"{c.kind.replace('_', ' ')} from step {c.step}" for c in collapses)
+    fig.suptitle(title, color="red" if collapses else "black")
     fig.tight_layout()
     path = Path(out) if out else Path(run_dir) / "curves.png"
     fig.savefig(path, dpi=110)

@@ -48,6 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from eval.behavior import rollout_row
 from s3core.errors import S3Error
 from s3core.io import append_jsonl, read_log_jsonl, repair_tail
 from s3core.types import QAExample, SearchResult
@@ -56,6 +57,7 @@ from searcher.build import AgentKind, build_retriever, build_searcher
 from searcher.config import SearcherConfig
 from searcher.trained import TrainedSearcherRecord, make_record, write_record
 from training.budget import BudgetedExecutor, BudgetReached  # [budget]
+from training.collapse import CollapseWatch
 from training.config import TrainSettings
 from training.executors import StepExecutor
 from training.learner import Batch, GapSums, Learner, MicroBatch, UpdateOut, export_model, masked_update
@@ -456,6 +458,8 @@ class S3Trainer:
             row["charts/weight_sync_s"] = sync_s
             row["charts/weight_sync_share"] = sync_s / max(t4 - t0, 1e-9)
         row.update(conf_stats)
+        row.update(rollout_row(results, [e.supporting_ids for e in examples], self.loop_cfg.max_turns,  # eval/behavior.py
+                               probe=lambda qs: [[d.id for d in ds] for ds in self.retriever.search(qs, self.cfg.retriever.k)]))
         row.update(self.executor.step_stats())
         if scored.acc_s3 is not None:
             a = [x for x in scored.acc_s3 if x is not None]
@@ -758,6 +762,7 @@ class S3Trainer:
         last: dict[str, float] = {}
         t_start = time.monotonic()
         seen = _step_times(Path(self.run_dir)) if max_seconds is not None else {}
+        watch = CollapseWatch(read_metrics(self.run_dir) if (Path(self.run_dir) / "metrics.jsonl").is_file() else [])
         saved_at = -1
         try:
             while self.step < end:
@@ -786,6 +791,8 @@ class S3Trainer:
                         f"invalid {last['search/invalid_action_rate']:.2f} turns {last['search/turns']:.2f} "
                         f"{last['charts/step_seconds']:.1f}s"
                     )
+                    for warning in watch.update({"step": self.step, **last}):  # training/collapse.py
+                        self.log(warning)
                 seen[kind] = last["charts/step_seconds"]
                 if "charts/heldout_seconds" in last:
                     seen["heldout"] = last["charts/heldout_seconds"]

@@ -1,0 +1,33 @@
+"""Print a seeded sample of Search-R1 steps (25 search steps with a verdict, 25 answer steps) from `s3 analyze`'s
+steps_*.jsonl, for labelling by hand: benchmarks/results/analysis/hand_labels.jsonl holds the labels ({"key", "label",
+"note"}), written by a person reading each step (the label answers the judge's question: search step = do the memory
+and context answers agree; answer step = is the answer correct for the gold answers)."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    steps = [json.loads(line) for line in Path(sys.argv[1]).read_text().splitlines() if line.strip()]
+    rows = {}
+    if len(sys.argv) > 2:
+        rows = {r["id"]: r for r in map(json.loads, Path(sys.argv[2]).read_text().splitlines())}
+    rng = random.Random(34)
+    search = [s for s in steps if s["kind"] == "search" and s["over_search"] is not None]
+    answer = [s for s in steps if s["kind"] == "answer" and s["correct"] is not None]
+    for s in rng.sample(search, min(25, len(search))) + rng.sample(answer, min(25, len(answer))):
+        gold = rows.get(s["qid"], {}).get("golden_answers")
+        if s["kind"] == "search":
+            print(f"{s['key']} SEARCH q={s['query']!r} memory={s['memory_answer']!r} context={s['context_answer']!r} "
+                  f"judge_same={s['over_search']}")
+        else:
+            print(f"{s['key']} ANSWER a={s['answer']!r} gold={gold} genacc={s['correct']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
