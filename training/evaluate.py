@@ -29,8 +29,8 @@ def heldout_rewards(
     from searcher.build import build_policy, build_retriever, build_searcher
     from searcher.policy.base import TokenPolicy
     from searcher.policy.transformers_policy import resolve_checkpoint
-    from training.data import load_training_set, make_accuracy
-    from training.rewards import RewardScorer
+    from training.data import load_training_set
+    from training.executors import make_scorer
 
     if split not in ("heldout", "train"):
         raise S3Error(f"split must be 'heldout' or 'train', got {split!r}")
@@ -51,7 +51,6 @@ def heldout_rewards(
     if tc.max_new_tokens:
         scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
     end_to_end = tc.mode == "search_r1"
-    accuracy = None if end_to_end else make_accuracy(cfg)
     for name in policies:
         pol = build_policy(scfg.model_copy(update={"policy_path": name}))
         agent = build_searcher(scfg, retriever, pol, k0=cfg.retriever.k, agent="search_r1" if end_to_end else "s3")
@@ -62,9 +61,9 @@ def heldout_rewards(
                 chunk = examples[lo : lo + CHUNK]
                 results += agent.search([e.question for e in chunk])
                 bar.update(len(chunk))
-        scorer = RewardScorer(tc.reward, accuracy=accuracy, baseline=data.baseline, end_to_end=end_to_end,
-                              decode=pol.decode if isinstance(pol, TokenPolicy) else None,
-                              beta=tc.confidence_beta, invalid_penalty=tc.invalid_penalty)
+        # the trainer's own scorer (training/executors.py): the same reward, generator, EM / F1 and query tags
+        scorer = make_scorer(cfg, data.baseline, end_to_end=end_to_end,
+                             decode=pol.decode if isinstance(pol, TokenPolicy) else None)
         scored = asyncio.run(scorer.score(results, examples))
         r = [x for x in scored.rewards if x is not None]
         acc = [x for x in (scored.acc_s3 or []) if x is not None]

@@ -132,6 +132,22 @@ def test_train_eval_scores_the_run_on_held_out_and_training_questions(trainer) -
         next(heldout_rewards(cfg, ["no/such/dir"], split="test"))
 
 
+def test_train_eval_of_a_search_r1_run_scores_exact_match(trainer) -> None:  # type: ignore[no-untyped-def]
+    """`s3 train-eval` in Search-R1 mode scores with the trainer's own scorer (EM): it built a second scorer by hand
+    that had no exact-match function and failed with "reward 'em' needs an exact-match function" (issue 30)."""
+    from training.evaluate import heldout_rewards
+
+    t = trainer
+    if not (t.ckpt_dir / "latest").is_file():
+        t.train()
+    tc = t.cfg.training.model_copy(update={"heldout_questions": 2, "mode": "search_r1", "reward": "em"})
+    cfg = t.cfg.model_copy(update={"training": tc})
+    (row,) = heldout_rewards(cfg, [str(t.run_dir)], limit=2, split="heldout")
+    assert row["questions"] == 2 and row["scored"] == 2
+    assert row["reward_mean"] is not None and 0.0 <= row["reward_mean"] <= 1.0
+    assert row["acc_rag_mean"] is None  # exact match of the policy's own answer: no naive-RAG term
+
+
 def _train_cmd(run: Path, steps: int) -> list[str]:
     args = [sys.executable, "-m", "s3.cli", "train", "--config", str(SMOKE)]
     for o in [*FAST, "training.reward=r1_searcher_stage1", f"training.output_dir={run}",
