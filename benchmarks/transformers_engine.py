@@ -7,7 +7,7 @@ Before (the parent commit, checked out with `git worktree add /tmp/s3-before <co
 rows with `output_logits`, stack every step's full-vocabulary logits and take the log-softmax on the CPU in float32.
 After: pieces of searcher.generate_batch rows (64), the chosen tokens' log-probs recorded on the device as they are
 generated (searcher.policy.transformers_policy.ChosenLogprobs). The same untrained policy searches the same HotpotQA dev
-questions (real bm25s over their 4,943 paragraphs; the paper's 8:3:3 loop, k0 = 3, whole passages, min_turns = 2 so
+questions (real bm25s over their 4,943 paragraphs; the paper's 8:3:3 loop, k0 = 3, --doc-tokens a passage, min_turns = 2 so
 later turns happen), greedy, float32 — so both sides write the same tokens (checked) and the ratio is of speed alone.
 Each run is a fresh process; before/after alternate, `--repeats` times; medians and ranges are reported.
 """
@@ -45,7 +45,7 @@ if not (work / "bm25" / "manifest.json").is_file():
 rcfg = RetrieverConfig()
 retriever = load_retriever(rcfg, work / "bm25")
 policy = TransformersPolicy.load(model, device=device)
-scfg = SearcherConfig(policy="transformers", temperature=0.0, min_turns=2)
+scfg = SearcherConfig(policy="transformers", temperature=0.0, min_turns=2, doc_token_budget=int(sys.argv[6]))
 agent = build_searcher(scfg, retriever, policy, k0=rcfg.k)
 qs = [q.question for q in questions[:n]]
 agent.search(qs[:2])  # warm-up, not timed
@@ -64,7 +64,8 @@ print(json.dumps({"seconds": dt, "policy_tokens": int(tokens), "tokens_per_s": t
 def run(repo: Path, args: argparse.Namespace, work: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(repo), LITELLM_LOCAL_MODEL_COST_MAP="True", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1")
-    p = subprocess.run([sys.executable, "-c", CHILD, str(args.questions), args.model, args.device, str(DATA), str(work)],
+    p = subprocess.run([sys.executable, "-c", CHILD, str(args.questions), args.model, args.device, str(DATA), str(work),
+                        str(args.doc_tokens)],
                        cwd=str(repo), env=env, capture_output=True, text=True, timeout=5400)
     if p.returncode != 0:
         raise SystemExit(f"{repo}: {p.stderr[-2000:]}")
@@ -78,6 +79,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--doc-tokens", type=int, default=64,
+                    help="searcher.doc_token_budget (whole 8-document windows make CPU runs take many minutes each)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/s3-bench-transformers-engine"))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "transformers_engine")
     args = ap.parse_args()
@@ -93,7 +96,7 @@ def main() -> int:
     med = {k: statistics.median(v) for k, v in tps.items()}
     same = {r["trajectories_sha"] for v in runs.values() for r in v}
     report = {"setup": {"model": args.model, "device": args.device, "questions": args.questions,
-                        "loop": "8:3:3, k0=3, min_turns=2, greedy, float32", "repeats": args.repeats,
+                        "loop": f"8:3:3, k0=3, min_turns=2, {args.doc_tokens} tokens a document, greedy, float32", "repeats": args.repeats,
                         "cores": os.cpu_count()},
               "runs": runs, "median_tokens_per_s": med, "ratio_after_over_before": med["after"] / med["before"],
               "identical_trajectories": len(same) == 1}
@@ -101,7 +104,8 @@ def main() -> int:
     (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
     md = ["# Transformers rollout engine, before/after (issue 29)", "",
           f"`{' '.join(['.venv/bin/python', 'benchmarks/transformers_engine.py', *sys.argv[1:]])}`", "",
-          f"{args.model} on {args.device}, {args.questions} HotpotQA dev questions, the 8:3:3 loop (min_turns 2), greedy, "
+          f"{args.model} on {args.device}, {args.questions} HotpotQA dev questions, the 8:3:3 loop (min_turns 2, "
+          f"{args.doc_tokens} tokens a document), greedy, "
           f"float32; fresh process per run, before/after alternating, {args.repeats} each.", "",
           "| code | policy tokens/s: median | range | gen rows per call |", "| --- | ---: | --- | ---: |"]
     for k in ("before", "after"):

@@ -27,7 +27,7 @@ from eval.accuracy import Accuracy
 from generator_adapters.budget import Budget, BudgetReached, require_known_prices
 from s3core.types import QAExample, SearchResult
 from training.config import TrainSettings
-from training.executors import StepExecutor
+from training.executors import GAUGE_METRICS, StepExecutor
 from training.rewards import RewardBatch
 
 __all__ = ["BudgetReached", "BudgetedExecutor", "dry_run", "paid_reward", "spent_before"]
@@ -92,8 +92,8 @@ class BudgetedExecutor:
     def _collect(self) -> float:
         """Move the inner executor's usage since its last report into pending; the dollars it spent."""
         row = self.inner.step_stats()
-        for k, v in row.items():
-            self._pending[k] = self._pending.get(k, 0.0) + v
+        for k, v in row.items():  # counts since the last report add up; gauges (worker counts) keep their last value
+            self._pending[k] = v if k in GAUGE_METRICS else self._pending.get(k, 0.0) + v
         return float(row.get("reward/cost_usd", 0.0))
 
     def project(self, results: list[SearchResult], examples: list[QAExample]) -> float:

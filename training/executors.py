@@ -23,7 +23,7 @@ from s3core.types import QAExample, SearchResult
 from training.config import TrainSettings
 from training.rewards import RewardBatch, RewardScorer
 
-__all__ = ["USAGE_METRICS", "LocalExecutor", "StepExecutor", "make_scorer", "rollout_policy", "usage_row"]
+__all__ = ["GAUGE_METRICS", "USAGE_METRICS", "LocalExecutor", "StepExecutor", "make_scorer", "rollout_policy", "usage_row"]
 
 # Accuracy.usage() key -> metrics.jsonl key (summed over the reward workers on Ray)
 USAGE_METRICS = {
@@ -47,6 +47,11 @@ class StepExecutor(Protocol):
     def sync(self) -> float | None: ...
     def step_stats(self) -> dict[str, float]: ...
     def close(self) -> None: ...
+
+
+# step_stats() keys that are a state (how many workers there are now), not a count since the last report: a caller that
+# collects step_stats() several times a step keeps the last value of these and adds up the others
+GAUGE_METRICS = frozenset({"ray/rollout_workers", "ray/reward_workers"})
 
 
 def usage_row(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

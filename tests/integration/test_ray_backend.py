@@ -59,7 +59,9 @@ def _trainer(root: Path, name: str, *extra: str) -> Any:
 def trainers(ray_cluster, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     root = tmp_path_factory.mktemp("raytrain")
     local = _trainer(root, "local")
-    on_ray = _trainer(root, "ray", "training.backend=ray", "ray.rollout_workers=1", "ray.reward_workers=1")
+    # a cache of its own: usage counts the answers paid for (cache hits apart), so both runs must pay for theirs
+    on_ray = _trainer(root, "ray", "training.backend=ray", "ray.rollout_workers=1", "ray.reward_workers=1",
+                      f"generator.cache_path={root / 'cache_ray.sqlite'}")
     yield local, on_ray, root
     on_ray.close()
     local.close()

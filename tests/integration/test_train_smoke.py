@@ -71,28 +71,42 @@ def test_real_update_changes_parameters_and_masks_retrieved_tokens(trainer) -> N
         assert "<information>" in env_text or "not a valid action" in env_text, env_text[:300]
 
     before = {n: p.detach().clone() for n, p in t.model.named_parameters() if p.requires_grad}
-    grads: list = []
+    hidden: list = []
+    head_rows: list[int] = []
 
-    def keep_logits(_mod, _inp, out):  # type: ignore[no-untyped-def]
+    def keep_hidden(_mod, _inp, out):  # type: ignore[no-untyped-def]
         if out.requires_grad:
             out.retain_grad()
-            grads.append(out)
+            hidden.append(out)
 
-    h = t.model.get_output_embeddings().register_forward_hook(keep_logits)
+    def count_rows(_mod, inp, _out):  # type: ignore[no-untyped-def]
+        if torch.is_grad_enabled():
+            head_rows.append(int(inp[0].shape[0]))
+
+    from training.learner import decoder_and_head
+
+    # the final norm's output at position t feeds only the vocabulary head's prediction of token t+1
+    h1 = decoder_and_head(t.model)[0].norm.register_forward_hook(keep_hidden)
+    h2 = t.model.get_output_embeddings().register_forward_hook(count_rows)
     try:
         # a fixed, non-degenerate reward per group so the update is not zero (the mechanics under test)
         rewards = [1.0, 0.0] * (len(results) // 2)  # one group of two rollouts
         stats, rows, tokens = t.update(results, rewards)
     finally:
-        h.remove()
+        h1.remove()
+        h2.remove()
     assert rows and tokens > 0
     assert math.isfinite(stats["losses/total"])
     changed = sum(not torch.equal(before[n], p.detach()) for n, p in t.model.named_parameters() if p.requires_grad)
     assert changed > 0, "an update with non-zero advantages must move the parameters"
-    # logits of the training forward: position t predicts token t+1; loss_mask 0 = prompt or retrieved tokens
-    assert len(grads) == len(t.last_batches)
-    for logits, batch in zip(grads, t.last_batches, strict=True):
-        g = logits.grad[:, :-1, :].abs().sum(-1)  # (B, T'): the kept positions, last one predicts nothing
+    # only policy tokens reach the vocabulary head (each once forward, once recomputed in backward)
+    policy_tokens = sum(int(b.loss_mask.sum()) for b in t.last_batches)
+    assert sum(head_rows) == 2 * policy_tokens
+    # the training forward's last hidden states: position t predicts token t+1; loss_mask 0 = prompt or retrieved
+    for batch in t.last_batches:
+        L = batch.ids.shape[1]
+        (h,) = [x for x in hidden if x.shape[0] == batch.ids.shape[0] and x.shape[1] == L - batch.prefix]
+        g = h.grad[:, batch.start - batch.prefix : -1, :].abs().sum(-1)  # (B, T')
         env = batch.loss_mask == 0
         assert (g[env] == 0).all(), "masked (environment) tokens must get exactly zero gradient"
         assert (g[~env] > 0).any()
