@@ -398,7 +398,7 @@ def test_a_time_budget_starts_no_step_that_would_end_past_it_and_stops_with_a_ch
 
     t = SimpleNamespace(step=0, tc=SimpleNamespace(total_steps=100, sft_warmup_steps=0, save_every=1000),
                         log=lambda s: None, metrics=SimpleNamespace(close=lambda: None), run_dir="run",
-                        ckpt_dir=Path("/nonexistent"))
+                        ckpt_dir=Path("/nonexistent"), stopped=None)
     t.heldout_due = lambda s: s % 4 == 0  # a held-out evaluation after steps 4, 8, ...
     t.train_step = lambda: step(10.0, 25.0 if t.heldout_due(t.step + 1) else 0.0)
     t.save_checkpoint = lambda: saved.append(t.step)
