@@ -61,6 +61,45 @@ print(json.dumps({"seconds": dt, "policy_tokens": int(tokens), "tokens_per_s": t
 '''
 
 
+GEN_CHILD = r'''
+import json, sys, time
+import torch
+torch.set_num_threads(2)
+from dataprep.prepare import load
+from searcher.policy.base import TokenPrompt
+from searcher.policy.transformers_policy import TransformersPolicy
+n, model, device, data, tokens = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+corpus, questions = load("hotpotqa", [__import__("pathlib").Path(data)])
+text = {d.id: d for d in corpus}
+pol = TransformersPolicy.load(model, device=device)
+prompts = []
+for q in questions[:n]:
+    docs = [text[i] for i in (q.metadata.get("supporting_ids") or [])][:2] + corpus[:6]
+    body = "\n".join(f"Doc {j + 1} ({d.title}): {d.text[:400]}" for j, d in enumerate(docs))
+    msg = f"Question: {q.question}\n{body}\nWrite one search query that finds what is still missing."
+    prompts.append(TokenPrompt(pol.encode_chat([{"role": "user", "content": msg}])))
+pol.generate(prompts[:2], max_new_tokens=4, temperature=0.6)  # warm-up
+torch.manual_seed(0)
+t0 = time.perf_counter()
+outs = pol.generate(prompts, max_new_tokens=tokens, temperature=0.6)
+dt = time.perf_counter() - t0
+k = sum(len(o.token_ids) for o in outs)
+print(json.dumps({"seconds": dt, "policy_tokens": k, "tokens_per_s": k / dt, "gen_batch": pol.gen_batch,
+                  "trajectories_sha": "n/a (sampled)", "mean_turns": 0,
+                  "prompt_tokens": sum(len(p.token_ids) for p in prompts) / len(prompts)}))
+'''
+
+
+def run_generate(repo: Path, args: argparse.Namespace) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(repo), LITELLM_LOCAL_MODEL_COST_MAP="True", HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1")
+    p = subprocess.run([sys.executable, "-c", GEN_CHILD, str(args.questions), args.model, args.device, str(DATA),
+                        str(args.new_tokens)], cwd=str(repo), env=env, capture_output=True, text=True, timeout=5400)
+    if p.returncode != 0:
+        raise SystemExit(f"{repo}: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def run(repo: Path, args: argparse.Namespace, work: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(repo), LITELLM_LOCAL_MODEL_COST_MAP="True", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1")
@@ -81,6 +120,10 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--doc-tokens", type=int, default=64,
                     help="searcher.doc_token_budget (whole 8-document windows make CPU runs take many minutes each)")
+    ap.add_argument("--generate-only", action="store_true",
+                    help="time the engine's generate() alone: one batch of --questions long prompts (the question, 8 "
+                    "passages), --new-tokens sampled at 0.6 (before: pieces of 16 rows; after: one call)")
+    ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--work", type=Path, default=Path("/tmp/s3-bench-transformers-engine"))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "transformers_engine")
     args = ap.parse_args()
@@ -88,7 +131,7 @@ def main() -> int:
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for i in range(args.repeats):
         for label, repo in (("before", args.before_repo), ("after", ROOT)):
-            r = run(repo, args, args.work)
+            r = run_generate(repo, args) if args.generate_only else run(repo, args, args.work)
             runs[label].append(r)
             print(f"[{i + 1}/{args.repeats}] {label}: {r['tokens_per_s']:.1f} policy tokens/s "
                   f"({r['policy_tokens']} tokens, {r['seconds']:.1f}s, gen_batch {r['gen_batch']})", flush=True)
