@@ -86,7 +86,7 @@ dt = time.perf_counter() - t0
 k = sum(len(o.token_ids) for o in outs)
 print(json.dumps({"seconds": dt, "policy_tokens": k, "tokens_per_s": k / dt, "gen_batch": pol.gen_batch,
                   "trajectories_sha": "n/a (sampled)", "mean_turns": 0,
-                  "prompt_tokens": sum(len(p.token_ids) for p in prompts) / len(prompts)}))
+                  "prompt_tokens": sum(len(p.ids) for p in prompts) / len(prompts)}))
 '''
 
 
