@@ -7,10 +7,10 @@ SmolLM2-135M-Instruct (the offline model, real weights), all weights trained, th
 log-likelihood of the answer tokens (training.learner.forward_logprobs, the learner's own log-prob path). Three ways:
 
 - fp32:            float32 weights, float32 compute (the reference);
-- bf16 in place:   bfloat16 weights updated in place by AdamW — what training.dtype = "bfloat16" did to full
+- bf16 in place:   bfloat16 weights updated in place by AdamW — what training.learner.dtype = "bfloat16" did to full
                    fine-tuning before issue 29 (the config now refuses it);
 - fp32 master + bf16 autocast: float32 weights (the master copy every update lands in), bf16 compute
-                   (training.dtype = "float32", training.autocast = "bf16": the path the refusal names).
+                   (training.learner.dtype = "float32", training.learner.autocast = "bf16": the path the refusal names).
 
 Reports the share of weight elements that differ from the start after 1, 3 and all steps, and the loss curves
 (PNG, one panel per learning rate).
@@ -22,7 +22,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +59,7 @@ def train(way: str, lr: float, steps: int, model_dir: str) -> dict[str, Any]:
 
     from searcher.policy.transformers_policy import TransformersPolicy
     from training.algorithms import masked_mean
+    from training.config import TrainingConfig
     from training.learner import forward_logprobs, optimizer_and_scheduler
 
     dtype, autocast = WAYS[way]
@@ -67,8 +67,8 @@ def train(way: str, lr: float, steps: int, model_dir: str) -> dict[str, Any]:
     pol = TransformersPolicy.load(model_dir, dtype=dtype)
     model = pol.model
     model.train()
-    tc = SimpleNamespace(learning_rate=lr, critic_learning_rate=lr, warmup_steps=0, temperature=1.0,
-                         autocast=autocast, logprob_chunk=1024)
+    tc = TrainingConfig(update={"learning_rate": lr, "critic_learning_rate": lr, "warmup_steps": 0},
+                        rollout={"temperature": 1.0}, learner={"autocast": autocast, "logprob_chunk": 1024})
     opt, _ = optimizer_and_scheduler(tc, model, None)
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     batch = batch_of(pol.tokenizer)

@@ -104,9 +104,9 @@ def training(api: str, tmp: Path, steps: int) -> dict[str, Any]:
     run = tmp / "train" / "run"
 
     def cfg(budget: float | None) -> Any:
-        sets = ["training.max_questions=8", "training.batch_size=2", "training.group_size=2",
+        sets = ["training.data.max_questions=8", "training.rollout.batch_size=2", "training.rollout.group_size=2",
                 f"training.total_steps={steps}", "searcher.max_new_tokens=24", "searcher.doc_token_budget=24",
-                f"training.output_dir={run}", f"training.train_data={tmp / 'train' / 'data'}",
+                f"training.output_dir={run}", f"training.data.dir={tmp / 'train' / 'data'}",
                 "generator.model=openai/fake", f"generator.api_base={api}", "generator.cache_path=none",
                 f"generator.input_cost_per_mtok={IN_PRICE}", f"generator.output_cost_per_mtok={OUT_PRICE}",
                 "generator.max_tokens=16"]

@@ -37,7 +37,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 T, model_dir = int(sys.argv[1]), sys.argv[2]
 from training.learner import Batch, MicroBatch, masked_update, optimizer_and_scheduler
 from s3.config import load_config
-tc = load_config(None, ["training.kl_coef=0", "training.temperature=1.0"]).training
+tc = load_config(None, ["training.update.kl_coef=0", "training.rollout.temperature=1.0"]).training
 model = Qwen2ForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
 model.train()
 opt, _ = optimizer_and_scheduler(tc, model, None)

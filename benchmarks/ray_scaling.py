@@ -132,8 +132,8 @@ def real_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from training.trainer import make_trainer
 
     common = [
-        "training.max_questions=16", f"training.batch_size={args.real_batch}", "training.group_size=2",
-        "searcher.max_new_tokens=24", "searcher.doc_token_budget=24", f"training.train_data={work / 'train_data'}",
+        "training.data.max_questions=16", f"training.rollout.batch_size={args.real_batch}", "training.rollout.group_size=2",
+        "searcher.max_new_tokens=24", "searcher.doc_token_budget=24", f"training.data.dir={work / 'train_data'}",
         f"generator.cache_path={work / 'cache.sqlite'}", "training.total_steps=100",
     ]
     smoke = ROOT / "configs" / "smoke.toml"
@@ -203,11 +203,11 @@ def learners_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     smoke = ROOT / "configs" / "smoke.toml"
     common = [
-        "training.max_questions=16", f"training.batch_size={args.learner_batch}", "training.group_size=2",
-        "training.reward=r1_searcher_stage1", "training.keep_baseline_zero=false", "training.backend=ray",
-        f"training.base_model={args.learner_model}", "training.micro_batch_size=2", "training.total_steps=100",
-        f"training.train_data={work / 'learner_data'}", "ray.rollout_workers=1", "ray.reward_workers=1",
-        "training.torch_threads=2", "ray.learner_cpus=0.5",  # 1 learner: 2 threads; 2 learners: 1 thread each
+        "training.data.max_questions=16", f"training.rollout.batch_size={args.learner_batch}", "training.rollout.group_size=2",
+        "training.reward=r1_searcher_stage1", "training.data.keep_baseline_zero=false", "training.backend=ray",
+        f"training.base_model={args.learner_model}", "training.learner.micro_batch_size=2", "training.total_steps=100",
+        f"training.data.dir={work / 'learner_data'}", "ray.rollout_workers=1", "ray.reward_workers=1",
+        "training.learner.torch_threads=2", "ray.learner_cpus=0.5",  # 1 learner: 2 threads; 2 learners: 1 thread each
     ]
     out: dict[str, Any] = {"model": args.learner_model, "batch_size": args.learner_batch, "group_size": 2,
                            "steps": args.learner_steps, "latency_s_per_call": args.latency, "runs": {}}

@@ -53,8 +53,8 @@ def main() -> int:
                 "generator.cache_path=null",
                 f"generator.concurrency={args.concurrency}",
                 f"training.output_dir={tmp}/run",
-                f"training.max_questions={args.baseline_questions}",
-                "training.keep_baseline_zero=true",
+                f"training.data.max_questions={args.baseline_questions}",
+                "training.data.keep_baseline_zero=true",
             ],
         )
         cfg.generator.cache_path = None

@@ -9,7 +9,7 @@ with: naive RAG's top-k, a deeper top-2k, the gold supporting paragraphs (metada
 gold paragraphs, and one random document of the top-k. Calls go through the config's generator and its response
 cache, so a second run is free. If the gold paragraphs do not beat top-k, GBR has little to reward; the share of
 questions the generator fails even from the gold paragraphs is the share of GRPO groups that are flat whatever the
-searcher does (`training.keep_answerable` drops them).
+searcher does (`training.data.keep_answerable` drops them).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main() -> int:
 
     cfg = load_config(args.config, args.overrides)
     data = load_training_set(cfg)
-    held = cfg.training.heldout_questions
+    held = cfg.training.heldout.questions
     examples = data.examples[:-held] if 0 < held < len(data.examples) else data.examples
     if args.sample and args.sample < len(examples):
         examples = random.Random(args.seed).sample(examples, args.sample)

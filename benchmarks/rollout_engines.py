@@ -4,7 +4,7 @@
         [--out benchmarks/results/rollout_engines]
 
 1. SmolLM2-135M gets the oracle format warm-up (training/oracle.py) through the real trainer (configs/smoke.toml with
-   training.rollout_engine = vllm), so its replies are valid s3 actions and later turns happen. Every warm-up step
+   training.rollout.engine = vllm), so its replies are valid s3 actions and later turns happen. Every warm-up step
    ends with the learner's weights synced into the running vLLM engine, in place (timed).
 2. One GRPO step on top (rollouts by vLLM, rewards from the offline generator, learner update, sync): the weight-sync
    time as a share of a whole RL step.
@@ -74,9 +74,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="rollout_engines."))
     run_dir = args.run_dir or work / "run"
     cfg = load_config(ROOT / "configs" / "smoke.toml", [
-        "training.rollout_engine=vllm", f"training.output_dir={run_dir}",
-        f"training.sft_warmup_steps={args.warmup_steps}", f"training.total_steps={args.warmup_steps + 1}",
-        f"training.batch_size={args.batch_size}", "training.group_size=2", "training.max_questions=40",
+        "training.rollout.engine=vllm", f"training.output_dir={run_dir}",
+        f"training.sft.steps={args.warmup_steps}", f"training.total_steps={args.warmup_steps + 1}",
+        f"training.rollout.batch_size={args.batch_size}", "training.rollout.group_size=2", "training.data.max_questions=40",
         "searcher.vllm.dtype=float32",
     ])
     t_setup = time.perf_counter()

@@ -9,7 +9,7 @@ trains:
 1. rollout generation: `TransformersPolicy.generate` on --batch first-turn prompts of different HotpotQA questions
    (their D0 = the first three context paragraphs, 48 words each), greedy, 32 new tokens; the sampled tokens must be
    identical with and without the shared prefix;
-2. the training forward/backward (`S3Trainer._forward` + a masked loss + backward) on --micro-batch rollout-shaped
+2. the training forward/backward (`training.learner.forward_logprobs` + a masked loss + backward) on --micro-batch rollout-shaped
    sequences (prompt, reply, <information> window, reply): (a) different questions (only the instruction is shared),
    (b) one question's GRPO group (the whole first prompt is shared); the largest |log-prob| and gradient differences.
 """
@@ -23,7 +23,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +70,8 @@ def main() -> None:
     from searcher.policy import TokenPrompt
     from searcher.policy.transformers_policy import TransformersPolicy
     from searcher.protocol import build_s3_prompt, information_observation
-    from training.trainer import S3Trainer
+    from training.config import TrainingConfig
+    from training.learner import forward_logprobs, pad_rollouts
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -122,16 +122,14 @@ def main() -> None:
 
     def fwd_bwd(results: list[SearchResult], share: bool, precision: str = "bf16") -> tuple[Any, Any, int, Any]:
         """log-probs, gradient, shared tokens, policy-token mask; fp32 ('off') runs without gradients (memory)."""
-        tc = SimpleNamespace(temperature=1.0, autocast=precision, share_prefix=share)
-        ns = SimpleNamespace(tokenizer=tok, model=model, tc=tc)
-        ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
-        batch = S3Trainer._pad(ns, results, list(range(len(results))))  # type: ignore[arg-type]
+        tc = TrainingConfig(rollout={"temperature": 1.0}, learner={"autocast": precision, "share_prefix": share})
+        batch = pad_rollouts(results, list(range(len(results))), tok.pad_token_id, share_prefix=share)
         model.zero_grad(set_to_none=True)
         model.train()
         if precision == "off":
             with torch.no_grad():
-                return S3Trainer._forward(ns, model, batch)[0], None, batch.prefix, batch.loss_mask.bool()  # type: ignore[arg-type]
-        lp, _ = S3Trainer._forward(ns, model, batch)  # type: ignore[arg-type]
+                return forward_logprobs(tc, model, batch)[0], None, batch.prefix, batch.loss_mask.bool()
+        lp, _ = forward_logprobs(tc, model, batch)
         (-(lp * batch.loss_mask).sum() / batch.loss_mask.sum()).backward()
         grad = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
         return lp.detach(), grad, batch.prefix, batch.loss_mask.bool()

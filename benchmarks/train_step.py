@@ -1,4 +1,4 @@
-"""One masked GRPO update of the real SmolLM2-135M searcher: fp32 vs bf16 autocast (`training.autocast`).
+"""One masked GRPO update of the real SmolLM2-135M searcher: fp32 vs bf16 autocast (`training.learner.autocast`).
 
     nice -n 10 .venv/bin/python benchmarks/train_step.py [--batch 4] [--threads 1] [--repeats 3]
 

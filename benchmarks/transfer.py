@@ -73,7 +73,7 @@ def _selection_line(label: str, r: dict[str, Any], chosen: str) -> str:
 
 def select(config: str) -> dict[str, Any]:
     """The checkpoint with the highest held-out Acc(searcher docs): from the trainer's own held-out evaluations
-    (RUN_DIR/heldout.jsonl, training.heldout_every) when the run has them, else by evaluating every checkpoint kept;
+    (RUN_DIR/heldout.jsonl, training.heldout.every) when the run has them, else by evaluating every checkpoint kept;
     the untrained base model is evaluated here. Its adapter goes to benchmarks/results/transfer/policy."""
     from s3.config import load_config
     from searcher.trained import relocate_record
@@ -133,7 +133,7 @@ def select(config: str) -> dict[str, Any]:
     relocate_record(adapter, policy_dir)  # its searcher.json's index path is relative to where the record lives
     _policy_card(policy_dir, name, best, cfg)
     lines = [
-        f"Held-out questions: the last {cfg.training.heldout_questions} of the prepared training set (never trained on);",
+        f"Held-out questions: the last {cfg.training.heldout.questions} of the prepared training set (never trained on);",
         "greedy decoding, the training reward. Every checkpoint evaluated anywhere is listed here; only the chosen one",
         "was evaluated on the dev slices.", "",
         "| policy | held-out reward | Acc(searcher docs) | Acc(naive RAG) | turns | docs | evaluated by | chosen |",
@@ -147,7 +147,7 @@ def select(config: str) -> dict[str, Any]:
     # discarded segments of the run (RESULTS/*_segment/, each with a README saying why): evaluated, never chosen
     for seg in sorted(RESULTS.glob("*_segment")):
         for r in _jsonl(seg / "heldout.jsonl"):
-            if r["step"] <= cfg.training.sft_warmup_steps:
+            if r["step"] <= cfg.training.sft.steps:
                 continue  # the warm-up the segment shares with the run: listed once, above
             row = _from_heldout(r, f"s3 train, a discarded segment ({seg.name}/README.md)")
             lines.append(_selection_line(f"{seg.name}/{r['checkpoint']}", row, "not eligible"))
@@ -166,9 +166,9 @@ def _policy_card(policy_dir: Path, name: str, heldout: dict[str, Any], cfg: Any)
     acc = heldout.get("acc_s3_mean")
     (policy_dir / "README.md").write_text(f"""# The transfer experiment's trained searcher
 
-A LoRA adapter (r = {t.lora_r}, alpha = {t.lora_alpha}) on `{t.base_model}`: checkpoint `{name}` of
+A LoRA adapter (r = {t.learner.lora_r}, alpha = {t.learner.lora_alpha}) on `{t.base_model}`: checkpoint `{name}` of
 `s3 train --config configs/transfer.toml` ({t.algorithm.upper()}, reward `{t.reward}`), chosen on the
-{t.heldout_questions} held-out training questions (Acc with its documents {acc if acc is None else round(acc, 3)};
+{t.heldout.questions} held-out training questions (Acc with its documents {acc if acc is None else round(acc, 3)};
 `../selection.md` lists every checkpoint evaluated). `searcher.json` holds the loop it was trained with (begin-with-search
 top-{cfg.retriever.k}, {s.max_turns} turns x k = {s.k}, up to {s.max_select} documents selected per turn); `s3 search`
 and `s3 serve` apply it.
@@ -483,7 +483,7 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
     if held:
         shutil.copyfile(run / "heldout.jsonl", RESULTS / "heldout.jsonl")
         info["heldout"] = [held[k] for k in sorted(held)]
-        lines += ["", f"Held-out evaluations during training ({cfg.training.heldout_questions} questions never trained on, "
+        lines += ["", f"Held-out evaluations during training ({cfg.training.heldout.questions} questions never trained on, "
                   "greedy, the training reward; the checkpoint is chosen here):", "",
                   "| after step | Acc(searcher docs) | Acc(naive RAG) | reward | turns | docs |",
                   "| ---: | ---: | ---: | ---: | ---: | ---: |"]

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/vllm_train_smoke.py [--out benchmarks/results/rollout_engines/vllm_train_smoke]
 
-1. `s3 train --config configs/smoke.toml --set training.rollout_engine=vllm` (4 steps, a checkpoint every 2), SIGKILLed
+1. `s3 train --config configs/smoke.toml --set training.rollout.engine=vllm` (4 steps, a checkpoint every 2), SIGKILLed
    once its first checkpoint exists, then the same command again: it resumes from that checkpoint.
 2. metrics.jsonl: a row per step with reward/ and losses/ keys and the weight-sync time; the resumed steps' questions
    are the ones the data order gives (the order is a pure function of seed and step).
@@ -50,9 +50,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="vllm_train_smoke."))
     run = work / "run"
     train = [sys.executable, "-m", "s3.cli", "train", "--config", str(ROOT / "configs" / "smoke.toml"),
-             "--set", "training.rollout_engine=vllm", "--set", f"training.output_dir={run}",
-             "--set", f"training.train_data={work / 'data'}", "--set", "training.total_steps=4",
-             "--set", "training.save_every=2", "--set", "training.max_questions=8"]
+             "--set", "training.rollout.engine=vllm", "--set", f"training.output_dir={run}",
+             "--set", f"training.data.dir={work / 'data'}", "--set", "training.total_steps=4",
+             "--set", "training.checkpoint.every=2", "--set", "training.data.max_questions=8"]
     record: dict[str, Any] = {"command": " ".join(["s3", *train[3:]]), "work": str(work)}
 
     t0 = time.perf_counter()

@@ -11,7 +11,7 @@
 - `formats/`: one module per raw format (HotpotQA, 2WikiMultihopQA, MuSiQue, FlashRAG, NQ / TriviaQA / PopQA /
   Bamboogle, MIRAGE, corpus files) and the registry `FORMATS`
 - `prepare`: `load`, `prepare` (corpus.jsonl + questions.jsonl + manifest.json), `load_prepared`
-- `training_sources`: the 'format:path' list of `training.train_sources` loaded into one corpus and question set
+- `training_sources`: the 'format:path' list of `training.data.sources` loaded into one corpus and question set
 - `demo`: the newcomer demo's Wikipedia-summaries corpus and its 25 questions (`demo_questions.jsonl`)
 """
 

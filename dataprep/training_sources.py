@@ -1,4 +1,4 @@
-"""The raw QA files a training run starts from (`training.train_sources`), loaded into one corpus and question set.
+"""The raw QA files a training run starts from (`training.data.sources`), loaded into one corpus and question set.
 
 Each source is 'format:path' (a format of `s3 data formats`, a path relative to `base_dir`, the config file's
 folder). Every file is loaded on its own (`dataprep.load`); their corpora merge by paragraph id (ids depend only on
@@ -38,14 +38,14 @@ def load_sources(sources: Sequence[str], base_dir: Path) -> TrainingSources:
     for item in sources:
         fmt, sep, raw = item.partition(":")
         if not sep or not raw:
-            raise ConfigError(f"training.train_sources entry {item!r}: expected 'format:path'")
+            raise ConfigError(f"training.data.sources entry {item!r}: expected 'format:path'")
         if fmt not in FORMATS:
-            raise ConfigError(f"training.train_sources: unknown format {fmt!r}; known: {', '.join(sorted(FORMATS))}")
+            raise ConfigError(f"training.data.sources: unknown format {fmt!r}; known: {', '.join(sorted(FORMATS))}")
         path = Path(raw).expanduser()
         if not path.is_absolute():
             path = base_dir / path
         if not path.exists():
-            raise DataFormatError(f"training source not found: {path} (from training.train_sources {item!r})")
+            raise DataFormatError(f"training source not found: {path} (from training.data.sources {item!r})")
         data = load(fmt, [path])
         for d in data.corpus:
             corpus.setdefault(d.id, d)

@@ -59,18 +59,18 @@ class S3Config(Section):
         if t.backend != "ray":
             raise ValueError(f"ray.learners={n} runs the learners as Ray actors: set training.backend = 'ray' (or "
                              "ray.learners = 1)")
-        if t.sft_warmup_steps:
-            raise ValueError(f"training.sft_warmup_steps={t.sft_warmup_steps} runs in the trainer's own learner: set "
-                             "ray.learners = 1 for a run with the format warm-up (or sft_warmup_steps = 0)")
-        if t.reward == "confidence_gated" and t.rollout_engine == "vllm":
+        if t.sft.steps:
+            raise ValueError(f"training.sft.steps={t.sft.steps} runs in the trainer's own learner: set "
+                             "ray.learners = 1 for a run with the format warm-up (or training.sft.steps = 0)")
+        if t.reward == "confidence_gated" and t.rollout.engine == "vllm":
             raise ValueError("training.reward = 'confidence_gated' with vLLM rollouts recomputes log-probs in the "
-                             f"trainer's own learner: set ray.learners = 1 (not {n}), or rollout_engine = 'transformers'")
-        if t.device == "cuda" and self.ray.learner_gpus == 0:
-            raise ValueError(f"training.device = 'cuda' with ray.learners={n}: give each learner a GPU "
+                             f"trainer's own learner: set ray.learners = 1 (not {n}), or training.rollout.engine = 'transformers'")
+        if t.learner.device == "cuda" and self.ray.learner_gpus == 0:
+            raise ValueError(f"training.learner.device = 'cuda' with ray.learners={n}: give each learner a GPU "
                              "(ray.learner_gpus = 1)")
-        if t.device == "cpu" and self.ray.learner_gpus > 0:
-            raise ValueError(f"ray.learner_gpus={self.ray.learner_gpus} with training.device = 'cpu': set "
-                             "training.device = 'cuda' (or 'auto'), or ray.learner_gpus = 0")
+        if t.learner.device == "cpu" and self.ray.learner_gpus > 0:
+            raise ValueError(f"ray.learner_gpus={self.ray.learner_gpus} with training.learner.device = 'cpu': set "
+                             "training.learner.device = 'cuda' (or 'auto'), or ray.learner_gpus = 0")
 
     @property
     def base_dir(self) -> Path:
@@ -115,7 +115,8 @@ PATH_KEYS = {
     "searcher": ("policy_path",),
     "generator": ("cache_path",),
     "judge": ("cache_path",),
-    "training": ("output_dir", "train_data"),
+    "training": ("output_dir",),
+    "training.data": ("dir",),
     "eval": ("out_dir",),
 }
 # The project's presets: `--config cpu` is configs/cpu.toml (a source checkout, which is how s3 is installed).
@@ -147,25 +148,34 @@ def _config_file(item: str | Path) -> Path:
     return preset_path(str(item))
 
 
+def _table(data: dict[str, object], dotted: str) -> dict[str, object] | None:
+    """The (sub-)table at a dotted section path ('training.data'), or None."""
+    node: object = data
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
+
+
 def _absolutize_paths(data: dict[str, object], base: Path) -> None:
     for section, keys in PATH_KEYS.items():
-        table = data.get(section)
-        if not isinstance(table, dict):
+        table = _table(data, section)
+        if table is None:
             continue
         for key in keys:
             value = table.get(key)
             if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
                 table[key] = str((base / value).resolve())
-    training = data.get("training")
-    if not isinstance(training, dict):
+    sources = _table(data, "training.data")
+    if sources is None:
         return
-    for key in ("train_sources", "exclude_sources"):  # 'format:path' lists
-        if isinstance(training.get(key), list):
+    for key in ("sources", "exclude_sources"):  # 'format:path' lists
+        items = sources.get(key)
+        if isinstance(items, list):
             fixed = []
-            for item in training[key]:
+            for item in items:
                 fmt, sep, raw = str(item).partition(":")
                 fixed.append(f"{fmt}:{(base / raw).resolve()}" if sep and raw and not Path(raw).is_absolute() else item)
-            training[key] = fixed
+            sources[key] = fixed
 
 
 def merge_tables(into: dict[str, object], layer: dict[str, object]) -> dict[str, object]:

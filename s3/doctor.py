@@ -228,11 +228,11 @@ def _train_args(ctx: Ctx, run: str, extra: list[str]) -> list[str]:
     tokens = 16 if ctx.quick else 48
     return ["train", "--set", f"training.output_dir={ctx.work / run}", "--set", f"training.base_model={ctx.work / 'tiny'}",
             "--set", "training.mode=search_r1", "--set", "training.reward=em",
-            "--set", "training.train_sources=" + json.dumps([f"hotpotqa:{_data(ctx)}"]),
-            "--set", f"training.train_data={ctx.work / 'train_data'}",
-            "--set", "training.keep_baseline_zero=false", "--set", "training.drop_yes_no=false",
-            "--set", "training.batch_size=2", "--set", "training.group_size=2", "--set", "training.micro_batch_size=2",
-            "--set", "training.temperature=1.0", "--set", f"training.device={ctx.device}",
+            "--set", "training.data.sources=" + json.dumps([f"hotpotqa:{_data(ctx)}"]),
+            "--set", f"training.data.dir={ctx.work / 'train_data'}",
+            "--set", "training.data.keep_baseline_zero=false", "--set", "training.data.drop_yes_no=false",
+            "--set", "training.rollout.batch_size=2", "--set", "training.rollout.group_size=2", "--set", "training.learner.micro_batch_size=2",
+            "--set", "training.rollout.temperature=1.0", "--set", f"training.learner.device={ctx.device}",
             "--set", f"searcher.device={ctx.device}", "--set", f"searcher.max_new_tokens={tokens}",
             "--set", "searcher.k=2", "--set", "searcher.max_select=2", "--set", "searcher.max_turns=1", "--set", "searcher.doc_token_budget=24",
             "--set", "retriever.backend=bm25", "--set", "retriever.k=2", *extra]
@@ -290,26 +290,26 @@ def _bf16(ctx: Ctx) -> bool:
 
 
 def step_grpo_full(ctx: Ctx, res: StepResult) -> None:
-    extra = ["--set", "training.algorithm=grpo", "--set", "training.lora=false", "--set", "training.dtype=float32",
-             "--set", f"training.autocast={'bf16' if _bf16(ctx) else 'off'}",
-             "--set", "training.gradient_checkpointing=true", "--set", "training.total_steps=2"]
+    extra = ["--set", "training.algorithm=grpo", "--set", "training.learner.lora=false", "--set", "training.learner.dtype=float32",
+             "--set", f"training.learner.autocast={'bf16' if _bf16(ctx) else 'off'}",
+             "--set", "training.learner.gradient_checkpointing=true", "--set", "training.total_steps=2"]
     _run_s3(ctx, res, _train_args(ctx, "grpo_full", extra), expect=r"checkpoint .*step_000002")
 
 
 def step_grpo_resume(ctx: Ctx, res: StepResult) -> None:
     if not (ctx.work / "grpo_full" / "checkpoints" / "latest").is_file():
         raise Skip("grpo_full wrote no checkpoint")
-    extra = ["--set", "training.algorithm=grpo", "--set", "training.lora=false", "--set", "training.dtype=float32",
-             "--set", f"training.autocast={'bf16' if _bf16(ctx) else 'off'}",
-             "--set", "training.gradient_checkpointing=true", "--set", "training.total_steps=3"]
+    extra = ["--set", "training.algorithm=grpo", "--set", "training.learner.lora=false", "--set", "training.learner.dtype=float32",
+             "--set", f"training.learner.autocast={'bf16' if _bf16(ctx) else 'off'}",
+             "--set", "training.learner.gradient_checkpointing=true", "--set", "training.total_steps=3"]
     _run_s3(ctx, res, _train_args(ctx, "grpo_full", extra), expect=r"resumed from .*step_000002")
 
 
 def _ppo_extra(ctx: Ctx, steps: int) -> list[str]:
-    return ["--set", "training.algorithm=ppo", "--set", "training.group_size=1", "--set", "training.lora=true",
-            "--set", "training.lora_r=4", "--set", "training.lora_alpha=8",
-            "--set", f"training.dtype={'bfloat16' if _bf16(ctx) else 'float32'}",
-            "--set", "training.gradient_checkpointing=true", "--set", f"training.total_steps={steps}"]
+    return ["--set", "training.algorithm=ppo", "--set", "training.rollout.group_size=1", "--set", "training.learner.lora=true",
+            "--set", "training.learner.lora_r=4", "--set", "training.learner.lora_alpha=8",
+            "--set", f"training.learner.dtype={'bfloat16' if _bf16(ctx) else 'float32'}",
+            "--set", "training.learner.gradient_checkpointing=true", "--set", f"training.total_steps={steps}"]
 
 
 def step_ppo_lora(ctx: Ctx, res: StepResult) -> None:
@@ -363,7 +363,7 @@ def step_vllm_sync(ctx: Ctx, res: StepResult) -> None:
         raise Skip("vllm is not installed (S3_VLLM=cuda bash scripts/setup.sh installs it on a GPU)")
     engine = (["--set", "searcher.vllm.memory_utilization=0.3"] if ctx.device == "cuda" else
               ["--set", "searcher.vllm.kv_cache_gb=1"])
-    extra = ["--set", "training.algorithm=grpo", "--set", "training.rollout_engine=vllm", "--set", "training.total_steps=1",
+    extra = ["--set", "training.algorithm=grpo", "--set", "training.rollout.engine=vllm", "--set", "training.total_steps=1",
              "--set", "searcher.vllm.max_model_len=2048", *engine]
     _run_s3(ctx, res, _train_args(ctx, "vllm_sync", extra), expect=r"weights synced in")
 
@@ -433,7 +433,7 @@ def step_learner_group(ctx: Ctx, res: StepResult) -> None:
     if importlib.util.find_spec("ray") is None:
         raise Skip("ray is not installed (the 'ray' extra)")
     extra = ["--set", "training.backend=ray", "--set", "ray.learners=2", "--set", "ray.learner_gpus=1",
-             "--set", "training.total_steps=1", "--set", "training.autocast=bf16"]
+             "--set", "training.total_steps=1", "--set", "training.learner.autocast=bf16"]
     _run_s3(ctx, res, _train_args(ctx, "learner_group", extra), expect=r"2 learners \(nccl\)")
 
 

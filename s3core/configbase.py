@@ -83,6 +83,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not sep or not key.strip():
         raise ConfigError(f"--set expects section.key=value, got {item!r}")
     path = [p for p in key.strip().split(".") if p]
+    if not path:
+        raise ConfigError(f"--set expects section.key=value, got {item!r}")
     raw = raw.strip()
     lowered = raw.lower()
     if lowered in ("true", "false"):

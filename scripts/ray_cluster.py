@@ -2,7 +2,7 @@
 the rollout and evaluation actors pinned to node 2, a placement table (actor -> node), then the cluster stops.
 
     python scripts/ray_cluster.py --out runs/two_nodes                          # configs/smoke.toml, 2 steps, 4 questions
-    python scripts/ray_cluster.py --out DIR --config configs/smoke.toml --set training.batch_size=1 --steps 1 \\
+    python scripts/ray_cluster.py --out DIR --config configs/smoke.toml --set training.rollout.batch_size=1 --steps 1 \\
         --learners 2 --eval-questions 3 --compare-local
 
 The nodes are `ray.cluster_utils.Cluster` nodes: separate raylet processes, each with its own CPUs, its own custom

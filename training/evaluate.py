@@ -22,7 +22,7 @@ def heldout_rewards(
 ) -> Iterator[dict[str, Any]]:
     """For each policy (a run dir, a checkpoint, or the base model name), as soon as it is done: mean reward, mean
     Acc(s3), the naive-RAG baseline's mean Acc on the same questions, turns and documents over the held-out questions
-    (the last training.heldout_questions of the prepared set; `split="train"`: the questions before them), greedy
+    (the last training.heldout.questions of the prepared set; `split="train"`: the questions before them), greedy
     decoding. Every policy is resolved before any runs, so a wrong path fails at once."""
     from tqdm import tqdm
 
@@ -38,9 +38,9 @@ def heldout_rewards(
         resolve_checkpoint(name)
     tc = cfg.training
     data = load_training_set(cfg)
-    n = tc.heldout_questions
+    n = tc.heldout.questions
     if n <= 0:
-        raise S3Error("set training.heldout_questions > 0 (the questions kept out of training) for train-eval")
+        raise S3Error("set training.heldout.questions > 0 (the questions kept out of training) for train-eval")
     pool = data.examples[-n:] if split == "heldout" else data.examples[:-n]
     examples = pool[: limit or len(pool)]
     retriever = build_retriever(cfg.retriever, data.index_dir)
@@ -48,8 +48,6 @@ def heldout_rewards(
     # benchmarks/results/rollout_engines/), else the transformers policy; an API searcher is not a checkpoint
     engine = "vllm" if cfg.searcher.policy == "vllm" else "transformers"
     scfg = cfg.searcher.model_copy(update={"temperature": 0.0, "policy": engine})
-    if tc.max_new_tokens:
-        scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
     end_to_end = tc.mode == "search_r1"
     for name in policies:
         pol = build_policy(scfg.model_copy(update={"policy_path": name}))

@@ -110,57 +110,61 @@ def accuracy_usage(scorer: RewardScorer) -> dict[str, float]:
 
 
 def rollout_policy(cfg: TrainSettings, device: str, *, seed_offset: int = 0) -> Any:
-    """The rollout engine training.rollout_engine names, over training.base_model's files: a vLLM engine
+    """The rollout engine training.rollout.engine names, over training.base_model's files: a vLLM engine
     (searcher.vllm settings, sampling what the learner would), or a transformers policy (a Ray rollout worker's own
     copy of the learner; the learner's weights come in by `sync`)."""
     from searcher.policy.transformers_policy import TransformersPolicy, resolve_checkpoint
 
     tc = cfg.training
-    if tc.rollout_engine == "vllm":
+    if tc.rollout.engine == "vllm":
         from searcher.policy.vllm_policy import VLLMPolicy
 
         update: dict[str, Any] = {"seed": tc.seed + seed_offset}
         if cfg.searcher.vllm.dtype == "auto":
             # vLLM's own 'auto' serves a float32 checkpoint in bfloat16: ~0.04 mean log-prob gap to a float32 learner
-            update["dtype"] = tc.dtype
+            update["dtype"] = tc.learner.dtype
         return VLLMPolicy(str(resolve_checkpoint(tc.base_model)), engine=cfg.searcher.vllm.model_copy(update=update))
-    return TransformersPolicy.load(tc.base_model, device=device, dtype=tc.dtype, gen_batch=cfg.searcher.generate_batch)
+    return TransformersPolicy.load(tc.base_model, device=device, dtype=tc.learner.dtype, gen_batch=cfg.searcher.generate_batch)
 
 
 class LocalExecutor:
-    """Rollouts and rewards in this process: the trainer's agent (the learner itself, or its vLLM engine) and its
-    scorer — the local trainer's behaviour, unchanged."""
+    """Rollouts and rewards in this process, from the parts training/build.py gives it: the sampling agent (over the
+    learner itself, or its vLLM engine), the greedy agent of the held-out evaluation, the scorer, the learner's model
+    and the engine its weights go into after each update."""
 
-    def __init__(self, trainer: Any) -> None:
-        self.t = trainer
-        self._usage = accuracy_usage(trainer.scorer)
+    def __init__(self, *, agent: Any, greedy_agent: Any, scorer: RewardScorer, model: Any, engine: Any = None,
+                 autocast: str = "off") -> None:
+        self.agent, self.greedy_agent, self.scorer = agent, greedy_agent, scorer
+        self.model, self.engine, self.autocast = model, engine, autocast
+        self._usage = accuracy_usage(scorer)
 
     def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]:
-        """The rollouts of a step (training.temperature), or with `greedy` the held-out evaluation's (temperature 0)."""
+        """The rollouts of a step (training.rollout.temperature), or with `greedy` the held-out evaluation's."""
         import torch
 
-        t = self.t
-        t.model.eval()
-        agent = t.greedy_agent if greedy else t.agent
+        from training.learner import autocast
+
+        self.model.eval()
+        agent = self.greedy_agent if greedy else self.agent
         # autocast is the learner's; the vLLM engine computes in its own dtype (searcher.vllm.dtype)
-        with torch.no_grad(), t._autocast() if t.engine is None else contextlib.nullcontext():
+        with torch.no_grad(), autocast(self.autocast, self.model) if self.engine is None else contextlib.nullcontext():
             return list(agent.search([e.question for e in examples]))
 
     def score(self, results: list[SearchResult], examples: list[QAExample]) -> RewardBatch:
-        return asyncio.run(self.t.scorer.score(results, examples))
+        return asyncio.run(self.scorer.score(results, examples))
 
     def sync(self) -> float | None:
         """The learner's weights into the vLLM engine (None without one: the learner samples itself)."""
-        if self.t.engine is None:
+        if self.engine is None:
             return None
         from training.weight_sync import learner_weights
 
         t0 = time.perf_counter()
-        self.t.engine.load_weights(learner_weights(self.t.model))
+        self.engine.load_weights(learner_weights(self.model))
         return time.perf_counter() - t0
 
     def step_stats(self) -> dict[str, float]:
-        now = accuracy_usage(self.t.scorer)
+        now = accuracy_usage(self.scorer)
         row = usage_row(self._usage, now)
         self._usage = now
         return row

@@ -10,9 +10,11 @@ same configuration and checkpoint, and runs the same `update` on its share of th
 N * tokens_j / T and `reduce_grads` = the all-reduce (mean) of the gradients over the ranks: the averaged gradient is
 the single learner's, so the loss code is this file's `masked_update` either way (no second copy).
 
-The trainer (training/trainer.py) keeps what is not the learner's: the data order, the rollouts and rewards (through its
-executor), the padding of rollouts into `Batch`es, the advantages of GRPO, the metrics and the checkpoint's
-trainer_state.pt (it stores the `state()` rank 0 returns, in the single learner's format).
+The learner owns its state and both of its update paths: `update` (RL) and `sft_update` (the format warm-up), and
+`end_warmup` (RL's reference becomes the warmed policy). The trainer (training/trainer.py) keeps what is not the
+learner's: the data order, the rollouts and rewards (through its executor), the advantages of GRPO, the metrics and
+the checkpoint's trainer_state.pt (it stores the `state()` rank 0 returns, in the single learner's format).
+`pad_rollouts` turns rollouts into the `Batch`es both read.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from s3core.errors import S3Error
+from s3core.types import SearchResult
+from training.config import TrainingConfig
 
-__all__ = ["Batch", "GapSums", "Learner", "MicroBatch", "UpdateOut", "decoder_and_head", "export_model", "forward_logprobs", "load_policy",
-           "load_tokenizer", "masked_update", "ref_logprobs"]
+__all__ = ["Batch", "GapSums", "Learner", "MicroBatch", "UpdateCore", "UpdateOut", "decoder_and_head", "export_model",
+           "forward_logprobs", "load_policy", "load_tokenizer", "masked_update", "pad_rollouts", "ref_logprobs"]
 
 
 @dataclass
@@ -85,12 +89,51 @@ class UpdateOut:
     gaps: GapSums = field(default_factory=GapSums)
 
 
-# ---------------------------------------------------------------------------------------------------- forward passes
-def autocast(tc: Any, model: Any) -> Any:
-    """torch.autocast on the model's device for training.autocast = 'bf16', else a no-op context."""
+def pad_rollouts(results: list[SearchResult], rows: list[int], pad_id: int | None, *, share_prefix: bool,
+                 device: str = "cpu") -> Batch:
+    """The trajectories of `results[rows]` as one padded Batch: prompt + response tokens, the loss mask on the
+    policy's own tokens (the prompt and the retrieved windows masked out), the rollout engine's log-probs, the first
+    response position (`start`) and, with `share_prefix`, the prefix every row shares (searcher.policy.prefix_kv)."""
     import torch
 
-    if tc.autocast == "off":
+    from searcher.policy.prefix_kv import MIN_SHARED_PREFIX, common_prefix_len
+
+    pad = pad_id if pad_id is not None else 0
+    seqs, masks, lps, prompt_lens = [], [], [], []
+    for i in rows:
+        tr = results[i].trajectory
+        assert tr is not None
+        seqs.append(list(tr.prompt_ids) + list(tr.response_ids))
+        # position t of the shifted sequence predicts token t+1: prompt tokens are never trained on
+        masks.append([0] * (len(tr.prompt_ids) - 1) + list(tr.mask))
+        lps.append([0.0] * (len(tr.prompt_ids) - 1) + [lp if m else 0.0 for lp, m in zip(tr.logprobs, tr.mask, strict=True)])
+        prompt_lens.append(len(tr.prompt_ids))
+    L = max(len(s) for s in seqs)
+    start = max(min(prompt_lens) - 1, 0)  # first position that predicts a response token
+    ids = torch.full((len(seqs), L), pad, dtype=torch.long)
+    att = torch.zeros((len(seqs), L), dtype=torch.long)
+    lm = torch.zeros((len(seqs), L - 1), dtype=torch.float32)
+    rl = torch.zeros((len(seqs), L - 1), dtype=torch.float32)
+    for j, (s, m, lp) in enumerate(zip(seqs, masks, lps, strict=True)):
+        ids[j, : len(s)] = torch.tensor(s)
+        att[j, : len(s)] = 1
+        lm[j, : len(m)] = torch.tensor(m, dtype=torch.float32)
+        rl[j, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
+    prefix = 0
+    if share_prefix and len(seqs) > 1:
+        prefix = common_prefix_len(seqs, limit=start)
+        if prefix < MIN_SHARED_PREFIX:
+            prefix = 0
+    return Batch(ids=ids.to(device), attention=att.to(device), loss_mask=lm[:, start:].to(device), start=start,
+                 prefix=prefix, rollout_lp=rl[:, start:].to(device))
+
+
+# ---------------------------------------------------------------------------------------------------- forward passes
+def autocast(mode: str, model: Any) -> Any:
+    """torch.autocast on the model's device for training.learner.autocast = 'bf16', else a no-op context."""
+    import torch
+
+    if mode == "off":
         return contextlib.nullcontext()
     device = next(model.parameters()).device.type
     return torch.autocast(device_type=device, dtype=torch.bfloat16)
@@ -120,9 +163,9 @@ def decoder_and_head(model: Any) -> tuple[Any, Callable[[Any], Any]]:
     return decoder, head
 
 
-def forward_logprobs(tc: Any, model: Any, batch: Batch, want_hidden: bool = False) -> tuple[Any, Any]:
+def forward_logprobs(tc: TrainingConfig, model: Any, batch: Batch, want_hidden: bool = False) -> tuple[Any, Any]:
     """Token logprobs (B, T') at the sampling temperature for positions batch.start .. L-2 (the response part),
-    computed only where batch.loss_mask is 1 (the policy's tokens; 0 elsewhere), `training.logprob_chunk` positions
+    computed only where batch.loss_mask is 1 (the policy's tokens; 0 elsewhere), `training.learner.logprob_chunk` positions
     at a time (training/algorithms.py `masked_logprobs`: no (B, T', V) logits), and the last hidden states (B, T', H)
     if asked (PPO's critic)."""
     from searcher.policy.prefix_kv import cache_arg, expand, prefix_cache
@@ -130,7 +173,7 @@ def forward_logprobs(tc: Any, model: Any, batch: Batch, want_hidden: bool = Fals
 
     decoder, head = decoder_and_head(model)
     P = batch.prefix
-    with autocast(tc, model):
+    with autocast(tc.learner.autocast, model):
         if P:
             # the shared prefix once (batch 1, differentiated once), every row's remainder on top of its KV cache
             cache = expand(prefix_cache(model, batch.ids[0, :P].tolist()), batch.ids.shape[0], copy_first=False)
@@ -140,11 +183,21 @@ def forward_logprobs(tc: Any, model: Any, batch: Batch, want_hidden: bool = Fals
             out = decoder(input_ids=batch.ids, attention_mask=batch.attention, use_cache=False)
         hidden = out.last_hidden_state[:, batch.start - P : -1, :]  # (B, T', H): position t predicts ids[:, t+1]
         lp = masked_logprobs(hidden, head, batch.ids[:, batch.start + 1 :], batch.loss_mask,
-                             temperature=tc.temperature or 1.0, chunk=tc.logprob_chunk)  # (B, T')
+                             temperature=tc.rollout.temperature or 1.0, chunk=tc.learner.logprob_chunk)  # (B, T')
     return lp, hidden if want_hidden else None
 
 
-def ref_logprobs(core: Any, batch: Batch) -> Any:
+class UpdateCore(Protocol):
+    """What the update reads and steps: a Learner (or a benchmark's bare model and optimizer)."""
+
+    tc: TrainingConfig
+    model: Any
+    value_head: Any
+    ref_model: Any
+    optimizer: Any
+
+
+def ref_logprobs(core: UpdateCore, batch: Batch) -> Any:
     """The frozen reference policy's log-probs of `batch` (None without a KL term); LoRA: the adapters disabled."""
     import torch
 
@@ -158,9 +211,9 @@ def ref_logprobs(core: Any, batch: Batch) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------- the update
-def masked_update(core: Any, mbs: list[MicroBatch], weights: list[float],
+def masked_update(core: UpdateCore, mbs: list[MicroBatch], weights: list[float],
                   reduce_grads: Callable[[list[Any]], None] | None = None) -> UpdateOut:
-    """One masked policy-gradient update (training.ppo_epochs epochs) of `core` (anything with tc, model, value_head,
+    """One masked policy-gradient update (training.update.ppo_epochs epochs) of `core` (anything with tc, model, value_head,
     ref_model, optimizer: a Learner, the trainer) from its micro-batches: sum_j loss_j * weights[j] is backpropagated,
     then `reduce_grads(params)` (a LearnerGroup rank's all-reduce; None for the single learner), clipping, the step.
     The stats are weighted by `weights` too (so a group's mean over ranks is the single learner's). A micro-batch of
@@ -175,7 +228,7 @@ def masked_update(core: Any, mbs: list[MicroBatch], weights: list[float],
     refs = [ref_logprobs(core, mb.batch) for mb in mbs]
     old: list[Any] = [None] * len(mbs)
     old_values: list[Any] = [None] * len(mbs)
-    if tc.ppo_epochs > 1 or ppo:
+    if tc.update.ppo_epochs > 1 or ppo:
         with torch.no_grad():
             for j, mb in enumerate(mbs):
                 lp, hid = forward_logprobs(tc, core.model, mb.batch, want_hidden=ppo)
@@ -185,7 +238,7 @@ def masked_update(core: Any, mbs: list[MicroBatch], weights: list[float],
     acc: dict[str, float] = {}
     gaps = GapSums()
     params = [q for g in core.optimizer.param_groups for q in g["params"]]
-    for epoch in range(tc.ppo_epochs):
+    for epoch in range(tc.update.ppo_epochs):
         core.optimizer.zero_grad(set_to_none=True)
         for j, (mb, weight) in enumerate(zip(mbs, weights, strict=True)):
             p = mb.batch
@@ -198,7 +251,7 @@ def masked_update(core: Any, mbs: list[MicroBatch], weights: list[float],
             if not ppo:
                 assert mb.adv is not None
                 adv = torch.tensor(mb.adv, dtype=lp.dtype, device=lp.device)  # (B,)
-                out = alg.grpo_loss(lp, old_lp, refs[j], adv, p.loss_mask, tc.clip_coef, tc.kl_coef)
+                out = alg.grpo_loss(lp, old_lp, refs[j], adv, p.loss_mask, tc.update.clip_coef, tc.update.kl_coef)
                 parts = {"losses/policy": out.pg_loss, "losses/kl": out.kl, "losses/total": out.loss,
                          "losses/clipfrac": out.clipfrac, "losses/approx_kl": out.approx_kl}
             else:
@@ -207,9 +260,9 @@ def masked_update(core: Any, mbs: list[MicroBatch], weights: list[float],
                 r_seq = torch.tensor(mb.rewards, dtype=values.dtype, device=values.device)  # (B,)
                 tok_r = alg.token_rewards(r_seq, p.loss_mask)  # (B, T)
                 with torch.no_grad():
-                    adv_t, ret = alg.gae_advantages(tok_r, old_values[j], p.loss_mask, tc.gamma, tc.gae_lambda)
+                    adv_t, ret = alg.gae_advantages(tok_r, old_values[j], p.loss_mask, tc.update.gamma, tc.update.gae_lambda)
                 pout = alg.ppo_loss(lp, old_lp, refs[j], adv_t, values, old_values[j], ret, p.loss_mask,
-                                    tc.clip_coef, tc.value_clip_coef, tc.kl_coef, tc.vf_coef)
+                                    tc.update.clip_coef, tc.update.value_clip_coef, tc.update.kl_coef, tc.update.vf_coef)
                 out = pout  # type: ignore[assignment]
                 parts = {"losses/policy": pout.pg_loss, "losses/kl": pout.kl, "losses/value": pout.value_loss,
                          "losses/total": pout.loss, "losses/clipfrac": pout.clipfrac, "losses/approx_kl": pout.approx_kl}
@@ -218,38 +271,38 @@ def masked_update(core: Any, mbs: list[MicroBatch], weights: list[float],
                 acc[k] = acc.get(k, 0.0) + float(v.detach()) * weight
         if reduce_grads is not None:
             reduce_grads(params)
-        gn = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm)
+        gn = torch.nn.utils.clip_grad_norm_(params, tc.update.max_grad_norm)
         acc["losses/grad_norm"] = float(gn)
         core.optimizer.step()
     return UpdateOut(stats=acc, gaps=gaps)
 
 
 # ---------------------------------------------------------------------------------------------------- building
-def load_policy(tc: Any, device: str, resume_dir: Path | None) -> tuple[Any, Any, Any]:
+def load_policy(tc: TrainingConfig, device: str, resume_dir: Path | None) -> tuple[Any, Any, Any]:
     """The transformers policy (trainable): (policy, model, tokenizer). Full fine-tuning resumes from the checkpoint's
     policy/ dir; LoRA loads the base model and the checkpoint's adapter."""
     from searcher.policy.transformers_policy import TransformersPolicy
 
     source = tc.base_model
-    if resume_dir is not None and not tc.lora:
+    if resume_dir is not None and not tc.learner.lora:
         source = str(resume_dir / "policy")
-    policy = TransformersPolicy.load(source, device=device, dtype=tc.dtype)
-    if tc.lora:
+    policy = TransformersPolicy.load(source, device=device, dtype=tc.learner.dtype)
+    if tc.learner.lora:
         if resume_dir is not None:
             from peft import PeftModel
 
             policy.model = PeftModel.from_pretrained(policy.model, str(resume_dir / "adapter"), is_trainable=True)
         else:
-            policy.enable_lora(r=tc.lora_r, alpha=tc.lora_alpha)
+            policy.enable_lora(r=tc.learner.lora_r, alpha=tc.learner.lora_alpha)
     model = policy.model
-    if tc.gradient_checkpointing:
+    if tc.learner.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if tc.lora and hasattr(model, "enable_input_require_grads"):
+        if tc.learner.lora and hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
     return policy, model, policy.tokenizer
 
 
-def load_tokenizer(tc: Any, resume_dir: Path | None) -> Any:
+def load_tokenizer(tc: TrainingConfig, resume_dir: Path | None) -> Any:
     """The policy's tokenizer alone (the driver of a LearnerGroup pads rollouts; the ranks hold the model), with the
     pad token the transformers policy gives it (eos when it has none)."""
     from transformers import AutoTokenizer
@@ -265,32 +318,32 @@ def load_tokenizer(tc: Any, resume_dir: Path | None) -> Any:
     return tok
 
 
-def reference_model(tc: Any, device: str, run_dir: Path) -> Any:
+def reference_model(tc: TrainingConfig, device: str, run_dir: Path) -> Any:
     """The frozen reference policy pi_ref = the policy RL starts from: training.base_model, or after a format
     warm-up the warmed policy (RUN_DIR/reference, written when the warm-up ends), loaded from disk so a resumed
     run keeps the same reference. Full fine-tuning: RUN_DIR/reference is a plain HF dir. LoRA: it is the warmed
-    adapter alone (a few MB), merged into a frozen copy of the base (with training.dtype = bfloat16 the merge
+    adapter alone (a few MB), merged into a frozen copy of the base (with training.learner.dtype = bfloat16 the merge
     rounds: the first RL step's KL is then ~0, not exactly 0); before the warm-up ends (or without one) the
     reference is the policy's own model with its adapters disabled (the base model: no copy)."""
-    if tc.kl_coef == 0:
+    if tc.update.kl_coef == 0:
         return None
     from searcher.policy.transformers_policy import TransformersPolicy
 
     warmed = run_dir / "reference"
-    if tc.lora:
+    if tc.learner.lora:
         if not (warmed / "adapter_config.json").is_file():
             return "adapter-disabled"
-        ref = TransformersPolicy.load(str(warmed), device=device, dtype=tc.dtype).model.merge_and_unload()
+        ref = TransformersPolicy.load(str(warmed), device=device, dtype=tc.learner.dtype).model.merge_and_unload()
     else:
         source = str(warmed) if (warmed / "config.json").is_file() else tc.base_model
-        ref = TransformersPolicy.load(source, device=device, dtype=tc.dtype).model
+        ref = TransformersPolicy.load(source, device=device, dtype=tc.learner.dtype).model
     ref.eval()
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
 
 
-def value_head(tc: Any, model: Any, device: str) -> Any:
+def value_head(tc: TrainingConfig, model: Any, device: str) -> Any:
     """PPO's critic: a zero-initialised linear value head on the policy's last hidden states (None for GRPO)."""
     import torch
 
@@ -302,17 +355,17 @@ def value_head(tc: Any, model: Any, device: str) -> Any:
     return head.to(device)
 
 
-def optimizer_and_scheduler(tc: Any, model: Any, head: Any) -> tuple[Any, Any]:
-    """AdamW over the trainable policy weights (training.learning_rate) and the critic (critic_learning_rate), and the
-    linear learning-rate warm-up (training.warmup_steps)."""
+def optimizer_and_scheduler(tc: TrainingConfig, model: Any, head: Any) -> tuple[Any, Any]:
+    """AdamW over the trainable policy weights (training.update.learning_rate) and the critic (critic_learning_rate), and the
+    linear learning-rate warm-up (training.update.warmup_steps)."""
     import torch
 
     params = [p for p in model.parameters() if p.requires_grad]
-    groups: list[dict[str, Any]] = [{"params": params, "lr": tc.learning_rate}]
+    groups: list[dict[str, Any]] = [{"params": params, "lr": tc.update.learning_rate}]
     if head is not None:
-        groups.append({"params": list(head.parameters()), "lr": tc.critic_learning_rate})
+        groups.append({"params": list(head.parameters()), "lr": tc.update.critic_learning_rate})
     optimizer = torch.optim.AdamW(groups, weight_decay=0.0)
-    warm = tc.warmup_steps
+    warm = tc.update.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
     return optimizer, scheduler
 
@@ -334,7 +387,7 @@ class Learner:
     built from [training] (and a checkpoint to resume from). The single learner of S3Trainer, or one rank of a
     LearnerGroup (every rank builds the same one; rank 0's parameters are broadcast when the group forms)."""
 
-    def __init__(self, tc: Any, device: str, run_dir: Path, resume_dir: Path | None = None) -> None:
+    def __init__(self, tc: TrainingConfig, device: str, run_dir: Path, resume_dir: Path | None = None) -> None:
         self.tc, self.device, self.run_dir = tc, device, Path(run_dir)
         self.policy, self.model, self.tokenizer = load_policy(tc, device, resume_dir)
         self.value_head = value_head(tc, self.model, device)
@@ -346,6 +399,43 @@ class Learner:
                reduce_grads: Callable[[list[Any]], None] | None = None) -> UpdateOut:
         mbs = [replace(mb, batch=mb.batch.to(self.device)) for mb in mbs]
         return masked_update(self, mbs, weights, reduce_grads)
+
+    def sft_update(self, batches: list[Batch]) -> dict[str, float]:
+        """One supervised step (the format warm-up, [training.sft]): the token-weighted masked NLL of the batches'
+        policy tokens (prompts and retrieved windows masked out exactly as in RL), clipped, one optimizer step at
+        training.sft.learning_rate — the same optimizer (and AdamW moments) RL goes on with, its RL learning rate
+        restored after the step; the scheduler does not advance."""
+        import torch
+
+        from training.algorithms import masked_mean
+
+        batches = [b.to(self.device) for b in batches]
+        total = float(sum(b.loss_mask.sum().item() for b in batches))
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        nll = 0.0
+        for b in batches:
+            weight = b.loss_mask.sum().item() / max(total, 1.0)
+            loss = -masked_mean(forward_logprobs(self.tc, self.model, b)[0], b.loss_mask)
+            (loss * weight).backward()
+            nll += float(loss.detach()) * weight
+        gn = torch.nn.utils.clip_grad_norm_(self.parameters(), self.tc.update.max_grad_norm)
+        group = self.optimizer.param_groups[0]
+        rl_lr, group["lr"] = group["lr"], self.tc.sft.learning_rate
+        try:
+            self.optimizer.step()
+        finally:
+            group["lr"] = rl_lr
+        return {"losses/sft_nll": nll, "losses/grad_norm": float(gn), "charts/policy_tokens": total}
+
+    def logprobs(self, batch: Batch) -> Any:
+        """The policy's token log-probs of `batch` (no gradient): what the confidence-gated reward compares with the
+        rollout engine's."""
+        import torch
+
+        self.model.eval()
+        with torch.no_grad():
+            return forward_logprobs(self.tc, self.model, batch.to(self.device))[0]
 
     def step_scheduler(self) -> float:
         """The scheduler's step after an update; the learning rate it sets."""
@@ -375,8 +465,8 @@ class Learner:
         """Write the checkpoint's model folders into `out`: policy/ (a plain HF dir, LoRA merged: what `s3 serve
         --policy` and vLLM load) and, for LoRA, adapter/; return `state()` for trainer_state.pt."""
         out = Path(out)
-        export_model(self.model, self.tokenizer, out / "policy", lora=self.tc.lora)
-        if self.tc.lora:
+        export_model(self.model, self.tokenizer, out / "policy", lora=self.tc.learner.lora)
+        if self.tc.learner.lora:
             self.save_adapter(out / "adapter")
         return self.state()
 
@@ -402,7 +492,7 @@ class Learner:
         final, tmp = self.run_dir / "reference", self.run_dir / ".reference.tmp"
         if tmp.exists():
             shutil.rmtree(tmp)
-        if self.tc.lora:
+        if self.tc.learner.lora:
             self.save_adapter(tmp)
         else:
             export_model(self.model, self.tokenizer, tmp, lora=False)

@@ -1,4 +1,4 @@
-"""Oracle searcher replies for the format warm-up (`training.sft_warmup_steps`).
+"""Oracle searcher replies for the format warm-up (`training.sft.steps`).
 
 A 135M searcher writes no valid s3 action at all when it starts (0 of 16 sampled replies on the CPU training set):
 every rollout of a group then gets the same context, the same reward and a zero GRPO advantage, and RL has nothing

@@ -42,7 +42,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, smooth: int = 5
         raise S3Error(f"{run_dir}/metrics.jsonl has no rows yet")
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
     steps = [int(r["step"]) for r in rows]
-    warm = [int(r["step"]) for r in rows if r.get("charts/sft")]  # oracle warm-up steps (training.sft_warmup_steps)
+    warm = [int(r["step"]) for r in rows if r.get("charts/sft")]  # oracle warm-up steps (training.sft.steps)
     for ax, (title, keys) in zip(axes, PANELS, strict=True):
         if warm:
             ax.axvspan(min(warm) - 0.5, max(warm) + 0.5, color="grey", alpha=0.12, label="oracle warm-up")

@@ -7,7 +7,7 @@
     sync_s = executor.sync()                     # learner weights -> object store (ray.put) -> every rollout engine
 
 Rollout workers (`RolloutWorker`) each build, from the typed build layer, a retriever (the local index, or the remote
-/retrieve service: retriever.backend = "remote") and a policy engine (training.rollout_engine: a transformers copy of
+/retrieve service: retriever.backend = "remote") and a policy engine (training.rollout.engine: a transformers copy of
 the learner, or vLLM), and run their contiguous shard of the step's questions in lockstep (one batched policy call
 and one batched retrieval call per turn). Each shard samples under its own seed, a function of (training.seed, step,
 shard): a redone shard, or a resumed run, samples what the first attempt would have.
@@ -94,10 +94,10 @@ class RolloutWorker(RayWorker):
         torch.set_num_threads(threads)
         self.tc = cfg.training
         self.retriever = build_retriever(cfg.retriever, index_dir)
-        device = resolve_device(self.tc.device)
+        device = resolve_device(self.tc.learner.device)
         self.policy = policy_factory() if policy_factory is not None else rollout_policy(cfg, device, seed_offset=index)
         self.agent = build_searcher(loop_cfg, self.retriever, self.policy, k0=cfg.retriever.k, agent=agent_kind)
-        # the held-out evaluation's agent: the same engine, greedy (training.heldout_every)
+        # the held-out evaluation's agent: the same engine, greedy (training.heldout.every)
         self.greedy_agent = build_searcher(loop_cfg.model_copy(update={"temperature": 0.0}), self.retriever,
                                            self.policy, k0=cfg.retriever.k, agent=agent_kind)
         self.version = -1
@@ -125,7 +125,7 @@ class RolloutWorker(RayWorker):
         torch.manual_seed(seed)
         model = getattr(self.policy, "model", None)
         autocast: Any = contextlib.nullcontext()
-        if self.tc.autocast == "bf16" and model is not None and self.tc.rollout_engine == "transformers":
+        if self.tc.learner.autocast == "bf16" and model is not None and self.tc.rollout.engine == "transformers":
             autocast = torch.autocast(device_type=next(model.parameters()).device.type, dtype=torch.bfloat16)
         if model is not None and hasattr(model, "eval"):
             model.eval()

@@ -1,10 +1,12 @@
-"""The trainer: `s3 train --config ...`.
+"""The trainer: `s3 train --config ...`. training/build.py builds the parts (data, retriever, learner, executor,
+oracle); this file is the loop over them, top to bottom: `train` -> `train_step` (or `sft_step`) -> `update` ->
+`save_checkpoint`.
 
 One step = B questions x group_size rollouts through the searcher (the learner itself, or a vLLM engine that holds
-the learner's weights: training.rollout_engine; sampling at training.temperature, exact token masks) -> rewards
+the learner's weights: training.rollout.engine; sampling at training.rollout.temperature, exact token masks) -> rewards
 (training/rewards.py; failed calls leave the update) -> advantages (GRPO group baseline, or PPO critic + GAE) ->
 masked policy-gradient update with a k3 KL term to the frozen reference policy -> (vLLM engine) the new weights into
-the running engine, in place -> metrics -> checkpoint every `save_every` steps (and always at the end).
+the running engine, in place -> metrics -> checkpoint every `training.checkpoint.every` steps (and always at the end).
 
 Rollouts, rewards and the weight sync go through a StepExecutor (training/executors.py): in this process
 (training.backend = "local"), or on Ray actors (training.backend = "ray", training/ray_backend.py); the update, the
@@ -13,8 +15,8 @@ reference, optimizer, the one `masked_update`) lives in this process, or with ra
 one torch.distributed group (training/learner_group.py): this file then splits the update's rows over the ranks, rank 0
 writes the checkpoint's model folders (the same format) and feeds the rollout engines, and every rank resumes.
 
-Devices: the learner, the reference policy and the critic live on training.device ('auto' = cuda when available);
-nothing else is placed by hand. With rollout_engine = "vllm" the ratio's old log-probs are the learner's own
+Devices: the learner, the reference policy and the critic live on training.learner.device ('auto' = cuda when available);
+nothing else is placed by hand. With training.rollout.engine = "vllm" the ratio's old log-probs are the learner's own
 recomputation (as in verl), never the engine's; the engine's are compared with them every step
 (rollout/logprob_gap_mean_abs, rollout/logprob_gap_max) and the sync is timed (charts/weight_sync_s).
 
@@ -35,7 +37,7 @@ Resume: `s3 train` on an existing run directory continues from `checkpoints/late
 function of (seed, epoch), and the position is stored).
 
 The PPO critic is a value head on the policy's last hidden states (detached: it learns with
-training.critic_learning_rate without moving the actor) — a CPU-sized stand-in for the paper's separate critic model.
+training.update.critic_learning_rate without moving the actor) — a CPU-sized stand-in for the paper's separate critic model.
 """
 
 from __future__ import annotations
@@ -52,21 +54,18 @@ from eval.behavior import rollout_row
 from s3core.errors import S3Error
 from s3core.io import append_jsonl, read_log_jsonl, repair_tail
 from s3core.types import QAExample, SearchResult
-from searcher.agent import S3Searcher
-from searcher.build import AgentKind, build_retriever, build_searcher
-from searcher.config import SearcherConfig
 from searcher.trained import TrainedSearcherRecord, make_record, write_record
-from training.budget import BudgetedExecutor, BudgetReached  # [budget]
+from training.budget import BudgetReached
+from training.build import TrainingParts, build_training
 from training.collapse import CollapseWatch
 from training.config import TrainSettings
-from training.executors import StepExecutor
-from training.learner import Batch, GapSums, Learner, MicroBatch, UpdateOut, export_model, masked_update
+from training.learner import Batch, GapSums, Learner, MicroBatch, UpdateOut, export_model, pad_rollouts
 from training.rng import capture_rng, restore_rng
 
-__all__ = ["Batch", "S3Trainer", "SearchR1Trainer", "export_model", "export_policy", "make_trainer", "read_metrics"]
+__all__ = ["Batch", "S3Trainer", "export_model", "export_policy", "make_trainer", "read_metrics"]
 
 STATE_FILE = "trainer_state.pt"
-HELDOUT_FILE = "heldout.jsonl"  # one row per held-out evaluation (training.heldout_every)
+HELDOUT_FILE = "heldout.jsonl"  # one row per held-out evaluation (training.heldout.every)
 DATA_ORDER = "warmup-stream+rl-from-start"  # the batch order scheme (batch_indices); a resume checks it
 
 
@@ -108,192 +107,77 @@ class _MetricsWriter:
 
 
 class S3Trainer:
-    """GRPO / PPO trainer for an s3 searcher with a frozen generator (the reward calls the generator)."""
+    """The training loop over the parts training/build.py built: rollout -> reward -> update -> log -> checkpoint
+    (GRPO / PPO; s3 searchers with a frozen generator, or Search-R1 end to end: parts.agent_kind)."""
 
-    end_to_end = False
-    agent_kind: AgentKind = "s3"
-
-    def __init__(self, cfg: TrainSettings, log: Callable[[str], None] = print) -> None:
-        import torch
-
-        from s3core.devices import auto_cpu_threads, resolve_device
-
-        self.cfg = cfg
-        self.tc = cfg.training
-        self.log = log
-        self.device = resolve_device(self.tc.device)
-        if self.device == "cpu":
-            torch.set_num_threads(self.tc.torch_threads or auto_cpu_threads())
-        self.engine: Any = None  # the vLLM rollout engine (training.rollout_engine = "vllm")
-        self.run_dir = cfg.resolve(self.tc.output_dir)
-        self.ckpt_dir = self.run_dir / "checkpoints"
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+    def __init__(self, parts: TrainingParts, log: Callable[[str], None] = print) -> None:
+        self.parts = parts
+        self.cfg, self.tc, self.log = parts.cfg, parts.cfg.training, log
+        self.run_dir, self.ckpt_dir = parts.run_dir, parts.run_dir / "checkpoints"
+        self.examples, self.heldout = parts.examples, parts.heldout
+        self.executor = parts.executor
+        self.learner, self.learners = parts.learner, parts.learners  # one of them: here, or a LearnerGroup on Ray
         self.step = 0
         self.resumed_from: str | None = None
-        self.stopped: str | None = None  # [budget] why train() stopped early (budget reached), else None
-        self._setup()
-
-    # ------------------------------------------------------------------ setup
-    def _prepare_data(self) -> Any:
-        from training.data import load_training_set, prepare_training, training_dir
-
-        d = training_dir(self.cfg)
-        if not (d / "manifest.json").is_file() or not (d / "train.jsonl").is_file():
-            self.log(f"train: preparing training data in {d}")
-            prepare_training(self.cfg, d, log=self.log)
-        try:
-            return load_training_set(self.cfg, d)
-        except S3Error:
-            # the generator / prompt / metric changed since preparation: complete the cache, then load strictly
-            prepare_training(self.cfg, d, log=self.log)
-            return load_training_set(self.cfg, d)
-
-    def _setup(self) -> None:
-        import torch
-
-        tc = self.tc
-        self.data = self._prepare_data()
-        examples = self.data.examples
-        if tc.heldout_questions:
-            if tc.heldout_questions >= len(examples):
-                raise S3Error(f"training.heldout_questions={tc.heldout_questions} leaves no training question ({len(examples)})")
-            self.heldout = examples[-tc.heldout_questions :]
-            examples = examples[: -tc.heldout_questions]
-        else:
-            self.heldout = []
-        self.examples: list[QAExample] = examples
-        self.retriever = build_retriever(self.cfg.retriever, self.data.index_dir)
-
-        latest = self.ckpt_dir / "latest"
-        resume_dir = self.ckpt_dir / latest.read_text().strip() if latest.is_file() else None
-        # the learner: here (ray.learners = 1), or a LearnerGroup of ray.learners Ray actors, each holding one
-        self.learner: Learner | None = None
-        self.learners: Any = None
-        self.policy: Any = None
-        self.model: Any = None
-        self.value_head: torch.nn.Module | None = None
-        self.ref_model: Any = None
-        self.optimizer: Any = None
-        self.scheduler: Any = None
-        if self.cfg.ray.learners > 1:
-            from training.learner import load_tokenizer
-
-            self.tokenizer = load_tokenizer(tc, resume_dir)
-            self.learners = self._learner_group(resume_dir)
-        else:
-            self.learner = Learner(tc, self.device, self.run_dir, resume_dir)
-            lr_ = self.learner
-            self.policy, self.model, self.tokenizer = lr_.policy, lr_.model, lr_.tokenizer
-            self.policy.gen_batch = self.cfg.searcher.generate_batch  # the learner generates its own rollouts
-            self.value_head, self.ref_model = lr_.value_head, lr_.ref_model
-            self.optimizer, self.scheduler = lr_.optimizer, lr_.scheduler
-        scfg = self.cfg.searcher.model_copy(update={"temperature": tc.temperature})
-        if tc.max_new_tokens:
-            scfg = scfg.model_copy(update={"max_new_tokens": tc.max_new_tokens})
-        self.loop_cfg = scfg
-        try:
-            self.executor: StepExecutor = self._make_executor(scfg)
-            # [budget] training/budget.py: the reward calls priced, capped by training.budget_usd (cost/ metrics)
-            self.executor = BudgetedExecutor(self.executor, self.cfg, self.run_dir, lambda: self.step,
-                                             budget_usd=tc.budget_usd)
-        except BaseException:
-            if self.learners is not None:
-                self.learners.close()  # the learner actors do not outlive a trainer that failed to start
-            raise
-        self.oracle_agent = self._oracle_agent(scfg) if tc.sft_warmup_steps else None
+        self.stopped: str | None = None  # why train() stopped early (budget reached), else None
+        self.last_batches: list[Batch] = []  # the last update's padded micro-batches
         self.metrics = _MetricsWriter(self.run_dir)
         (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
         write_record(self._searcher_record(self.run_dir), self.run_dir)
-        if resume_dir is not None:
-            self._load_state(resume_dir)
+        if parts.resume_dir is not None:
+            self._load_state(parts.resume_dir)
         # the rollout engines start from base_model's files; a resumed run (or a LoRA's merged weights) goes in now
         sync_s = self.executor.sync()
         if sync_s is not None:
             self.log(f"train: rollout engine(s) ready; weights synced in {sync_s:.2f}s")
 
-    def _learner_group(self, resume_dir: Path | None) -> Any:
-        """ray.learners Learner actors in one torch.distributed group (training/learner_group.py), each built from
-        [training] and the checkpoint to resume from; on a GPU each when ray.learner_gpus > 0, else on the CPU."""
-        import functools
+    # ------------------------------------------------------------------ the parts, by name
+    @property
+    def data(self) -> Any:
+        return self.parts.data
 
-        from eval.raycluster import connect
-        from training.learner_group import LearnerGroup
+    @property
+    def retriever(self) -> Any:
+        return self.parts.retriever
 
-        rc = self.cfg.ray
-        connect(rc)
-        # ray.learner_gpus decides (a rank sees only the GPUs Ray gave it: none without learner_gpus)
-        device = "cuda" if rc.learner_gpus > 0 else "cpu"
-        t0 = time.perf_counter()
-        build = functools.partial(Learner, self.tc, device, self.run_dir, resume_dir)
-        group = LearnerGroup(rc, rc.learners, build, device=device, cpus=rc.learner_cpus, gpus=rc.learner_gpus,
-                             resources=rc.learner_resources)
-        self.log(f"train: {rc.learners} learners ({'nccl' if device.startswith('cuda') else 'gloo'}) ready in "
-                 f"{time.perf_counter() - t0:.1f}s")
-        return group
+    @property
+    def loop_cfg(self) -> Any:
+        return self.parts.loop_cfg
 
-    def _make_executor(self, scfg: SearcherConfig) -> StepExecutor:
-        """Where rollouts and rewards run (training.backend): this process, or Ray actors (training/ray_backend.py)."""
-        from training.executors import LocalExecutor
+    @property
+    def tokenizer(self) -> Any:
+        return self.parts.tokenizer
 
-        if self.tc.backend == "ray":
-            from training.ray_backend import RayExecutor
+    @property
+    def oracle_agent(self) -> Any:
+        return self.parts.oracle
 
-            self.agent = self.greedy_agent = self.scorer = None  # the workers hold them
-            return RayExecutor(self.cfg, loop_cfg=scfg, index_dir=self.data.index_dir, agent_kind=self.agent_kind,
-                               baseline=self.data.baseline, end_to_end=self.end_to_end,
-                               learner=None if self.learners is not None else lambda: self.model,
-                               weights_ref=self.learners.weights_ref if self.learners is not None else None,
-                               log=self.log)
-        self.scorer = self._make_scorer()
-        rollout_policy = self.policy
-        if self.tc.rollout_engine == "vllm":
-            self.engine = self._rollout_engine()
-            rollout_policy = self.engine
-        self.agent = build_searcher(scfg, self.retriever, rollout_policy, k0=self.cfg.retriever.k, agent=self.agent_kind)
-        self.greedy_agent = build_searcher(scfg.model_copy(update={"temperature": 0.0}), self.retriever, rollout_policy,
-                                           k0=self.cfg.retriever.k, agent=self.agent_kind)  # training.heldout_every
-        return LocalExecutor(self)
+    @property
+    def model(self) -> Any:
+        """The learner's model (this process's learner; None with a LearnerGroup)."""
+        return self.learner.model if self.learner is not None else None
 
-    def _rollout_engine(self) -> Any:
-        """A vLLM engine over base_model's files (searcher.vllm settings), sampling what the learner would."""
-        from training.executors import rollout_policy
+    @property
+    def policy(self) -> Any:
+        return self.learner.policy if self.learner is not None else None
 
-        if not self.cfg.searcher.vllm.in_process:
-            self.log("train: searcher.vllm.in_process = false: every weight sync is serialized to the engine's process")
-        return rollout_policy(self.cfg, self.device)
+    @property
+    def ref_model(self) -> Any:
+        return self.learner.ref_model if self.learner is not None else None
 
-    def sync_engine(self) -> float:
-        """The learner's weights (LoRA merged) into the rollout engine(s), in place; returns the seconds it took."""
-        return self.executor.sync() or 0.0
+    @property
+    def engine(self) -> Any:
+        """The vLLM rollout engine of a local run (training.rollout.engine = "vllm"), else None."""
+        return getattr(self.executor, "engine", None)
+
+    @property
+    def agent(self) -> Any:
+        return getattr(self.executor, "agent", None)
 
     def close(self) -> None:
         """Stop the executor's workers and the learner group (Ray actors) and close the metrics writer."""
-        self.executor.close()
-        if self.learners is not None:
-            self.learners.close()
+        self.parts.close()
         self.metrics.close()
-
-    def _make_scorer(self) -> Any:
-        from training.executors import make_scorer
-
-        return make_scorer(self.cfg, self.data.baseline, end_to_end=self.end_to_end,
-                           decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False))
-
-    def _oracle_agent(self, scfg: SearcherConfig) -> S3Searcher:
-        """The same loop driven by oracle replies (training/oracle.py), tokenized with the student's tokenizer, so
-        its trajectories carry the student's chat template and exact policy / environment masks."""
-        from searcher.policy.scripted import ScriptedPolicy
-        from training.oracle import gold_titles, oracle_script
-
-        if self.end_to_end:
-            raise S3Error("training.sft_warmup_steps: the oracle warm-up is for s3 searchers (training.mode = 's3')")
-        gold = gold_titles(self.examples, self.data.directory / "corpus.jsonl")
-        if not any(gold.values()):
-            raise S3Error("training.sft_warmup_steps needs gold supporting paragraphs (metadata.supporting_ids or "
-                          "supporting_titles) in the training questions; these have none")
-        script = oracle_script(gold, scfg.max_select, scfg.max_turns)
-        oracle = ScriptedPolicy(script, name="oracle", tokenizer=self.policy)
-        return build_searcher(scfg, self.retriever, oracle, k0=self.cfg.retriever.k)
 
     # ------------------------------------------------------------------ data order
     def batch_indices(self, step: int) -> list[int]:
@@ -303,8 +187,8 @@ class S3Trainer:
         RL steps put every training question in a rollout batch (`data/rl_coverage`)."""
         import torch
 
-        n, b = len(self.examples), self.tc.batch_size
-        warm = self.tc.sft_warmup_steps
+        n, b = len(self.examples), self.tc.rollout.batch_size
+        warm = self.tc.sft.steps
         stream, pos = (1, step * b) if step < warm else (0, (step - warm) * b)
         out: list[int] = []
         while len(out) < b:
@@ -318,16 +202,10 @@ class S3Trainer:
 
     def rl_coverage(self, step: int) -> float:
         """Share of the training questions that have been in an RL rollout batch once `step` is done."""
-        seen = (step + 1 - self.tc.sft_warmup_steps) * self.tc.batch_size
+        seen = (step + 1 - self.tc.sft.steps) * self.tc.rollout.batch_size
         return min(max(seen, 0), len(self.examples)) / len(self.examples)
 
     # ------------------------------------------------------------------ rollouts
-    def _autocast(self) -> Any:
-        """torch.autocast on the model's device for training.autocast = 'bf16', else a no-op context."""
-        from training.learner import autocast
-
-        return autocast(self.tc, self.model)
-
     def rollout(self, examples: list[QAExample], step: int | None = None) -> list[SearchResult]:
         """The executor's rollouts of `examples` (step: the sampling seed of Ray shards; default the current step)."""
         results = self.executor.rollout(examples, self.step if step is None else step)
@@ -335,93 +213,49 @@ class S3Trainer:
             r.question_id = e.id
         return results
 
-    # ------------------------------------------------------------------ tensors
     def _pad(self, results: list[SearchResult], rows: list[int]) -> Batch:
-        import torch
-
-        from searcher.policy.prefix_kv import MIN_SHARED_PREFIX, common_prefix_len
-
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        seqs, masks, lps, prompt_lens = [], [], [], []
-        for i in rows:
-            tr = results[i].trajectory
-            assert tr is not None
-            seqs.append(list(tr.prompt_ids) + list(tr.response_ids))
-            # position t of the shifted sequence predicts token t+1: prompt tokens are never trained on
-            masks.append([0] * (len(tr.prompt_ids) - 1) + list(tr.mask))
-            lps.append([0.0] * (len(tr.prompt_ids) - 1) + [lp if m else 0.0 for lp, m in zip(tr.logprobs, tr.mask, strict=True)])
-            prompt_lens.append(len(tr.prompt_ids))
-        L = max(len(s) for s in seqs)
-        start = max(min(prompt_lens) - 1, 0)  # first position that predicts a response token
-        ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
-        att = torch.zeros((len(seqs), L), dtype=torch.long)
-        lm = torch.zeros((len(seqs), L - 1), dtype=torch.float32)
-        rl = torch.zeros((len(seqs), L - 1), dtype=torch.float32)
-        for j, (s, m, lp) in enumerate(zip(seqs, masks, lps, strict=True)):
-            ids[j, : len(s)] = torch.tensor(s)
-            att[j, : len(s)] = 1
-            lm[j, : len(m)] = torch.tensor(m, dtype=torch.float32)
-            rl[j, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
-        prefix = 0
-        if self.tc.share_prefix and not self.tc.gradient_checkpointing and len(seqs) > 1:
-            prefix = common_prefix_len(seqs, limit=start)
-            if prefix < MIN_SHARED_PREFIX:
-                prefix = 0
-        d = "cpu" if _group(self) is not None else self.device  # a group's ranks move it to their device
-        return Batch(ids=ids.to(d), attention=att.to(d), loss_mask=lm[:, start:].to(d), start=start, prefix=prefix,
-                     rollout_lp=rl[:, start:].to(d))
-
-    def _forward(self, model: Any, batch: Batch, want_hidden: bool = False) -> tuple[Any, Any]:
-        """Token logprobs (B, T') of the response positions and, if asked, last hidden states (training/learner.py)."""
-        from training.learner import forward_logprobs
-
-        return forward_logprobs(self.tc, model, batch, want_hidden)
+        lc = self.tc.learner
+        # a LearnerGroup's ranks move the batch to their device; this process's learner gets it on its own
+        device = self.learner.device if self.learner is not None else "cpu"
+        return pad_rollouts(results, rows, self.tokenizer.pad_token_id, device=device,
+                            share_prefix=lc.share_prefix and not lc.gradient_checkpointing)
 
     def _confidence_logprobs(self, results: list[SearchResult]) -> dict[str, float]:
         """vLLM rollouts under the confidence-gated reward: a trajectory whose vLLM log-probs are further than
-        training.logprob_gap_tolerance (mean |gap| per policy token) from the learner's recomputation feeds the
+        training.rollout.logprob_gap_tolerance (mean |gap| per policy token) from the learner's recomputation feeds the
         confidence C(T) the learner's log-probs instead (written into its trajectory)."""
-        import torch
-
+        learner = self._learner()
         rows = [i for i, r in enumerate(results) if r.trajectory is not None and any(r.trajectory.mask)]
         replaced = 0
-        self.model.eval()
-        for lo in range(0, len(rows), self.tc.micro_batch_size):
-            chunk = rows[lo : lo + self.tc.micro_batch_size]
+        mb = self.tc.learner.micro_batch_size
+        for lo in range(0, len(rows), mb):
+            chunk = rows[lo : lo + mb]
             batch = self._pad(results, chunk)
-            with torch.no_grad():
-                lp = self._forward(self.model, batch)[0].float()
+            lp = learner.logprobs(batch).float()
             for j, i in enumerate(chunk):
                 tr = results[i].trajectory
                 assert tr is not None
                 m = batch.loss_mask[j]
                 gap = float(((lp[j] - batch.rollout_lp[j]).abs() * m).sum() / m.sum().clamp(min=1))
-                if gap <= self.tc.logprob_gap_tolerance:
+                if gap <= self.tc.rollout.logprob_gap_tolerance:
                     continue
                 # response token k sits at shifted position len(prompt) - 1 + k, i.e. column that - start
                 off = len(tr.prompt_ids) - 1 - batch.start
-                learner = lp[j, off : off + len(tr.response_ids)].tolist()
-                tr.logprobs = [lj if mk else old for lj, mk, old in zip(learner, tr.mask, tr.logprobs, strict=True)]
+                own = lp[j, off : off + len(tr.response_ids)].tolist()
+                tr.logprobs = [lj if mk else old for lj, mk, old in zip(own, tr.mask, tr.logprobs, strict=True)]
                 replaced += 1
         return {"rollout/confidence_from_learner": float(replaced)}
 
-    def _ref_logprobs(self, batch: Batch) -> Any:
-        from training.learner import ref_logprobs
-
-        return ref_logprobs(self, batch)
-
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, float]:
-
-
+        """One RL step: rollouts -> rewards -> update -> weights into the rollout engines -> metrics."""
         tc = self.tc
         t0 = time.perf_counter()
         idx = self.batch_indices(self.step)
-        group = tc.group_size
-        examples = [self.examples[i] for i in idx for _ in range(group)]
+        examples = [self.examples[i] for i in idx for _ in range(tc.rollout.group_size)]
         results = self.rollout(examples)
         t1 = time.perf_counter()
-        vllm = tc.rollout_engine == "vllm"
+        vllm = tc.rollout.engine == "vllm"
         conf_stats = self._confidence_logprobs(results) if tc.reward == "confidence_gated" and vllm else {}
         scored = self.executor.score(results, examples)
         t2 = time.perf_counter()
@@ -454,12 +288,11 @@ class S3Trainer:
             "charts/update_seconds": t3 - t2,
             "charts/step_seconds": t4 - t0,
         }
-        if sync_s is not None:
-            row["charts/weight_sync_s"] = sync_s
-            row["charts/weight_sync_share"] = sync_s / max(t4 - t0, 1e-9)
+        row.update(_sync_row(sync_s, t4 - t0))
         row.update(conf_stats)
+        k = self.cfg.retriever.k
         row.update(rollout_row(results, [e.supporting_ids for e in examples], self.loop_cfg.max_turns,  # eval/behavior.py
-                               probe=lambda qs: [[d.id for d in ds] for ds in self.retriever.search(qs, self.cfg.retriever.k)]))
+                               probe=lambda qs: [[d.id for d in ds] for ds in self.retriever.search(qs, k)]))
         row.update(self.executor.step_stats())
         if scored.acc_s3 is not None:
             a = [x for x in scored.acc_s3 if x is not None]
@@ -467,6 +300,41 @@ class S3Trainer:
         if scored.acc_rag is not None:
             row["reward/acc_rag"] = sum(x for x in scored.acc_rag if x is not None) / max(1, len(scored.acc_rag))
         row.update(stats)
+        return self._finish_step(row, idx)
+
+    def sft_step(self) -> dict[str, float]:
+        """One supervised warm-up step on the oracle's trajectories (Learner.sft_update; training.sft)."""
+        import torch
+
+        mb = self.tc.learner.micro_batch_size
+        t0 = time.perf_counter()
+        idx = self.batch_indices(self.step)
+        examples = [self.examples[i] for i in idx]
+        assert self.parts.oracle is not None
+        with torch.no_grad():
+            results = self.parts.oracle.search([e.question for e in examples])
+        t1 = time.perf_counter()
+        rows = [i for i, r in enumerate(results) if r.trajectory is not None and any(r.trajectory.mask)]
+        stats = self._learner().sft_update([self._pad(results, rows[i : i + mb]) for i in range(0, len(rows), mb)])
+        sync_s = self.executor.sync()
+        t2 = time.perf_counter()
+        n_sel = [sum(len(s.selected_ids) for s in r.steps) for r in results]
+        row: dict[str, float] = {
+            **stats,
+            "search/turns": sum(r.turns for r in results) / len(results),
+            "search/docs": sum(len(r.documents) for r in results) / len(results),
+            "search/oracle_selected": sum(n_sel) / len(n_sel),
+            "charts/sft": 1.0,
+            "charts/learning_rate": self.tc.sft.learning_rate,
+            "charts/rollout_seconds": t1 - t0,
+            "charts/update_seconds": t2 - t1,
+            "charts/step_seconds": t2 - t0,
+            **_sync_row(sync_s, t2 - t0),
+        }
+        return self._finish_step(row, idx)
+
+    def _finish_step(self, row: dict[str, float], idx: list[int]) -> dict[str, float]:
+        """The step is done: count it, evaluate on the held-out questions when due, write its metrics row."""
         self.step += 1
         row.update(self._heldout_if_due())
         self.metrics.write(self.step, {**row, "data/question_ids": [self.examples[i].id for i in idx]})
@@ -474,74 +342,15 @@ class S3Trainer:
 
     def _scheduler_step(self) -> float:
         """The learning-rate scheduler's step after an update (on every rank of a LearnerGroup); the new rate."""
-        group = _group(self)
-        if group is not None:
-            return float(group.call_all("step_scheduler")[0])
-        self.scheduler.step()
-        return float(self.scheduler.get_last_lr()[0])
-
-    def sft_step(self) -> dict[str, float]:
-        """One supervised warm-up step: masked NLL of the oracle's replies (policy tokens only; prompts and
-        retrieved windows are masked out exactly as in RL) at training.sft_learning_rate."""
-        import torch
-
-        from training.algorithms import masked_mean
-
-        tc = self.tc
-        t0 = time.perf_counter()
-        idx = self.batch_indices(self.step)
-        examples = [self.examples[i] for i in idx]
-        assert self.oracle_agent is not None
-        with torch.no_grad():
-            results = self.oracle_agent.search([e.question for e in examples])
-        t1 = time.perf_counter()
-        rows = [i for i, r in enumerate(results) if r.trajectory is not None and any(r.trajectory.mask)]
-        padded = [self._pad(results, rows[i : i + tc.micro_batch_size]) for i in range(0, len(rows), tc.micro_batch_size)]
-        total = float(sum(p.loss_mask.sum().item() for p in padded))
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        nll = 0.0
-        for p in padded:
-            weight = p.loss_mask.sum().item() / max(total, 1.0)
-            lp, _ = self._forward(self.model, p)
-            loss = -masked_mean(lp, p.loss_mask)
-            (loss * weight).backward()
-            nll += float(loss.detach()) * weight
-        params = [q for g in self.optimizer.param_groups for q in g["params"]]
-        gn = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm)
-        group = self.optimizer.param_groups[0]
-        rl_lr, group["lr"] = group["lr"], tc.sft_learning_rate
-        self.optimizer.step()
-        group["lr"] = rl_lr
-        sync_s = self.executor.sync()
-        t2 = time.perf_counter()
-        n_sel = [sum(len(s.selected_ids) for s in r.steps) for r in results]
-        row: dict[str, float] = {
-            "losses/sft_nll": nll,
-            "losses/grad_norm": float(gn),
-            "search/turns": sum(r.turns for r in results) / len(results),
-            "search/docs": sum(len(r.documents) for r in results) / len(results),
-            "search/oracle_selected": sum(n_sel) / len(n_sel),
-            "charts/sft": 1.0,
-            "charts/learning_rate": tc.sft_learning_rate,
-            "charts/policy_tokens": total,
-            "charts/rollout_seconds": t1 - t0,
-            "charts/update_seconds": t2 - t1,
-            "charts/step_seconds": t2 - t0,
-        }
-        if sync_s is not None:
-            row["charts/weight_sync_s"] = sync_s
-            row["charts/weight_sync_share"] = sync_s / max(t2 - t0, 1e-9)
-        self.step += 1
-        row.update(self._heldout_if_due())
-        self.metrics.write(self.step, {**row, "data/question_ids": [self.examples[i].id for i in idx]})
-        return row
+        if self.learners is not None:
+            return float(self.learners.call_all("step_scheduler")[0])
+        return self._learner().step_scheduler()
 
     # ------------------------------------------------------------------ held-out evaluation (checkpoint choice)
     def heldout_due(self, step: int) -> bool:
-        """Whether the policy after `step` steps is evaluated on the held-out questions (training.heldout_every):
-        at the end of the warm-up (the policy RL starts from), every heldout_every steps after it, and at the last."""
-        every, warm = self.tc.heldout_every, self.tc.sft_warmup_steps
+        """Whether the policy after `step` steps is evaluated on the held-out questions (training.heldout.every):
+        at the end of the warm-up (the policy RL starts from), every heldout.every steps after it, and at the last."""
+        every, warm = self.tc.heldout.every, self.tc.sft.steps
         if not every or not self.heldout or step < warm:
             return False
         return step == warm or step % every == 0 or step == self.tc.total_steps
@@ -590,20 +399,21 @@ class S3Trainer:
         rows = {int(r["step"]): r for r in read_log_jsonl(path) if int(r["step"]) <= self.step}
         return choose_heldout(list(rows.values()))
 
+    # ------------------------------------------------------------------ the update
     def update(self, results: list[SearchResult], rewards: list[float | None]) -> tuple[dict[str, float], list[int], float]:
         """One masked policy-gradient update from scored rollouts (consecutive group_size rows = one question).
         Samples whose reward is None (or, in GRPO, whose group has < 2 scored members) leave the update.
         Returns (loss stats, rows used, policy tokens). The padded micro-batches stay in `self.last_batches`.
-        The loss is training/learner.py's `masked_update`, run here or on every rank of the LearnerGroup."""
+        The loss is the learner's (training/learner.py `Learner.update`), here or on every rank of the LearnerGroup."""
         from training import algorithms as alg
 
         tc = self.tc
-        group = tc.group_size
+        group, mbs_n = tc.rollout.group_size, tc.learner.micro_batch_size
         has_tokens = [r.trajectory is not None and any(r.trajectory.mask) for r in results]
         stats: dict[str, float] = {}
         if tc.algorithm == "grpo":
             seq_adv = alg.group_advantages_missing(rewards, group)
-            if tc.drop_flat_groups:
+            if tc.update.drop_flat_groups:
                 flat = alg.flat_groups(rewards, group)
                 for g in flat:
                     seq_adv[g : g + group] = [None] * group
@@ -620,15 +430,13 @@ class S3Trainer:
                 return MicroBatch(p, adv=[float(seq_adv[i]) for i in b])  # type: ignore[arg-type]
             return MicroBatch(p, rewards=[float(rewards[i]) for i in b])  # type: ignore[arg-type]
 
-        learners = _group(self)
-        if learners is None:
-            batches = [rows[i : i + tc.micro_batch_size] for i in range(0, len(rows), tc.micro_batch_size)]
-            mbs = [micro(b) for b in batches]
+        if self.learners is None:
+            mbs = [micro(rows[i : i + mbs_n]) for i in range(0, len(rows), mbs_n)]
             self.last_batches = [mb.batch for mb in mbs]
             total_tokens = float(sum(mb.batch.loss_mask.sum().item() for mb in mbs))
             # each micro-batch's share of the batch's policy tokens: the global token mean
             weights = [mb.batch.loss_mask.sum().item() / max(total_tokens, 1.0) for mb in mbs]
-            out = masked_update(self, mbs, weights)
+            out = self._learner().update(mbs, weights)
             stats.update(out.stats)
             stats.update(out.gaps.stats())
             return stats, rows, total_tokens
@@ -636,17 +444,17 @@ class S3Trainer:
 
         tokens = [float(sum(results[i].trajectory.mask)) for i in rows]  # type: ignore[union-attr]
         total_tokens = float(sum(tokens))
-        shards = split_for_ranks(rows, tokens, len(learners), tc.micro_batch_size)
+        shards = split_for_ranks(rows, tokens, len(self.learners), mbs_n)
         per_rank = [[micro(b) for b in s.micro_batches] for s in shards]
         self.last_batches = [mb.batch for r, s in zip(per_rank, shards, strict=True)
                              for mb, w in zip(r, s.weights, strict=True) if w]
-        outs: list[UpdateOut] = learners.update(per_rank, [s.weights for s in shards])
+        outs: list[UpdateOut] = self.learners.update(per_rank, [s.weights for s in shards])
         gaps = GapSums()
         for o in outs:
             gaps = gaps.add(o.gaps)
-            for k, v in o.stats.items():
+            for key, v in o.stats.items():
                 # each rank's stats carry weight N * tokens / T: their mean is the single learner's
-                stats[k] = stats.get(k, 0.0) + v / len(outs)
+                stats[key] = stats.get(key, 0.0) + v / len(outs)
         stats["losses/grad_norm"] = outs[0].stats["losses/grad_norm"]  # the same averaged gradient on every rank
         stats.update(gaps.stats())
         return stats, rows, total_tokens
@@ -664,10 +472,12 @@ class S3Trainer:
         tmp.mkdir(parents=True)
         # the model folders and the optimizer / scheduler / critic state: this process's learner, or rank 0 of the
         # LearnerGroup (written once; every rank holds the same)
-        group = _group(self)
-        learner_state = group.call_rank0("save", str(tmp)) if group is not None else self._learner().save(tmp)
+        if self.learners is not None:
+            learner_state = self.learners.call_rank0("save", str(tmp))
+        else:
+            learner_state = self._learner().save(tmp)
         write_record(self._searcher_record(final / "policy"), tmp / "policy")  # relative to where it will live
-        if self.tc.lora:
+        if self.tc.learner.lora:
             write_record(self._searcher_record(final / "adapter"), tmp / "adapter")
         state = {
             "step": self.step,
@@ -675,24 +485,21 @@ class S3Trainer:
             "scheduler": learner_state["scheduler"],
             "value_head": learner_state["value_head"],
             "rng": capture_rng(),  # CPU and every device's generators (training/rng.py)
-            "data_order": {"seed": self.tc.seed, "batch_size": self.tc.batch_size, "n_questions": len(self.examples),
-                           "scheme": DATA_ORDER, "sft_warmup_steps": self.tc.sft_warmup_steps,
+            "data_order": {"seed": self.tc.seed, "batch_size": self.tc.rollout.batch_size,
+                           "n_questions": len(self.examples), "scheme": DATA_ORDER,
+                           "sft_warmup_steps": self.tc.sft.steps,
                            "next_batch": [self.examples[i].id for i in self.batch_indices(self.step)]},
         }
         torch.save(state, tmp / STATE_FILE)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-        latest_tmp = self.ckpt_dir / "latest.tmp"
-        latest_tmp.write_text(name)
-        os.replace(latest_tmp, self.ckpt_dir / "latest")
+        _write_atomic(self.ckpt_dir / "latest", name)
         best = self.best_checkpoint()
         if best is not None and (self.ckpt_dir / best).is_dir():
-            best_tmp = self.ckpt_dir / "best.tmp"
-            best_tmp.write_text(best)
-            os.replace(best_tmp, self.ckpt_dir / "best")
+            _write_atomic(self.ckpt_dir / "best", best)
         old = sorted(p for p in self.ckpt_dir.glob("step_*") if p.is_dir())
-        for p in old[: -self.tc.keep_checkpoints]:
+        for p in old[: -self.tc.checkpoint.keep]:
             if p.name != best:  # the held-out choice stays
                 shutil.rmtree(p, ignore_errors=True)
         self.log(f"train: checkpoint {final}")
@@ -704,9 +511,7 @@ class S3Trainer:
         learner = self._learner()  # the warm-up runs in this process's learner (config check)
         if learner.ref_model is None:
             return
-        self.ref_model = None  # this handle too: the old reference is freed before the new one loads
         learner.end_warmup()
-        self.ref_model = learner.ref_model
         self.log(f"train: warm-up done; reference policy = {self.run_dir / 'reference'}")
 
     def _searcher_record(self, folder: Path) -> TrainedSearcherRecord:
@@ -722,27 +527,29 @@ class S3Trainer:
         return self.learner
 
     def _load_state(self, ckpt: Path) -> None:
+        """The checkpoint's optimizer, scheduler, critic and RNG state and its step (its weights are already in: the
+        learner(s) were built from it), after checking the data order is the one it was written with."""
         import torch
 
         state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
         order = state["data_order"]
-        if order.get("scheme") != DATA_ORDER or order.get("sft_warmup_steps") != self.tc.sft_warmup_steps:
+        tc = self.tc
+        if order.get("scheme") != DATA_ORDER or order.get("sft_warmup_steps") != tc.sft.steps:
             raise S3Error(f"cannot resume {ckpt}: it was written with another data order (an older s3, or another "
-                          "training.sft_warmup_steps); use a new training.output_dir")
-        if order["seed"] != self.tc.seed or order["batch_size"] != self.tc.batch_size or order["n_questions"] != len(self.examples):
+                          "training.sft.steps); use a new training.output_dir")
+        now = (tc.seed, tc.rollout.batch_size, len(self.examples))
+        if (order["seed"], order["batch_size"], order["n_questions"]) != now:
             raise S3Error(
                 f"cannot resume {ckpt}: data order changed (seed/batch_size/questions {order['seed']}/"
-                f"{order['batch_size']}/{order['n_questions']} vs {self.tc.seed}/{self.tc.batch_size}/{len(self.examples)}); "
+                f"{order['batch_size']}/{order['n_questions']} vs {now[0]}/{now[1]}/{now[2]}); "
                 "use a new training.output_dir"
             )
         self.step = int(state["step"])
         learner_state = {k: state[k] for k in ("optimizer", "scheduler", "value_head")}
-        group = _group(self)
-        if group is not None:
-            # every rank: the checkpoint's weights are already in (each loaded policy/ or adapter/ when it was built)
+        if self.learners is not None:
             from eval.raycluster import require_ray
 
-            group.call_all("load_state", require_ray().put(learner_state))
+            self.learners.call_all("load_state", require_ray().put(learner_state))
         else:
             self._learner().load_state(learner_state)
         note = restore_rng(state["rng"])
@@ -751,22 +558,23 @@ class S3Trainer:
         self.resumed_from = str(ckpt)
         self.log(f"train: resumed from {ckpt} at step {self.step}")
 
-    # ------------------------------------------------------------------ loop
+    # ------------------------------------------------------------------ the loop
     def train(self, max_steps: int | None = None, max_seconds: float | None = None) -> dict[str, Any]:
-        """Run until training.total_steps (or `max_steps` more steps); checkpoint every save_every and at the end.
-        `max_seconds`: do not start a step that would not finish within that budget by the last step's wall time
+        """Run until training.total_steps (or `max_steps` more steps); checkpoint every checkpoint.every and at the
+        end. `max_seconds`: do not start a step that would not finish within that budget by the last step's wall time
         (and the last held-out evaluation's, when the next step has one); the run then stops with a checkpoint at
         the step it reached, which resumes exactly (the data order is a function of seed and step)."""
+        tc = self.tc
         start = self.step
-        end = self.tc.total_steps if max_steps is None else min(self.tc.total_steps, self.step + max_steps)
+        end = tc.total_steps if max_steps is None else min(tc.total_steps, self.step + max_steps)
         last: dict[str, float] = {}
         t_start = time.monotonic()
-        seen = _step_times(Path(self.run_dir)) if max_seconds is not None else {}
-        watch = CollapseWatch(read_metrics(self.run_dir) if (Path(self.run_dir) / "metrics.jsonl").is_file() else [])
+        seen = _step_times(self.run_dir) if max_seconds is not None else {}
+        watch = CollapseWatch(read_metrics(self.run_dir) if (self.run_dir / "metrics.jsonl").is_file() else [])
         saved_at = -1
         try:
             while self.step < end:
-                kind = "sft" if self.step < self.tc.sft_warmup_steps else "rl"
+                kind = "sft" if self.step < tc.sft.steps else "rl"
                 if max_seconds is not None:
                     need = seen.get(kind, 0.0) + (seen.get("heldout", 0.0) if self.heldout_due(self.step + 1) else 0.0)
                     if time.monotonic() - t_start + need >= max_seconds:
@@ -775,19 +583,19 @@ class S3Trainer:
                         break
                 if kind == "sft":
                     last = self.sft_step()
-                    if self.step == self.tc.sft_warmup_steps:
+                    if self.step == tc.sft.steps:
                         self._end_warmup()
-                    self.log(f"step {self.step}/{self.tc.total_steps} warm-up nll {last['losses/sft_nll']:.3f} "
+                    self.log(f"step {self.step}/{tc.total_steps} warm-up nll {last['losses/sft_nll']:.3f} "
                              f"turns {last['search/turns']:.2f} {last['charts/step_seconds']:.1f}s")
                 else:
-                    try:  # [budget] a step whose reward calls could pass training.budget_usd is not started
+                    try:  # a step whose reward calls could pass training.budget_usd is not started
                         last = self.train_step()
-                    except BudgetReached as e:  # [budget] stop with the checkpoint of the step before; resumable
+                    except BudgetReached as e:  # stop with the checkpoint of the step before; resumable
                         self.stopped = str(e)
                         self.log(f"train: {e}")
                         break
                     self.log(
-                        f"step {self.step}/{self.tc.total_steps} reward {last['reward/mean']:.3f} "
+                        f"step {self.step}/{tc.total_steps} reward {last['reward/mean']:.3f} "
                         f"invalid {last['search/invalid_action_rate']:.2f} turns {last['search/turns']:.2f} "
                         f"{last['charts/step_seconds']:.1f}s"
                     )
@@ -796,7 +604,7 @@ class S3Trainer:
                 seen[kind] = last["charts/step_seconds"]
                 if "charts/heldout_seconds" in last:
                     seen["heldout"] = last["charts/heldout_seconds"]
-                due = self.step % self.tc.save_every == 0 or self.heldout_due(self.step)
+                due = self.step % tc.checkpoint.every == 0 or self.heldout_due(self.step)
                 if due and self.step < end:
                     self.save_checkpoint()
                     saved_at = self.step
@@ -805,7 +613,20 @@ class S3Trainer:
         finally:
             self.metrics.close()
         return {"steps": self.step, "started_at": start, "last": last, "run_dir": str(self.run_dir),
-                "stopped": self.stopped}  # [budget] "budget reached: ..." or None
+                "stopped": self.stopped}  # "budget reached: ..." or None
+
+
+def _sync_row(sync_s: float | None, step_s: float) -> dict[str, float]:
+    """charts/weight_sync_* of a step (nothing when no rollout engine needs the weights)."""
+    if sync_s is None:
+        return {}
+    return {"charts/weight_sync_s": sync_s, "charts/weight_sync_share": sync_s / max(step_s, 1e-9)}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def choose_heldout(rows: list[dict[str, Any]]) -> str | None:
@@ -837,22 +658,10 @@ def _step_times(run_dir: Path) -> dict[str, float]:
     return out
 
 
-class SearchR1Trainer(S3Trainer):
-    """Search-R1 end to end: SearchR1Agent rollouts (<search>, <answer>), the policy's own answer is scored
-    (exact match by default); no generator, no baseline."""
-
-    end_to_end = True
-
-    agent_kind: AgentKind = "search_r1"
-
-
-def _group(trainer: Any) -> Any:
-    """The trainer's LearnerGroup (ray.learners > 1), or None: the learner is this process's."""
-    return getattr(trainer, "learners", None)
-
-
 def make_trainer(cfg: TrainSettings, log: Callable[[str], None] = print) -> S3Trainer:
-    return SearchR1Trainer(cfg, log) if cfg.training.mode == "search_r1" else S3Trainer(cfg, log)
+    """The parts of `cfg` (training/build.py) and the loop over them. training.mode = 'search_r1' builds Search-R1's
+    parts (SearchR1Agent rollouts, the policy's own answer scored; no generator, no baseline); the loop is the same."""
+    return S3Trainer(build_training(cfg, log), log)
 
 
 def export_policy(checkpoint: str | Path, out: str | Path, base_model: str | None = None) -> Path:

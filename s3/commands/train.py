@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("prepare-training", help="build the training set and cache the naive-RAG baseline", parents=[common])
-    p.add_argument("--out", default=None, help="training directory (default: training.train_data or OUTPUT_DIR/data)")
+    p.add_argument("--out", default=None, help="training directory (default: training.data.dir or OUTPUT_DIR/data)")
     p.set_defaults(handler=_prepare)
 
     p = sub.add_parser("train", help="train a searcher (GRPO/PPO; s3 or Search-R1 mode); resumes a run dir", parents=[common])

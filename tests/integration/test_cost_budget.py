@@ -130,9 +130,9 @@ def train_cfg(srv: FakeLLMServer, run: Path, budget: float | None, steps: int = 
     from s3.config import load_config
 
     sets = [
-        "training.max_questions=4", "training.batch_size=1", "training.group_size=2", f"training.total_steps={steps}",
+        "training.data.max_questions=4", "training.rollout.batch_size=1", "training.rollout.group_size=2", f"training.total_steps={steps}",
         "searcher.max_new_tokens=16", "searcher.doc_token_budget=24", f"training.output_dir={run}",
-        f"training.train_data={run.parent / 'data'}",
+        f"training.data.dir={run.parent / 'data'}",
         "generator.model=openai/fake", f"generator.api_base={srv.api_base}", "generator.cache_path=none",
         f"generator.input_cost_per_mtok={IN_PRICE}", f"generator.output_cost_per_mtok={OUT_PRICE}",
         "generator.max_tokens=12",

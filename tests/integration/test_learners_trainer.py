@@ -46,10 +46,10 @@ def root(tmp_path_factory: pytest.TempPathFactory, tiny_policy_dir: Path) -> Pat
 
 
 _SETS = [
-    "training.max_questions=8", "training.batch_size=2", "training.group_size=2", "training.algorithm=grpo",
-    "training.reward=r1_searcher_stage1", "training.keep_baseline_zero=false", "training.kl_coef=0.05",
-    "training.temperature=1.0", "training.learning_rate=0.001", "training.micro_batch_size=1",
-    "training.save_every=1", "training.total_steps=4", "searcher.max_new_tokens=16", "searcher.doc_token_budget=24",
+    "training.data.max_questions=8", "training.rollout.batch_size=2", "training.rollout.group_size=2", "training.algorithm=grpo",
+    "training.reward=r1_searcher_stage1", "training.data.keep_baseline_zero=false", "training.update.kl_coef=0.05",
+    "training.rollout.temperature=1.0", "training.update.learning_rate=0.001", "training.learner.micro_batch_size=1",
+    "training.checkpoint.every=1", "training.total_steps=4", "searcher.max_new_tokens=16", "searcher.doc_token_budget=24",
 ]
 
 
@@ -57,7 +57,7 @@ def _trainer(root: Path, name: str, *extra: str) -> Any:
     from s3.config import load_config
     from training.trainer import make_trainer
 
-    cfg = load_config(SMOKE, [*_SETS, f"training.base_model={root / 'tiny'}", f"training.train_data={root / 'data'}",
+    cfg = load_config(SMOKE, [*_SETS, f"training.base_model={root / 'tiny'}", f"training.data.dir={root / 'data'}",
                               f"training.output_dir={root / name}", *extra])
     return make_trainer(cfg, log=lambda s: None)
 
@@ -92,7 +92,7 @@ def test_two_learners_update_equals_the_single_learners_and_a_full_step_syncs_ra
         assert _max_diff(rank0, start) == 0 and _max_diff(rank1, start) == 0  # the same starting point
 
         idx = one.batch_indices(0)
-        examples = [one.examples[i] for i in idx for _ in range(one.tc.group_size)]
+        examples = [one.examples[i] for i in idx for _ in range(one.tc.rollout.group_size)]
         results = one.rollout(examples)
         rewards = [1.0, 0.0, 0.25, 0.75]  # both groups have an advantage; 4 rows, micro-batches of 1: 2 per rank
         s1, rows1, tok1 = one.update(results, rewards)
@@ -134,7 +134,7 @@ def test_two_learners_update_equals_the_single_learners_and_a_full_step_syncs_ra
 def _train_cmd(root: Path, name: str, *extra: str) -> list[str]:
     """`s3 train` as _trainer configures it."""
     cmd = [sys.executable, "-m", "s3.cli", "train", "--config", str(SMOKE)]
-    for o in [*_SETS, f"training.base_model={root / 'tiny'}", f"training.train_data={root / 'data'}",
+    for o in [*_SETS, f"training.base_model={root / 'tiny'}", f"training.data.dir={root / 'data'}",
               f"training.output_dir={root / name}", *extra]:
         cmd += ["--set", o]
     return cmd
@@ -201,14 +201,14 @@ def test_two_lora_learners_start_from_rank0s_adapter_stay_identical_and_checkpoi
     from searcher.policy.transformers_policy import TransformersPolicy
     from training.weight_sync import learner_weights
 
-    t = _trainer(root, "lora", *TWO, "training.lora=true", "training.lora_r=2", "training.lora_alpha=4")
+    t = _trainer(root, "lora", *TWO, "training.learner.lora=true", "training.learner.lora_r=2", "training.learner.lora_alpha=4")
     try:
         rank0, rank1 = t.learners.state_dicts()
         assert any("lora_A" in k for k in rank0) and _max_diff(rank0, rank1) == 0  # rank 0's adapter everywhere
-        examples = [t.examples[i] for i in t.batch_indices(0) for _ in range(t.tc.group_size)]
+        examples = [t.examples[i] for i in t.batch_indices(0) for _ in range(t.tc.rollout.group_size)]
         results = t.rollout(examples)  # on the rollout worker
         t.update(results, [1.0, 0.0, 0.25, 0.75])  # rewards with an advantage (the format reward is flat here)
-        assert t.sync_engine() > 0  # rank 0's merged weights -> the object store -> the worker
+        assert t.executor.sync() > 0  # rank 0's merged weights -> the object store -> the worker
         t.step = 1
         t.save_checkpoint()
         rank0, rank1 = t.learners.state_dicts()

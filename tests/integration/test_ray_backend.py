@@ -40,9 +40,9 @@ def _fast(root: Path) -> list[str]:
     answer F1 + a format penalty) so that the loss is not zero at step 0 (greedy GRPO groups are flat, and SmolLM2's
     GBR on these questions is 0); no KL term, so no reference model (a third of the update's forward passes)."""
     return [
-        "training.max_questions=8", "training.batch_size=2", "training.group_size=1", "training.algorithm=ppo",
-        "training.reward=r1_searcher_stage2", "training.temperature=0", "training.kl_coef=0", "searcher.max_new_tokens=24",
-        "searcher.doc_token_budget=24", f"training.train_data={root / 'data'}",
+        "training.data.max_questions=8", "training.rollout.batch_size=2", "training.rollout.group_size=1", "training.algorithm=ppo",
+        "training.reward=r1_searcher_stage2", "training.rollout.temperature=0", "training.update.kl_coef=0", "searcher.max_new_tokens=24",
+        "searcher.doc_token_budget=24", f"training.data.dir={root / 'data'}",
         f"generator.cache_path={root / 'cache.sqlite'}",
     ]
 
@@ -114,7 +114,7 @@ def test_one_worker_ray_step_equals_local_step(trainers) -> None:  # type: ignor
     assert row_r["charts/weight_sync_s"] > 0 and "charts/weight_sync_s" not in row_l
     assert row_r["ray/rollout_workers"] == 1 and row_r["ray/lost_rollout_workers"] == 0
 
-    # the held-out evaluation (training.heldout_every) on the Ray workers' greedy agent = the local one's: same rows,
+    # the held-out evaluation (training.heldout.every) on the Ray workers' greedy agent = the local one's: same rows,
     # each in its run's heldout.jsonl (weights made bit-equal first so greedy decoding cannot part on a near-tie)
     with torch.no_grad():
         for p, q in zip(local.model.parameters(), on_ray.model.parameters(), strict=True):
@@ -150,7 +150,7 @@ def test_two_workers_same_rollouts_and_lost_workers_redo_only_their_shards(train
             p.copy_(q)
     assert ex.sync() is not None
     idx = on_ray.batch_indices(on_ray.step)
-    examples = [on_ray.examples[i] for i in idx for _ in range(on_ray.tc.group_size)]
+    examples = [on_ray.examples[i] for i in idx for _ in range(on_ray.tc.rollout.group_size)]
     mine = local.rollout(examples)
     theirs = on_ray.rollout(examples)
     key = lambda r: (r.question_id, tuple(r.trajectory.response_ids))  # noqa: E731
@@ -169,7 +169,7 @@ def test_two_workers_same_rollouts_and_lost_workers_redo_only_their_shards(train
     seen = _capture(on_ray)
     row = on_ray.train_step()
     assert killed == ["rollout", "reward"]
-    expected = [on_ray.examples[i].id for i in idx for _ in range(on_ray.tc.group_size)]
+    expected = [on_ray.examples[i].id for i in idx for _ in range(on_ray.tc.rollout.group_size)]
     used = [r.question_id for r in seen["results"]]
     assert Counter(used) == Counter(expected) and len(used) == len(expected)  # each sample exactly once
     assert [r is not None for r in seen["rewards"]] == [True] * len(expected)

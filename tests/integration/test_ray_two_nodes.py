@@ -31,9 +31,9 @@ if not DATA.is_dir():
 def test_two_node_cluster_pins_rollouts_and_eval_to_node2_and_eval_rows_equal_one_node(tmp_path: Path,
                                                                                         tiny_policy_dir: Path) -> None:
     out = tmp_path / "two_nodes"
-    sets = ["training.max_questions=8", "training.batch_size=2", "training.group_size=2",
-            "training.reward=r1_searcher_stage1", "training.keep_baseline_zero=false", "training.micro_batch_size=1",
-            f"training.base_model={tiny_policy_dir}", f"training.train_data={tmp_path / 'data'}",
+    sets = ["training.data.max_questions=8", "training.rollout.batch_size=2", "training.rollout.group_size=2",
+            "training.reward=r1_searcher_stage1", "training.data.keep_baseline_zero=false", "training.learner.micro_batch_size=1",
+            f"training.base_model={tiny_policy_dir}", f"training.data.dir={tmp_path / 'data'}",
             "searcher.max_new_tokens=16", "searcher.doc_token_budget=24"]
     cmd = [sys.executable, str(ROOT / "scripts" / "ray_cluster.py"), "--out", str(out), "--steps", "2",
            "--learners", "2", "--eval-questions", "3", "--compare-local"]

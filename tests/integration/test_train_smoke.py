@@ -34,9 +34,9 @@ if not DATA.is_dir():
 
 # few, short rollouts: the point is the mechanics on the real model, not the learning
 FAST = [
-    "training.max_questions=8",
-    "training.batch_size=1",
-    "training.group_size=2",
+    "training.data.max_questions=8",
+    "training.rollout.batch_size=1",
+    "training.rollout.group_size=2",
     "searcher.max_new_tokens=24",
     "searcher.doc_token_budget=24",
 ]
@@ -56,7 +56,7 @@ def trainer(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
 
 def test_real_update_changes_parameters_and_masks_retrieved_tokens(trainer) -> None:  # type: ignore[no-untyped-def]
     t = trainer
-    examples = [t.examples[i] for i in t.batch_indices(0) for _ in range(t.tc.group_size)]
+    examples = [t.examples[i] for i in t.batch_indices(0) for _ in range(t.tc.rollout.group_size)]
     results = t.rollout(examples)
     assert all(r.trajectory is not None for r in results)
     for r in results:
@@ -118,7 +118,7 @@ def test_final_checkpoint_loads_as_a_plain_policy(trainer) -> None:  # type: ign
     from training.trainer import read_metrics
 
     t = trainer
-    out = t.train()  # total_steps=1 < save_every: the final checkpoint is still written
+    out = t.train()  # total_steps=1 < checkpoint.every: the final checkpoint is still written
     assert out["steps"] == 1
     ckpt = t.ckpt_dir / (t.ckpt_dir / "latest").read_text().strip()
     assert (ckpt / "policy" / "config.json").is_file() and (ckpt / "trainer_state.pt").is_file()
@@ -137,7 +137,8 @@ def test_train_eval_scores_the_run_on_held_out_and_training_questions(trainer) -
     t = trainer
     if not (t.ckpt_dir / "latest").is_file():
         t.train()
-    cfg = t.cfg.model_copy(update={"training": t.cfg.training.model_copy(update={"heldout_questions": 2})})
+    tc = t.cfg.training
+    cfg = t.cfg.model_copy(update={"training": tc.model_copy(update={"heldout": tc.heldout.model_copy(update={"questions": 2})})})
     rows = {r["split"]: r for split in ("heldout", "train") for r in heldout_rewards(cfg, [str(t.run_dir)], limit=2, split=split)}
     for split, row in rows.items():
         assert row["policy"] == str(t.run_dir) and row["questions"] == 2, split
@@ -154,7 +155,8 @@ def test_train_eval_of_a_search_r1_run_scores_exact_match(trainer) -> None:  # t
     t = trainer
     if not (t.ckpt_dir / "latest").is_file():
         t.train()
-    tc = t.cfg.training.model_copy(update={"heldout_questions": 2, "mode": "search_r1", "reward": "em"})
+    tc = t.cfg.training
+    tc = tc.model_copy(update={"heldout": tc.heldout.model_copy(update={"questions": 2}), "mode": "search_r1", "reward": "em"})
     cfg = t.cfg.model_copy(update={"training": tc})
     (row,) = heldout_rewards(cfg, [str(t.run_dir)], limit=2, split="heldout")
     assert row["questions"] == 2 and row["scored"] == 2
@@ -165,7 +167,7 @@ def test_train_eval_of_a_search_r1_run_scores_exact_match(trainer) -> None:  # t
 def _train_cmd(run: Path, steps: int) -> list[str]:
     args = [sys.executable, "-m", "s3.cli", "train", "--config", str(SMOKE)]
     for o in [*FAST, "training.reward=r1_searcher_stage1", f"training.output_dir={run}",
-              f"training.total_steps={steps}", "training.save_every=1"]:
+              f"training.total_steps={steps}", "training.checkpoint.every=1"]:
         args += ["--set", o]
     return args
 
@@ -277,11 +279,12 @@ def test_oracle_warmup_teaches_the_format_and_becomes_the_reference(tmp_path: Pa
     from s3.config import load_config
     from searcher.protocol import parse_s3_reply
     from training.algorithms import masked_mean
+    from training.learner import forward_logprobs
     from training.trainer import make_trainer, read_metrics
 
     cfg = load_config(SMOKE, [*FAST, f"training.output_dir={tmp_path / 'run'}", "training.reward=r1_searcher_stage1",
-                              "training.batch_size=2", "training.sft_warmup_steps=2", "training.total_steps=2",
-                              "training.autocast=bf16"])
+                              "training.rollout.batch_size=2", "training.sft.steps=2", "training.total_steps=2",
+                              "training.learner.autocast=bf16"])
     t = make_trainer(cfg, log=lambda s: None)
     try:
         fixed = [t.examples[i] for i in t.batch_indices(0)]
@@ -295,7 +298,7 @@ def test_oracle_warmup_teaches_the_format_and_becomes_the_reference(tmp_path: Pa
 
         def nll() -> float:
             with torch.no_grad():
-                return float(-masked_mean(t._forward(t.model, batch)[0], batch.loss_mask))
+                return float(-masked_mean(forward_logprobs(t.tc, t.model, batch)[0], batch.loss_mask))
 
         before = nll()
         t.train()
@@ -311,15 +314,15 @@ def test_oracle_warmup_teaches_the_format_and_becomes_the_reference(tmp_path: Pa
 
 
 def test_a_lora_run_ships_its_adapter_as_a_complete_small_policy(tmp_path: Path) -> None:
-    """training.lora: every checkpoint's adapter/ holds the adapter (a few MB), the tokenizer and searcher.json, and
+    """training.learner.lora: every checkpoint's adapter/ holds the adapter (a few MB), the tokenizer and searcher.json, and
     names its base by the offline model name, so the folder copied anywhere loads on top of that base with
     `s3 search --policy FOLDER` (what benchmarks/results/transfer/policy is)."""
     from s3.config import load_config
     from training.trainer import make_trainer
 
     run = tmp_path / "run"
-    cfg = load_config(SMOKE, [*FAST, f"training.output_dir={run}", "training.total_steps=1", "training.lora=true",
-                              f"training.train_data={tmp_path / 'data'}"])
+    cfg = load_config(SMOKE, [*FAST, f"training.output_dir={run}", "training.total_steps=1", "training.learner.lora=true",
+                              f"training.data.dir={tmp_path / 'data'}"])
     t = make_trainer(cfg, log=lambda s: None)
     t.train()
     t.metrics.close()

@@ -1,6 +1,6 @@
 """`s3 prepare-training` on the real HotpotQA training slice, with the generator behind a REAL loopback
 OpenAI-compatible server (through litellm): the naive-RAG baseline and the gold-context accuracy of
-training.keep_answerable are computed once, cached, and the filter keeps exactly the answerable training questions
+training.data.keep_answerable are computed once, cached, and the filter keeps exactly the answerable training questions
 while the held-out questions stay as they are."""
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_para
     with FakeLLMServer(reply=reply) as srv:
         over = [
             "generator.model=openai/fake", f"generator.api_base={srv.api_base}", "generator.cache_path=null",
-            f"training.train_sources={json.dumps([f'hotpotqa:{DATA}'])}", f"training.train_data={tmp_path / 'data'}",
-            "training.max_questions=12", "training.heldout_questions=3", "training.keep_baseline_zero=false",
-            "training.keep_answerable=true", "training.reward=acc_plus_gbr", "eval.metric=span",
+            f"training.data.sources={json.dumps([f'hotpotqa:{DATA}'])}", f"training.data.dir={tmp_path / 'data'}",
+            "training.data.max_questions=12", "training.heldout.questions=3", "training.data.keep_baseline_zero=false",
+            "training.data.keep_answerable=true", "training.reward=acc_plus_gbr", "eval.metric=span",
         ]
         cfg = load_config(None, over)
         manifest = prepare_training(cfg, log=lambda s: None)
@@ -73,8 +73,8 @@ def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_para
         shutil.rmtree(tmp_path / "data")
         for name in ("corpus.jsonl", "questions.jsonl", "train.jsonl", "index"):
             shutil.rmtree(moved / name) if (moved / name).is_dir() else (moved / name).unlink()
-        cfg2 = load_config(None, [*(o for o in over if not o.startswith("training.train_data=")),
-                                  f"training.train_data={moved}"])
+        cfg2 = load_config(None, [*(o for o in over if not o.startswith("training.data.dir=")),
+                                  f"training.data.dir={moved}"])
         third = prepare_training(cfg2, log=lambda s: None)
         assert third["counts"] == manifest["counts"] and third["baseline_cache"]["hit_rate"] == 1.0
         assert srv.stats()["requests"] == calls and third["index"] == "index"  # relative: the directory can move
@@ -119,10 +119,10 @@ def test_exclude_sources_removes_shared_paragraphs_and_the_questions_that_needed
     (tmp_path / "dev.json").write_text(json.dumps(dev))
     train_file, dev_file = tmp_path / "train.json", tmp_path / "dev.json"
     over = [
-        f"training.train_sources={json.dumps([f'hotpotqa:{train_file}'])}",
-        f"training.exclude_sources={json.dumps([f'hotpotqa:{dev_file}'])}",
-        f"training.train_data={tmp_path / 'data'}", "training.shuffle_seed=3", "training.reward=em",
-        "training.keep_baseline_zero=false", "generator.cache_path=null",
+        f"training.data.sources={json.dumps([f'hotpotqa:{train_file}'])}",
+        f"training.data.exclude_sources={json.dumps([f'hotpotqa:{dev_file}'])}",
+        f"training.data.dir={tmp_path / 'data'}", "training.data.shuffle_seed=3", "training.reward=em",
+        "training.data.keep_baseline_zero=false", "generator.cache_path=null",
     ]
     manifest = prepare_training(load_config(None, over), log=lambda s: None)
     corpus = [json.loads(line) for line in (tmp_path / "data" / "corpus.jsonl").read_text().splitlines()]
@@ -134,7 +134,7 @@ def test_exclude_sources_removes_shared_paragraphs_and_the_questions_that_needed
     assert (c["loaded_questions"], c["loaded_paragraphs"], c["excluded_paragraphs"], c["dropped_gold_excluded"],
             c["loaded"]) == (4, 7, 1, 1, 3)
     # the same seed gives the same order
-    again = prepare_training(load_config(None, [*over[:2], f"training.train_data={tmp_path / 'again'}", *over[3:]]),
+    again = prepare_training(load_config(None, [*over[:2], f"training.data.dir={tmp_path / 'again'}", *over[3:]]),
                              log=lambda s: None)
     assert again["counts"] == c
     assert [json.loads(x)["id"] for x in (tmp_path / "again" / "questions.jsonl").read_text().splitlines()] == kept

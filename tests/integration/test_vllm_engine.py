@@ -135,22 +135,23 @@ def test_weight_sync_in_place_matches_the_learner(vllm_policy: Any) -> None:
 
 def test_trainer_rolls_out_with_vllm_and_syncs_after_every_step(vllm_policy: Any, tmp_path: Any,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """configs/smoke.toml with training.rollout_engine = vllm on the session's engine: two real GRPO steps (rollouts by
+    """configs/smoke.toml with training.rollout.engine = vllm on the session's engine: two real GRPO steps (rollouts by
     vLLM, rewards from the offline generator, updates by the learner), a timed in-place sync after each, the engine's
     log-probs within the tolerance of the learner's recomputation; same engine process throughout."""
     from pathlib import Path
 
     from s3.config import load_config
-    from training.trainer import S3Trainer, make_trainer, read_metrics
+    import training.executors
+    from training.trainer import make_trainer, read_metrics
     from training.weight_sync import learner_weights
 
     root = Path(__file__).resolve().parents[2]
     if not (root.parent / "shared" / "data" / "train_hotpotqa_musique100").is_dir():
         pytest.skip("shared training data not found")
-    monkeypatch.setattr(S3Trainer, "_rollout_engine", lambda self: vllm_policy)  # one engine per test session
+    monkeypatch.setattr(training.executors, "rollout_policy", lambda cfg, device, **kw: vllm_policy)  # one engine a session
     cfg = load_config(root / "configs" / "smoke.toml", [
-        "training.rollout_engine=vllm", f"training.output_dir={tmp_path / 'run'}", "training.total_steps=2",
-        "training.max_questions=8", "training.batch_size=1", "training.group_size=2", "searcher.max_new_tokens=24",
+        "training.rollout.engine=vllm", f"training.output_dir={tmp_path / 'run'}", "training.total_steps=2",
+        "training.data.max_questions=8", "training.rollout.batch_size=1", "training.rollout.group_size=2", "searcher.max_new_tokens=24",
         "searcher.doc_token_budget=24",
     ])
     pids, syncs = vllm_policy.engine_pids(), vllm_policy.weight_syncs

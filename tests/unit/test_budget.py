@@ -152,20 +152,22 @@ def test_budgeted_executor_stops_before_the_step_that_could_pass(tmp_path: Path)
 
     cfg = load_config(None, ["training.mode=search_r1", "training.reward=em"])  # no generator to build here
     step = [0]
-    ex = BudgetedExecutor(Inner(), cfg, tmp_path, lambda: step[0], budget_usd=1.0)
+    ex = BudgetedExecutor(Inner(), cfg, tmp_path, budget_usd=1.0)
     ex.project = lambda results, examples: 0.30  # type: ignore[method-assign]
     rows = []
     for _ in range(3):
+        ex.rollout([], step[0])  # the step the reward calls belong to
         ex.score([], [])
         rows.append({"step": step[0] + 1, **ex.step_stats()})
         step[0] += 1
     assert [r["cost/usd_step"] for r in rows] == [0.25, 0.25, 0.25] and rows[-1]["cost/usd_total"] == 0.75
+    ex.rollout([], step[0])
     with pytest.raises(BudgetReached, match="budget reached: step 4"):
         ex.score([], [])
     assert ex.inner.scored == 3
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "cost/us')
     assert spent_before(tmp_path, 2) == 0.5 and spent_before(tmp_path, 3) == 0.75  # a torn last line is skipped
-    resumed = BudgetedExecutor(Inner(), cfg, tmp_path, lambda: 3, budget_usd=2.0)
+    resumed = BudgetedExecutor(Inner(), cfg, tmp_path, start_step=3, budget_usd=2.0)
     resumed.project = lambda results, examples: 0.30  # type: ignore[method-assign]
     resumed.score([], [])
     assert resumed.step_stats()["cost/usd_total"] == 1.0

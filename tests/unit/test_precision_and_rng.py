@@ -15,12 +15,12 @@ def test_bf16_full_fine_tuning_is_refused_with_the_alternatives_named() -> None:
     from s3.config import load_config
 
     with pytest.raises(ConfigError) as e:
-        load_config(None, ["training.dtype=bfloat16", "training.lora=false"])
+        load_config(None, ["training.learner.dtype=bfloat16", "training.learner.lora=false"])
     msg = str(e.value)
-    assert "training.autocast = 'bf16'" in msg and "training.lora = true" in msg and "float32" in msg
+    assert "training.learner.autocast = 'bf16'" in msg and "training.learner.lora = true" in msg and "float32" in msg
     # what stays allowed: bf16 base weights under LoRA, float32 master weights with bf16 compute
-    assert load_config(None, ["training.dtype=bfloat16", "training.lora=true"]).training.dtype == "bfloat16"
-    assert load_config(None, ["training.dtype=float32", "training.autocast=bf16"]).training.autocast == "bf16"
+    assert load_config(None, ["training.learner.dtype=bfloat16", "training.learner.lora=true"]).training.learner.dtype == "bfloat16"
+    assert load_config(None, ["training.learner.dtype=float32", "training.learner.autocast=bf16"]).training.learner.autocast == "bf16"
 
 
 def test_every_preset_that_trains_loads() -> None:
@@ -32,7 +32,7 @@ def test_every_preset_that_trains_loads() -> None:
     root = Path(__file__).resolve().parents[2] / "configs"
     for p in sorted(root.glob("*.toml")):
         tc = load_config([str(p)], []).training
-        assert tc.lora or tc.dtype == "float32", p.name
+        assert tc.learner.lora or tc.learner.dtype == "float32", p.name
 
 
 def test_rng_round_trip_on_the_cpu() -> None:

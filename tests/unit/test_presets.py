@@ -37,12 +37,12 @@ def test_cpu_preset_is_a_file_and_layers_under_the_users_config(tmp_path: Path) 
 
 def test_each_layers_relative_paths_resolve_against_its_own_folder(tmp_path: Path) -> None:
     base = _write(tmp_path / "a" / "base.toml", "[retriever]\nindex = 'indexes/x'\n[training]\noutput_dir = 'runs/t'\n"
-                  "train_sources = ['hotpotqa:data/h.json']\n")
+                  "[training.data]\nsources = ['hotpotqa:data/h.json']\n")
     over = _write(tmp_path / "b" / "over.toml", "[training]\noutput_dir = 'mine'\n")
     cfg = load_config([base, over])
     assert cfg.resolve(cfg.retriever.index) == (tmp_path / "a" / "indexes" / "x").resolve()
     assert cfg.resolve(cfg.training.output_dir) == tmp_path / "b" / "mine"
-    assert cfg.training.train_sources == [f"hotpotqa:{(tmp_path / 'a' / 'data' / 'h.json').resolve()}"]
+    assert cfg.training.data.sources == [f"hotpotqa:{(tmp_path / 'a' / 'data' / 'h.json').resolve()}"]
 
 
 def test_implicit_config_toml_keys_are_not_explicit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,7 +95,7 @@ def test_gpu_single_config_validates_and_states_what_ran() -> None:
     path = ROOT / "configs" / "gpu_single.toml"
     cfg = load_config([path])
     tc, s = cfg.training, cfg.searcher
-    assert (tc.rollout_engine, tc.lora, tc.gradient_checkpointing, tc.dtype, tc.device) == ("vllm", True, True, "bfloat16", "auto")
+    assert (tc.rollout.engine, tc.learner.lora, tc.learner.gradient_checkpointing, tc.learner.dtype, tc.learner.device) == ("vllm", True, True, "bfloat16", "auto")
     assert s.policy == "vllm" and s.vllm.in_process and s.vllm.dtype == "bfloat16" and s.vllm.kv_cache_gb is None
     assert 0 < s.vllm.memory_utilization <= 0.5  # the learner needs the rest of the GPU
     assert cfg.generator.model.startswith("hosted_vllm/") and cfg.generator.api_base == "http://127.0.0.1:8010/v1"
@@ -113,21 +113,21 @@ def test_gpu_cluster_configs_validate_and_state_what_ran() -> None:
     one_path, two_path = ROOT / "configs" / "gpu_cluster.toml", ROOT / "configs" / "gpu_cluster_2node.toml"
     one = load_config([one_path])
     tc, rc = one.training, one.ray
-    assert (tc.backend, tc.device, tc.rollout_engine, tc.lora, tc.dtype) == ("ray", "cuda", "vllm", True, "bfloat16")
+    assert (tc.backend, tc.learner.device, tc.rollout.engine, tc.learner.lora, tc.learner.dtype) == ("ray", "cuda", "vllm", True, "bfloat16")
     assert (rc.address, rc.learners, rc.learner_gpus, rc.rollout_workers, rc.rollout_worker_gpus) == (None, 4, 1, 3, 1)
     assert rc.learners * rc.learner_gpus + rc.rollout_workers * rc.rollout_worker_gpus == 7  # + the generator's GPU = 8
     assert one.searcher.vllm.memory_utilization > 0.5  # a rollout engine has its GPU to itself
     assert one.generator.api_base == "http://127.0.0.1:8010/v1" and one.generator_server.host == "127.0.0.1"
     # rows of a step per learner: the micro-batches of every rank are full
-    assert tc.batch_size * tc.group_size % (rc.learners * tc.micro_batch_size) == 0
+    assert tc.rollout.batch_size * tc.rollout.group_size % (rc.learners * tc.learner.micro_batch_size) == 0
 
     two = load_config([one_path, two_path])
     rc2 = two.ray
     assert rc2.address == "auto" and (rc2.learners, rc2.rollout_workers) == (8, 7)
     assert rc2.learner_resources == {"learner_node": 1} and rc2.rollout_worker_resources == {"rollout_node": 1}
     assert rc2.reward_worker_resources == rc2.eval_worker_resources == {"generator_node": 1}
-    assert two.training.lora and two.training.rollout_engine == "vllm"  # the rest comes from gpu_cluster.toml
-    assert two.training.batch_size * two.training.group_size // rc2.learners == 80
+    assert two.training.learner.lora and two.training.rollout.engine == "vllm"  # the rest comes from gpu_cluster.toml
+    assert two.training.rollout.batch_size * two.training.rollout.group_size // rc2.learners == 80
     for path in (one_path, two_path):
         text = path.read_text(encoding="utf-8")
         for phrase in ("Memory budget", "What ran and what did not"):

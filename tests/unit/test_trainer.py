@@ -12,6 +12,7 @@ import pytest
 
 from s3core.errors import S3Error
 from s3core.types import QAExample
+from training.config import TrainingConfig
 
 
 def _fake_trainer(n: int, batch: int, seed: int = 0, warmup: int = 0) -> SimpleNamespace:
@@ -19,7 +20,7 @@ def _fake_trainer(n: int, batch: int, seed: int = 0, warmup: int = 0) -> SimpleN
 
     ns = SimpleNamespace(
         examples=[QAExample(id=f"q{i}", question="?", golden_answers=["a"]) for i in range(n)],
-        tc=SimpleNamespace(batch_size=batch, seed=seed, sft_warmup_steps=warmup),
+        tc=TrainingConfig(seed=seed, rollout={"batch_size": batch}, sft={"steps": warmup}),
     )
     ns.batch_indices = lambda step: S3Trainer.batch_indices(ns, step)  # type: ignore[arg-type]
     ns.rl_coverage = lambda step: S3Trainer.rl_coverage(ns, step)  # type: ignore[arg-type]
@@ -88,7 +89,7 @@ def test_missing_baseline_is_an_error_not_a_fallback(tmp_path: Path) -> None:
     from training.data import load_training_set
 
     cfg = load_config(None, ["generator.model=openai/fake", "generator.api_base=http://127.0.0.1:9/v1",
-                             f"training.train_data={tmp_path}"])
+                             f"training.data.dir={tmp_path}"])
     (tmp_path / "manifest.json").write_text(json.dumps({"index": str(tmp_path / "index"), "counts": {}}))
     (tmp_path / "train.jsonl").write_text(json.dumps({"id": "q1", "question": "?", "golden_answers": ["a"]}) + "\n")
     with pytest.raises(S3Error, match="no cached naive-RAG baseline"):
@@ -114,7 +115,7 @@ def test_config_checks() -> None:
     from s3core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="group_size >= 2"):
-        load_config(None, ["training.algorithm=grpo", "training.group_size=1"])
+        load_config(None, ["training.algorithm=grpo", "training.rollout.group_size=1"])
     with pytest.raises(ConfigError, match="needs a generator"):
         load_config(None, ["training.mode=search_r1", "training.reward=gbr"])
 
@@ -133,12 +134,10 @@ def test_forward_on_response_positions_matches_a_full_forward() -> None:
     torch = pytest.importorskip("torch")
     from s3core.types import SearchResult, Trajectory
     from training.algorithms import gather_logprobs
-    from training.trainer import S3Trainer
+    from training.learner import forward_logprobs, pad_rollouts
 
     model = _tiny_llama().eval()
-    ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=SimpleNamespace(temperature=0.7, autocast="off", share_prefix=True,
-                         gradient_checkpointing=False, logprob_chunk=3), model=model, device="cpu")
-    ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
+    tc = TrainingConfig(rollout={"temperature": 0.7}, learner={"logprob_chunk": 3})
     # two rollouts with different prompt lengths; response = policy 1s, environment 0s
     t1 = Trajectory(prompt_ids=[5, 6, 7, 8])
     t1.append([9, 10], True)
@@ -147,22 +146,22 @@ def test_forward_on_response_positions_matches_a_full_forward() -> None:
     t2 = Trajectory(prompt_ids=[5, 6])
     t2.append([12, 13, 14], True)
     results = [SearchResult(question="a", trajectory=t1), SearchResult(question="b", trajectory=t2)]
-    batch = S3Trainer._pad(ns, results, [0, 1])  # type: ignore[arg-type]
+    batch = pad_rollouts(results, [0, 1], 0, share_prefix=True)
     assert batch.start == 1
     # loss mask over positions start.. : row 0 predicts 6,7,8 (prompt) then 9,10 (policy) 20,21,22 (env) 11 (policy)
     assert batch.loss_mask[0].tolist() == [0, 0, 1, 1, 0, 0, 0, 1]
     assert batch.loss_mask[1].tolist() == [1, 1, 1, 0, 0, 0, 0, 0]
     with torch.no_grad():
-        lp, _ = S3Trainer._forward(ns, model, batch)  # type: ignore[arg-type]
+        lp, _ = forward_logprobs(tc, model, batch)
         full = model(input_ids=batch.ids, attention_mask=batch.attention).logits[:, :-1]
         ref = gather_logprobs(full, batch.ids[:, 1:], temperature=0.7)[:, batch.start :]
     assert lp.shape == ref.shape
     m = batch.loss_mask.bool()
     assert torch.allclose(lp[m], ref[m], atol=1e-5)
-    # bf16 autocast (training.autocast): fp32 log-probs out, close to the fp32 forward
-    ns.tc.autocast = "bf16"
+    # bf16 autocast (training.learner.autocast): fp32 log-probs out, close to the fp32 forward
+    tc.learner.autocast = "bf16"
     with torch.no_grad():
-        lp16, _ = S3Trainer._forward(ns, model, batch)  # type: ignore[arg-type]
+        lp16, _ = forward_logprobs(tc, model, batch)
     assert lp16.dtype == torch.float32
     assert torch.allclose(lp16[m], ref[m], atol=0.05)
     assert not torch.equal(lp16[m], lp[m])  # it really ran in bf16
@@ -170,11 +169,11 @@ def test_forward_on_response_positions_matches_a_full_forward() -> None:
 
 @pytest.mark.parametrize("want_hidden", [False, True])
 def test_shared_prefix_forward_equals_the_plain_forward_in_values_and_gradients(want_hidden: bool) -> None:
-    """training.share_prefix: the 40 tokens all rows share are computed once (batch 1) and every row continues from
+    """training.learner.share_prefix: the 40 tokens all rows share are computed once (batch 1) and every row continues from
     their KV cache; log-probs, hidden states and every parameter's gradient equal those of the plain forward."""
     torch = pytest.importorskip("torch")
     from s3core.types import SearchResult, Trajectory
-    from training.trainer import S3Trainer
+    from training.learner import forward_logprobs, pad_rollouts
 
     model = _tiny_llama(vocab_size=60, num_hidden_layers=2, num_key_value_heads=1, max_position_embeddings=128)
     shared = [int(x) for x in torch.randint(3, 60, (40,))]
@@ -187,13 +186,10 @@ def test_shared_prefix_forward_equals_the_plain_forward_in_values_and_gradients(
         results.append(SearchResult(question=f"q{i}", trajectory=t))
 
     def run(share: bool) -> tuple[object, object, dict[str, object], int]:
-        ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), model=model, device="cpu",
-                             tc=SimpleNamespace(temperature=0.8, autocast="off", share_prefix=share,
-                                                gradient_checkpointing=False, logprob_chunk=3))
-        ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
-        batch = S3Trainer._pad(ns, results, [0, 1, 2])  # type: ignore[arg-type]
+        tc = TrainingConfig(rollout={"temperature": 0.8}, learner={"share_prefix": share, "logprob_chunk": 3})
+        batch = pad_rollouts(results, [0, 1, 2], 0, share_prefix=share)
         model.zero_grad(set_to_none=True)
-        lp, hid = S3Trainer._forward(ns, model, batch, want_hidden=want_hidden)  # type: ignore[arg-type]
+        lp, hid = forward_logprobs(tc, model, batch, want_hidden=want_hidden)
         loss = (lp * batch.loss_mask).sum() + (hid.sum() if hid is not None else 0.0)
         loss.backward()
         grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -215,18 +211,19 @@ def test_shared_prefix_forward_equals_the_plain_forward_in_values_and_gradients(
 def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool) -> None:
     torch = pytest.importorskip("torch")
     from s3core.types import SearchResult, Trajectory
+    from training.learner import masked_update, pad_rollouts
     from training.trainer import S3Trainer
 
     model = _tiny_llama()
-    tc = SimpleNamespace(algorithm="grpo", group_size=2, drop_flat_groups=drop, micro_batch_size=8, ppo_epochs=1,
-                         clip_coef=0.2, kl_coef=0.0, max_grad_norm=1.0, temperature=1.0, autocast="off",
-                         share_prefix=True, gradient_checkpointing=False, logprob_chunk=3)
-    ns = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=0), tc=tc, model=model, ref_model=None, device="cpu",
-                         value_head=None, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
-    ns._autocast = lambda: S3Trainer._autocast(ns)  # type: ignore[arg-type]
-    ns._pad = lambda results, rows: S3Trainer._pad(ns, results, rows)  # type: ignore[arg-type]
-    ns._forward = lambda m, b, want_hidden=False: S3Trainer._forward(ns, m, b, want_hidden)  # type: ignore[arg-type]
-    ns._ref_logprobs = lambda b: None
+    tc = TrainingConfig(algorithm="grpo", rollout={"group_size": 2, "temperature": 1.0},
+                        update={"drop_flat_groups": drop, "ppo_epochs": 1, "clip_coef": 0.2, "kl_coef": 0.0,
+                                "max_grad_norm": 1.0},
+                        learner={"micro_batch_size": 8, "logprob_chunk": 3})
+    core = SimpleNamespace(tc=tc, model=model, ref_model=None, value_head=None,
+                           optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    ns = SimpleNamespace(tc=tc, learners=None, last_batches=[])
+    ns._pad = lambda results, rows: pad_rollouts(results, rows, 0, share_prefix=True)
+    ns._learner = lambda: SimpleNamespace(update=lambda mbs, weights: masked_update(core, mbs, weights))
     results = []
     for i in range(4):
         t = Trajectory(prompt_ids=[5, 6, 7])
@@ -305,15 +302,15 @@ def test_several_learners_need_the_ray_backend_and_refuse_what_runs_in_the_train
     assert load_config(None, []).ray.learners == 1  # the default: the learner is the trainer's own process
     with pytest.raises(ConfigError, match=re.escape("set training.backend = 'ray'")):
         load_config(None, ["ray.learners=2"])
-    with pytest.raises(ConfigError, match="sft_warmup_steps=2"):
-        load_config(None, ["training.backend=ray", "ray.learners=2", "training.sft_warmup_steps=2"])
+    with pytest.raises(ConfigError, match=re.escape("training.sft.steps=2")):
+        load_config(None, ["training.backend=ray", "ray.learners=2", "training.sft.steps=2"])
     with pytest.raises(ConfigError, match="confidence_gated"):
         load_config(None, ["training.backend=ray", "ray.learners=2", "training.reward=confidence_gated",
-                           "training.rollout_engine=vllm"])
+                           "training.rollout.engine=vllm"])
     with pytest.raises(ConfigError, match=re.escape("ray.learner_gpus = 1")):
-        load_config(None, ["training.backend=ray", "ray.learners=2", "training.device=cuda"])
-    with pytest.raises(ConfigError, match=re.escape("learner_gpus=1.0 with training.device = 'cpu'")):
-        load_config(None, ["training.backend=ray", "ray.learners=2", "training.device=cpu", "ray.learner_gpus=1"])
+        load_config(None, ["training.backend=ray", "ray.learners=2", "training.learner.device=cuda"])
+    with pytest.raises(ConfigError, match=re.escape("learner_gpus=1.0 with training.learner.device = 'cpu'")):
+        load_config(None, ["training.backend=ray", "ray.learners=2", "training.learner.device=cpu", "ray.learner_gpus=1"])
     with pytest.raises(ConfigError, match="learners"):
         load_config(None, ["training.backend=ray", "ray.learners=0"])
 
@@ -340,8 +337,8 @@ def test_after_the_warm_up_the_kl_reference_is_the_warmed_policy_also_with_lora(
     from s3.config import load_config
     from training.learner import Batch, Learner, forward_logprobs, ref_logprobs
 
-    tc = load_config(None, [f"training.base_model={tiny_policy_dir}", f"training.lora={str(lora).lower()}",
-                            "training.kl_coef=0.001", "training.autocast=off", "training.lora_r=4"]).training
+    tc = load_config(None, [f"training.base_model={tiny_policy_dir}", f"training.learner.lora={str(lora).lower()}",
+                            "training.update.kl_coef=0.001", "training.learner.autocast=off", "training.learner.lora_r=4"]).training
     learner = Learner(tc, "cpu", tmp_path)
     ids = torch.randint(0, 1000, (2, 12))
     batch = Batch(ids=ids, attention=torch.ones_like(ids), loss_mask=torch.ones(2, 11), start=0)
@@ -366,7 +363,7 @@ def test_heldout_evaluations_are_due_at_the_warm_up_end_every_n_steps_and_at_the
         tmp_path: Path) -> None:
     from training.trainer import HELDOUT_FILE, S3Trainer
 
-    t = SimpleNamespace(tc=SimpleNamespace(heldout_every=10, sft_warmup_steps=8, total_steps=35), heldout=["q"],
+    t = SimpleNamespace(tc=TrainingConfig(heldout={"every": 10, "questions": 1}, sft={"steps": 8}, total_steps=35), heldout=["q"],
                         run_dir=tmp_path, step=30)
     due = [s for s in range(1, 36) if S3Trainer.heldout_due(t, s)]  # type: ignore[arg-type]
     assert due == [8, 10, 20, 30, 35]
@@ -396,8 +393,8 @@ def test_a_time_budget_starts_no_step_that_would_end_past_it_and_stops_with_a_ch
         row = {"reward/mean": 0.0, "search/invalid_action_rate": 0.0, "search/turns": 1.0, "charts/step_seconds": seconds}
         return {**row, "charts/heldout_seconds": heldout} if heldout else row
 
-    t = SimpleNamespace(step=0, tc=SimpleNamespace(total_steps=100, sft_warmup_steps=0, save_every=1000),
-                        log=lambda s: None, metrics=SimpleNamespace(close=lambda: None), run_dir="run",
+    t = SimpleNamespace(step=0, tc=TrainingConfig(total_steps=100, checkpoint={"every": 1000}),
+                        log=lambda s: None, metrics=SimpleNamespace(close=lambda: None), run_dir=Path("run"),
                         ckpt_dir=Path("/nonexistent"), stopped=None)
     t.heldout_due = lambda s: s % 4 == 0  # a held-out evaluation after steps 4, 8, ...
     t.train_step = lambda: step(10.0, 25.0 if t.heldout_due(t.step + 1) else 0.0)

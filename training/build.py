@@ -1,0 +1,236 @@
+"""Build a training run's parts from the one configuration — the training twin of eval/build.py:
+
+    parts = build_training(cfg)          # data, held-out split, retriever, learner(s), executor, oracle, resume point
+    trainer = S3Trainer(parts)           # the loop: rollout -> reward -> update -> log -> checkpoint (training/trainer.py)
+
+Every part comes from its own config section and is handed its inputs; no part holds the trainer:
+
+    data        [training.data]       the prepared training set (prepared here when missing; training/data.py)
+    heldout     [training.heldout]    the last `questions` of the prepared set, kept out of training
+    retriever   [retriever]           over the training corpus's index
+    learner     [training.learner]    this process's Learner, or a LearnerGroup of ray.learners Ray actors
+                [training.update]     (training/learner.py, training/learner_group.py)
+    executor    [training.rollout]    where rollouts and rewards run (training/executors.py, training/ray_backend.py),
+                [training.backend]    priced and capped by training.budget_usd (training/budget.py)
+    oracle      [training.sft]        the searcher loop driven by oracle replies, for the format warm-up
+
+`s3 train`, `s3 train --dry-run`, the benchmarks and the tests all build through `build_training`.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from s3core.errors import S3Error
+from s3core.types import QAExample
+from searcher.build import AgentKind, build_retriever, build_searcher
+from searcher.config import SearcherConfig
+from training.config import TrainSettings
+from training.data import TrainingSet
+from training.executors import StepExecutor
+
+if TYPE_CHECKING:
+    from searcher.agent import S3Searcher
+    from searcher.retrieval.base import Retriever
+    from training.learner import Learner
+    from training.learner_group import LearnerGroup
+
+__all__ = ["TrainingParts", "build_training", "loop_config", "prepare_data", "resume_point"]
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class TrainingParts:
+    """What a training loop runs with (see the module docstring). `learner` is this process's Learner, or None when
+    `learners` (a LearnerGroup: ray.learners > 1) holds the model on Ray actors."""
+
+    cfg: TrainSettings
+    run_dir: Path
+    device: str
+    data: TrainingSet
+    examples: list[QAExample]  # the training questions (the held-out ones excluded)
+    heldout: list[QAExample]
+    retriever: Retriever
+    loop_cfg: SearcherConfig  # the searcher loop as rollouts run it (searcher settings, training.rollout.temperature)
+    learner: Learner | None
+    learners: LearnerGroup | None
+    tokenizer: Any
+    executor: StepExecutor
+    oracle: S3Searcher | None = None
+    resume_dir: Path | None = None  # the checkpoint the learner(s) were built from (None: a fresh run)
+    agent_kind: AgentKind = "s3"
+
+    @property
+    def end_to_end(self) -> bool:
+        return self.agent_kind == "search_r1"
+
+    def close(self) -> None:
+        """Stop the executor's workers and the learner group's actors."""
+        self.executor.close()
+        if self.learners is not None:
+            self.learners.close()
+
+
+def prepare_data(cfg: TrainSettings, log: Log = print) -> TrainingSet:
+    """The prepared training set ([training.data]); prepared first when missing, completed when the generator, prompt
+    or metric changed since (the baseline cache is keyed by them)."""
+    from training.data import load_training_set, prepare_training, training_dir
+
+    d = training_dir(cfg)
+    if not (d / "manifest.json").is_file() or not (d / "train.jsonl").is_file():
+        log(f"train: preparing training data in {d}")
+        prepare_training(cfg, d, log=log)
+    try:
+        return load_training_set(cfg, d)
+    except S3Error:
+        prepare_training(cfg, d, log=log)
+        return load_training_set(cfg, d)
+
+
+def split_heldout(cfg: TrainSettings, examples: list[QAExample]) -> tuple[list[QAExample], list[QAExample]]:
+    """(training questions, held-out questions): the last training.heldout.questions are held out."""
+    n = cfg.training.heldout.questions
+    if not n:
+        return examples, []
+    if n >= len(examples):
+        raise S3Error(f"training.heldout.questions={n} leaves no training question ({len(examples)})")
+    return examples[:-n], examples[-n:]
+
+
+def resume_point(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint of a run directory (checkpoints/latest), or None for a fresh run."""
+    latest = run_dir / "checkpoints" / "latest"
+    return run_dir / "checkpoints" / latest.read_text().strip() if latest.is_file() else None
+
+
+def loop_config(cfg: TrainSettings) -> SearcherConfig:
+    """The searcher loop rollouts run: [searcher] as configured (the loop the trained searcher is served with),
+    sampling at training.rollout.temperature."""
+    return cfg.searcher.model_copy(update={"temperature": cfg.training.rollout.temperature})
+
+
+def _learner_group(cfg: TrainSettings, run_dir: Path, resume_dir: Path | None, log: Log) -> LearnerGroup:
+    """ray.learners Learner actors in one torch.distributed group (training/learner_group.py), each built from
+    [training] and the checkpoint to resume from; on a GPU each when ray.learner_gpus > 0, else on the CPU."""
+    from eval.raycluster import connect
+    from training.learner import Learner
+    from training.learner_group import LearnerGroup
+
+    rc = cfg.ray
+    connect(rc)
+    device = "cuda" if rc.learner_gpus > 0 else "cpu"  # a rank sees only the GPUs Ray gave it
+    t0 = time.perf_counter()
+    build = functools.partial(Learner, cfg.training, device, run_dir, resume_dir)
+    group = LearnerGroup(rc, rc.learners, build, device=device, cpus=rc.learner_cpus, gpus=rc.learner_gpus,
+                         resources=rc.learner_resources)
+    log(f"train: {rc.learners} learners ({'nccl' if device.startswith('cuda') else 'gloo'}) ready in "
+        f"{time.perf_counter() - t0:.1f}s")
+    return group
+
+
+def build_executor(cfg: TrainSettings, *, data: TrainingSet, retriever: Retriever, loop_cfg: SearcherConfig,
+                   learner: Learner | None, learners: LearnerGroup | None, agent_kind: AgentKind, device: str,
+                   log: Log) -> StepExecutor:
+    """Where rollouts and rewards run (training.backend): this process, or Ray actors (training/ray_backend.py)."""
+    from training.executors import LocalExecutor, make_scorer, rollout_policy
+
+    end_to_end = agent_kind == "search_r1"
+    if cfg.training.backend == "ray":
+        from training.ray_backend import RayExecutor
+
+        model = learner.model if learner is not None else None
+        return RayExecutor(cfg, loop_cfg=loop_cfg, index_dir=data.index_dir, agent_kind=agent_kind,
+                           baseline=data.baseline, end_to_end=end_to_end,
+                           learner=None if learners is not None else lambda: model,
+                           weights_ref=learners.weights_ref if learners is not None else None, log=log)
+    assert learner is not None  # ray.learners > 1 needs training.backend = 'ray' (S3Config's check)
+    engine = None
+    if cfg.training.rollout.engine == "vllm":
+        if not cfg.searcher.vllm.in_process:
+            log("train: searcher.vllm.in_process = false: every weight sync is serialized to the engine's process")
+        engine = rollout_policy(cfg, device)
+    sampler = engine if engine is not None else learner.policy
+    tokenizer = learner.tokenizer
+    scorer = make_scorer(cfg, data.baseline, end_to_end=end_to_end,
+                         decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
+    agent = build_searcher(loop_cfg, retriever, sampler, k0=cfg.retriever.k, agent=agent_kind)
+    greedy = build_searcher(loop_cfg.model_copy(update={"temperature": 0.0}), retriever, sampler, k0=cfg.retriever.k,
+                            agent=agent_kind)  # the held-out evaluation's (training.heldout.every)
+    return LocalExecutor(agent=agent, greedy_agent=greedy, scorer=scorer, model=learner.model, engine=engine,
+                         autocast=cfg.training.learner.autocast)
+
+
+def oracle_agent(cfg: TrainSettings, examples: list[QAExample], data: TrainingSet, retriever: Retriever,
+                 loop_cfg: SearcherConfig, tokenizer_policy: Any) -> S3Searcher:
+    """The same loop driven by oracle replies (training/oracle.py), tokenized with the student's tokenizer, so its
+    trajectories carry the student's chat template and exact policy / environment masks."""
+    from searcher.policy.scripted import ScriptedPolicy
+    from training.oracle import gold_titles, oracle_script
+
+    gold = gold_titles(examples, data.directory / "corpus.jsonl")
+    if not any(gold.values()):
+        raise S3Error("training.sft.steps needs gold supporting paragraphs (metadata.supporting_ids or "
+                      "supporting_titles) in the training questions; these have none")
+    script = oracle_script(gold, loop_cfg.max_select, loop_cfg.max_turns)
+    oracle = ScriptedPolicy(script, name="oracle", tokenizer=tokenizer_policy)
+    return build_searcher(loop_cfg, retriever, oracle, k0=cfg.retriever.k)
+
+
+def build_training(cfg: TrainSettings, log: Log = print) -> TrainingParts:
+    """Every part of a training run (see the module docstring), ready for the loop; a resumed run's learner(s) are
+    built from its latest checkpoint's weights (the optimizer state is the trainer's to restore with the data order)."""
+    import torch
+
+    from s3core.devices import auto_cpu_threads, resolve_device
+    from training.budget import BudgetedExecutor
+    from training.learner import Learner, load_tokenizer
+
+    tc = cfg.training
+    device = resolve_device(tc.learner.device)
+    if device == "cpu":
+        torch.set_num_threads(tc.learner.torch_threads or auto_cpu_threads())
+    run_dir = cfg.resolve(tc.output_dir)
+    assert run_dir is not None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    agent_kind: AgentKind = "search_r1" if tc.mode == "search_r1" else "s3"
+    if tc.sft.steps and agent_kind == "search_r1":
+        raise S3Error("training.sft.steps: the oracle warm-up is for s3 searchers (training.mode = 's3')")
+    data = prepare_data(cfg, log)
+    examples, heldout = split_heldout(cfg, data.examples)
+    retriever = build_retriever(cfg.retriever, data.index_dir)
+    resume_dir = resume_point(run_dir)
+    learner: Learner | None = None
+    learners: LearnerGroup | None = None
+    if cfg.ray.learners > 1:
+        tokenizer = load_tokenizer(tc, resume_dir)
+        learners = _learner_group(cfg, run_dir, resume_dir, log)
+    else:
+        learner = Learner(tc, device, run_dir, resume_dir)
+        learner.policy.gen_batch = cfg.searcher.generate_batch  # the learner generates its own rollouts
+        tokenizer = learner.tokenizer
+    loop_cfg = loop_config(cfg)
+    try:
+        inner = build_executor(cfg, data=data, retriever=retriever, loop_cfg=loop_cfg, learner=learner,
+                               learners=learners, agent_kind=agent_kind, device=device, log=log)
+        # training/budget.py: the reward calls priced, capped by training.budget_usd (cost/ metrics); the step each
+        # call belongs to is the one its rollout was asked for
+        start = int(resume_dir.name.removeprefix("step_")) if resume_dir is not None else 0
+        executor = BudgetedExecutor(inner, cfg, run_dir, start_step=start, budget_usd=tc.budget_usd)
+        oracle = None
+        if tc.sft.steps:
+            assert learner is not None  # a warm-up runs in this process's learner (S3Config's check)
+            oracle = oracle_agent(cfg, examples, data, retriever, loop_cfg, learner.policy)
+    except BaseException:
+        if learners is not None:
+            learners.close()  # the learner actors do not outlive a run that failed to start
+        raise
+    return TrainingParts(cfg=cfg, run_dir=run_dir, device=device, data=data, examples=examples, heldout=heldout,
+                         retriever=retriever, loop_cfg=loop_cfg, learner=learner, learners=learners,
+                         tokenizer=tokenizer, executor=executor, oracle=oracle, resume_dir=resume_dir,
+                         agent_kind=agent_kind)
