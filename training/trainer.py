@@ -216,7 +216,7 @@ class S3Trainer:
         [training] and the checkpoint to resume from; on a GPU each when ray.learner_gpus > 0, else on the CPU."""
         import functools
 
-        from eval.raycluster import connect
+        from s3runtime.raycluster import connect
         from training.learner_group import LearnerGroup
 
         rc = self.cfg.ray
@@ -740,7 +740,7 @@ class S3Trainer:
         group = _group(self)
         if group is not None:
             # every rank: the checkpoint's weights are already in (each loaded policy/ or adapter/ when it was built)
-            from eval.raycluster import require_ray
+            from s3runtime.raycluster import require_ray
 
             group.call_all("load_state", require_ray().put(learner_state))
         else:
