@@ -114,9 +114,9 @@ def main() -> int:
     args = ap.parse_args()
     import ray
 
-    from eval.config import RayConfig
-    from eval.raycluster import connect, node_addresses
     from eval.rundir import RESULTS_FILE, read_results
+    from s3runtime.config import RayConfig
+    from s3runtime.raycluster import connect, node_addresses
 
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="ray_eval_eq_"))
     work.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@
    overhead (actor calls, shipping the micro-batches, the all-reduce, rank 0's weights through the object store)
    against two processes vs two threads; a real speed-up needs a core set (or a GPU) per learner.
 
-Ray runs a local 2-CPU cluster on 127.0.0.1 (eval/raycluster.py). Writes OUT/results.json and OUT/results.md.
+Ray runs a local 2-CPU cluster on 127.0.0.1 (s3runtime/raycluster.py). Writes OUT/results.json and OUT/results.md.
 Only parts: --skip-scripted, --skip-real, --skip-learners.
 """
 
@@ -304,8 +304,8 @@ def main() -> int:
     args = ap.parse_args()
     import ray
 
-    from eval.config import RayConfig
-    from eval.raycluster import connect, node_addresses
+    from s3runtime.config import RayConfig
+    from s3runtime.raycluster import connect, node_addresses
 
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="ray_scaling_"))
     work.mkdir(parents=True, exist_ok=True)

@@ -60,7 +60,7 @@ def measure_speed(model: str) -> dict[str, float]:
     """llama.cpp prompt processing (tok/s, cold prompt) and generation (tok/s) through the same litellm path."""
     import litellm
 
-    from s3core.llm_local import register_local_provider
+    from s3runtime.llm_local import register_local_provider
 
     register_local_provider()
     words = " ".join(f"word{i} is a token sequence about item {i}." for i in range(120))

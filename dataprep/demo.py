@@ -36,8 +36,7 @@ from pathlib import Path
 
 from s3core.corpus import iter_corpus, write_corpus, write_questions
 from s3core.errors import DataFormatError, S3Error
-from s3core.io import JsonObject, file_sha256, iter_jsonl, write_json_atomic
-from s3core.local_models import file_lock
+from s3core.io import JsonObject, file_lock, file_sha256, iter_jsonl, write_json_atomic
 from s3core.types import Document, QAExample
 
 __all__ = [

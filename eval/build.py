@@ -208,9 +208,9 @@ def _contexts_file(path: Path, dataset: Dataset, retriever: Retriever | None) ->
 
 
 def _local_gguf_sha256(model: str, api_base: str | None = None) -> str | None:
-    """sha256 of the GGUF behind an offline model string (s3core.llm_local.model_fingerprint; hashed from the file
+    """sha256 of the GGUF behind an offline model string (s3runtime.llm_local.model_fingerprint; hashed from the file
     when the registry has no pinned value yet)."""
-    from s3core import llm_local, local_models
+    from s3runtime import llm_local, local_models
 
     info = llm_local.model_fingerprint(model, api_base)
     if "gguf_sha256" not in info:

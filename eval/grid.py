@@ -263,7 +263,7 @@ def run_grid(
 def _run_on_ray(
     cfg: EvalSettings, cells: list[Cell], todo: list[int], on_result: Callable[[CellResult], None] | None
 ) -> dict[int, CellResult]:
-    from eval.raycluster import connect
+    from s3runtime.raycluster import connect
 
     ray = connect(cfg.ray)
     rc = cfg.ray

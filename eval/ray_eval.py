@@ -8,7 +8,7 @@ Each worker builds the run from the same configuration and options through the t
 driver (run.json): a node with another index, dataset or model is refused before any question is asked. The driver
 keeps what makes a run resumable: it alone appends rows to results.jsonl, a batch as soon as it comes back, under the
 run's lock; finished rows are skipped on a re-run, failed ones retried, exactly as a local run. A lost worker's batch
-is redone once Ray restarted it (eval/raycluster.py). Rows equal a local run's row for row (same contexts, answers and
+is redone once Ray restarted it (s3runtime/raycluster.py). Rows equal a local run's row for row (same contexts, answers and
 metrics; time stamps and latencies aside): tests/integration/test_ray_backend.py, benchmarks/ray_eval_equivalence.py.
 """
 
@@ -22,9 +22,9 @@ from typing import Any
 
 from eval.config import EvalSettings
 from eval.harness import EvalOptions, _run_batch
-from eval.raycluster import RayWorker, WorkerPool, connect
 from s3core.errors import S3Error
 from s3core.types import QAExample
+from s3runtime.raycluster import RayWorker, WorkerPool, connect
 
 __all__ = ["EvalWorker", "RayBatchRunner"]
 

@@ -12,7 +12,7 @@ from generator_adapters.judge import Judge
 
 def _register_if_local(model: str) -> None:
     if model.startswith("local/"):
-        from s3core.llm_local import register_local_provider
+        from s3runtime.llm_local import register_local_provider
 
         register_local_provider()  # idempotent: offline `local/<name>` models reachable through litellm
 

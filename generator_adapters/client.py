@@ -115,7 +115,7 @@ class LLMClient:
             raise ConfigError(f"processes = {cfg.processes} cannot be used with {what}; set processes = 1")
         self._pool: Any = None
         if _is_local(cfg.model) and completion_fn is None:
-            from s3core.llm_local import register_local_provider
+            from s3runtime.llm_local import register_local_provider
 
             register_local_provider()
         if completion_fn is None:

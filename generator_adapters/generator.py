@@ -81,7 +81,7 @@ class Generator(ClientOwner):
 
     def fingerprint(self) -> dict[str, Any]:
         """What a run records: litellm model string, api_base, GGUF sha256 for local models, prompt hash, decoding."""
-        from s3core.llm_local import model_fingerprint
+        from s3runtime.llm_local import model_fingerprint
 
         return {
             **model_fingerprint(self.cfg.model, self.cfg.api_base),

@@ -103,7 +103,7 @@ class Judge(ClientOwner):
     check_sync = check
 
     def fingerprint(self) -> dict[str, Any]:
-        from s3core.llm_local import model_fingerprint
+        from s3runtime.llm_local import model_fingerprint
 
         return {
             **model_fingerprint(self.cfg.model, self.cfg.api_base),

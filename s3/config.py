@@ -17,10 +17,11 @@ from typing import overload
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from eval.config import EvalConfig, RayConfig
+from eval.config import EvalConfig
 from generator_adapters.config import GeneratorConfig, GeneratorServerConfig, JudgeConfig
 from s3core.configbase import Section, apply_overrides, build_model, load_toml
 from s3core.errors import ConfigError
+from s3runtime.config import RayConfig
 from searcher.config import RetrieverConfig, SearcherConfig, ServiceConfig
 from training.config import TrainingConfig
 

@@ -8,10 +8,13 @@ One implementation each, so "what happens to a line torn by a kill" has one answ
 - `repair_tail` + `append_jsonl`: the append-and-resume pair. Before appending to a file another run may have been
   killed while writing, cut its partial last line; each append is one write followed by fsync.
 - `file_sha256`, `text_sha256`, `write_json_atomic`, `write_jsonl_atomic`, `write_text_atomic`.
+- `file_lock`: an exclusive advisory lock, so concurrent first runs build a file once and never interleave writes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -214,6 +217,21 @@ def write_jsonl_atomic(path: str | Path, rows: Iterable[JsonObject]) -> int:
     lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in rows]
     write_text_atomic(path, "".join(lines))
     return len(lines)
+
+
+# ----------------------------------------------------------------------------------------------- locks
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on `path` (created with its folder): concurrent builders wait, never interleave."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def describe_os_error(e: OSError) -> str:

@@ -39,7 +39,7 @@ class Price:
 
 
 def is_local_model(model: str) -> bool:
-    """`local/<name>`: the in-process llama.cpp provider (s3core/llm_local.py) costs nothing."""
+    """`local/<name>`: the in-process llama.cpp provider (s3runtime/llm_local.py) costs nothing."""
     return model.startswith("local/")
 
 

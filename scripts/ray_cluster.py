@@ -8,7 +8,7 @@ the rollout and evaluation actors pinned to node 2, a placement table (actor -> 
 The nodes are `ray.cluster_utils.Cluster` nodes: separate raylet processes, each with its own CPUs, its own custom
 resource (node1 / node2), its own temp folder (sessions, logs, spilled objects; linked as OUT/nodeN/tmp) and its own
 working folder (OUT/node1, OUT/node2: the worker processes of a node start there), so no path is shared by accident. Two `ray start` processes
-are the other way; under RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (the loopback rule, eval/raycluster.py) `ray start`
+are the other way; under RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (the loopback rule, s3runtime/raycluster.py) `ray start`
 joining the second node failed with an auth-token error here, while `Cluster` put both nodes on 127.0.0.1.
 
 Placement: the run's configuration gets ray.address = the cluster, ray.rollout_worker_resources = {node2 = 1},
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# the loopback rule (eval/raycluster.py): Ray reads it when it is imported, so before anything imports ray
+# the loopback rule (s3runtime/raycluster.py): Ray reads it when it is imported, so before anything imports ray
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -165,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="run the same evaluation in this process (no Ray) and compare the rows")
     args = ap.parse_args(argv)
 
-    from eval.config import RayConfig
-    from eval.raycluster import connect, node_addresses, require_ray
     from s3.config import load_config
+    from s3runtime.config import RayConfig
+    from s3runtime.raycluster import connect, node_addresses, require_ray
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)

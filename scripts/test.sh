@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-.venv/bin/ruff check searcher generator_adapters eval training s3 tests benchmarks
+.venv/bin/ruff check s3runtime searcher generator_adapters eval training s3 tests benchmarks
 .venv/bin/mypy
 .venv/bin/python -m pytest --durations=20 "$@"

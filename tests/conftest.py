@@ -46,12 +46,12 @@ def vllm_policy():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def ray_cluster():  # type: ignore[no-untyped-def]
     """ONE real Ray cluster for the whole test session: 2 CPUs, no dashboard, every node on 127.0.0.1
-    (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, see eval/raycluster.py). Tests start their actors through the code under
+    (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, see s3runtime/raycluster.py). Tests start their actors through the code under
     test, which reuses this session, and stop them before they return."""
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before ray is imported (it reads it at import)
     ray = pytest.importorskip("ray")
-    from eval.config import RayConfig
-    from eval.raycluster import connect, node_addresses
+    from s3runtime.config import RayConfig
+    from s3runtime.raycluster import connect, node_addresses
 
     if not ray.is_initialized():
         connect(RayConfig(num_cpus=2))

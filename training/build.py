@@ -118,7 +118,7 @@ def loop_config(cfg: TrainSettings) -> SearcherConfig:
 def _learner_group(cfg: TrainSettings, run_dir: Path, resume_dir: Path | None, log: Log) -> LearnerGroup:
     """ray.learners Learner actors in one torch.distributed group (training/learner_group.py), each built from
     [training] and the checkpoint to resume from; on a GPU each when ray.learner_gpus > 0, else on the CPU."""
-    from eval.raycluster import connect
+    from s3runtime.raycluster import connect
     from training.learner import Learner
     from training.learner_group import LearnerGroup
 

@@ -41,9 +41,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from eval.config import RayConfig
-from eval.raycluster import RayWorker, WorkerPool, connect, require_ray, worker_threads
 from s3core.errors import ConfigError
+from s3runtime.config import RayConfig
+from s3runtime.raycluster import RayWorker, WorkerPool, connect, require_ray, worker_threads
 
 __all__ = ["DDPLearner", "LearnerGroup", "LossLearner", "RankShard", "allreduce_mean_", "dist_backend",
            "grpo_microbatch_loss", "split_for_ranks"]

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from eval.raycluster import RayWorker, WorkerPool, connect, worker_threads
 from s3core.types import QAExample, SearchResult
+from s3runtime.raycluster import RayWorker, WorkerPool, connect, worker_threads
 from searcher.build import AgentKind
 from searcher.config import SearcherConfig
 from training.config import TrainSettings

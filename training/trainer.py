@@ -547,7 +547,7 @@ class S3Trainer:
         self.step = int(state["step"])
         learner_state = {k: state[k] for k in ("optimizer", "scheduler", "value_head")}
         if self.learners is not None:
-            from eval.raycluster import require_ray
+            from s3runtime.raycluster import require_ray
 
             self.learners.call_all("load_state", require_ray().put(learner_state))
         else:

@@ -27,8 +27,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _models(args: argparse.Namespace, cfg: S3Config) -> int:
-    from s3core import local_models
     from s3core.errors import S3Error
+    from s3runtime import local_models
 
     if args.action == "list":
         rows = local_models.list_models()
@@ -49,7 +49,7 @@ def _models(args: argparse.Namespace, cfg: S3Config) -> int:
         m = local_models.resolve_name(args.name)
         print(f"{path}\nsha256 {m.sha256} ok ({time.perf_counter() - t0:.1f}s)")
         return 0
-    from s3core.llm_local import llama_server
+    from s3runtime.llm_local import llama_server
 
     with llama_server(args.name, port=args.port) as srv:
         print(f"serving {srv.name} at {srv.api_base}  (litellm: model={srv.model!r}, api_base={srv.api_base!r})")

@@ -89,10 +89,10 @@ class LiteLLMPolicy:
             return self._completion
         if self.is_local:
             try:
-                from s3core.llm_local import register_local_provider
+                from s3runtime.llm_local import register_local_provider
             except ImportError as e:  # pragma: no cover - depends on the local extra
                 raise ConfigError(
-                    f"model {self.model} needs the offline provider (s3core.llm_local): install the 'local' extra ({e})"
+                    f"model {self.model} needs the offline provider (s3runtime.llm_local): install the 'local' extra ({e})"
                 ) from None
             register_local_provider()
         self._completion = litellm.completion

@@ -4,7 +4,7 @@
     policy = TransformersPolicy.load("runs/train1/checkpoint-20")   # a trained checkpoint (full or LoRA adapter)
     policy.enable_lora(r=8)                                          # wrap in a peft LoRA for training
 
-Offline GGUF models (s3core.local_models) are dequantized once with
+Offline GGUF models (s3runtime.local_models) are dequantized once with
 `AutoModelForCausalLM.from_pretrained(dir, gguf_file=f, quantization_config=GgufConfig(dequantize=True))`, saved as
 safetensors under `<model cache>/hf/<gguf sha256[:16]>/` (the 0.5B takes ~65 s once, then reloads in seconds).
 Generation is batched with left padding; the prompt prefix a batch shares (the s3 instruction) is computed once
@@ -41,7 +41,7 @@ def _hf_cache_root() -> Path:
     env = os.environ.get("S3_HF_CACHE")
     if env:
         return Path(env).expanduser()
-    from s3core.local_models import model_dir
+    from s3runtime.local_models import model_dir
 
     return model_dir() / "hf"
 
@@ -120,7 +120,7 @@ def resolve_checkpoint(spec: str) -> Path | str:
         hint = f"; {p.parent} holds: {', '.join(near[:12])}" if near else ""
         raise S3Error(f"no checkpoint at {spec!r}: no such directory{hint}")
     name = spec.split("/", 1)[1] if spec.startswith("local/") else spec
-    from s3core.local_models import MODELS, gguf_path, resolve_name
+    from s3runtime.local_models import MODELS, gguf_path, resolve_name
 
     try:
         model = resolve_name(name)

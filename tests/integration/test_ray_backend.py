@@ -83,7 +83,7 @@ def _capture(trainer: Any) -> dict[str, Any]:
 
 
 def test_cluster_nodes_are_on_loopback(ray_cluster) -> None:  # type: ignore[no-untyped-def]
-    from eval.raycluster import node_addresses
+    from s3runtime.raycluster import node_addresses
 
     assert node_addresses() == ["127.0.0.1"]
 

@@ -233,7 +233,7 @@ def test_trained_checkpoint_serves_search_over_http(trainer) -> None:  # type: i
     """Train -> serve: `s3 serve --policy RUN_DIR` (its newest checkpoint) answers POST /search over loopback."""
     import httpx
 
-    from s3core.llm_local import free_port
+    from s3runtime.llm_local import free_port
 
     t = trainer
     if not (t.ckpt_dir / "latest").is_file():

@@ -1,4 +1,4 @@
-"""s3core.local_models: part ordering, atomic join, sha256 refusal, clear errors for missing wheels.
+"""s3runtime.local_models: part ordering, atomic join, sha256 refusal, clear errors for missing wheels.
 
 The data wheels are replaced by small temporary part files (the registry and the join logic are ours); the real
 wheels are exercised by tests/integration/test_local_llm.py.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from s3core import local_models as lm
+from s3runtime import local_models as lm
 
 
 def _fake_model(tmp_path: Path, parts: list[bytes], names: list[str] | None = None, sha: str | None = None):

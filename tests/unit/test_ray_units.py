@@ -12,7 +12,7 @@ from s3core.errors import ConfigError
 
 
 def test_doctests() -> None:
-    from eval import raycluster
+    from s3runtime import raycluster
     from training import executors, ray_backend
 
     for mod in (raycluster, executors, ray_backend):
@@ -48,8 +48,8 @@ def test_merged_reward_batches_keep_order_and_missing() -> None:
 
 
 def test_backend_ray_without_ray_is_a_config_error_naming_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    from eval.config import RayConfig
-    from eval.raycluster import connect
+    from s3runtime.config import RayConfig
+    from s3runtime.raycluster import connect
 
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # connect sets these two; restored afterwards
     monkeypatch.setenv("VLLM_HOST_IP", "127.0.0.1")

@@ -2,7 +2,7 @@
 
 In-process (the default; no server, no key, no GPU):
 
-    from s3core.llm_local import register_local_provider
+    from s3runtime.llm_local import register_local_provider
     register_local_provider()
     r = await litellm.acompletion(model="local/qwen2.5-coder-0.5b-instruct", messages=[...], max_tokens=32)
 
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from s3core.errors import S3Error, ServiceError
-from s3core.local_models import gguf_path, model_fingerprint, resolve_name
+from s3runtime.local_models import gguf_path, model_fingerprint, resolve_name
 
 __all__ = [
     "PROVIDER",

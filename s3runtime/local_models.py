@@ -13,21 +13,18 @@ file lock so concurrent processes join once) and a file whose sha256 differs fro
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import importlib.metadata as md
 import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from s3core.errors import S3Error
-from s3core.io import file_sha256
+from s3core.io import file_lock, file_sha256
 
 __all__ = [
     "MODELS",
@@ -209,18 +206,6 @@ def list_models() -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on `path` (created with its folder): concurrent builders wait, never interleave."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def _marker_path(model: LocalModel) -> Path:

@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.config import RayConfig
 from s3core.credentials import redact
 from s3core.errors import ConfigError, S3Error
+from s3runtime.config import RayConfig
 
 __all__ = ["RayWorker", "WorkerLost", "WorkerPool", "connect", "node_addresses", "require_ray", "worker_threads"]
 
