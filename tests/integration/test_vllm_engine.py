@@ -140,8 +140,8 @@ def test_trainer_rolls_out_with_vllm_and_syncs_after_every_step(vllm_policy: Any
     log-probs within the tolerance of the learner's recomputation; same engine process throughout."""
     from pathlib import Path
 
-    from s3.config import load_config
     import training.executors
+    from s3.config import load_config
     from training.trainer import make_trainer, read_metrics
     from training.weight_sync import learner_weights
 
