@@ -113,7 +113,7 @@ def main() -> int:
     scfg = SearcherConfig(policy="transformers", temperature=0.0, min_turns=args.min_turns)
     out: list[dict[str, Any]] = []
     trajectories: dict[str, list[Any]] = {}
-    for name, policy in (("vllm", trainer.engine), ("transformers", trainer.policy)):
+    for name, policy in (("vllm", trainer.executor.engine), ("transformers", trainer.learner.policy)):
         agent = build_searcher(scfg, retriever, policy, k0=rcfg.k)
         agent.search(qs[:2])  # warm (allocations, first-call set-up), not timed
         t0 = time.perf_counter()

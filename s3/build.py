@@ -22,6 +22,7 @@ from s3core.errors import S3Error
 from searcher.agent import S3Searcher
 from searcher.build import AgentKind, build_policy, build_retriever
 from searcher.build import build_searcher as _build_loop
+from searcher.config import SearcherConfig
 from searcher.retrieval.base import Retriever
 from searcher.trained import apply_record, find_record
 
@@ -32,22 +33,24 @@ class BuiltSearcher(NamedTuple):
     index_dir: Path | None
 
 
-def apply_trained_policy(cfg: S3Config, policy: Path, index: Path | None = None) -> Path | None:
-    """Point `cfg` at a trained policy (a run directory, a checkpoint or an exported policy folder) and apply the
-    searcher and retriever settings it was trained with, except what the user set explicitly. Returns the index to
-    use (the explicit one, else the recorded one, else None = the config's)."""
+def trained_config(cfg: S3Config, policy: Path, index: Path | None = None) -> tuple[S3Config, Path | None]:
+    """`cfg` pointed at a trained policy (a run directory, a checkpoint or an exported policy folder), with the searcher
+    and retriever settings it was trained with, except what the user set explicitly (a new config: `cfg` is left as
+    it is), and the index to use (the explicit one, else the recorded one, else None = the config's)."""
     if not policy.exists():
         raise S3Error(f"--policy {policy}: no such checkpoint or run directory")
+    searcher, retriever = cfg.searcher, cfg.retriever
     found = find_record(policy)
     if found is not None:
         record, folder = found
-        cfg.searcher, cfg.retriever, index = apply_record(
-            record, folder, cfg.searcher, cfg.retriever, explicit=cfg.explicit_keys, index=index
+        searcher, retriever, index = apply_record(
+            record, folder, searcher, retriever, explicit=cfg.explicit_keys, index=index
         )
-    cfg.searcher.policy_path = str(policy.resolve())
-    if "searcher.policy" not in cfg.explicit_keys or cfg.searcher.policy == "litellm":
-        cfg.searcher.policy = "transformers"  # a checkpoint loads in process (vLLM when set explicitly)
-    return index
+    update = {"policy_path": str(policy.resolve())}
+    if "searcher.policy" not in cfg.explicit_keys or searcher.policy == "litellm":
+        update["policy"] = "transformers"  # a checkpoint loads in process (vLLM when set explicitly)
+    searcher = SearcherConfig.model_validate({**searcher.model_dump(), **update})
+    return cfg.model_copy(update={"searcher": searcher, "retriever": retriever}), index
 
 
 def index_dir(cfg: S3Config, index: Path | None = None) -> Path | None:
@@ -65,7 +68,7 @@ def build_searcher(
 
     With `policy` (a trained run, checkpoint or policy folder) the settings it was trained with are applied first."""
     if policy is not None:
-        index = apply_trained_policy(cfg, policy, index)
+        cfg, index = trained_config(cfg, policy, index)
     where = index_dir(cfg, index)
     retriever = build_retriever(cfg.retriever, where)
     searcher = _build_loop(cfg.searcher, retriever, build_policy(cfg.searcher), k0=cfg.retriever.k, agent=agent)

@@ -115,6 +115,8 @@ class S3Trainer:
         self.cfg, self.tc, self.log = parts.cfg, parts.cfg.training, log
         self.run_dir, self.ckpt_dir = parts.run_dir, parts.run_dir / "checkpoints"
         self.examples, self.heldout = parts.examples, parts.heldout
+        self.data, self.retriever, self.loop_cfg = parts.data, parts.retriever, parts.loop_cfg
+        self.tokenizer, self.oracle_agent = parts.tokenizer, parts.oracle
         self.executor = parts.executor
         self.learner, self.learners = parts.learner, parts.learners  # one of them: here, or a LearnerGroup on Ray
         self.step = 0
@@ -131,47 +133,20 @@ class S3Trainer:
         if sync_s is not None:
             self.log(f"train: rollout engine(s) ready; weights synced in {sync_s:.2f}s")
 
-    # ------------------------------------------------------------------ the parts, by name
-    @property
-    def data(self) -> Any:
-        return self.parts.data
-
-    @property
-    def retriever(self) -> Any:
-        return self.parts.retriever
-
-    @property
-    def loop_cfg(self) -> Any:
-        return self.parts.loop_cfg
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.parts.tokenizer
-
-    @property
-    def oracle_agent(self) -> Any:
-        return self.parts.oracle
-
+    # ------------------------------------------------------------------ what the learner and the executor hold
     @property
     def model(self) -> Any:
         """The learner's model (this process's learner; None with a LearnerGroup)."""
         return self.learner.model if self.learner is not None else None
 
     @property
-    def policy(self) -> Any:
-        return self.learner.policy if self.learner is not None else None
-
-    @property
     def ref_model(self) -> Any:
+        """The learner's reference policy (it changes when the warm-up ends)."""
         return self.learner.ref_model if self.learner is not None else None
 
     @property
-    def engine(self) -> Any:
-        """The vLLM rollout engine of a local run (training.rollout.engine = "vllm"), else None."""
-        return getattr(self.executor, "engine", None)
-
-    @property
     def agent(self) -> Any:
+        """The local executor's sampling agent (over the learner, or its vLLM engine); None on Ray."""
         return getattr(self.executor, "agent", None)
 
     def close(self) -> None:
@@ -310,9 +285,9 @@ class S3Trainer:
         t0 = time.perf_counter()
         idx = self.batch_indices(self.step)
         examples = [self.examples[i] for i in idx]
-        assert self.parts.oracle is not None
+        assert self.oracle_agent is not None
         with torch.no_grad():
-            results = self.parts.oracle.search([e.question for e in examples])
+            results = self.oracle_agent.search([e.question for e in examples])
         t1 = time.perf_counter()
         rows = [i for i, r in enumerate(results) if r.trajectory is not None and any(r.trajectory.mask)]
         stats = self._learner().sft_update([self._pad(results, rows[i : i + mb]) for i in range(0, len(rows), mb)])

@@ -39,7 +39,7 @@ def _mcp(args: argparse.Namespace, cfg: S3Config) -> int:
     import asyncio
     import logging
 
-    from s3.build import build_searcher
+    from s3.build import build_searcher, trained_config
     from s3.commands.serve import _run, bind
     from s3core.errors import S3Error
     from searcher.mcp_server import MCPSearchServer, policy_price
@@ -62,7 +62,10 @@ def _mcp(args: argparse.Namespace, cfg: S3Config) -> int:
     port = cfg.service.port if args.port is None else args.port
     if not 0 <= port <= 65535:
         raise S3Error(f"--port must be in 0..65535, got {port}")
-    searcher, retriever, _ = build_searcher(cfg, args.index, args.policy)
+    index = args.index
+    if args.policy is not None:  # the settings the policy was trained with (the loop it is served with)
+        cfg, index = trained_config(cfg, args.policy, index)
+    searcher, retriever, _ = build_searcher(cfg, index)
     server = MCPSearchServer(searcher, retriever, cfg.service.model_copy(update={"host": host, "port": port}),
                              searcher_cfg=cfg.searcher, price=policy_price(cfg.searcher))
     if stdio:

@@ -85,14 +85,17 @@ def _run(app: Any, sock: socket.socket, service: Any = None) -> None:
 
 
 def _serve(args: argparse.Namespace, cfg: S3Config) -> int:
-    from s3.build import build_searcher
+    from s3.build import build_searcher, trained_config
     from searcher.service import create_search_app
 
     host = args.host or cfg.service.host
     port = cfg.service.port if args.port is None else args.port
     if not 0 <= port <= 65535:
         raise S3Error(f"--port must be in 0..65535, got {port}")
-    searcher, retriever, index = build_searcher(cfg, args.index, args.policy)
+    index = args.index
+    if args.policy is not None:  # the settings the policy was trained with (the loop it is served with)
+        cfg, index = trained_config(cfg, args.policy, index)
+    searcher, retriever, index = build_searcher(cfg, index)
     app = create_search_app(
         searcher, retriever, cfg.service, searcher_cfg=cfg.searcher, default_topk=cfg.retriever.k,
         index=str(index) if index is not None else None,

@@ -69,7 +69,7 @@ def _train(args: argparse.Namespace, cfg: S3Config) -> int:
     if args.max_cost_usd is not None:
         if args.max_cost_usd < 0:
             raise S3Error(f"--max-cost-usd must be >= 0, got {args.max_cost_usd}")
-        cfg.training.budget_usd = args.max_cost_usd
+        cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"budget_usd": args.max_cost_usd})})
     if args.dry_run:
         return _train_dry_run(cfg)
     t0 = time.monotonic()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from s3.build import apply_trained_policy
+from s3.build import trained_config
 from s3.config import load_config
 from s3core.corpus import write_corpus
 from s3core.errors import ConfigError, S3Error
@@ -77,15 +77,15 @@ def test_a_rebuilt_or_missing_index_is_a_clear_error(tmp_path: Path) -> None:
         apply_record(record, folder, SearcherConfig(), RetrieverConfig())
 
 
-def test_apply_trained_policy_reads_explicit_keys_from_the_config(tmp_path: Path) -> None:
+def test_trained_config_reads_explicit_keys_from_the_config(tmp_path: Path) -> None:
     run, policy = _run(tmp_path)
-    cfg = load_config([], ["searcher.min_turns=0", "searcher.max_turns=2"])
-    index = apply_trained_policy(cfg, policy)
+    given = load_config([], ["searcher.min_turns=0", "searcher.max_turns=2"])
+    cfg, index = trained_config(given, policy)
+    assert given.searcher.policy_path is None and given.searcher.k != 3  # a new config: the loaded one is left alone
     assert cfg.searcher.max_turns == 2 and cfg.searcher.k == 3  # --set wins, the rest is the record's
     assert cfg.searcher.policy == "transformers" and cfg.searcher.policy_path == str(policy.resolve())
     assert index == (run / "data" / "index").resolve()
-    vllm = load_config([], ["searcher.policy=vllm"])
-    apply_trained_policy(vllm, run)
+    vllm, _ = trained_config(load_config([], ["searcher.policy=vllm"]), run)
     assert vllm.searcher.policy == "vllm"
 
 

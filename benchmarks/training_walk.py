@@ -1,0 +1,115 @@
+"""How far the training setup and one training step travel through the code: the project files a call passes
+through, in order (docs/architecture.md, "Training, call by call").
+
+    .venv/bin/python benchmarks/training_walk.py [--repo DIR] [--out benchmarks/results/training_walk/after.json]
+
+It builds the trainer of configs/smoke.toml (a 1-step run in a temporary directory, the training data prepared
+there first and outside the walk) under `sys.setprofile` and records every call and return that crosses from one
+project file into another: a *stop* is a call into another file, a *return* a return into another file, and a *call
+up* is a call from a lower layer into a higher one (s3core < s3runtime < searcher | dataprep < generator_adapters <
+eval < training < s3: a callback or a layer reaching back). The same for one RL step (`train_step`). `--repo` runs
+another checkout (the parent commit, to compare; its config keys as it had them) the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = {"s3core": 0, "s3runtime": 1, "searcher": 2, "dataprep": 2, "generator_adapters": 3, "eval": 4, "training": 5,
+          "s3": 6}
+
+CHILD = r'''
+import json, os, sys, time
+from pathlib import Path
+repo = Path(sys.argv[1]); out = Path(sys.argv[2]); work = Path(sys.argv[3]); flat = sys.argv[4] == "flat"
+sys.path.insert(0, str(repo))
+from s3.config import load_config
+from training.trainer import make_trainer
+data = f"training.train_data={work / 'data'}" if flat else f"training.data.dir={work / 'data'}"
+keys = ["training.max_questions=8", "training.batch_size=1", "training.group_size=2"] if flat else [
+    "training.data.max_questions=8", "training.rollout.batch_size=1", "training.rollout.group_size=2"]
+cfg = load_config(repo / "configs" / "smoke.toml", [*keys, data, f"training.output_dir={work / 'run'}",
+                  "training.total_steps=1", "searcher.max_new_tokens=16", "searcher.doc_token_budget=24",
+                  "training.reward=r1_searcher_stage1"])
+from training.data import prepare_training, training_dir
+prepare_training(cfg, training_dir(cfg), log=lambda s: None)  # outside the walk
+root = str(repo) + os.sep
+LAY = {"s3core": 0, "s3runtime": 1, "searcher": 2, "dataprep": 2, "generator_adapters": 3, "eval": 4, "training": 5, "s3": 6}
+def rel(f):
+    if not f.startswith(root):
+        return None
+    r = f[len(root):]
+    return r if r.split(os.sep)[0] in LAY and r.endswith(".py") else None
+def walk(fn):
+    # the project file each frame on the stack is "in": a library frame keeps the project file below it, so a
+    # callback a library makes into project code counts as a call from the file that called the library
+    stack, events = [], []
+    def prof(frame, event, arg):
+        if event not in ("call", "return"):
+            return
+        f = rel(frame.f_code.co_filename)
+        if event == "call":
+            where = stack[-1] if stack else None
+            stack.append(f if f is not None else where)
+            if f is not None and where is not None and f != where:
+                events.append(("call", where, f, frame.f_code.co_name))
+        elif stack:
+            me = stack.pop()
+            back = stack[-1] if stack else None
+            if f is not None and back is not None and me != back:
+                events.append(("return", me, back, frame.f_code.co_name))
+    sys.setprofile(prof)
+    try:
+        result = fn()
+    finally:
+        sys.setprofile(None)
+    return result, events
+def summarize(events):
+    calls = [e for e in events if e[0] == "call"]
+    rets = [e for e in events if e[0] == "return"]
+    up = [e for e in calls if LAY[e[1].split(os.sep)[0]] < LAY[e[2].split(os.sep)[0]]]
+    order, seen = [], set()
+    for e in calls:
+        if e[2] not in seen:
+            seen.add(e[2]); order.append(e[2])
+    entered = {}
+    for e in calls:
+        entered[e[2]] = entered.get(e[2], 0) + 1
+    return {"stops": len(calls), "files": len(seen), "returns": len(rets), "calls_up": len(up), "order": order,
+            "entered": dict(sorted(entered.items(), key=lambda kv: -kv[1])),
+            "up": sorted({f"{e[1]} -> {e[2]} ({e[3]})" for e in up})}
+t, setup = walk(lambda: make_trainer(cfg, log=lambda s: None))
+_, step = walk(t.train_step)
+t.close()
+out.write_text(json.dumps({"repo": str(repo), "setup": summarize(setup), "step": summarize(step)}, indent=1))
+'''
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repo", type=Path, default=ROOT)
+    ap.add_argument("--flat", action="store_true", help="the repo's config has the flat [training] keys (before issue 30)")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="training_walk.") as work:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [os.environ.get("PYTHONPATH", "")] if p)}
+        subprocess.run([sys.executable, "-c", CHILD, str(args.repo.resolve()), str(args.out.resolve()), work,
+                        "flat" if args.flat else "nested"], check=True, env=env)
+    res = json.loads(args.out.read_text())
+    for part in ("setup", "step"):
+        s = res[part]
+        print(f"{part}: {s['stops']} stops in {s['files']} files, {s['returns']} returns, {s['calls_up']} calls up; "
+              f"entered most: {list(s['entered'].items())[:3]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
