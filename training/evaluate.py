@@ -29,6 +29,7 @@ def heldout_rewards(
     from searcher.build import build_policy, build_retriever, build_searcher
     from searcher.policy.base import TokenPolicy
     from searcher.policy.transformers_policy import resolve_checkpoint
+    from training.build import split_heldout
     from training.data import load_training_set
     from training.executors import make_scorer
 
@@ -41,7 +42,8 @@ def heldout_rewards(
     n = tc.heldout.questions
     if n <= 0:
         raise S3Error("set training.heldout.questions > 0 (the questions kept out of training) for train-eval")
-    pool = data.examples[-n:] if split == "heldout" else data.examples[:-n]
+    train_qs, held = split_heldout(cfg, data.examples)  # the trainer's own split (training/build.py)
+    pool = held if split == "heldout" else train_qs
     examples = pool[: limit or len(pool)]
     retriever = build_retriever(cfg.retriever, data.index_dir)
     # the engine: vLLM when searcher.policy says so (the same greedy trajectories, several times the questions/s:
