@@ -11,9 +11,12 @@ measured, completions at max_tokens, answers in the response cache free. A step 
 started: the trainer stops with the checkpoint of the step before (`S3Trainer.train`), and the same command with a
 higher cap resumes it from there. `cost/usd_total` is carried over a resume from metrics.jsonl.
 
-`dry_run` projects the whole run without one paid call: every remaining step's questions (their order is a function
-of seed and step) with the naive-RAG top-k as a stand-in for the searcher's documents, times the group size, plus the
-held-out evaluations.
+`dry_run` projects the whole run without one paid call. A resumed run projects each remaining RL step at the mean
+cost its measured steps had. A fresh run rolls out its first RL step (the policy's own rollouts: no paid call) and
+prices what those rollouts would ask the generator — the documents the searcher really gathered, a group's identical
+contexts once (the second is the response cache's), answers already in the cache free — and projects every RL step at
+that price; the held-out evaluations are priced with naive RAG's top-k. Completions are counted at max_tokens, so a
+projection stays an upper estimate of the answers' length.
 """
 
 from __future__ import annotations
@@ -154,31 +157,50 @@ def dry_run(trainer: Any) -> dict[str, Any]:
     acc: Accuracy | None = ex.accuracy if isinstance(ex, BudgetedExecutor) else projection_accuracy(trainer.cfg)
     tc = trainer.tc
     k = trainer.cfg.retriever.k
-    steps, total, calls = 0, 0.0, 0
     spent = spent_before(Path(trainer.run_dir), trainer.step)
 
-    def price(examples: list[QAExample]) -> float:
+    def price(examples: list[QAExample], docs: list[list[Any]] | None = None) -> float:
         if acc is None or not examples:
             return 0.0
-        docs = trainer.retriever.search([e.question for e in examples], k)
+        if docs is None:
+            docs = trainer.retriever.search([e.question for e in examples], k)
         return float(sum(acc.project([e.question for e in examples], docs, [e.golden_answers for e in examples])))
 
+    rl_steps = [s for s in range(trainer.step, tc.total_steps) if s >= tc.sft.steps]
     measured = measured_step_costs(Path(trainer.run_dir), trainer.step)
+    if measured:
+        per_step, basis = sum(measured) / len(measured), f"the mean of {len(measured)} measured steps"
+    elif rl_steps and acc is not None:
+        per_step = price(*_unique_contexts(trainer, rl_steps[0]))
+        basis = (f"the rollouts of step {rl_steps[0] + 1} (the policy's own, no paid call; a group's identical "
+                 "contexts priced once)")
+    else:
+        per_step, basis = 0.0, "no paid reward call"
+    total, calls = per_step * len(rl_steps), len(rl_steps) * tc.rollout.batch_size * tc.rollout.group_size
     for step in range(trainer.step, tc.total_steps):
-        if step < tc.sft.steps:
-            continue  # the warm-up imitates an oracle: no reward call
-        qs = [trainer.examples[i] for i in trainer.batch_indices(step)]
-        total += sum(measured) / len(measured) if measured else price(qs) * tc.rollout.group_size
-        calls += len(qs) * tc.rollout.group_size
-        steps += 1
         if trainer.heldout_due(step + 1):
             total += price(list(trainer.heldout))
             calls += len(trainer.heldout)
-    return {"steps": steps, "reward_calls": calls, "projected_usd": total, "spent_usd": spent,
-            "basis": f"the mean of {len(measured)} measured steps" if measured else
-            "naive-RAG top-k per rollout (an upper estimate: a searcher selects fewer documents, and a group's "
-            "identical contexts are asked once)",
-            "budget_usd": ex.budget.limit_usd if isinstance(ex, BudgetedExecutor) else None}
+    return {"steps": len(rl_steps), "reward_calls": calls, "projected_usd": total, "spent_usd": spent, "basis": basis,
+            "per_step_usd": per_step, "budget_usd": ex.budget.limit_usd if isinstance(ex, BudgetedExecutor) else None}
+
+
+def _unique_contexts(trainer: Any, step: int) -> tuple[list[QAExample], list[list[Any]]]:
+    """The questions and documents the generator would be asked about in `step`: the step's rollouts (batch x group),
+    each (question, documents) once."""
+    from training.rng import capture_rng, restore_rng
+
+    idx = trainer.batch_indices(step)
+    examples = [trainer.examples[i] for i in idx for _ in range(trainer.tc.rollout.group_size)]
+    rng = capture_rng()
+    try:
+        results = trainer.rollout(examples, step)
+    finally:
+        restore_rng(rng)  # the run that follows samples what it would have without the dry run
+    unique: dict[tuple[str, tuple[str, ...]], tuple[QAExample, list[Any]]] = {}
+    for e, r in zip(examples, results, strict=True):
+        unique.setdefault((e.id, tuple(d.id for d in r.documents)), (e, list(r.documents)))
+    return [e for e, _ in unique.values()], [d for _, d in unique.values()]
 
 
 def measured_step_costs(run_dir: Path, step: int) -> list[float]:

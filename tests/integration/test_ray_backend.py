@@ -138,7 +138,7 @@ def test_two_workers_same_rollouts_and_lost_workers_redo_only_their_shards(train
     on_ray.executor.close()  # its CPUs go to the two-worker executor (2 CPUs in the test cluster)
     cfg2 = load_config(SMOKE, [*_fast(root), f"training.output_dir={root / 'ray'}", "training.backend=ray",
                                "ray.rollout_workers=2", "ray.reward_workers=2"])
-    ex = RayExecutor(cfg2, loop_cfg=on_ray.loop_cfg, index_dir=on_ray.data.index_dir, agent_kind=on_ray.agent_kind,
+    ex = RayExecutor(cfg2, loop_cfg=on_ray.loop_cfg, index_dir=on_ray.data.index_dir, agent_kind=on_ray.parts.agent_kind,
                      baseline=on_ray.data.baseline, end_to_end=False, learner=lambda: on_ray.model, log=lambda s: None)
     on_ray.executor = ex
     assert ex.sync() is not None
