@@ -173,7 +173,7 @@ class TrainingLearner(Section):
         description="Weights of the learner and the reference policy. bfloat16 is for LoRA only (frozen base weights at "
         "2 bytes a parameter; the adapters and their optimizer state stay float32); full fine-tuning keeps float32 "
         "weights (the master copy every AdamW update lands in) and computes in bf16 with autocast = 'bf16' "
-        "(docs/training.md, 'Precision and memory').",
+        "(docs/gpu.md, 'Precision and memory').",
     )
     autocast: Literal["off", "bf16"] = Field(
         "off",
