@@ -20,10 +20,9 @@ from typing import NamedTuple
 from s3.config import S3Config
 from s3core.errors import S3Error
 from searcher.agent import S3Searcher
-from searcher.build import AgentKind, build_policy, build_retriever
+from searcher.build import AgentKind, build_policy, build_retriever, trained_settings
 from searcher.build import build_searcher as _build_loop
 from searcher.retrieval.base import Retriever
-from searcher.trained import apply_record, find_record
 
 
 class BuiltSearcher(NamedTuple):
@@ -36,17 +35,9 @@ def apply_trained_policy(cfg: S3Config, policy: Path, index: Path | None = None)
     """Point `cfg` at a trained policy (a run directory, a checkpoint or an exported policy folder) and apply the
     searcher and retriever settings it was trained with, except what the user set explicitly. Returns the index to
     use (the explicit one, else the recorded one, else None = the config's)."""
-    if not policy.exists():
-        raise S3Error(f"--policy {policy}: no such checkpoint or run directory")
-    found = find_record(policy)
-    if found is not None:
-        record, folder = found
-        cfg.searcher, cfg.retriever, index = apply_record(
-            record, folder, cfg.searcher, cfg.retriever, explicit=cfg.explicit_keys, index=index
-        )
-    cfg.searcher.policy_path = str(policy.resolve())
-    if "searcher.policy" not in cfg.explicit_keys or cfg.searcher.policy == "litellm":
-        cfg.searcher.policy = "transformers"  # a checkpoint loads in process (vLLM when set explicitly)
+    cfg.searcher, cfg.retriever, index = trained_settings(
+        policy, cfg.searcher, cfg.retriever, explicit=cfg.explicit_keys, index=index
+    )
     return index
 
 
