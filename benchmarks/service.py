@@ -88,7 +88,7 @@ def main() -> int:
         for label, window_ms, max_batch in [("batching off", 0.0, 1), ("batching on", 10.0, 64)]:
             cfg = S3Config.model_validate({
                 "retriever": {"index": str(index)},
-                "searcher": {"profile": "paper", "k": 8, "max_select": 3, "max_turns": 2},
+                "searcher": {"k": 8, "max_select": 3, "max_turns": 2},
                 "service": {"batch_window_ms": window_ms, "max_batch": max_batch},
             })
             policy = ScriptedPolicy(script, delay_s=args.delay_ms / 1000)

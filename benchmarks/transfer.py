@@ -186,7 +186,8 @@ merges it into the base first). Without `--index` it uses the training index nam
 # A session's machine keeps nothing but the repository: `snapshot` copies what the run needs to resume (the newest
 # checkpoint's adapter and optimizer state, the best held-out checkpoint's adapter, the warm-up's reference adapter,
 # the metrics) into benchmarks/results/transfer/run/ to be committed; `restore` puts it back where the config's
-# training.output_dir is, so `s3 train --config configs/transfer.toml` resumes on a fresh clone. The prepared
+# training.output_dir is, so `s3 train --config configs/transfer.toml` resumes on a fresh clone. Once the run has
+# ended and `select` has copied its policy, run/ is removed from the tree (benchmarks/results/README.md). The prepared
 # training data lives in benchmarks/results/transfer/data/ (its baseline cache is committed; corpus and index are
 # rebuilt by `s3 prepare-training` from ../shared/data in seconds).
 EVAL_POLICY = "vllm"  # the searcher's engine in the dev-slice evaluation

@@ -1,4 +1,5 @@
-"""Frozen generators through litellm: the s3 answer prompt, judge_check, a sqlite cache, typed error mapping.
+"""Frozen generators through litellm: the s3 answer prompt, judge_check, a sqlite cache, typed error mapping
+(the errors are s3core.errors' upstream hierarchy; s3core/upstream.py maps litellm's exceptions onto it).
 
 Importing this package is cheap: litellm is imported on the first call, not here.
 """
@@ -6,7 +7,6 @@ Importing this package is cheap: litellm is imported on the first call, not here
 from generator_adapters.cache import ResponseCache
 from generator_adapters.client import Answer, LLMClient
 from generator_adapters.config import GeneratorConfig, JudgeConfig
-from generator_adapters.errors import GeneratorError, PermanentError, RetryableError
 from generator_adapters.generator import Generator
 from generator_adapters.judge import Judge, parse_yes_no
 
@@ -14,12 +14,9 @@ __all__ = [
     "Answer",
     "Generator",
     "GeneratorConfig",
-    "GeneratorError",
     "Judge",
     "JudgeConfig",
     "LLMClient",
-    "PermanentError",
     "ResponseCache",
-    "RetryableError",
     "parse_yes_no",
 ]

@@ -20,10 +20,10 @@ from pydantic import BaseModel, Field
 
 from generator_adapters.cache import ResponseCache, cache_key
 from generator_adapters.config import LLMCallConfig
-from generator_adapters.errors import GeneratorError, map_exception
 from s3core.credentials import llm_api_key, redact
-from s3core.errors import ConfigError
+from s3core.errors import ConfigError, UpstreamError
 from s3core.pricing import Price, count_prompt_tokens, resolve_price
+from s3core.upstream import map_exception
 
 __all__ = ["USAGE_FIELDS", "Answer", "CompletionFn", "LLMClient", "run_sync"]
 
@@ -271,7 +271,7 @@ class LLMClient:
         return float(cost) if isinstance(cost, int | float) else None
 
     async def complete(self, messages: list[dict[str, Any]]) -> Answer:
-        """One chat call: cache lookup, then up to 1 + max_retries provider calls. Never raises GeneratorError."""
+        """One chat call: cache lookup, then up to 1 + max_retries provider calls. Never raises UpstreamError."""
         self._count("requests")
         key = None
         if self.cache is not None:
@@ -285,7 +285,7 @@ class LLMClient:
         kwargs = self._kwargs(messages)
         t0 = time.perf_counter()
         attempts = 0
-        last: GeneratorError | None = None
+        last: UpstreamError | None = None
         for attempt in range(self.cfg.max_retries + 1):
             if attempt:
                 self._count("retries")

@@ -20,11 +20,9 @@ from typing import NamedTuple
 from s3.config import S3Config
 from s3core.errors import S3Error
 from searcher.agent import S3Searcher
-from searcher.build import AgentKind, build_policy, build_retriever
+from searcher.build import AgentKind, build_policy, build_retriever, trained_settings
 from searcher.build import build_searcher as _build_loop
-from searcher.config import SearcherConfig
 from searcher.retrieval.base import Retriever
-from searcher.trained import apply_record, find_record
 
 
 class BuiltSearcher(NamedTuple):
@@ -35,21 +33,11 @@ class BuiltSearcher(NamedTuple):
 
 def trained_config(cfg: S3Config, policy: Path, index: Path | None = None) -> tuple[S3Config, Path | None]:
     """`cfg` pointed at a trained policy (a run directory, a checkpoint or an exported policy folder), with the searcher
-    and retriever settings it was trained with, except what the user set explicitly (a new config: `cfg` is left as
-    it is), and the index to use (the explicit one, else the recorded one, else None = the config's)."""
-    if not policy.exists():
-        raise S3Error(f"--policy {policy}: no such checkpoint or run directory")
-    searcher, retriever = cfg.searcher, cfg.retriever
-    found = find_record(policy)
-    if found is not None:
-        record, folder = found
-        searcher, retriever, index = apply_record(
-            record, folder, searcher, retriever, explicit=cfg.explicit_keys, index=index
-        )
-    update = {"policy_path": str(policy.resolve())}
-    if "searcher.policy" not in cfg.explicit_keys or searcher.policy == "litellm":
-        update["policy"] = "transformers"  # a checkpoint loads in process (vLLM when set explicitly)
-    searcher = SearcherConfig.model_validate({**searcher.model_dump(), **update})
+    and retriever settings it was trained with (searcher/build.py `trained_settings`), except what the user set
+    explicitly — a new config: `cfg` is left as it is — and the index to use (the explicit one, else the recorded one,
+    else None = the config's)."""
+    searcher, retriever, index = trained_settings(policy, cfg.searcher, cfg.retriever, explicit=cfg.explicit_keys,
+                                                  index=index)
     return cfg.model_copy(update={"searcher": searcher, "retriever": retriever}), index
 
 

@@ -5,17 +5,25 @@ searcher here, so a setting means the same thing everywhere. It needs nothing ab
 
     retriever = build_retriever(cfg.retriever, Path("indexes/wiki"))
     searcher = build_searcher(cfg.searcher, retriever, build_policy(cfg.searcher), k0=cfg.retriever.k)
+
+A trained searcher (a run directory, a checkpoint or an exported policy folder, with its searcher.json) in one call,
+served with the loop settings and the index it was trained with unless given:
+
+    searcher = build_trained_searcher("benchmarks/results/transfer/policy", index="indexes/wiki")
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Literal
 
+from s3core.errors import S3Error
 from searcher.agent import S3Searcher, SearchR1Agent
 from searcher.config import RetrieverConfig, SearcherConfig
 from searcher.policy.base import Policy
 from searcher.retrieval.base import Retriever
+from searcher.trained import apply_record, find_record
 
 AgentKind = Literal["s3", "search_r1"]
 
@@ -44,3 +52,49 @@ def build_searcher(
     """The s3 loop (or the Search-R1 agent) over `retriever` and `policy`; `k0` = the naive-RAG k of begin-with-search."""
     cls = SearchR1Agent if agent == "search_r1" else S3Searcher
     return cls(policy, retriever, cfg, k0=k0)
+
+
+def trained_settings(
+    policy: Path,
+    searcher_cfg: SearcherConfig,
+    retriever_cfg: RetrieverConfig,
+    *,
+    explicit: Collection[str] = (),
+    index: Path | None = None,
+) -> tuple[SearcherConfig, RetrieverConfig, Path | None]:
+    """The settings to serve the trained policy at `policy` (a run directory, a checkpoint or an exported policy
+    folder) with: the loop settings and the index its searcher.json recorded (`searcher/trained.py`), except the
+    dotted keys in `explicit` ("searcher.max_turns", ...) and an explicit `index`; the policy loads in process
+    (transformers, or vLLM when "searcher.policy" is explicit). Returns (searcher, retriever, index or None)."""
+    if not policy.exists():
+        raise S3Error(f"--policy {policy}: no such checkpoint or run directory")
+    found = find_record(policy)
+    if found is not None:
+        record, folder = found
+        searcher_cfg, retriever_cfg, index = apply_record(
+            record, folder, searcher_cfg, retriever_cfg, explicit=explicit, index=index
+        )
+    backend = searcher_cfg.policy
+    if "searcher.policy" not in explicit or backend == "litellm":
+        backend = "transformers"  # a checkpoint loads in process (vLLM when set explicitly)
+    return searcher_cfg.model_copy(update={"policy": backend, "policy_path": str(policy.resolve())}), retriever_cfg, index
+
+
+def build_trained_searcher(
+    policy: str | Path,
+    index: str | Path | None = None,
+    *,
+    searcher_cfg: SearcherConfig | None = None,
+    retriever_cfg: RetrieverConfig | None = None,
+    explicit: Collection[str] = (),
+    agent: AgentKind = "s3",
+) -> S3Searcher:
+    """A trained searcher, with `searcher/` and `s3core/` alone: the policy at `policy` on the loop settings it was
+    trained with, over `index` (default: the index its searcher.json names, checked by fingerprint). The record's
+    loop settings replace those of `searcher_cfg` except the dotted keys in `explicit` ("searcher.max_turns");
+    its sampling and device settings stay."""
+    scfg, rcfg, where = trained_settings(
+        Path(policy), searcher_cfg or SearcherConfig(), retriever_cfg or RetrieverConfig(),
+        explicit=explicit, index=Path(index) if index is not None else None,
+    )
+    return build_searcher(scfg, build_retriever(rcfg, where), build_policy(scfg), k0=rcfg.k, agent=agent)

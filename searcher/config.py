@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from s3core.configbase import Section
-
-log = logging.getLogger("s3.config")
-
-# The pre-preset profile system: `profile = "cpu"` selected the cpu_* values (these were their defaults).
-LEGACY_CPU_DEFAULTS = {"k": 4, "max_turns": 2, "doc_token_budget": 64}
-LEGACY_PROFILE_KEYS = frozenset({"profile", *(f"cpu_{k}" for k in LEGACY_CPU_DEFAULTS)})
 
 
 class BM25Config(Section):
@@ -196,26 +189,6 @@ class SearcherConfig(Section):
         "auto", description="Where the transformers policy runs ('auto' = cuda when available, else cpu)."
     )
     vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="The vLLM engine (policy = 'vllm').")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _migrate_profile(cls, data: object) -> object:
-        """Configs and run directories written before presets became files (`searcher.profile` + `cpu_*` keys) still
-        load: the values the old profile selected are written into k / max_turns / doc_token_budget, with one line."""
-        if not isinstance(data, dict) or not LEGACY_PROFILE_KEYS.intersection(data):
-            return data
-        data = dict(data)
-        profile = data.pop("profile", "paper")
-        cpu = {key: data.pop(f"cpu_{key}", default) for key, default in LEGACY_CPU_DEFAULTS.items()}
-        if profile == "cpu":
-            data.update(cpu)
-            moved = ", ".join(f"{k}={v}" for k, v in cpu.items())
-            log.warning(f"config: searcher.profile = 'cpu' is deprecated, read as {moved}; use --config configs/cpu.toml")
-        elif profile == "paper":
-            log.warning("config: searcher.profile and searcher.cpu_* are deprecated and were dropped (the paper values are the defaults)")
-        else:
-            raise ValueError(f"searcher.profile={profile!r}: the profiles were 'paper' and 'cpu'; presets are config files now (configs/cpu.toml)")
-        return data
 
     @property
     def max_contexts(self) -> int:

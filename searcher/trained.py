@@ -82,13 +82,6 @@ def index_fingerprint(index_dir: Path) -> str | None:
     return text_sha256(json.dumps(desc, sort_keys=True))
 
 
-def legacy_index_fingerprint(index_dir: Path) -> str | None:
-    """The fingerprint records and caches carried before `index_fingerprint` left out path and time: the sha256 of
-    index.json's bytes (still accepted, so nothing written before has to be rebuilt)."""
-    meta = index_dir / "index.json"
-    return file_sha256(meta) if meta.is_file() else None
-
-
 def _corpus_sha256(index_dir: Path) -> str | None:
     from searcher.retrieval.store import read_manifest
 
@@ -196,7 +189,7 @@ def apply_record(
     if not recorded.is_dir():
         raise ConfigError(f"the searcher was trained with the index {recorded}, which is missing{rebuild}; or pass --index DIR")
     want = record.retriever.index_fingerprint
-    if want is not None and want not in (index_fingerprint(recorded), legacy_index_fingerprint(recorded)):
+    if want is not None and want != index_fingerprint(recorded):
         raise ConfigError(
             f"the index {recorded} is not the one the searcher was trained with (index.json fingerprint differs){rebuild}; "
             "or pass --index DIR to use another index on purpose"

@@ -28,7 +28,6 @@ __all__ = [
     "flat_groups",
     "gae_advantages",
     "gather_logprobs",
-    "group_advantages",
     "group_advantages_missing",
     "grpo_loss",
     "kl_k3",
@@ -108,24 +107,11 @@ def masked_logprobs(
     return out.index_put((rows, cols), torch.cat(parts))
 
 
-def group_advantages(rewards: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:
-    """GRPO outcome advantages: (r - mean_group) / (std_group + eps).
-
-    rewards: (N,) with N = G * group_size, consecutive `group_size` entries sharing a question. Returns (N,).
-    std is the unbiased sample std (as in TRL / verl); a group of identical rewards gets advantage 0.
-    """
-    if rewards.dim() != 1 or rewards.numel() % group_size != 0:
-        raise ValueError(f"rewards must be 1-D with a multiple of group_size={group_size} entries, got {tuple(rewards.shape)}")
-    grouped = rewards.view(-1, group_size)  # (G, group_size)
-    mean = grouped.mean(dim=1, keepdim=True)  # (G, 1)
-    std = grouped.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(mean)  # (G, 1)
-    return ((grouped - mean) / (std + eps)).view(-1)  # (N,)
-
-
 def group_advantages_missing(rewards: list[float | None], group_size: int, eps: float = 1e-6) -> list[float | None]:
-    """GRPO advantages when some rewards are missing (None = a failed generator call): each group is normalised
-    over its scored members only; a missing sample, and every member of a group with fewer than two scored members,
-    gets None and leaves the update. Consecutive `group_size` entries form a group.
+    """GRPO outcome advantages: (r - mean_group) / (std_group + eps), std the unbiased sample std (as in TRL / verl);
+    consecutive `group_size` entries share a question, and a group of identical rewards gets advantage 0. Missing
+    rewards (None = a failed generator call): each group is normalised over its scored members only; a missing sample,
+    and every member of a group with fewer than two scored members, gets None and leaves the update.
 
     >>> group_advantages_missing([1.0, 0.0, None, 2.0, None, None], 3, eps=0.0)
     [0.7071067811865475, -0.7071067811865475, None, None, None, None]
@@ -255,7 +241,7 @@ def grpo_loss(
 ) -> GRPOLossOutput:
     """GRPO: clipped surrogate with sequence advantages broadcast over tokens, plus kl_coef * k3 KL to pi_ref.
 
-    logprobs, old_logprobs, ref_logprobs, mask: (B, T); advantages: (B,) (from `group_advantages`).
+    logprobs, old_logprobs, ref_logprobs, mask: (B, T); advantages: (B,) (from `group_advantages_missing`).
     """
     adv = advantages.unsqueeze(1).expand_as(logprobs)  # (B, T)
     pg, stats = policy_gradient_loss(logprobs, old_logprobs, adv, mask, clip_coef)

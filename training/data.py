@@ -51,7 +51,7 @@ from s3core.types import Document, QAExample
 from searcher.build import build_retriever
 from searcher.retrieval import build_index
 from searcher.retrieval.base import Retriever
-from searcher.trained import index_fingerprint, legacy_index_fingerprint
+from searcher.trained import index_fingerprint
 from training.config import TrainSettings
 
 Log = Callable[[str], object]  # where progress lines go (print by default)
@@ -172,21 +172,11 @@ def make_accuracy(cfg: TrainSettings) -> Accuracy:
     return build_accuracy(cfg.generator_resolved, cfg.judge_resolved, cfg.eval)
 
 
-def _cached_acc(path: Path, khash: str | set[str]) -> dict[str, float | None]:
-    """question id -> cached accuracy (None = the call failed: retried) from the rows of `path` written under `khash`
-    (or any of a set of hashes)."""
+def _cached_acc(path: Path, khash: str) -> dict[str, float | None]:
+    """question id -> cached accuracy (None = the call failed: retried) from the rows of `path` written under `khash`."""
     if not path.is_file():
         return {}
-    want = {khash} if isinstance(khash, str) else khash
-    return {r["id"]: r["acc"] for r in read_jsonl(path, torn_tail="skip") if r.get("key") in want}
-
-
-def _accepted_hashes(key: dict[str, Any], index_dir: Path) -> set[str]:
-    """The hashes a cached baseline row may carry for `key`: its own, and the one a cache written before index
-    fingerprints left out path and time carries for the same index (the sha256 of index.json's bytes), so an older
-    prepared directory is not recomputed (new rows are written under the new hash)."""
-    legacy = legacy_index_fingerprint(index_dir)
-    return {_key_hash(key)} | ({_key_hash({**key, "index": legacy[:16]})} if legacy is not None else set())
+    return {r["id"]: r["acc"] for r in read_jsonl(path, torn_tail="skip") if r.get("key") == khash}
 
 
 def _compute_acc(
@@ -288,7 +278,7 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     key = baseline_key(cfg, _index_fingerprint(index_dir))
     khash = _key_hash(key)
     bpath = out / "baseline.jsonl"
-    cached = _cached_acc(bpath, _accepted_hashes(key, index_dir))
+    cached = _cached_acc(bpath, khash)
     todo = [q for q in questions if q.id not in cached or cached[q.id] is None]  # failed ones are retried
     hits = len(questions) - len(todo)
     spend: dict[str, Any] | None = None
@@ -375,10 +365,10 @@ def load_training_set(cfg: TrainSettings, directory: Path | None = None) -> Trai
         index_dir = d / index_dir  # inside the training directory: wherever the directory is (a clone, a copy)
     baseline: dict[str, float] = {}
     if cfg.training.mode == "s3" and cfg.training.reward in ("gbr", "acc_plus_gbr"):
-        khashes = _accepted_hashes(baseline_key(cfg, _index_fingerprint(index_dir)), index_dir)
+        khash = _key_hash(baseline_key(cfg, _index_fingerprint(index_dir)))
         if bpath.is_file():
             for r in read_jsonl(bpath, torn_tail="skip"):
-                if r.get("key") in khashes and r.get("acc") is not None:
+                if r.get("key") == khash and r.get("acc") is not None:
                     baseline[r["id"]] = float(r["acc"])
         missing = [e.id for e in examples if e.id not in baseline]
         if missing:

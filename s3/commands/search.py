@@ -24,7 +24,6 @@ from eval.contexts import contexts_row, read_done_ids  # the contexts.jsonl cont
 from s3core.errors import DataFormatError, S3Error
 
 if TYPE_CHECKING:
-    from s3.build import BuiltSearcher
     from s3.config import S3Config
 
 CONTEXTS_HELP = (
@@ -55,21 +54,6 @@ def _add_searcher_args(p: argparse.ArgumentParser) -> None:
         "--policy", type=Path, default=None,
         help="a trained searcher: run directory, checkpoint or policy folder (applies its recorded settings and index)",
     )
-
-
-# ------------------------------------------------------------------------------------------------------- loading
-
-
-def build_searcher(cfg: S3Config, index: Path | None = None, policy: Path | None = None) -> BuiltSearcher:
-    """Deprecated home of `s3.build_searcher` (the public API moved to `from s3 import build_searcher`)."""
-    import warnings
-
-    from s3.build import build_searcher as build
-
-    warnings.warn(
-        "s3.commands.search.build_searcher moved: use `from s3 import build_searcher`", DeprecationWarning, stacklevel=2
-    )
-    return build(cfg, index, policy)
 
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:

@@ -84,17 +84,18 @@ def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_para
         from training.data import load_training_set
 
         assert load_training_set(cfg2).index_dir == moved / "index"
-        # a cache written before fingerprints left out path and time (its key: the sha256 of index.json's bytes) is
-        # still read: no generator call
+        # the cache key is the fingerprint of what the index is, nothing else: rows under another key (here the one
+        # caches carried before fingerprints left out path and time, the sha256 of index.json's bytes) are recomputed
         from s3core.io import file_sha256
         from training.data import _key_hash
 
-        legacy = _key_hash({**third["baseline_key"], "index": file_sha256(moved / "index" / "index.json")[:16]})
+        old = _key_hash({**third["baseline_key"], "index": file_sha256(moved / "index" / "index.json")[:16]})
         rows = [json.loads(line) for line in (moved / "baseline.jsonl").read_text().splitlines()]
-        (moved / "baseline.jsonl").write_text("".join(json.dumps({**r, "key": legacy}) + "\n" for r in rows))
+        (moved / "baseline.jsonl").write_text("".join(json.dumps({**r, "key": old}) + "\n" for r in rows))
         fourth = prepare_training(cfg2, log=lambda s: None)
-        assert fourth["baseline_cache"]["hit_rate"] == 1.0 and srv.stats()["requests"] == calls
-        ts = load_training_set(cfg2)  # loading accepts the legacy rows too (no "no cached baseline" error)
+        assert fourth["baseline_cache"]["hit_rate"] == 0.0 and srv.stats()["requests"] == calls + len(rows)
+        assert fourth["counts"] == manifest["counts"]
+        ts = load_training_set(cfg2)  # the recomputed rows are the cache now
         assert {e.id for e in ts.examples} <= set(ts.baseline)
 
 

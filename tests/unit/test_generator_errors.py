@@ -14,9 +14,10 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 litellm = pytest.importorskip("litellm")
 
-from generator_adapters import errors as E  # noqa: E402
 from generator_adapters.client import LLMClient  # noqa: E402
 from generator_adapters.config import GeneratorConfig  # noqa: E402
+from s3core import errors as E  # noqa: E402
+from s3core.upstream import map_exception  # noqa: E402
 
 KW = {"message": "boom", "llm_provider": "openai", "model": "fake"}
 
@@ -51,15 +52,15 @@ PERMANENT = [
 
 @pytest.mark.parametrize(("make", "ours"), RETRYABLE + PERMANENT)
 def test_map_exception_by_type(make, ours) -> None:
-    err = E.map_exception(make())
+    err = map_exception(make())
     assert type(err) is ours
     assert err.retryable == issubclass(ours, E.RetryableError)
-    assert isinstance(err, E.GeneratorError)
+    assert isinstance(err, E.UpstreamError)
 
 
 def test_unknown_exceptions_are_not_mapped() -> None:
-    assert E.map_exception(KeyError("x")) is None
-    assert E.map_exception(ValueError("Rate limit exceeded, retry")) is None  # strings never decide
+    assert map_exception(KeyError("x")) is None
+    assert map_exception(ValueError("Rate limit exceeded, retry")) is None  # strings never decide
 
 
 class Script:

@@ -1,9 +1,8 @@
-"""Presets are config files layered in order; configs and run directories from the profile era still load."""
+"""Presets are config files layered in order; the profile era's keys are unknown keys now."""
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 from pathlib import Path
 
@@ -57,29 +56,30 @@ def test_unknown_preset_lists_the_presets() -> None:
         load_config(["gpu-monster"])
 
 
-def test_profile_era_configs_migrate_with_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_profile_era_keys_are_unknown_keys(tmp_path: Path) -> None:
+    """`searcher.profile` + `cpu_*` (before presets became files) are rejected like any unknown key, naming each one
+    and the keys that exist (no silent migration: the cpu preset is `--config cpu`, configs/cpu.toml)."""
     old = _write(tmp_path / "old.toml", "[searcher]\nprofile = 'cpu'\ncpu_k = 3\ncpu_max_turns = 1\nmax_select = 2\n")
-    with caplog.at_level(logging.WARNING, logger="s3.config"):
-        cfg = load_config([old])
-    # what profile = "cpu" selected: cpu_k / cpu_max_turns as given, the cpu budget's old default
-    assert (cfg.searcher.k, cfg.searcher.max_turns, cfg.searcher.doc_token_budget, cfg.searcher.max_select) == (3, 1, 64, 2)
-    (line,) = [r.getMessage() for r in caplog.records]
-    assert "deprecated" in line and "k=3, max_turns=1, doc_token_budget=64" in line and "configs/cpu.toml" in line
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="s3.config"):
-        paper = load_config([_write(tmp_path / "p.toml", "[searcher]\nprofile = 'paper'\ncpu_k = 2\nk = 6\n")])
-    assert (paper.searcher.k, paper.searcher.max_turns, paper.searcher.doc_token_budget) == (6, 3, None)
-    assert len(caplog.records) == 1
-    with pytest.raises(ConfigError, match="profiles were 'paper' and 'cpu'"):
-        load_config([_write(tmp_path / "bad.toml", "[searcher]\nprofile = 'gpu'\n")])
+    with pytest.raises(ConfigError) as err:
+        load_config([old])
+    msg = str(err.value)
+    for key in ("searcher.profile", "searcher.cpu_k", "searcher.cpu_max_turns"):
+        assert f"unknown key '{key}'" in msg
+    assert "unknown key 'searcher.max_select'" not in msg and "valid keys here: " in msg and " max_turns," in msg
+    with pytest.raises(ConfigError, match=r"unknown key 'searcher\.profile'"):
+        load_config([_write(tmp_path / "p.toml", "[searcher]\nprofile = 'paper'\n")])
 
 
-def test_a_profile_era_run_config_json_still_loads() -> None:
+def test_a_profile_era_run_config_json_is_rejected() -> None:
     # what a run directory's config.json looked like before presets became files
+    import pydantic
+
     old = json.loads(S3Config().model_dump_json())
     old["searcher"].update({"profile": "cpu", "cpu_k": 3, "cpu_max_turns": 1, "cpu_doc_token_budget": 40})
-    cfg = S3Config.model_validate(old)
-    assert (cfg.searcher.k, cfg.searcher.max_turns, cfg.searcher.doc_token_budget) == (3, 1, 40)
+    with pytest.raises(pydantic.ValidationError) as err:
+        S3Config.model_validate(old)
+    assert sorted(".".join(map(str, e["loc"])) for e in err.value.errors() if e["type"] == "extra_forbidden") == [
+        "searcher.cpu_doc_token_budget", "searcher.cpu_k", "searcher.cpu_max_turns", "searcher.profile"]
 
 
 def test_project_configs_load_and_use_no_profile_keys() -> None:

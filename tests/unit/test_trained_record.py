@@ -89,14 +89,13 @@ def test_trained_config_reads_explicit_keys_from_the_config(tmp_path: Path) -> N
     assert vllm.searcher.policy == "vllm"
 
 
-def test_the_old_build_searcher_path_warns() -> None:
-    import s3.commands.search as old
+def test_build_searcher_without_an_index_says_so_and_nothing_else_warns() -> None:
+    from s3 import build_searcher
 
     with warnings.catch_warnings(record=True) as caught, pytest.raises(S3Error, match="no index"):
         warnings.simplefilter("always")
-        old.build_searcher(load_config([], ["retriever.backend=bm25"]))
-    assert any(issubclass(w.category, DeprecationWarning) and "from s3 import build_searcher" in str(w.message)
-               for w in caught)
+        build_searcher(load_config([], ["retriever.backend=bm25"]))
+    assert not [w for w in caught if issubclass(w.category, DeprecationWarning)]
 
 
 def test_the_index_fingerprint_is_what_the_index_is_not_where_or_when_it_was_built(tmp_path: Path) -> None:

@@ -1,0 +1,50 @@
+"""The documented way to use a trained searcher with `searcher/` alone (searcher/__init__.py): the committed transfer
+policy (benchmarks/results/transfer/policy, a LoRA adapter on the offline SmolLM2-135M) over a tiny bm25 index, and
+the collapse segment's adapter, committed without tokenizer files, loading with its base model's tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from s3core.corpus import write_corpus
+from s3core.types import Document
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "transfer"
+DOCS = [
+    Document(id="earthship", title="Earthship", text="An Earthship is a passive solar house designed by Michael Reynolds."),
+    Document(id="garbage", title="Garbage Warrior", text="Garbage Warrior is a 2007 film by Oliver Hodge about Reynolds."),
+    Document(id="hamlet", title="Hamlet", text="Hamlet is a tragedy written by William Shakespeare."),
+    Document(id="solar", title="Passive solar", text="Passive solar design uses the sun to heat a building."),
+]
+
+
+@pytest.mark.slow  # one policy call of the LoRA searcher on CPU: ~50 s on a loaded 2-core machine
+def test_a_trained_searcher_from_the_searcher_package_alone(tmp_path: Path) -> None:
+    from searcher import S3Searcher, build_index, build_trained_searcher
+
+    write_corpus(tmp_path / "corpus.jsonl", DOCS)
+    index = build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "indexes" / "wiki")
+    searcher = build_trained_searcher(RESULTS / "policy", index=index)
+    assert isinstance(searcher, S3Searcher)
+    assert (searcher.cfg.max_turns, searcher.cfg.k, searcher.cfg.max_new_tokens) == (3, 3, 48)  # its searcher.json
+    result = searcher.search_one("Who directed the film about the inventor of the Earthship?")
+    assert result.error is None and result.documents
+    assert {d.id for d in result.documents} <= {d.id for d in DOCS} and len(result.steps) <= 3
+
+
+def test_an_adapter_without_tokenizer_files_loads_with_its_bases() -> None:
+    from searcher.policy.transformers_policy import TransformersPolicy
+
+    bare = RESULTS / "collapse_segment" / "policy_step20"
+    assert not (bare / "tokenizer_config.json").exists() and (bare / "adapter_config.json").is_file()
+    shipped = TransformersPolicy.load(str(RESULTS / "policy"))  # the same base, with its own tokenizer copy
+    loaded = TransformersPolicy.load(str(bare))
+    text = "<question>\nWho wrote Hamlet?\n</question> <information>Doc 1 (Title: Hamlet) text</information>"
+    assert loaded.tokenizer(text).input_ids == shipped.tokenizer(text).input_ids
+    assert loaded.tokenizer.chat_template == shipped.tokenizer.chat_template and loaded.pad_id == shipped.pad_id
