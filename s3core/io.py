@@ -251,3 +251,21 @@ def describe_os_error(e: OSError) -> str:
         return f"permission denied: {path}"
     what = e.strerror or str(e) or type(e).__name__
     return f"{what}: {path}" if path is not None else what
+
+
+class ReadOnlyFile:
+    """A file held open read-only for positioned reads (`os.pread`, `os.preadv` on `self._fd`): nothing of it stays
+    in this process but the descriptor. Closed by `close()`, or when the object is collected."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = os.open(path, os.O_RDONLY)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):  # a half-built object has no _fd
+            self.close()

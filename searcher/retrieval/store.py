@@ -14,7 +14,6 @@ same documents for the same ids.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -29,7 +28,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from s3core.errors import IndexDirError, RetrievalError
-from s3core.io import file_sha256
+from s3core.io import ReadOnlyFile, file_sha256
 from s3core.types import Document, construct_trusted
 
 MANIFEST = "index.json"
@@ -135,7 +134,7 @@ class _RowOf(Mapping[str, int]):
         return len(self._store)
 
 
-class DocStore:
+class DocStore(ReadOnlyFile):
     """Read-only documents of an index directory, addressed by row or by id; memory does not grow with the corpus.
 
     - `docs.jsonl` is read per hit (one `pread` of the row's bytes + orjson): the text lives in the OS page cache,
@@ -156,7 +155,7 @@ class DocStore:
         if n < 0 or int(self.offsets[-1]) != size:
             raise IndexDirError(f"{self.path}: doc store does not match its offsets (file changed after build?)")
         self._n = n
-        self._fd: int | None = os.open(self.path, os.O_RDONLY)
+        ReadOnlyFile.__init__(self, self.path)
         idmap = index_dir / IDMAP
         if idmap.is_file():
             table = np.load(idmap, mmap_mode="r")
@@ -224,14 +223,6 @@ class DocStore:
         for row in range(len(self)):
             yield self.doc(row)
 
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def __del__(self) -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            self.close()
 
 
 def write_docstore(docs: Iterable[Document], index_dir: Path) -> tuple[int, FileInfo]:

@@ -22,7 +22,6 @@ setting of each type (nprobe / efSearch / rescoring depth) and the type with the
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import time
@@ -34,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from s3core.errors import ConfigError, IndexDirError
+from s3core.io import ReadOnlyFile
 
 INDEX_FILE = "dense.faiss"
 VECTORS_FILE = "dense.vectors.f32"
@@ -169,7 +169,7 @@ def index_bytes(index: Any) -> int:
     return int(faiss.serialize_index(index).nbytes)
 
 
-class VectorFile:
+class VectorFile(ReadOnlyFile):
     """Row-major float32 vectors on disk (`dense.vectors.f32`), read per row with pread (nothing stays resident)."""
 
     def __init__(self, path: Path, dim: int) -> None:
@@ -180,7 +180,7 @@ class VectorFile:
         if size % self.row_bytes:
             raise IndexDirError(f"{path}: {size} bytes is not a whole number of {dim}-d float32 rows")
         self.n = size // self.row_bytes
-        self._fd: int | None = os.open(path, os.O_RDONLY)
+        super().__init__(path)
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         """The vectors of `rows` (any order, repeats allowed) as an (len(rows), dim) array."""
@@ -195,14 +195,6 @@ class VectorFile:
                 raise IndexDirError(f"{self.path}: short read at row {r}")
         return out
 
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def __del__(self) -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            self.close()
 
 
 def write_vectors(chunks: Iterable[np.ndarray], path: Path) -> int:
