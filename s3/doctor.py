@@ -156,8 +156,9 @@ def _s3(ctx: Ctx, name: str, args: list[str], *, timeout_s: float | None = None,
     with log_path.open("a") as f:
         f.write("$ s3 " + " ".join(args) + "\n")
     if background:
-        return subprocess.Popen(cmd, stdout=log_path.open("a"), stderr=subprocess.STDOUT, env=env, text=True,
-                                start_new_session=True, cwd=ctx.work)
+        with log_path.open("a") as f:  # the child has its own copy of the descriptor; this process closes its own
+            return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, text=True,
+                                    start_new_session=True, cwd=ctx.work)
     try:
         with log_path.open("a") as f:
             # in the work folder: a config.toml where `s3 doctor` was started does not change the steps
