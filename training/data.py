@@ -36,6 +36,7 @@ from typing import Any
 from dataprep.training_sources import TrainingSources, load_sources
 from eval.accuracy import Accuracy
 from eval.build import build_accuracy
+from generator_adapters.budget import Budget, require_known_prices
 from generator_adapters.build import build_generator
 from s3core.errors import S3Error
 from s3core.io import (
@@ -189,6 +190,7 @@ def _compute_acc(
     cached: dict[str, float | None],
     log: Log,
     what: str,
+    spend: PrepSpend | None = None,
 ) -> dict[str, float]:
     """Acc(G(Q, D)) of the `todo` questions, D = documents(retriever, batch), in batches of training.data.baseline_batch;
     each batch is appended to the cache `path` under `khash` (resumable) and into `cached`. Returns what the calls
@@ -196,11 +198,29 @@ def _compute_acc(
     retriever = build_retriever(cfg.retriever, index_dir)
     accuracy = make_accuracy(cfg)
     bs = cfg.training.data.baseline_batch
+    budget = spend.budget(path.parent) if spend is not None and not spend.dry_run else None
+    if spend is not None and (spend.dry_run or spend.limit_usd is not None):
+        require_known_prices(accuracy.clients(), "--max-cost-usd")  # an unknown price is refused, never taken as 0
     repair_tail(path)  # a line torn by a kill: cut before appending
     for start in range(0, len(todo), bs):
         batch = todo[start : start + bs]
         docs = documents(retriever, batch)
-        acc = asyncio.run(accuracy([q.question for q in batch], docs, [q.golden_answers for q in batch]))
+        qs, golds = [q.question for q in batch], [q.golden_answers for q in batch]
+        usd = float(sum(accuracy.project(qs, docs, golds))) if spend is not None else 0.0
+        if spend is not None and spend.dry_run:
+            spend.projected_usd += usd
+            spend.projected_calls += len(batch)
+            continue
+        if budget is not None:
+            budget.check(usd, f"prepare-training: {what} of questions {start + 1}-{start + len(batch)} of {len(todo)}")
+            budget.reserve(usd)
+        before = float(accuracy.usage().get("cost_usd") or 0.0)
+        try:
+            acc = asyncio.run(accuracy(qs, docs, golds))
+        finally:
+            if budget is not None:
+                budget.settle(usd, float(accuracy.usage().get("cost_usd") or 0.0) - before)
+                write_json_atomic(path.parent / SPEND_FILE, {"spent_usd": budget.spent_usd})
         rows = [{"id": q.id, "acc": a, "key": khash, "doc_ids": [d.id for d in ds]}
                 for q, a, ds in zip(batch, acc, docs, strict=True)]
         append_jsonl(path, rows)
@@ -217,6 +237,26 @@ def _compute_acc(
 
 
 @dataclass
+class PrepSpend:
+    """What a preparation may spend on paid generator / judge calls (`s3 prepare-training --max-cost-usd`, cumulative
+    over its invocations: RUN/data/spend.json), or, with `dry_run`, what it would spend: every batch is projected
+    (prompts measured, completions at max_tokens, cached answers free) and none is called."""
+
+    limit_usd: float | None = None
+    dry_run: bool = False
+    projected_usd: float = 0.0
+    projected_calls: int = 0
+
+    def budget(self, out: Path) -> Budget:
+        path = out / SPEND_FILE
+        spent = float(json.loads(path.read_text()).get("spent_usd", 0.0)) if path.is_file() else 0.0
+        return Budget(self.limit_usd, spent_usd=spent, setting="--max-cost-usd")
+
+
+SPEND_FILE = "spend.json"  # what preparations of this directory have spent so far (a budget caps the sum)
+
+
+@dataclass
 class TrainingSet:
     directory: Path
     examples: list[QAExample]
@@ -225,8 +265,12 @@ class TrainingSet:
     manifest: dict[str, Any]
 
 
-def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log = print) -> dict[str, Any]:
-    """Build (or complete) the training directory; return the manifest. Every step is skipped when done already."""
+def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log = print,
+                     spend: PrepSpend | None = None) -> dict[str, Any]:
+    """Build (or complete) the training directory; return the manifest. Every step is skipped when done already.
+    `spend`: a cap on the paid calls (BudgetReached before a batch that could pass it; what is cached stays, and the
+    same command with a higher cap resumes), or a dry run (the corpus and index are built, no paid call is made, and
+    the manifest is not written: the projection is in `spend`)."""
     t = cfg.training
     out = Path(out_dir) if out_dir else training_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
@@ -269,7 +313,9 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
         }
         if t.data.keep_answerable:
             key0 = baseline_key(cfg, _index_fingerprint(index_dir))
-            questions, manifest0["answerable"] = _keep_answerable(cfg, out, questions, index_dir, key0, log)
+            questions, manifest0["answerable"] = _keep_answerable(cfg, out, questions, index_dir, key0, log, spend)
+        if spend is not None and spend.dry_run:
+            return manifest0
             counts["after_keep_answerable"] = len(questions)
         write_jsonl_atomic(out / "train.jsonl", [q.model_dump() for q in questions])
         write_json_atomic(out / "manifest.json", manifest0)
@@ -281,11 +327,15 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     cached = _cached_acc(bpath, khash)
     todo = [q for q in questions if q.id not in cached or cached[q.id] is None]  # failed ones are retried
     hits = len(questions) - len(todo)
-    spend: dict[str, Any] | None = None
+    used: dict[str, Any] | None = None
     if todo:
         k = cfg.retriever.k
-        spend = _compute_acc(cfg, index_dir, todo, lambda r, batch: r.search([q.question for q in batch], k),
-                             bpath, khash, cached, log, "baseline")
+        used = _compute_acc(cfg, index_dir, todo, lambda r, batch: r.search([q.question for q in batch], k),
+                            bpath, khash, cached, log, "baseline", spend)
+    if spend is not None and spend.dry_run:
+        if t.data.keep_answerable:  # which questions naive RAG fails is not known yet: every one is projected
+            _keep_answerable(cfg, out, questions, index_dir, key, log, spend)
+        return {"counts": counts}
     counts["baseline_failed"] = sum(1 for q in questions if cached.get(q.id) is None)
     questions = [q for q in questions if cached.get(q.id) is not None]
     counts["after_baseline_ok"] = len(questions)
@@ -294,7 +344,7 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     counts["after_keep_baseline_zero"] = len(questions)
     answerable: dict[str, Any] | None = None
     if t.data.keep_answerable:
-        questions, answerable = _keep_answerable(cfg, out, questions, index_dir, key, log)
+        questions, answerable = _keep_answerable(cfg, out, questions, index_dir, key, log, spend)
         counts["after_keep_answerable"] = len(questions)
     write_jsonl_atomic(out / "train.jsonl", [q.model_dump() for q in questions])
     manifest = {
@@ -302,7 +352,7 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
         "baseline_key": key,
         "baseline_key_hash": khash,
         "baseline_cache": {"hits": hits, "computed": len(todo), "hit_rate": hits / max(hits + len(todo), 1)},
-        "baseline_spend": spend,  # this preparation's generator / judge spend (None: nothing was computed)
+        "baseline_spend": used,  # this preparation's generator / judge spend (None: nothing was computed)
         "baseline_mean_acc": (
             sum(float(v) for v in cached.values() if v is not None) / max(1, sum(v is not None for v in cached.values()))
         ),
@@ -319,7 +369,8 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
 
 
 def _keep_answerable(
-    cfg: TrainSettings, out: Path, questions: list[QAExample], index_dir: Path, key: dict[str, Any], log: Log
+    cfg: TrainSettings, out: Path, questions: list[QAExample], index_dir: Path, key: dict[str, Any], log: Log,
+    spend: PrepSpend | None = None,
 ) -> tuple[list[QAExample], dict[str, Any]]:
     """training.data.keep_answerable: drop the training questions the generator gets wrong even from their gold supporting
     paragraphs, Acc(G(Q, D_gold)) = 0: whatever the searcher finds, every rollout of such a question gets the same
@@ -336,7 +387,7 @@ def _keep_answerable(
     todo = [q for q in with_gold if cached.get(q.id) is None]
     if todo:
         _compute_acc(cfg, index_dir, todo, lambda r, batch: [r.get(q.supporting_ids) for q in batch],
-                     gpath, ghash, cached, log, "gold-context accuracy")
+                     gpath, ghash, cached, log, "gold-context accuracy", spend)
     kept = [q for q in pool if not q.supporting_ids or cached.get(q.id) == 1.0]
     stats = {
         "key": gkey, "key_hash": ghash, "judged": len(with_gold), "no_gold_kept": len(pool) - len(with_gold),

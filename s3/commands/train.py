@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,12 @@ if TYPE_CHECKING:
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("prepare-training", help="build the training set and cache the naive-RAG baseline", parents=[common])
     p.add_argument("--out", default=None, help="training directory (default: training.data.dir or OUTPUT_DIR/data)")
+    p.add_argument("--max-cost-usd", type=float, default=None,
+                   help="cap on what preparations of this training directory spend on paid generator / judge calls "
+                        "(the naive-RAG baseline, the gold-context check): no batch is started that could pass it; "
+                        "the run stops with exit status 3 and 'budget reached', and resumes with a higher cap")
+    p.add_argument("--dry-run", action="store_true",
+                   help="build the corpus and index, then print the projected cost of the paid calls; call no paid API")
     p.set_defaults(handler=_prepare)
 
     p = sub.add_parser("train", help="train a searcher (GRPO/PPO; s3 or Search-R1 mode); resumes a run dir", parents=[common])
@@ -52,9 +59,23 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 def _prepare(args: argparse.Namespace, cfg: S3Config) -> int:
     from pathlib import Path
 
-    from training.data import prepare_training
+    from generator_adapters.budget import BudgetReached
+    from s3core.errors import S3Error
+    from training.data import PrepSpend, prepare_training
 
-    m = prepare_training(cfg, Path(args.out) if args.out else None)
+    if args.max_cost_usd is not None and args.max_cost_usd < 0:
+        raise S3Error(f"--max-cost-usd must be >= 0, got {args.max_cost_usd}")
+    spend = PrepSpend(limit_usd=args.max_cost_usd, dry_run=args.dry_run)
+    try:
+        m = prepare_training(cfg, Path(args.out) if args.out else None, spend=spend)
+    except BudgetReached as e:
+        print(f"{e} (--max-cost-usd); what is cached stays: the same command with a higher cap resumes", file=sys.stderr)
+        return 3
+    if args.dry_run:
+        print(f"dry run: {spend.projected_calls} questions to ask the generator about: projected at most "
+              f"${spend.projected_usd:.6f} (prompts measured, completions at max_tokens, cached answers free); "
+              "no paid API was called")
+        return 0
     print(json.dumps(m["counts"]))
     return 0
 

@@ -183,3 +183,36 @@ def test_training_stops_at_its_budget_and_resumes(priced_api: FakeLLMServer, tmp
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[1]["cost/usd_total"] == pytest.approx(step1 + rows[1]["cost/usd_step"])
     assert rows[1]["cost/usd_total"] <= 10 * budget
+
+
+def test_prepare_training_dry_run_budget_stop_and_resume(priced_api: FakeLLMServer, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """`s3 prepare-training`: the dry run projects the naive-RAG baseline's paid calls without one (within 10% of
+    what they then cost, never below); a cap of ~half stops between batches (exit 3, the cache kept, never above the
+    cap); the same command with a higher cap finishes from there, the spend carried over (data/spend.json)."""
+    srv, data = priced_api, tmp_path / "data"
+    args = ["prepare-training", "--config", str(SMOKE), "--set", "training.data.max_questions=6",
+            "--set", "training.data.baseline_batch=1", "--set", f"training.data.dir={data}",
+            "--set", "generator.max_tokens=12", *priced(srv, "generator")]
+    before = dict(srv.usage_totals)
+    assert s3_main([*args, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert srv.usage_totals == before, "the dry run called the API"
+    projected = float(out.split("projected at most $")[1].split()[0])
+    assert projected > 0 and not (data / "baseline.jsonl").is_file()
+
+    cap = round(0.5 * projected, 9)
+    assert s3_main([*args, "--max-cost-usd", str(cap)]) == 3
+    assert "budget reached" in capsys.readouterr().err
+    spent = json.loads((data / "spend.json").read_text())["spent_usd"]
+    done = len((data / "baseline.jsonl").read_text().splitlines())
+    assert 0 < spent <= cap and 0 < done
+
+    assert s3_main([*args, "--max-cost-usd", str(10 * projected)]) == 0
+    real = json.loads((data / "spend.json").read_text())["spent_usd"]
+    pt = srv.usage_totals["prompt_tokens"] - before.get("prompt_tokens", 0)
+    ct = srv.usage_totals["completion_tokens"] - before.get("completion_tokens", 0)
+    assert real == pytest.approx((pt * IN_PRICE + ct * OUT_PRICE) / 1e6, rel=1e-9)  # the server's own counts
+    assert real <= projected <= 1.10 * real, (projected, real)
+    asked = json.loads((data / "manifest.json").read_text())["counts"]["after_drop_yes_no"]
+    assert len((data / "baseline.jsonl").read_text().splitlines()) == asked  # each question once over both runs
