@@ -124,12 +124,16 @@ class S3Trainer:
         self.stopped: str | None = None  # why train() stopped early (budget reached), else None
         self.last_batches: list[Batch] = []  # the last update's padded micro-batches
         self.metrics = _MetricsWriter(self.run_dir)
-        (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
-        write_record(self._searcher_record(self.run_dir), self.run_dir)
-        if parts.resume_dir is not None:
-            self._load_state(parts.resume_dir)
-        # the rollout engines start from base_model's files; a resumed run (or a LoRA's merged weights) goes in now
-        sync_s = self.executor.sync()
+        try:
+            (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
+            write_record(self._searcher_record(self.run_dir), self.run_dir)
+            if parts.resume_dir is not None:
+                self._load_state(parts.resume_dir)
+            # the rollout engines start from base_model's files; a resumed run (or a LoRA's merged weights) goes in now
+            sync_s = self.executor.sync()
+        except BaseException:
+            self.close()  # workers and learner actors do not outlive a trainer that failed to start
+            raise
         if sync_s is not None:
             self.log(f"train: rollout engine(s) ready; weights synced in {sync_s:.2f}s")
 

@@ -417,3 +417,27 @@ def test_the_held_out_choice_falls_back_to_the_reward_when_no_row_has_an_acc() -
     assert choose_heldout(rows) == "b"
     assert choose_heldout([{**rows[0], "heldout/acc_s3": 0.1}, rows[1]]) == "a"  # an Acc decides where there is one
     assert choose_heldout([rows[2]]) is None and choose_heldout([]) is None
+
+
+def test_a_checkpoint_of_another_data_order_is_refused_and_the_parts_are_closed(tmp_path: Path) -> None:
+    """Resuming a checkpoint written with another batch size (or warm-up) is a clear error, and the parts the builder
+    started (Ray workers, learner actors) are closed, not left running."""
+    torch = pytest.importorskip("torch")
+    from s3.config import load_config
+    from training.trainer import STATE_FILE, S3Trainer
+
+    cfg = load_config(None, [f"training.output_dir={tmp_path / 'run'}", "training.rollout.batch_size=2"])
+    ckpt = tmp_path / "run" / "checkpoints" / "step_000001"
+    ckpt.mkdir(parents=True)
+    torch.save({"step": 1, "data_order": {"scheme": "warmup-stream+rl-from-start", "sft_warmup_steps": 0, "seed": 0,
+                                          "batch_size": 4, "n_questions": 3}}, ckpt / STATE_FILE)
+    closed: list[str] = []
+    executor = SimpleNamespace(sync=lambda: None, close=lambda: closed.append("executor"))
+    examples = [QAExample(id=f"q{i}", question="?", golden_answers=["a"]) for i in range(3)]
+    parts = SimpleNamespace(cfg=cfg, run_dir=tmp_path / "run", examples=examples, heldout=[], retriever=None,
+                            data=SimpleNamespace(index_dir=tmp_path / "index", directory=tmp_path),
+                            loop_cfg=cfg.searcher, tokenizer=None, oracle=None, executor=executor, learner=None,
+                            learners=None, resume_dir=ckpt, close=lambda: executor.close())
+    with pytest.raises(S3Error, match="data order changed"):
+        S3Trainer(parts, log=lambda s: None)  # type: ignore[arg-type]
+    assert closed == ["executor"]
