@@ -784,18 +784,20 @@ def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     labels = ["naive\ntop-3", "(b) oracle\ntop-3", "(a) oracle\ntop-8", "(c) oracle\n+2nd query", "gold\nparagraphs"]
-    series = {s: [r["acc"] or 0.0 for r in result["sets"][s]["rows"]] for s in ("fails", "all")}
-    for name, e in result.get("searchers", {}).items():
-        labels.append(f"(d) {name}\n(n={e['sets']['fails']['questions']})")
+    series: dict[str, list[float | None]] = {s: [r["acc"] or 0.0 for r in result["sets"][s]["rows"]] for s in ("fails", "all")}
+    for name, e in result.get("searchers", {}).items():  # a searcher run on one set only has no bar for the other
+        ns = "/".join(str(m["questions"]) for m in e["sets"].values())
+        labels.append(f"(d) {name.replace('-llamacpp', ' (llama.cpp)').replace(' (', chr(10) + '(')}\nn={ns}")
         for s in series:
-            series[s].append(e["sets"][s]["acc"] or 0.0)
+            series[s].append((e["sets"][s]["acc"] or 0.0) if s in e["sets"] else None)
     fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(labels)), 4.5))
     w = 0.38
     for j, (s, vals) in enumerate(series.items()):
         n = result["sets"][s]["questions"]
-        xs = [i + (j - 0.5) * w for i in range(len(vals))]
-        bars = ax.bar(xs, vals, w, label=f"{'naive RAG fails' if s == 'fails' else 'all training'} ({n})")
-        for b, v in zip(bars, vals, strict=True):
+        shown = [(i, v) for i, v in enumerate(vals) if v is not None]
+        xs = [i + (j - 0.5) * w for i, _ in shown]
+        bars = ax.bar(xs, [v for _, v in shown], w, label=f"{'naive RAG fails' if s == 'fails' else 'all training'} ({n})")
+        for b, (_, v) in zip(bars, shown, strict=True):
             ax.text(b.get_x() + b.get_width() / 2, v + 0.005, f"{v:.2f}", ha="center", fontsize=7)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, fontsize=8)
