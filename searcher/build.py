@@ -89,7 +89,7 @@ def build_trained_searcher(
     explicit: Collection[str] = (),
     agent: AgentKind = "s3",
 ) -> S3Searcher:
-    """A trained searcher, with `searcher/` and `s3core/` alone: the policy at `policy` on the loop settings it was
+    """A trained searcher, with `searcher/` and the layers below it alone: the policy at `policy` on the loop settings it was
     trained with, over `index` (default: the index its searcher.json names, checked by fingerprint). The record's
     loop settings replace those of `searcher_cfg` except the dotted keys in `explicit` ("searcher.max_turns");
     its sampling and device settings stay."""
