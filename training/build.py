@@ -215,6 +215,7 @@ def build_training(cfg: TrainSettings, log: Log = print) -> TrainingParts:
         learner.policy.gen_batch = cfg.searcher.generate_batch  # the learner generates its own rollouts
         tokenizer = learner.tokenizer
     loop_cfg = loop_config(cfg)
+    inner: StepExecutor | None = None
     try:
         inner = build_executor(cfg, data=data, retriever=retriever, loop_cfg=loop_cfg, learner=learner,
                                learners=learners, agent_kind=agent_kind, device=device, log=log)
@@ -226,9 +227,11 @@ def build_training(cfg: TrainSettings, log: Log = print) -> TrainingParts:
         if tc.sft.steps:
             assert learner is not None  # a warm-up runs in this process's learner (S3Config's check)
             oracle = oracle_agent(cfg, examples, data, retriever, loop_cfg, learner.policy)
-    except BaseException:
+    except BaseException:  # the workers and learner actors do not outlive a run that failed to start
+        if inner is not None:
+            inner.close()
         if learners is not None:
-            learners.close()  # the learner actors do not outlive a run that failed to start
+            learners.close()
         raise
     return TrainingParts(cfg=cfg, run_dir=run_dir, device=device, data=data, examples=examples, heldout=heldout,
                          retriever=retriever, loop_cfg=loop_cfg, learner=learner, learners=learners,
