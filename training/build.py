@@ -12,7 +12,9 @@ Every part comes from its own config section and is handed its inputs; no part h
                 [training.update]     (training/learner.py, training/learner_group.py)
     executor    [training.rollout]    where rollouts and rewards run (training/executors.py, training/ray_backend.py),
                 [training.backend]    priced and capped by training.budget_usd (training/budget.py)
-    oracle      [training.sft]        the searcher loop driven by oracle replies, for the format warm-up
+    oracle      [training.sft]        the searcher loop driven by oracle replies, for the format warm-up, and the
+                                      questions it learns from (all, or those whose oracle beats naive RAG:
+                                      training/distill.py)
 
 `s3 train`, `s3 train --dry-run`, the benchmarks and the tests all build through `build_training`.
 """
@@ -63,6 +65,7 @@ class TrainingParts:
     tokenizer: Any
     executor: StepExecutor
     oracle: S3Searcher | None = None
+    sft_pool: list[int] | None = None  # the questions the warm-up draws from (training.sft.keep); None = all
     resume_dir: Path | None = None  # the checkpoint the learner(s) were built from (None: a fresh run)
     agent_kind: AgentKind = "s3"
 
@@ -87,10 +90,17 @@ def prepare_data(cfg: TrainSettings, log: Log = print) -> TrainingSet:
         log(f"train: preparing training data in {d}")
         prepare_training(cfg, d, log=log)
     try:
-        return load_training_set(cfg, d)
+        data = load_training_set(cfg, d)
     except S3Error:
         prepare_training(cfg, d, log=log)
         return load_training_set(cfg, d)
+    f = cfg.training.data
+    wanted = {"drop_yes_no": f.drop_yes_no, "keep_baseline_zero": f.keep_baseline_zero, "keep_answerable": f.keep_answerable}
+    if data.manifest.get("filters", wanted) != wanted:  # the same directory under other filters: filter again (cached)
+        log(f"train: training.data filters {wanted} differ from the prepared {data.manifest.get('filters')}: preparing")
+        prepare_training(cfg, d, log=log)
+        data = load_training_set(cfg, d)
+    return data
 
 
 def split_heldout(cfg: TrainSettings, examples: list[QAExample]) -> tuple[list[QAExample], list[QAExample]]:
@@ -223,10 +233,14 @@ def build_training(cfg: TrainSettings, log: Log = print) -> TrainingParts:
         # call belongs to is the one its rollout was asked for
         start = int(resume_dir.name.removeprefix("step_")) if resume_dir is not None else 0
         executor = BudgetedExecutor(inner, cfg, run_dir, start_step=start, budget_usd=tc.budget_usd)
-        oracle = None
+        oracle, sft_pool = None, None
         if tc.sft.steps:
             assert learner is not None  # a warm-up runs in this process's learner (S3Config's check)
             oracle = oracle_agent(cfg, examples, data, retriever, loop_cfg, learner.policy)
+            if tc.sft.keep == "gbr_positive" and (resume_dir is None or start < tc.sft.steps):
+                from training.distill import rejection_sample
+
+                sft_pool = rejection_sample(cfg, examples, oracle, data, run_dir, log=log)
     except BaseException:  # the workers and learner actors do not outlive a run that failed to start
         if inner is not None:
             inner.close()
@@ -235,5 +249,5 @@ def build_training(cfg: TrainSettings, log: Log = print) -> TrainingParts:
         raise
     return TrainingParts(cfg=cfg, run_dir=run_dir, device=device, data=data, examples=examples, heldout=heldout,
                          retriever=retriever, loop_cfg=loop_cfg, learner=learner, learners=learners,
-                         tokenizer=tokenizer, executor=executor, oracle=oracle, resume_dir=resume_dir,
+                         tokenizer=tokenizer, executor=executor, oracle=oracle, sft_pool=sft_pool, resume_dir=resume_dir,
                          agent_kind=agent_kind)

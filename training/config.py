@@ -78,7 +78,8 @@ class TrainingData(Section):
     drop_yes_no: bool = Field(True, description="Drop yes/no and true/false questions when preparing training data.")
     keep_baseline_zero: bool = Field(
         True, description="Keep only questions naive RAG gets wrong (s3 §3.2; the s3 release's filter_fn): on the others "
-        "'keep naive RAG's documents and stop' is already the optimum.")
+        "'keep naive RAG's documents and stop' is already the optimum. The held-out questions (training.heldout) are "
+        "never filtered: checkpoints are chosen on the natural mix.")
     keep_answerable: bool = Field(
         False,
         description="Keep only training questions the generator answers from their gold supporting paragraphs "
@@ -159,6 +160,18 @@ class TrainingSft(Section):
         "reference policy is then the warmed policy.",
     )
     learning_rate: float = Field(1e-4, gt=0, description="Learning rate of the warm-up steps.")
+    keep: Literal["all", "gbr_positive"] = Field(
+        "all",
+        description="Which oracle trajectories the warm-up learns from. 'all': every training question's. "
+        "'gbr_positive': distillation by rejection sampling - only the trajectories whose documents beat naive RAG "
+        "with the frozen generator (GBR > 0; one generator call each, cached in the run directory's distill.jsonl "
+        "before the first step), so the warmed policy imitates what earns the reward, not just the format.",
+    )
+    candidates: int | None = Field(
+        None, ge=1,
+        description="With keep = 'gbr_positive': the oracle is tried on the first this-many training questions (in a "
+        "seeded order) - each try is a generator call. None = every training question.",
+    )
 
 
 class TrainingLearner(Section):

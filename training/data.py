@@ -64,6 +64,7 @@ __all__ = [
     "load_training_set",
     "make_accuracy",
     "prepare_training",
+    "rekey_baseline",
     "training_dir",
 ]
 
@@ -326,6 +327,10 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     bpath = out / "baseline.jsonl"
     cached = _cached_acc(bpath, khash)
     todo = [q for q in questions if q.id not in cached or cached[q.id] is None]  # failed ones are retried
+    rekeyed = 0
+    if todo and not (spend is not None and spend.dry_run):
+        rekeyed = rekey_baseline(cfg, out, index_dir, todo, key, cached, log)
+        todo = [q for q in todo if cached.get(q.id) is None]
     hits = len(questions) - len(todo)
     used: dict[str, Any] | None = None
     if todo:
@@ -339,8 +344,9 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     counts["baseline_failed"] = sum(1 for q in questions if cached.get(q.id) is None)
     questions = [q for q in questions if cached.get(q.id) is not None]
     counts["after_baseline_ok"] = len(questions)
-    if t.data.keep_baseline_zero:
-        questions = [q for q in questions if cached[q.id] == 0.0]
+    if t.data.keep_baseline_zero:  # s3's filter; the held-out questions keep the natural mix (as keep_answerable's)
+        pool, kept_out = _pool_and_heldout(cfg, questions)
+        questions = [q for q in pool if cached[q.id] == 0.0] + kept_out
     counts["after_keep_baseline_zero"] = len(questions)
     answerable: dict[str, Any] | None = None
     if t.data.keep_answerable:
@@ -351,7 +357,8 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
         "counts": counts,
         "baseline_key": key,
         "baseline_key_hash": khash,
-        "baseline_cache": {"hits": hits, "computed": len(todo), "hit_rate": hits / max(hits + len(todo), 1)},
+        "baseline_cache": {"hits": hits, "computed": len(todo), "hit_rate": hits / max(hits + len(todo), 1),
+                           "rekeyed_same_doc_ids": rekeyed},
         "baseline_spend": used,  # this preparation's generator / judge spend (None: nothing was computed)
         "baseline_mean_acc": (
             sum(float(v) for v in cached.values() if v is not None) / max(1, sum(v is not None for v in cached.values()))
@@ -368,6 +375,47 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     return manifest
 
 
+def _pool_and_heldout(cfg: TrainSettings, questions: list[QAExample]) -> tuple[list[QAExample], list[QAExample]]:
+    """(the questions a training filter applies to, the last training.heldout.questions, which it never touches)."""
+    held = cfg.training.heldout.questions
+    return (questions[:-held], questions[-held:]) if 0 < held < len(questions) else (questions, [])
+
+
+def rekey_baseline(
+    cfg: TrainSettings, out: Path, index_dir: Path, todo: list[QAExample], key: dict[str, Any],
+    cached: dict[str, float | None], log: Log = print,
+) -> int:
+    """Carry cached baseline rows over an index rebuild whose fingerprint changed (index.json's self-description gains a
+    field, a library writes its parameters differently) while the retrieval did not. A row written under the previous
+    manifest's key is accepted when that key differs from today's in the index fingerprint only AND the row's top-k
+    document ids are today's top-k for its question: the generator saw exactly the context it would see now. Accepted
+    rows are appended under today's key (so `load_training_set` reads them) and put into `cached`; any other row is
+    stale and its question recomputed. Returns how many were carried over."""
+    mpath, bpath = out / "manifest.json", out / "baseline.jsonl"
+    if not mpath.is_file() or not bpath.is_file():
+        return 0
+    old_key = json.loads(mpath.read_text()).get("baseline_key") or {}
+    if not old_key or old_key.get("index") == key["index"] or {**old_key, "index": key["index"]} != key:
+        return 0  # no previous key, the same key, or another generator / prompt / k / metric: nothing to carry
+    old_hash, khash = _key_hash(old_key), _key_hash(key)
+    wanted = {q.id: q for q in todo}
+    rows = {r["id"]: r for r in read_jsonl(bpath, torn_tail="skip")
+            if r.get("key") == old_hash and r.get("acc") is not None and r.get("id") in wanted and r.get("doc_ids")}
+    if not rows:
+        return 0
+    ask = [wanted[i] for i in rows]
+    top = build_retriever(cfg.retriever, index_dir).search([q.question for q in ask], cfg.retriever.k)
+    carried = [{**rows[q.id], "key": khash} for q, docs in zip(ask, top, strict=True)
+               if rows[q.id]["doc_ids"] == [d.id for d in docs]]
+    repair_tail(bpath)
+    append_jsonl(bpath, carried)
+    cached.update({r["id"]: float(r["acc"]) for r in carried})
+    log(f"prepare-training: the index fingerprint changed ({old_key['index']} -> {key['index']}); "
+        f"{len(carried)} of {len(rows)} cached baseline rows have today's top-{cfg.retriever.k} document ids and were "
+        f"carried over, {len(rows) - len(carried)} are recomputed")
+    return len(carried)
+
+
 def _keep_answerable(
     cfg: TrainSettings, out: Path, questions: list[QAExample], index_dir: Path, key: dict[str, Any], log: Log,
     spend: PrepSpend | None = None,
@@ -377,8 +425,7 @@ def _keep_answerable(
     reward (a zero-variance group). The last training.heldout.questions are never filtered (the held-out comparison
     keeps the natural mix), and a question without gold paragraphs is kept (nothing to judge it by).
     Acc(G(Q, D_gold)) is cached in gold.jsonl like the baseline (key: generator, prompt, metric)."""
-    held = cfg.training.heldout.questions
-    pool, kept_out = (questions[:-held], questions[-held:]) if 0 < held < len(questions) else (questions, [])
+    pool, kept_out = _pool_and_heldout(cfg, questions)
     gkey = {k: v for k, v in key.items() if k not in ("retriever", "index", "k")} | {"context": "gold supporting paragraphs"}
     ghash = _key_hash(gkey)
     gpath = out / "gold.jsonl"

@@ -163,12 +163,15 @@ class S3Trainer:
         """Question indices of `step` (0-based): epochs are seeded permutations, so the order is a pure function
         of (seed, step) — a resumed run sees exactly the batches the uninterrupted run would have. The warm-up steps
         draw from a stream of their own, and the RL steps start the main stream at its beginning: ceil(n / batch_size)
-        RL steps put every training question in a rollout batch (`data/rl_coverage`)."""
+        RL steps put every training question in a rollout batch (`data/rl_coverage`). With training.sft.keep =
+        'gbr_positive' the warm-up stream permutes the kept questions (parts.sft_pool) only."""
         import torch
 
         n, b = len(self.examples), self.tc.rollout.batch_size
-        warm = self.tc.sft.steps
+        warm, pool = self.tc.sft.steps, self.parts.sft_pool
         stream, pos = (1, step * b) if step < warm else (0, (step - warm) * b)
+        if step < warm and pool is not None:  # distillation: the warm-up's stream runs over the kept questions only
+            n = len(pool)
         out: list[int] = []
         while len(out) < b:
             epoch, offset = divmod(pos, n)
@@ -177,7 +180,7 @@ class S3Trainer:
             take = min(b - len(out), n - offset)
             out.extend(perm[offset : offset + take])
             pos += take
-        return out
+        return [pool[i] for i in out] if step < warm and pool is not None else out
 
     def rl_coverage(self, step: int) -> float:
         """Share of the training questions that have been in an RL rollout batch once `step` is done."""

@@ -97,6 +97,52 @@ def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_para
         assert fourth["counts"] == manifest["counts"]
         ts = load_training_set(cfg2)  # the recomputed rows are the cache now
         assert {e.id for e in ts.examples} <= set(ts.baseline)
+        # an index rebuilt under another fingerprint with the same retrieval (index.json described differently): rows
+        # of the previous manifest's key are carried over where their top-k ids are today's, the others recomputed
+        m = json.loads((moved / "manifest.json").read_text())
+        prev = {**m["baseline_key"], "index": "0123456789abcdef"}
+        (moved / "manifest.json").write_text(json.dumps({**m, "baseline_key": prev}))
+        rows = [json.loads(line) for line in (moved / "baseline.jsonl").read_text().splitlines()]
+        rows = [{**r, "key": _key_hash(prev)} for r in rows if r["key"] == fourth["baseline_key_hash"]]
+        rows[0]["doc_ids"] = list(reversed(rows[0]["doc_ids"]))  # another top-k than today's: stale
+        (moved / "baseline.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        before = srv.stats()["requests"]
+        fifth = prepare_training(cfg2, log=lambda s: None)
+        assert fifth["baseline_cache"]["rekeyed_same_doc_ids"] == len(rows) - 1
+        assert fifth["baseline_cache"]["computed"] == 1 and srv.stats()["requests"] == before + 1
+        assert fifth["counts"] == manifest["counts"]
+        assert {e.id for e in load_training_set(cfg2).examples} <= set(load_training_set(cfg2).baseline)
+
+
+def test_keep_baseline_zero_filters_the_training_part_and_leaves_the_heldout_mix(tmp_path: Path) -> None:
+    """s3's filter (only questions naive RAG fails) applies to the questions trained on; the held-out ones, on which
+    checkpoints are chosen, keep the natural mix of questions naive RAG gets right and wrong."""
+    from dataprep import load
+    from s3.config import load_config
+    from training.data import load_training_set, prepare_training
+
+    _corpus, questions = load("hotpotqa", [DATA])
+    answer_of = {q.question: q.golden_answers[0] for q in questions}
+
+    def reply(prompt: str) -> str:  # right on every other question (by the question's length), whatever the context
+        q = prompt.split("Question: ", 1)[-1].split("\n", 1)[0]
+        return answer_of.get(q, "no idea") if len(q) % 2 else "no idea"
+
+    with FakeLLMServer(reply=reply) as srv:
+        cfg = load_config(None, [
+            "generator.model=openai/fake", f"generator.api_base={srv.api_base}", "generator.cache_path=null",
+            f"training.data.sources={json.dumps([f'hotpotqa:{DATA}'])}", f"training.data.dir={tmp_path / 'data'}",
+            "training.data.max_questions=16", "training.heldout.questions=4", "training.data.keep_baseline_zero=true",
+            "training.reward=acc_plus_gbr", "eval.metric=span",
+        ])
+        manifest = prepare_training(cfg, log=lambda s: None)
+    ts = load_training_set(cfg)
+    loaded = [json.loads(line) for line in (tmp_path / "data" / "questions.jsonl").read_text().splitlines()]
+    usable = [q["id"] for q in loaded if q["golden_answers"][0].lower() not in ("yes", "no", "true", "false")]
+    ids = [e.id for e in ts.examples]
+    assert ids[-4:] == usable[-4:]  # the held-out part, untouched
+    assert ids[:-4] == [i for i in usable[:-4] if ts.baseline[i] == 0.0]  # the training part: naive RAG fails
+    assert 0 < len(ids) - 4 < len(usable) - 4 and manifest["counts"]["after_keep_baseline_zero"] == len(ids)
 
 
 def _hotpot(qid: str, question: str, answer: str, paras: list[tuple[str, str]], gold: list[str]) -> dict[str, object]:

@@ -15,12 +15,13 @@ from s3core.types import QAExample
 from training.config import TrainingConfig
 
 
-def _fake_trainer(n: int, batch: int, seed: int = 0, warmup: int = 0) -> SimpleNamespace:
+def _fake_trainer(n: int, batch: int, seed: int = 0, warmup: int = 0, pool: list[int] | None = None) -> SimpleNamespace:
     from training.trainer import S3Trainer
 
     ns = SimpleNamespace(
         examples=[QAExample(id=f"q{i}", question="?", golden_answers=["a"]) for i in range(n)],
         tc=TrainingConfig(seed=seed, rollout={"batch_size": batch}, sft={"steps": warmup}),
+        parts=SimpleNamespace(sft_pool=pool),
     )
     ns.batch_indices = lambda step: S3Trainer.batch_indices(ns, step)  # type: ignore[arg-type]
     ns.rl_coverage = lambda step: S3Trainer.rl_coverage(ns, step)  # type: ignore[arg-type]
@@ -36,6 +37,19 @@ def test_rl_steps_start_the_order_afresh_after_the_warm_up_so_ceil_n_over_b_step
     assert warm[:4] != rl[:4]  # the warm-up draws from a stream of its own
     assert rl == [i for s in range(3) for i in _fake_trainer(10, 4).batch_indices(s)]  # RL step k = no-warm-up step k
     assert [t.rl_coverage(s) for s in (2, 3, 4, 5, 6)] == [0.0, 0.4, 0.8, 1.0, 1.0]
+
+
+def test_a_distillation_pool_limits_the_warm_up_to_its_questions_and_leaves_the_rl_order_alone() -> None:
+    """training.sft.keep = 'gbr_positive': the warm-up permutes the kept questions (every one before any repeats);
+    the RL steps see every training question in the order a run without a pool would."""
+    pytest.importorskip("torch")
+    pool = [1, 4, 6, 9]
+    t = _fake_trainer(10, 3, warmup=4, pool=pool)
+    warm = [i for s in range(4) for i in t.batch_indices(s)]
+    assert set(warm) == set(pool) and sorted(warm[:4]) == pool  # an epoch over the pool, then the next
+    rl = [i for s in range(4, 8) for i in t.batch_indices(s)]
+    assert rl == [i for s in range(4, 8) for i in _fake_trainer(10, 3, warmup=4).batch_indices(s)]
+    assert set(rl[:10]) == set(range(10))
 
 
 def test_data_order_is_a_pure_function_of_seed_and_step() -> None:

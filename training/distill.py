@@ -1,0 +1,121 @@
+"""Distillation by rejection sampling (training.sft.keep = 'gbr_positive'): which oracle trajectories the warm-up learns.
+
+The format warm-up (training/oracle.py) imitates an oracle that knows each question's gold supporting titles. Not every
+oracle trajectory earns the reward: the generator may still fail from the gold paragraphs, or from the ones the oracle
+could reach in three searches. Imitating those teaches the format and nothing about what helps the generator. Here
+every candidate question's oracle trajectory is scored once with the frozen generator (Acc of its documents, the RL
+reward's Acc), and only the ones whose documents beat naive RAG (GBR = Acc(D_oracle) - Acc(D_RAG) > 0) are kept:
+the warm-up steps then draw their batches from those questions only (DGPO's distillation on what succeeds; s3's
+GBR as the acceptance test).
+
+    pool = rejection_sample(cfg, examples, oracle, data, run_dir)     # indices into `examples`
+
+The scores are cached in RUN_DIR/distill.jsonl (one row per question: acc, acc_rag, gbr, the oracle's documents, the
+cache key), so a resumed run makes no generator call; a change of generator, prompt, metric or loop recomputes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from s3core.errors import S3Error
+from s3core.io import append_jsonl, read_jsonl, repair_tail, text_sha256, write_json_atomic
+from s3core.types import QAExample
+from training.config import TrainSettings
+from training.data import TrainingSet
+
+if TYPE_CHECKING:
+    from searcher.agent import S3Searcher
+
+__all__ = ["DISTILL_FILE", "rejection_sample"]
+
+DISTILL_FILE = "distill.jsonl"
+Log = Callable[[str], object]
+
+
+def _key(cfg: TrainSettings, index_dir: Path) -> str:
+    """What a cached score depends on: the baseline's key (generator, prompt, retriever, k, metric) and the loop."""
+    from training.data import _index_fingerprint, baseline_key
+
+    s = cfg.searcher
+    loop = {"k": s.k, "max_turns": s.max_turns, "max_select": s.max_select, "doc_token_budget": s.doc_token_budget,
+            "context_cap": s.context_cap}
+    key = {"baseline": baseline_key(cfg, _index_fingerprint(index_dir)), "loop": loop}
+    return text_sha256(json.dumps(key, sort_keys=True, default=str))[:16]
+
+
+def candidate_order(n: int, seed: int) -> list[int]:
+    """The seeded order the candidates are tried in (a prefix of it with training.sft.candidates)."""
+    order = list(range(n))
+    random.Random(seed * 7919 + 17).shuffle(order)
+    return order
+
+
+def rejection_sample(cfg: TrainSettings, examples: list[QAExample], oracle: S3Searcher, data: TrainingSet,
+                     run_dir: Path, log: Log = print, batch: int = 16) -> list[int]:
+    """Indices of `examples` whose oracle trajectory beats naive RAG with the frozen generator (GBR > 0). Candidates:
+    the first training.sft.candidates questions of a seeded order (all when None). Scored in batches, each appended
+    to RUN_DIR/distill.jsonl (resumable); a failed generator call is retried on the next run, never counted as 0."""
+    from tqdm import tqdm
+
+    from training.data import make_accuracy
+
+    sft, baseline = cfg.training.sft, data.baseline
+    order = candidate_order(len(examples), cfg.training.seed)
+    if sft.candidates is not None:
+        order = order[: sft.candidates]
+    missing = [examples[i].id for i in order if examples[i].id not in baseline]
+    if missing:
+        raise S3Error(f"training.sft.keep = 'gbr_positive' needs the naive-RAG baseline of every candidate ({len(missing)} "
+                      f"have none, e.g. {missing[0]!r}): use reward 'gbr' or 'acc_plus_gbr' (s3 mode)")
+    key = _key(cfg, data.index_dir)
+    path = run_dir / DISTILL_FILE
+    repair_tail(path)
+    done: dict[str, dict[str, Any]] = {}
+    if path.is_file():
+        done = {r["id"]: r for r in read_jsonl(path, torn_tail="skip") if r.get("key") == key and r.get("acc") is not None}
+    todo = [i for i in order if examples[i].id not in done]
+    if todo:
+        log(f"train: distillation: scoring the oracle's trajectories of {len(todo)} of {len(order)} candidate questions "
+            f"with the generator (GBR > 0 is kept; cached in {path})")
+        accuracy = make_accuracy(cfg)
+        try:
+            with tqdm(total=len(todo), desc="distill: oracle GBR", unit="q") as bar:
+                for start in range(0, len(todo), batch):
+                    part = [examples[i] for i in todo[start : start + batch]]
+                    results = oracle.search([e.question for e in part])
+                    docs = [list(r.documents) for r in results]
+                    acc = asyncio.run(accuracy([e.question for e in part], docs, [e.golden_answers for e in part]))
+                    rows = []
+                    for e, r, d, a in zip(part, results, docs, acc, strict=True):
+                        row = {"id": e.id, "key": key, "acc": a, "acc_rag": baseline[e.id],
+                               "gbr": None if a is None else a - baseline[e.id], "turns": r.turns,
+                               "doc_ids": [x.id for x in d]}
+                        rows.append(row)
+                        if a is not None:
+                            done[e.id] = row
+                    append_jsonl(path, rows)
+                    bar.update(len(part))
+        finally:
+            accuracy.close()
+    pool = [i for i in order if examples[i].id in done and float(done[examples[i].id]["gbr"]) > 0]
+    scored = [done[examples[i].id] for i in order if examples[i].id in done]
+    summary = {
+        "candidates": len(order), "scored": len(scored), "failed_calls": len(order) - len(scored), "kept": len(pool),
+        "kept_share": len(pool) / max(1, len(scored)),
+        "acc_oracle": sum(float(r["acc"]) for r in scored) / max(1, len(scored)),
+        "acc_rag": sum(float(r["acc_rag"]) for r in scored) / max(1, len(scored)),
+        "gbr_negative": sum(1 for r in scored if float(r["gbr"]) < 0),
+    }
+    write_json_atomic(run_dir / "distill_summary.json", summary)
+    log(f"train: distillation: {len(pool)} of {len(scored)} oracle trajectories beat naive RAG (GBR > 0; oracle Acc "
+        f"{summary['acc_oracle']:.3f} vs naive RAG {summary['acc_rag']:.3f}); the warm-up learns from those")
+    if not pool:
+        raise S3Error("training.sft.keep = 'gbr_positive': no oracle trajectory beat naive RAG on the candidates "
+                      f"({len(scored)} scored; {run_dir / 'distill_summary.json'}); use keep = 'all' or more candidates")
+    return pool
