@@ -36,7 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SHARED = ROOT.parent / "shared" / "data"
-RESULTS = ROOT / "benchmarks" / "results" / "transfer"
+DEFAULT_RESULTS = ROOT / "benchmarks" / "results" / "transfer"
+RESULTS = DEFAULT_RESULTS  # the attempt's results directory (--results)
 DATASETS = {  # name: (format, raw file, questions evaluated)
     "hotpotqa_dev500": ("hotpotqa", SHARED / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl", 300),
     "musique_dev200": ("musique", SHARED / "musique_dev200" / "musique.json", 100),
@@ -131,7 +132,7 @@ def select(config: str) -> dict[str, Any]:
         shutil.rmtree(policy_dir)
     shutil.copytree(adapter, policy_dir)
     relocate_record(adapter, policy_dir)  # its searcher.json's index path is relative to where the record lives
-    _policy_card(policy_dir, name, best, cfg)
+    _policy_card(policy_dir, name, best, cfg, config)
     lines = [
         f"Held-out questions: the last {cfg.training.heldout.questions} of the prepared training set (never trained on);",
         "greedy decoding, the training reward. Every checkpoint evaluated anywhere is listed here; only the chosen one",
@@ -160,25 +161,27 @@ def select(config: str) -> dict[str, Any]:
     return chosen
 
 
-def _policy_card(policy_dir: Path, name: str, heldout: dict[str, Any], cfg: Any) -> None:
+def _policy_card(policy_dir: Path, name: str, heldout: dict[str, Any], cfg: Any, config: str) -> None:
     """policy/README.md: what the adapter is and how to load it (in place of PEFT's empty model card)."""
     s, t = cfg.searcher, cfg.training
+    config = os.path.relpath(Path(config).resolve(), ROOT)
+    here = os.path.relpath(policy_dir.resolve(), ROOT)
     acc = heldout.get("acc_s3_mean")
     (policy_dir / "README.md").write_text(f"""# The transfer experiment's trained searcher
 
 A LoRA adapter (r = {t.learner.lora_r}, alpha = {t.learner.lora_alpha}) on `{t.base_model}`: checkpoint `{name}` of
-`s3 train --config configs/transfer.toml` ({t.algorithm.upper()}, reward `{t.reward}`), chosen on the
+`s3 train --config {config}` ({t.algorithm.upper()}, reward `{t.reward}`), chosen on the
 {t.heldout.questions} held-out training questions (Acc with its documents {acc if acc is None else round(acc, 3)};
 `../selection.md` lists every checkpoint evaluated). `searcher.json` holds the loop it was trained with (begin-with-search
 top-{cfg.retriever.k}, {s.max_turns} turns x k = {s.k}, up to {s.max_select} documents selected per turn); `s3 search`
 and `s3 serve` apply it.
 
-    s3 search --policy benchmarks/results/transfer/policy --index <any index> "a question"
-    s3 serve --policy benchmarks/results/transfer/policy --index <any index>
+    s3 search --policy {here} --index <any index> "a question"
+    s3 serve --policy {here} --index <any index>
 
 loads it on top of the offline base model (transformers; `--set searcher.policy=vllm` for the vLLM engine, which
 merges it into the base first). Without `--index` it uses the training index named in `searcher.json` (rebuilt by
-`s3 prepare-training --config configs/transfer.toml`). How it does on unseen questions: `../report.md`.
+`s3 prepare-training --config {config}`). How it does on unseen questions: `../report.md`.
 """)
 
 
@@ -216,8 +219,10 @@ def _copy_checkpoint(src: Path, dst: Path, resumable: bool) -> None:
             shutil.copy2(src / name, dst / name)
 
 
-def snapshot(config: str, dest: Path = RESULTS / "run") -> Path:
-    """Copy the run's resumable minimum into `dest` (replacing what was there): see the section comment."""
+def snapshot(config: str, dest: Path | None = None) -> Path:
+    """Copy the run's resumable minimum into `dest` (default RESULTS/run, replacing what was there): see the section
+    comment."""
+    dest = dest or RESULTS / "run"
     run = _run_dir(config)
     ckpts = run / "checkpoints"
     if not (ckpts / "latest").is_file():
@@ -254,9 +259,10 @@ def _step_of(checkpoints: Path) -> int:
     return int(latest.read_text().strip().removeprefix("step_")) if latest.is_file() else -1
 
 
-def restore(config: str, src: Path = RESULTS / "run") -> Path | None:
+def restore(config: str, src: Path | None = None) -> Path | None:
     """Put a snapshot back as the run directory when the run there is missing or older; returns the run dir, or
     None when there was nothing to do."""
+    src = src or RESULTS / "run"
     run = _run_dir(config)
     if not (src / "checkpoints" / "latest").is_file():
         print(f"no snapshot in {src}: a new run starts")
@@ -321,13 +327,44 @@ def evaluate(config: str, work: Path) -> None:
     # mid-evaluation leaves whole comparisons behind, and the next run resumes the rest
     for method, margs in _methods(cfg.retriever.k).items():
         for name, (_, _, limit) in DATASETS.items():
-            data, index, out = work / "eval" / name / "data", work / "eval" / name / "index", work / "eval" / name / method
+            data, index, out = work / "eval" / name / "data", work / "eval" / name / "index", _run_path(work, name, method)
             summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
             if summary.get("n_scored") == limit and not summary.get("n_failed"):
+                if out.parent.parent.parent != work:  # --baselines-from: reused only when it ran the same setting
+                    mine = work / "eval" / name / "naive_rag" / "summary.json"
+                    if mine.is_file() and not _same_setting(json.loads(mine.read_text())["config"], summary["config"]):
+                        raise SystemExit(f"{out} ran another setting than this evaluation: drop --baselines-from")
+                    print(f"= {name}/{method}: reused from {out}", flush=True)
                 continue  # finished, nothing to retry: skip building its engines
+            out = work / "eval" / name / method
             where = [] if margs[0] == "no_retrieval" else ["--index", str(index)]  # it takes no index
             _s3("eval", *common, "--dataset", str(data), *where, "--limit", str(limit), "--out", str(out),
                 "--no-progress", "--method", *margs)
+
+
+BASELINE_METHODS = ("naive_rag", "no_retrieval")  # no searcher in them: another attempt's runs are the same runs
+BASELINES: Path | None = None  # --baselines-from: a results directory whose baseline runs are reused
+
+
+def _same_setting(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two eval runs' recorded settings make the same baseline: questions, retriever (index content, k),
+    generator, judge, metric."""
+    def part(c: dict[str, Any]) -> Any:
+        r = c.get("retriever") or {}
+        return (c.get("dataset", {}).get("questions_sha256"), c.get("dataset", {}).get("limit"), r.get("k"),
+                r.get("corpus_sha256"), r.get("index_params"), c.get("generator"), c.get("judge"), c.get("eval"))
+    return part(a) == part(b)
+
+
+def _run_path(work: Path, name: str, method: str) -> Path:
+    """Where a method's eval run is: under `work`, or for a baseline method the --baselines-from directory's run when
+    `work` has none of its own."""
+    own = work / "eval" / name / method
+    if BASELINES is not None and method in BASELINE_METHODS and not (own / "results.jsonl").is_file():
+        other = BASELINES / "eval" / name / method
+        if (other / "summary.json").is_file():
+            return other
+    return own
 
 
 def _rows(run: Path) -> dict[str, dict[str, Any]]:
@@ -351,7 +388,7 @@ def report(config: str, work: Path) -> None:
         "",
     ]
     for name in DATASETS:
-        runs = {m: _rows(work / "eval" / name / m) for m in _methods(cfg.retriever.k)}
+        runs = {m: _rows(_run_path(work, name, m)) for m in _methods(cfg.retriever.k)}
         if not any(runs.values()):
             continue
         ds: dict[str, Any] = {"methods": {}, "paired": {}}
@@ -604,10 +641,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stage", choices=("snapshot", "restore", "select", "evaluate", "report", "all"))
     ap.add_argument("--config", default=str(ROOT / "configs" / "transfer.toml"))
-    ap.add_argument("--work", type=Path, default=RESULTS,
-                    help="where the eval runs go (eval/<dataset>/<method>/: committed, so an evaluation cut by the end of "
-                         "a session resumes on the next machine; the datasets' corpora and indexes are rebuilt)")
+    ap.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
+                    help="the attempt's results directory (selection, policy/, report, eval/); default "
+                         "benchmarks/results/transfer (issue 22's run)")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="where the eval runs go (default: --results; eval/<dataset>/<method>/: committed, so an "
+                         "evaluation cut by the end of a session resumes on the next machine; the datasets' corpora and "
+                         "indexes are rebuilt)")
+    ap.add_argument("--baselines-from", type=Path, default=None,
+                    help="another attempt's results directory: its naive_rag and no_retrieval runs are read instead of "
+                         "run again (checked: same questions, index, k, generator, judge, metric)")
     args = ap.parse_args()
+    global RESULTS, BASELINES
+    RESULTS, BASELINES = args.results.resolve(), args.baselines_from.resolve() if args.baselines_from else None
+    args.work = args.work.resolve() if args.work else RESULTS
     if args.stage == "snapshot":
         snapshot(args.config)
         return 0

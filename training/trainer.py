@@ -469,7 +469,7 @@ class S3Trainer:
             "rng": capture_rng(),  # CPU and every device's generators (training/rng.py)
             "data_order": {"seed": self.tc.seed, "batch_size": self.tc.rollout.batch_size,
                            "n_questions": len(self.examples), "scheme": DATA_ORDER,
-                           "sft_warmup_steps": self.tc.sft.steps,
+                           "sft_warmup_steps": self.tc.sft.steps, "sft_pool": self._pool_ids(),
                            "next_batch": [self.examples[i].id for i in self.batch_indices(self.step)]},
         }
         torch.save(state, tmp / STATE_FILE)
@@ -503,6 +503,11 @@ class S3Trainer:
             base_model=self.tc.base_model, corpus=self.data.directory / "corpus.jsonl",
         )
 
+    def _pool_ids(self) -> list[str] | None:
+        """The ids of the questions the warm-up draws from (training.sft.keep = 'gbr_positive'), None = all."""
+        pool = self.parts.sft_pool
+        return None if pool is None else [self.examples[i].id for i in pool]
+
     def _learner(self) -> Learner:
         if self.learner is None:
             raise S3Error("this trainer's learner is a LearnerGroup (ray.learners > 1): no learner in this process")
@@ -519,6 +524,9 @@ class S3Trainer:
         if order.get("scheme") != DATA_ORDER or order.get("sft_warmup_steps") != tc.sft.steps:
             raise S3Error(f"cannot resume {ckpt}: it was written with another data order (an older s3, or another "
                           "training.sft.steps); use a new training.output_dir")
+        if int(state["step"]) < tc.sft.steps and order.get("sft_pool", self._pool_ids()) != self._pool_ids():
+            raise S3Error(f"cannot resume {ckpt} inside the warm-up: its distillation pool (training.sft.keep / "
+                          "candidates) is not this run's; use a new training.output_dir")
         now = (tc.seed, tc.rollout.batch_size, len(self.examples))
         if (order["seed"], order["batch_size"], order["n_questions"]) != now:
             raise S3Error(
