@@ -77,3 +77,29 @@ def tiny_policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     transformers.LlamaForCausalLM(cfg).save_pretrained(str(out))
     tok.save_pretrained(str(out))
     return out
+
+
+@pytest.fixture(autouse=True)
+def _close_litellm_cached_clients():  # type: ignore[no-untyped-def]
+    """litellm keeps the OpenAI / httpx clients it creates in a process-wide cache (in_memory_llm_clients_cache), one per
+    api_base, with their pooled loopback connections; an entry expires later, during whichever test is running, and
+    its socket is then reported as unclosed there (ResourceWarning -> a failure under filterwarnings = error, in a test
+    that has nothing to do with it). After each test the cached sync clients are closed and dropped from the cache, so
+    their connections are closed by the test that opened them (the async ones are left to litellm)."""
+    yield
+    import sys
+
+    litellm = sys.modules.get("litellm")
+    cache = getattr(litellm, "in_memory_llm_clients_cache", None) if litellm is not None else None
+    if cache is None or not getattr(cache, "cache_dict", None):
+        return
+    import contextlib
+    import inspect
+
+    for key, client in list(cache.cache_dict.items()):
+        close = getattr(client, "close", None)
+        if callable(close) and not inspect.iscoroutinefunction(close):  # async clients stay: litellm closes those
+            with contextlib.suppress(Exception):  # a client that cannot close is litellm's failure, not the test's
+                close()
+            cache.cache_dict.pop(key, None)
+            getattr(cache, "ttl_dict", {}).pop(key, None)
