@@ -223,9 +223,11 @@ def test_search_with_a_run_dir_applies_its_recorded_settings_and_index(trainer) 
     result = json.loads(out.stdout)
     assert len(result["steps"]) <= 2  # D0 + at most one search turn (the defaults would allow three)
     # k0 = k = 3, as trained (a turn whose reply was no valid action, as an untrained policy's often is, retrieves
-    # nothing; which turn that is depends on the greedy reply, i.e. on the transformers release's numerics)
+    # nothing; which turn that is depends on the greedy reply, i.e. on the transformers release's numerics). A query of
+    # stopwords only (a 1-step policy once asked for 'and') matches no bm25 document: it retrieves 0, never another k
     searched = [s for s in result["steps"] if s["turn"] == 0 or s["query"] is not None]
-    assert searched and all(len(s["retrieved_ids"]) == 3 for s in searched), result["steps"]
+    assert searched and len(searched[0]["retrieved_ids"]) == 3, result["steps"]
+    assert all(len(s["retrieved_ids"]) in (0, 3) for s in searched), result["steps"]
     assert result["documents"]
 
 
