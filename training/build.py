@@ -83,7 +83,7 @@ class TrainingParts:
 def prepare_data(cfg: TrainSettings, log: Log = print) -> TrainingSet:
     """The prepared training set ([training.data]); prepared first when missing, completed when the generator, prompt
     or metric changed since (the baseline cache is keyed by them)."""
-    from training.data import load_training_set, prepare_training, training_dir
+    from training.data import data_filters, load_training_set, prepare_training, training_dir
 
     d = training_dir(cfg)
     if not (d / "manifest.json").is_file() or not (d / "train.jsonl").is_file():
@@ -94,8 +94,7 @@ def prepare_data(cfg: TrainSettings, log: Log = print) -> TrainingSet:
     except S3Error:
         prepare_training(cfg, d, log=log)
         return load_training_set(cfg, d)
-    f = cfg.training.data
-    wanted = {"drop_yes_no": f.drop_yes_no, "keep_baseline_zero": f.keep_baseline_zero, "keep_answerable": f.keep_answerable}
+    wanted = data_filters(cfg)
     if data.manifest.get("filters", wanted) != wanted:  # the same directory under other filters: filter again (cached)
         log(f"train: training.data filters {wanted} differ from the prepared {data.manifest.get('filters')}: preparing")
         prepare_training(cfg, d, log=log)

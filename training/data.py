@@ -60,6 +60,7 @@ Log = Callable[[str], object]  # where progress lines go (print by default)
 __all__ = [
     "TrainingSet",
     "baseline_key",
+    "data_filters",
     "is_yes_no",
     "load_training_set",
     "make_accuracy",
@@ -310,7 +311,7 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
         manifest0: dict[str, Any] = {
             "counts": counts, "baseline": "skipped (reward needs none, keep_baseline_zero=false)",
             "index": _index_ref(index_dir, out), "sources": sources,
-            "filters": {"drop_yes_no": t.data.drop_yes_no, "keep_baseline_zero": False, "keep_answerable": t.data.keep_answerable},
+            "filters": data_filters(cfg),  # keep_baseline_zero is false here (needs_baseline)
         }
         if t.data.keep_answerable:
             key0 = baseline_key(cfg, _index_fingerprint(index_dir))
@@ -365,14 +366,19 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
         ),
         "index": _index_ref(index_dir, out),
         "sources": sources,
-        "filters": {"drop_yes_no": t.data.drop_yes_no, "keep_baseline_zero": t.data.keep_baseline_zero,
-                    "keep_answerable": t.data.keep_answerable},
+        "filters": data_filters(cfg),
     }
     if answerable is not None:
         manifest["answerable"] = answerable
     write_json_atomic(out / "manifest.json", manifest)
     log(f"prepare-training: counts {counts}")
     return manifest
+
+
+def data_filters(cfg: TrainSettings) -> dict[str, bool]:
+    """The training.data filters a prepared directory was filtered with (its manifest's "filters")."""
+    d = cfg.training.data
+    return {"drop_yes_no": d.drop_yes_no, "keep_baseline_zero": d.keep_baseline_zero, "keep_answerable": d.keep_answerable}
 
 
 def _pool_and_heldout(cfg: TrainSettings, questions: list[QAExample]) -> tuple[list[QAExample], list[QAExample]]:
