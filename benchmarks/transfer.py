@@ -194,8 +194,13 @@ merges it into the base first). Without `--index` it uses the training index nam
 # training data lives in benchmarks/results/transfer/data/ (its baseline cache is committed; corpus and index are
 # rebuilt by `s3 prepare-training` from ../shared/data in seconds).
 EVAL_POLICY = "vllm"  # the searcher's engine in the dev-slice evaluation
-RUN_FILES = ("metrics.jsonl", "heldout.jsonl", "config.json", "searcher.json")
+RUN_FILES = ("metrics.jsonl", "heldout.jsonl", "config.json", "searcher.json", "distill.jsonl", "distill_summary.json")
 CKPT_FILES = ("trainer_state.pt",)
+# not carried: the tokenizer files an adapter folder repeats (a LoRA adapter loads with its base model's tokenizer)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
+                   "vocab.json", "merges.txt")
+WEIGHTS = "adapter_model.safetensors"
+SAME_AS_REFERENCE = "SAME_AS_REFERENCE"  # in a snapshot's adapter/: its weights are reference/'s, stored once
 
 
 def _run_dir(config: str) -> Path:
@@ -207,13 +212,25 @@ def _run_dir(config: str) -> Path:
     return run
 
 
-def _copy_checkpoint(src: Path, dst: Path, resumable: bool) -> None:
+def _copy_adapter(src: Path, dst: Path, reference: Path | None = None) -> None:
+    """An adapter folder without its tokenizer files; weights byte-identical to `reference`'s (the warm-up's end is
+    both the KL reference and, often, the best checkpoint) are not copied but marked SAME_AS_REFERENCE."""
+    import filecmp
+
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(*TOKENIZER_FILES))
+    if reference is not None and (reference / WEIGHTS).is_file() and (dst / WEIGHTS).is_file() \
+            and filecmp.cmp(reference / WEIGHTS, dst / WEIGHTS, shallow=False):
+        (dst / WEIGHTS).unlink()
+        (dst / SAME_AS_REFERENCE).write_text(f"{WEIGHTS} is reference/{WEIGHTS}\n")
+
+
+def _copy_checkpoint(src: Path, dst: Path, resumable: bool, reference: Path | None = None) -> None:
     """A checkpoint's adapter/ (with its searcher.json) and, when `resumable`, its trainer_state.pt; not policy/
     (the merged weights: a LoRA run resumes from base + adapter)."""
     dst.mkdir(parents=True, exist_ok=True)
-    if (dst / "adapter").exists():
-        shutil.rmtree(dst / "adapter")
-    shutil.copytree(src / "adapter", dst / "adapter")
+    _copy_adapter(src / "adapter", dst / "adapter", reference)
     if resumable:
         for name in CKPT_FILES:
             shutil.copy2(src / name, dst / name)
@@ -238,12 +255,14 @@ def snapshot(config: str, dest: Path | None = None) -> Path:
     for name in RUN_FILES:
         if (run / name).is_file():
             shutil.copy2(run / name, tmp / name)
+    reference = None
     if (run / "reference").is_dir():
-        shutil.copytree(run / "reference", tmp / "reference")
-    _copy_checkpoint(ckpts / latest, tmp / "checkpoints" / latest, resumable=True)
+        _copy_adapter(run / "reference", tmp / "reference")
+        reference = tmp / "reference"
+    _copy_checkpoint(ckpts / latest, tmp / "checkpoints" / latest, resumable=True, reference=reference)
     (tmp / "checkpoints" / "latest").write_text(latest)
     if best is not None and best != latest and (ckpts / best / "adapter").is_dir():
-        _copy_checkpoint(ckpts / best, tmp / "checkpoints" / best, resumable=False)
+        _copy_checkpoint(ckpts / best, tmp / "checkpoints" / best, resumable=False, reference=reference)
     if best is not None and (tmp / "checkpoints" / best).is_dir():  # never a pointer to what is not there
         (tmp / "checkpoints" / "best").write_text(best)
     if dest.exists():
@@ -284,6 +303,10 @@ def restore(config: str, src: Path | None = None) -> Path | None:
         if dst.exists():
             shutil.rmtree(dst)
         shutil.copytree(ck, dst)
+        marker = dst / "adapter" / SAME_AS_REFERENCE
+        if marker.is_file():
+            shutil.copy2(src / "reference" / WEIGHTS, dst / "adapter" / WEIGHTS)
+            marker.unlink()
     for pointer in ("latest", "best"):
         if (src / "checkpoints" / pointer).is_file():
             shutil.copy2(src / "checkpoints" / pointer, run / "checkpoints" / pointer)

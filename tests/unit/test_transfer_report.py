@@ -94,6 +94,7 @@ def test_snapshot_keeps_what_a_resume_needs_and_restore_puts_it_back_only_over_a
         d = ck / f"step_{step:06d}"
         (d / "adapter").mkdir(parents=True)
         (d / "adapter" / "adapter_model.safetensors").write_bytes(b"w%d" % step)
+        (d / "adapter" / "tokenizer.json").write_text("{}")  # the base model's: not carried
         (d / "policy").mkdir()
         (d / "policy" / "model.safetensors").write_bytes(b"big merged weights")
         (d / "trainer_state.pt").write_bytes(b"s%d" % step)
@@ -101,15 +102,19 @@ def test_snapshot_keeps_what_a_resume_needs_and_restore_puts_it_back_only_over_a
     (ck / "best").write_text("step_000010")
     (run / "reference").mkdir()
     (run / "reference" / "adapter_config.json").write_text("{}")
+    (run / "reference" / "adapter_model.safetensors").write_bytes(b"w10")  # the warm-up's end = the best step
+    (run / "reference" / "tokenizer.json").write_text("{}")
     (run / "metrics.jsonl").write_text('{"step": 20}\n')
     (run / "heldout.jsonl").write_text('{"step": 10}\n')
+    (run / "distill_summary.json").write_text('{"kept": 3}')
 
     snap = transfer.snapshot(str(cfg), tmp_path / "snap")
     files = {str(p.relative_to(snap)) for p in snap.rglob("*") if p.is_file()}
-    assert files == {"metrics.jsonl", "heldout.jsonl", "reference/adapter_config.json", "checkpoints/latest",
-                     "checkpoints/best", "checkpoints/step_000020/adapter/adapter_model.safetensors",
-                     "checkpoints/step_000020/trainer_state.pt",
-                     "checkpoints/step_000010/adapter/adapter_model.safetensors"}  # no merged weights, no step 15
+    # no merged weights, no step 15, no tokenizer copies, and step 10's weights (= the reference's) stored once
+    assert files == {"metrics.jsonl", "heldout.jsonl", "distill_summary.json", "reference/adapter_config.json",
+                     "reference/adapter_model.safetensors", "checkpoints/latest", "checkpoints/best",
+                     "checkpoints/step_000020/adapter/adapter_model.safetensors",
+                     "checkpoints/step_000020/trainer_state.pt", "checkpoints/step_000010/adapter/SAME_AS_REFERENCE"}
 
     import shutil
 
@@ -117,6 +122,9 @@ def test_snapshot_keeps_what_a_resume_needs_and_restore_puts_it_back_only_over_a
     assert transfer.restore(str(cfg), snap) == run
     assert (ck / "latest").read_text() == "step_000020" and (ck / "best").read_text() == "step_000010"
     assert (ck / "step_000020" / "trainer_state.pt").read_bytes() == b"s20"
+    assert (ck / "step_000010" / "adapter" / "adapter_model.safetensors").read_bytes() == b"w10"
+    assert not (ck / "step_000010" / "adapter" / "SAME_AS_REFERENCE").exists()
+    assert (run / "distill_summary.json").is_file()
     assert (run / "reference" / "adapter_config.json").is_file() and (run / "heldout.jsonl").is_file()
     (ck / "latest").write_text("step_000025")  # the run went on past the snapshot: restore leaves it alone
     assert transfer.restore(str(cfg), snap) is None and (ck / "latest").read_text() == "step_000025"
