@@ -228,9 +228,9 @@ def _child_search(kind: str, cache: str, out_dir: str, batch: int) -> None:
     from searcher.config import DenseConfig
     from searcher.retrieval.dense import open_vector_index
     from searcher.retrieval.vector_index import (
+        INDEX_FILE,
+        VECTORS_FILE,
         SearchSettings,
-        VectorFile,
-        VectorIndex,
         build_faiss,
         write_vectors,
     )
@@ -240,24 +240,27 @@ def _child_search(kind: str, cache: str, out_dir: str, batch: int) -> None:
     q = np.load(c / "dev_q.npy")
     out = Path(out_dir)
     params = json.loads((out / "build.json").read_text())["params"]
-    # Warm the same code path on a tiny index of the same type (faiss's thread pool, per-thread buffers, the
-    # allocator's arenas, lazily imported modules) so the baseline holds what does not grow with the index.
+    # Warm the same code path on a tiny index of the same type, written and read back the way the real one is
+    # opened (faiss's thread pool, per-thread buffers, the allocator's arenas, lazily imported modules and the pages
+    # of faiss's reader code) so the baseline holds what does not grow with the index.
     rng = np.random.default_rng(1)
     tiny = rng.normal(size=(1200, q.shape[1])).astype(np.float32)
     tiny /= np.linalg.norm(tiny, axis=1, keepdims=True)
     with tempfile.TemporaryDirectory() as td:
-        write_vectors([tiny], Path(td) / "v.f32")
+        write_vectors([tiny], Path(td) / VECTORS_FILE)
         cfg = DenseConfig(index_type=kind, ivf_nlist=16)  # type: ignore[arg-type]
         widx, wp = build_faiss(kind, tiny, cfg)
+        faiss.write_index(widx, str(Path(td) / INDEX_FILE))
         s = params["search"]
         ws = SearchSettings(nprobe=min(s.get("nprobe") or 1, 16) if s.get("nprobe") else None,
                             ef_search=s.get("ef_search"), rescore=min(s.get("rescore", 0), 1200))
-        wvf = VectorFile(Path(td) / "v.f32", q.shape[1])
-        wvi = VectorIndex(widx, kind, ws, wvf)
+        wvi = open_vector_index(Path(td), {"index_type": kind, "dim": q.shape[1], "search": ws.as_dict()},
+                                DenseConfig(device="cpu"), None)
         for i in range(0, 4 * batch, batch):
             wvi.search(q[i : i + batch], 10)
-        wvf.close()
-        del widx, wvi, wvf, tiny, wp
+        if wvi.vectors is not None:
+            wvi.vectors.close()
+        del widx, wvi, tiny, wp
     gc.collect()
     import ctypes
 
@@ -517,6 +520,8 @@ def stage_scale(cache: Path, big: int, kinds: tuple[str, ...], with_bm25: bool =
             write_docstore(iter_corpus(corpus), bm)
             res["docstore_write_s"] = round(time.perf_counter() - t, 1)
         res["docstore_peak_rss_this_process"] = proc_status()["VmHWM"]
+    if not kinds:
+        return res
     # dense: the cached real embeddings tiled to `big` rows (the ids repeat the passages), docstore shared with bm25
     dim = int(json.loads((cache / "encode_info.json").read_text())["dim"])
     real = open_vectors(cache / VECTORS_FILE, dim)
@@ -830,7 +835,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32, help="dev queries per search call in the dense stage")
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--big", type=int, default=1_000_000, help="passages of the scale stage")
-    ap.add_argument("--big-types", default="flat,binary")
+    ap.add_argument("--big-types", default="flat,binary", help="dense types of the scale stage ('' = bm25 only)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--no-big-bm25", action="store_true", help="scale: dense only (the bm25 build of 1M passages "
                     "takes ~10 min of 2 free cores)")
@@ -864,7 +869,8 @@ def main() -> int:
         res["http"] = stage_http(args.cache, args.runs)
         write_report(res, args.results)
     if "scale" in stages:
-        res["scale"] = stage_scale(args.cache, args.big, tuple(args.big_types.split(",")), not args.no_big_bm25)
+        res["scale"] = stage_scale(args.cache, args.big, tuple(t for t in args.big_types.split(",") if t),
+                                   not args.no_big_bm25)
         write_report(res, args.results)
     if "project" in stages and res.get("dense"):
         res["project"] = stage_project(res["dense"], res.get("encode"))

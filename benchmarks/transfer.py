@@ -41,6 +41,8 @@ RESULTS = DEFAULT_RESULTS  # the attempt's results directory (--results)
 DATASETS = {  # name: (format, raw file, questions evaluated)
     "hotpotqa_dev500": ("hotpotqa", SHARED / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl", 300),
     "musique_dev200": ("musique", SHARED / "musique_dev200" / "musique.json", 100),
+    # issue 31's evaluation adds the third slice issue 22 named (the first attempt ran without it: its report skips it)
+    "2wiki_dev200": ("2wiki", SHARED / "2wiki_dev200" / "wikihop.json", 100),
 }
 
 
