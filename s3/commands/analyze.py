@@ -120,6 +120,43 @@ def _same_model(run: RunData, section: str, model: str) -> None:
                       f"pass --set {key}={str(used).split(' (')[0]} so the analysis asks the same model")
 
 
+ANSWERS_FILE = "policy_answers.jsonl"
+
+
+class _AnswerMemo:
+    """The policy's greedy answers to over-search chats, kept in OUT/policy_answers.jsonl as they come (keyed by the
+    model and the chat's sha256): an interrupted analysis resumes, and a rerun (hand labels added, another
+    --resamples) makes no policy call. Failed calls are not kept (asked again next time)."""
+
+    def __init__(self, path: Path, model: str) -> None:
+        from s3core.io import read_jsonl
+
+        self.path, self.model = path, model
+        rows = read_jsonl(path, torn_tail="skip") if path.is_file() else []
+        self.seen = {str(r["key"]): str(r["text"]) for r in rows if "key" in r and "text" in r}
+
+    def _key(self, chat: list[dict[str, str]]) -> str:
+        import hashlib
+        import json
+
+        return hashlib.sha256(json.dumps([self.model, chat], sort_keys=True).encode()).hexdigest()
+
+    def get(self, chat: list[dict[str, str]]) -> str | None:
+        return self.seen.get(self._key(chat))
+
+    def put(self, answered: list[tuple[list[dict[str, str]], str]]) -> None:
+        from s3core.io import append_jsonl, repair_tail
+
+        rows = [{"key": self._key(c), "text": t} for c, t in answered]
+        if not rows:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_file():
+            repair_tail(self.path)
+        append_jsonl(self.path, rows)
+        self.seen.update({str(r["key"]): str(r["text"]) for r in rows})
+
+
 def _r1_analysis(args: argparse.Namespace, cfg: S3Config, run: RunData) -> R1Analysis:
     from eval.metrics import normalize_answer
     from eval.oversearch import agreement, analyze_search_r1
@@ -133,10 +170,15 @@ def _r1_analysis(args: argparse.Namespace, cfg: S3Config, run: RunData) -> R1Ana
         policy = build_policy(cfg.searcher)
         judge = build_judge(cfg.judge_resolved)
         docs = _documents(cfg, run, _index(run, args.index))
+        memo = _AnswerMemo(Path(args.out) / ANSWERS_FILE, cfg.searcher.model)
 
         def answer(chats: list[list[dict[str, str]]]) -> list[str | None]:
-            outs = policy.generate(chats, stop=["</query_answer>"], max_new_tokens=32, temperature=0.0)
-            return [o.text if o.error is None else None for o in outs]
+            todo = [i for i, c in enumerate(chats) if memo.get(c) is None]
+            if todo:
+                outs = policy.generate([chats[i] for i in todo], stop=["</query_answer>"], max_new_tokens=32,
+                                       temperature=0.0)
+                memo.put([(chats[i], o.text) for i, o in zip(todo, outs, strict=True) if o.error is None])
+            return [memo.get(c) for c in chats]
 
         def same(memory: list[str | None], context: list[str | None]) -> list[bool | None]:
             out: list[bool | None] = [None] * len(memory)

@@ -180,3 +180,23 @@ def test_search_r1_analysis_with_scripted_answers(tmp_path: Path) -> None:
     assert [b["searches"] for b in s["by_searches"]] == [0, 1]
     assert a.hops is not None and a.hops["less"]["sum"] == 100.0  # 2-hop questions with 0 and 1 searches
     assert "over-search" in "\n".join(a.markdown())
+
+
+def test_over_search_answers_are_kept_so_a_rerun_asks_the_policy_nothing(tmp_path: Path) -> None:
+    """`s3 analyze` on a Search-R1 run: the policy's sub-query answers go to OUT/policy_answers.jsonl as they come; a
+    rerun (hand labels added) or a resume after a kill reads them back; another model or another chat is a miss."""
+    from s3.commands.analyze import ANSWERS_FILE, _AnswerMemo
+
+    path = tmp_path / ANSWERS_FILE
+    chat = [{"role": "user", "content": "Query: capital of Peru?"}]
+    other = [{"role": "user", "content": "Query: capital of Chile?"}]
+    memo = _AnswerMemo(path, "local/m")
+    assert memo.get(chat) is None
+    memo.put([(chat, "<query_answer>Lima")])
+    assert memo.get(chat) == "<query_answer>Lima" and memo.get(other) is None
+    with path.open("a") as fh:
+        fh.write('{"key": "torn')  # a kill mid-write
+    again = _AnswerMemo(path, "local/m")
+    assert again.get(chat) == "<query_answer>Lima" and _AnswerMemo(path, "local/other").get(chat) is None
+    again.put([(other, "Santiago")])
+    assert [r["text"] for r in map(json.loads, path.read_text().splitlines())] == ["<query_answer>Lima", "Santiago"]
