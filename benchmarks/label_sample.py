@@ -1,6 +1,10 @@
 """Print a seeded sample of Search-R1 steps (25 search steps with a verdict, 25 answer steps) from `s3 analyze`'s
-steps_*.jsonl, for labelling by hand: benchmarks/results/analysis/hand_labels.jsonl holds the labels ({"key", "label",
-"note"}), written by a person reading each step (the label answers the judge's question: search step = do the memory
+steps_*.jsonl (and the run's results.jsonl for the gold answers), for labelling by hand:
+
+    .venv/bin/python benchmarks/label_sample.py OUT/steps_NAME.jsonl RUN_DIR/results.jsonl
+
+benchmarks/results/analysis/hand_labels_*.jsonl hold the labels ({"key", "label", "note"}), written by a person
+reading each step (the label answers the judge's question: search step = do the memory
 and context answers agree; answer step = is the answer correct for the gold answers)."""
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ def main() -> int:
     rows = {}
     if len(sys.argv) > 2:
         rows = {r["id"]: r for r in map(json.loads, Path(sys.argv[2]).read_text().splitlines())}
-    rng = random.Random(34)
     search = [s for s in steps if s["kind"] == "search" and s["over_search"] is not None]
     answer = [s for s in steps if s["kind"] == "answer" and s["correct"] is not None]
-    for s in rng.sample(search, min(25, len(search))) + rng.sample(answer, min(25, len(answer))):
+    # one seeded draw per kind: the answer steps' sample does not depend on how many search steps were judged, so
+    # they can be labelled from the evaluation run before the (slow) over-search analysis has finished
+    # (hand_labels_smollm2 / _qwen05 were drawn with one generator for both kinds)
+    picked = random.Random(34).sample(search, min(25, len(search))) + random.Random(35).sample(answer, min(25, len(answer)))
+    for s in picked:
         gold = rows.get(s["qid"], {}).get("golden_answers")
         if s["kind"] == "search":
             print(f"{s['key']} SEARCH q={s['query']!r} memory={s['memory_answer']!r} context={s['context_answer']!r} "
