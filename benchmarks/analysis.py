@@ -43,6 +43,9 @@ R1_DATA = OUT / "search_r1" / "musique_dev200_train100"
 R1_RAW = [SHARED / "musique_dev200" / "musique.json", SHARED / "train_hotpotqa_musique100" / "musique_train.json"]
 R1_SELECTED = [n for n in os.environ.get("S3_R1_RUNS", "search_r1_qwen15").split(",") if n]
 GENACC_QUESTIONS = os.environ.get("S3_GENACC_QUESTIONS", "20")
+# over-search on the first N search steps only (default all); the policy's answers are kept in the analysis folder, so
+# a later run with a larger N (or none) asks only for the steps not answered yet
+OVER_SEARCH_STEPS = os.environ.get("S3_R1_OVER_SEARCH_STEPS", "")
 R1_DIR = OUT / "search_r1"  # runs: R1_DIR/<dataset>/<name>
 
 
@@ -109,7 +112,8 @@ def analyze_r1() -> None:
         _s3("analyze", "--config", "configs/transfer.toml", str(run), "--out", str(OUT / "search_r1" / f"analysis_{name}"),
             "--dataset", str(data), "--index", str(index),
             "--set", "searcher.policy=litellm", "--set", f"searcher.model={policy}", "--set", "eval.metric=genacc",
-            "--set", "eval.use_judge=true", *(["--labels", str(labels)] if labels.is_file() else []))
+            "--set", "eval.use_judge=true", *(["--labels", str(labels)] if labels.is_file() else []),
+            *(["--over-search-steps", OVER_SEARCH_STEPS] if OVER_SEARCH_STEPS else []))
 
 
 def main() -> int:

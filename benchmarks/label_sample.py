@@ -15,6 +15,14 @@ import sys
 from pathlib import Path
 
 
+def _balanced(steps: list[dict], verdict: str, rng: random.Random, n: int = 25) -> list[dict]:
+    """`n` steps, up to half of them with a true verdict and the rest false (topped up from the other side)."""
+    yes = [s for s in steps if s[verdict]]
+    no = [s for s in steps if not s[verdict]]
+    k_yes = min(len(yes), max(n // 2, n - len(no)))
+    return rng.sample(yes, k_yes) + rng.sample(no, min(len(no), n - k_yes))
+
+
 def main() -> int:
     steps = [json.loads(line) for line in Path(sys.argv[1]).read_text().splitlines() if line.strip()]
     rows = {}
@@ -23,9 +31,11 @@ def main() -> int:
     search = [s for s in steps if s["kind"] == "search" and s["over_search"] is not None]
     answer = [s for s in steps if s["kind"] == "answer" and s["correct"] is not None]
     # one seeded draw per kind: the answer steps' sample does not depend on how many search steps were judged, so
-    # they can be labelled from the evaluation run before the (slow) over-search analysis has finished
-    # (hand_labels_smollm2 / _qwen05 were drawn with one generator for both kinds)
-    picked = random.Random(34).sample(search, min(25, len(search))) + random.Random(35).sample(answer, min(25, len(answer)))
+    # they can be labelled from the evaluation run before the (slow) over-search analysis has finished; each draw is
+    # balanced over the verdict (half the steps judged one way where there are enough), so a sample of a weak policy
+    # is not all "wrong" (hand_labels_smollm2 / _qwen05 were drawn at random with one generator for both kinds)
+    picked = (_balanced(search, "over_search", random.Random(34))
+              + _balanced(answer, "correct", random.Random(35)))
     for s in picked:
         gold = rows.get(s["qid"], {}).get("golden_answers")
         if s["kind"] == "search":
