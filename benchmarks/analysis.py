@@ -55,14 +55,19 @@ def _s3(*args: str) -> None:
     subprocess.run(cmd, check=True, cwd=ROOT)
 
 
+def _prepare(fmt: str, raws: list[Path], where: Path) -> None:
+    """WHERE/data (s3 data prepare) and WHERE/index (bm25), each built once."""
+    data, index = where / "data", where / "index"
+    if not (data / "corpus.jsonl").is_file():
+        _s3("data", "prepare", fmt, "--input", *map(str, raws), "--out", str(data))
+    if not index.is_dir():
+        _s3("index", "build", "--config", "configs/transfer.toml", "--corpus", str(data / "corpus.jsonl"),
+            "--out", str(index))
+
+
 def prepare() -> None:
     for name, (fmt, raw) in SLICES.items():
-        data, index = TRANSFER / name / "data", TRANSFER / name / "index"
-        if not (data / "corpus.jsonl").is_file():
-            _s3("data", "prepare", fmt, "--input", str(raw), "--out", str(data))
-        if not index.is_dir():
-            _s3("index", "build", "--config", "configs/transfer.toml", "--corpus", str(data / "corpus.jsonl"),
-                "--out", str(index))
+        _prepare(fmt, [raw], TRANSFER / name)
 
 
 def _r1_dataset(name: str) -> tuple[Path, Path]:
@@ -73,12 +78,7 @@ def _r1_dataset(name: str) -> tuple[Path, Path]:
 
 
 def prepare_r1() -> None:
-    data, index = R1_DATA / "data", R1_DATA / "index"
-    if not (data / "corpus.jsonl").is_file():
-        _s3("data", "prepare", "musique", "--input", *map(str, R1_RAW), "--out", str(data))
-    if not index.is_dir():
-        _s3("index", "build", "--config", "configs/transfer.toml", "--corpus", str(data / "corpus.jsonl"),
-            "--out", str(index))
+    _prepare("musique", R1_RAW, R1_DATA)
 
 
 def search_r1() -> None:
