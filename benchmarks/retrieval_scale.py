@@ -869,8 +869,10 @@ def main() -> int:
         res["http"] = stage_http(args.cache, args.runs)
         write_report(res, args.results)
     if "scale" in stages:
-        res["scale"] = stage_scale(args.cache, args.big, tuple(t for t in args.big_types.split(",") if t),
-                                   not args.no_big_bm25)
+        # merged: a bm25-only run (--big-types '') keeps the dense rows of an earlier one, and the other way round
+        res["scale"] = {**res.get("scale", {}), **stage_scale(args.cache, args.big,
+                                                             tuple(t for t in args.big_types.split(",") if t),
+                                                             not args.no_big_bm25)}
         write_report(res, args.results)
     if "project" in stages and res.get("dense"):
         res["project"] = stage_project(res["dense"], res.get("encode"))

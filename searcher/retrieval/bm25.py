@@ -17,6 +17,7 @@ from s3core.frameworks import import_bm25s
 from s3core.types import Document
 from searcher.config import BM25Config
 from searcher.retrieval.base import IndexedRetriever, top_k_rows
+from searcher.retrieval.bm25_build import build_streaming
 from searcher.retrieval.store import DocStore, IndexManifest
 
 SUBDIR = "bm25"
@@ -46,26 +47,12 @@ def _tokenize(texts: list[str], params: dict[str, Any], stemmer: Any) -> list[li
 
 
 def build_bm25(store: DocStore, out_dir: Path, cfg: BM25Config, progress: bool = False) -> dict[str, Any]:
-    """Index the doc store with bm25s; returns the parameters to record in the manifest."""
-    bm25s = import_bm25s()  # first: its submodules below then come from the already-loaded, JAX-free package
-    from bm25s.tokenization import Tokenizer
-    from tqdm import tqdm
-
+    """Index the doc store in bm25s's format, streamed (bm25_build: memory grows with the vocabulary, not the corpus);
+    returns the parameters to record in the manifest."""
     params = cfg.model_dump(mode="json")
-    stemmer = _stemmer(cfg.stemmer)
-    # Streamed: passages are read from the doc store one at a time, and each document keeps only its token ids
-    # (an int32 array), never the corpus text.
-    tok = Tokenizer(stopwords=cfg.stopwords or [], stemmer=stemmer)
-    texts = (f"{d.title}\n{d.text}" for d in store)
-    ids = [
-        np.asarray(x, dtype=np.int32)
-        for x in tqdm(tok.streaming_tokenize(texts, update_vocab=True), total=len(store), desc="bm25 tokenizing",
-                      unit="doc", disable=not progress)
-    ]
-    model = bm25s.BM25(method=cfg.method, k1=cfg.k1, b=cfg.b)
-    model.index((ids, tok.get_vocab_dict()), show_progress=False)
-    del ids
-    model.save(str(out_dir / SUBDIR))
+    texts = (f"{d.title}\n{d.text}" for d in store)  # read from the doc store one passage at a time
+    build_streaming(texts, len(store), out_dir / SUBDIR, method=cfg.method, k1=cfg.k1, b=cfg.b,
+                    stopwords=cfg.stopwords or None, stemmer=_stemmer(cfg.stemmer), progress=progress)
     return params
 
 
