@@ -221,22 +221,17 @@ def load_prepared(cfg: Any, retriever_factory: Callable[[Path], Any]) -> Prepare
     counts["training_without_heldout"] = len(training)
 
     key = td.baseline_key(cfg, td._index_fingerprint(index_dir))
-    accepted = td._accepted_hashes(key, index_dir)
+    accepted = {td._key_hash(key)}
     old_index = (manifest.get("baseline_key") or {}).get("index")
     if old_index and old_index != key["index"]:
         accepted.add(td._key_hash({**key, "index": old_index}))  # same generator etc.; doc ids checked per row
     retriever = retriever_factory(index_dir)
     top = retriever.search([q.question for q in training], cfg.retriever.k)
     naive_ids = {q.id: [x.id for x in docs] for q, docs in zip(training, top, strict=True)}
-    baseline: dict[str, float] = {}
     rows = read_jsonl(d / "baseline.jsonl", torn_tail="skip") if (d / "baseline.jsonl").is_file() else []
-    stale = 0
-    for r in rows:
-        if r.get("key") in accepted and r.get("acc") is not None and r["id"] in naive_ids:
-            if r.get("doc_ids") == naive_ids[r["id"]]:
-                baseline[r["id"]] = float(r["acc"])
-            else:
-                stale += 1
+    # read-only: the rule prepare-training's rekey_baseline applies, without appending the carried rows
+    kept, stale = td.rows_with_todays_topk(rows, accepted, naive_ids)
+    baseline = {i: float(r["acc"]) for i, r in kept.items()}
     note = (f"{len(baseline)} of {len(training)} training questions have a cached naive-RAG baseline whose top-3 ids "
             f"are today's ({stale} stale rows)")
     if old_index and old_index != key["index"]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,7 @@ __all__ = [
     "make_accuracy",
     "prepare_training",
     "rekey_baseline",
+    "rows_with_todays_topk",
     "training_dir",
 ]
 
@@ -387,6 +388,24 @@ def _pool_and_heldout(cfg: TrainSettings, questions: list[QAExample]) -> tuple[l
     return (questions[:-held], questions[-held:]) if 0 < held < len(questions) else (questions, [])
 
 
+def rows_with_todays_topk(
+    rows: Iterable[dict[str, Any]], hashes: Collection[str], top_ids: Mapping[str, list[str]],
+) -> tuple[dict[str, dict[str, Any]], int]:
+    """The cached baseline rows a run may use: written under one of `hashes`, with an accuracy, and whose top-k
+    document ids are today's for their question (`top_ids`: the generator saw exactly the context it would see now).
+    Returns (the accepted rows by question id, the last one of a question wins; how many rows had other ids)."""
+    accepted: dict[str, dict[str, Any]] = {}
+    stale = 0
+    for r in rows:
+        if r.get("key") not in hashes or r.get("acc") is None or r.get("id") not in top_ids or not r.get("doc_ids"):
+            continue
+        if r["doc_ids"] == top_ids[r["id"]]:
+            accepted[r["id"]] = r
+        else:
+            stale += 1
+    return accepted, stale
+
+
 def rekey_baseline(
     cfg: TrainSettings, out: Path, index_dir: Path, todo: list[QAExample], key: dict[str, Any],
     cached: dict[str, float | None], log: Log = print,
@@ -405,20 +424,19 @@ def rekey_baseline(
         return 0  # no previous key, the same key, or another generator / prompt / k / metric: nothing to carry
     old_hash, khash = _key_hash(old_key), _key_hash(key)
     wanted = {q.id: q for q in todo}
-    rows = {r["id"]: r for r in read_jsonl(bpath, torn_tail="skip")
-            if r.get("key") == old_hash and r.get("acc") is not None and r.get("id") in wanted and r.get("doc_ids")}
-    if not rows:
+    rows = [r for r in read_jsonl(bpath, torn_tail="skip") if r.get("key") == old_hash and r.get("id") in wanted]
+    ask = [wanted[i] for i in dict.fromkeys(r["id"] for r in rows)]
+    if not ask:
         return 0
-    ask = [wanted[i] for i in rows]
     top = build_retriever(cfg.retriever, index_dir).search([q.question for q in ask], cfg.retriever.k)
-    carried = [{**rows[q.id], "key": khash} for q, docs in zip(ask, top, strict=True)
-               if rows[q.id]["doc_ids"] == [d.id for d in docs]]
+    accepted, _ = rows_with_todays_topk(rows, {old_hash}, {q.id: [d.id for d in docs] for q, docs in zip(ask, top, strict=True)})
+    carried = [{**r, "key": khash} for r in accepted.values()]
     repair_tail(bpath)
     append_jsonl(bpath, carried)
     cached.update({r["id"]: float(r["acc"]) for r in carried})
     log(f"prepare-training: the index fingerprint changed ({old_key['index']} -> {key['index']}); "
-        f"{len(carried)} of {len(rows)} cached baseline rows have today's top-{cfg.retriever.k} document ids and were "
-        f"carried over, {len(rows) - len(carried)} are recomputed")
+        f"{len(carried)} of {len(ask)} cached baseline rows have today's top-{cfg.retriever.k} document ids and were "
+        f"carried over, {len(ask) - len(carried)} are recomputed")
     return len(carried)
 
 

@@ -113,3 +113,21 @@ def test_searcher_summary_counts_new_gold(landscape: Any) -> None:
     assert s["acc"] == 1.0 and s["scored"] == 1
     assert s["new_gold_kept"] == 0.5 and s["new_gold_retrieved"] == 1.0
     assert s["searches_per_question"] == 1.0 and s["invalid_replies"] == 0.5 and s["seconds_per_question"] == 3.0
+
+
+def test_cached_baseline_rows_count_only_under_an_accepted_key_with_todays_topk() -> None:
+    """The rule prepare-training's re-keying and the landscape's read-only load share (training.data)."""
+    from training.data import rows_with_todays_topk
+
+    rows = [
+        {"id": "a", "key": "k1", "acc": 1.0, "doc_ids": ["d1", "d2"]},   # today's ids: kept
+        {"id": "b", "key": "k1", "acc": 0.0, "doc_ids": ["d9", "d2"]},   # other ids: stale
+        {"id": "c", "key": "k0", "acc": 1.0, "doc_ids": ["d3"]},         # a key not accepted
+        {"id": "d", "key": "k1", "acc": None, "doc_ids": ["d4"]},        # a failed call: missing, not a 0
+        {"id": "e", "key": "k1", "acc": 1.0, "doc_ids": ["d5"]},         # not a question of this run
+        {"id": "a", "key": "k2", "acc": 0.0, "doc_ids": ["d1", "d2"]},   # a later row of "a": it wins
+    ]
+    top = {"a": ["d1", "d2"], "b": ["d1", "d2"], "c": ["d3"], "d": ["d4"]}
+    kept, stale = rows_with_todays_topk(rows, {"k1", "k2"}, top)
+    assert {i: r["acc"] for i, r in kept.items()} == {"a": 0.0}
+    assert stale == 1
