@@ -26,15 +26,16 @@ def _passages(shared_data: Path, n: int) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("method", ["lucene", "robertson", "atire", "bm25l", "bm25+"])
+@pytest.mark.parametrize(("method", "stemmed"), [("lucene", True), ("robertson", True), ("atire", True),
+                                               ("bm25l", True), ("bm25+", True), ("lucene", False)])
 def test_streaming_build_equals_bm25s_index(shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            method: str) -> None:
+                                            method: str, stemmed: bool) -> None:
     import bm25s
     import Stemmer
     from bm25s.tokenization import Tokenizer
 
     texts = [*_passages(shared_data, 1_500), ""]  # an empty passage too
-    stem = Stemmer.Stemmer("english")
+    stem = Stemmer.Stemmer("english") if stemmed else None  # without a stemmer the ids are word ids
 
     tok = Tokenizer(stopwords="en", stemmer=stem)
     ids = [np.asarray(x, dtype=np.int32) for x in tok.streaming_tokenize(iter(texts), update_vocab=True)]
