@@ -79,13 +79,20 @@ def tiny_policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+_ASYNC_CLIENTS_KEPT: list[object] = []
+
+
 @pytest.fixture(autouse=True)
 def _close_litellm_cached_clients():  # type: ignore[no-untyped-def]
     """litellm keeps the OpenAI / httpx clients it creates in a process-wide cache (in_memory_llm_clients_cache), one per
     api_base, with their pooled loopback connections; an entry expires later, during whichever test is running, and
     its socket is then reported as unclosed there (ResourceWarning -> a failure under filterwarnings = error, in a test
     that has nothing to do with it). After each test the cached sync clients are closed and dropped from the cache, so
-    their connections are closed by the test that opened them (the async ones are left to litellm)."""
+    their connections are closed by the test that opened them. An async client cannot be closed here (its event loop
+    is gone with its test), and when litellm evicts it (after its TTL, 10 minutes: mid-suite) it keeps only a weak
+    reference to close it later, so the collector may reap it first, in any test (stop 31's CI: a ResourceWarning in
+    test_service_faults from a client of an earlier test). So the async ones are moved out of the cache into
+    `_ASYNC_CLIENTS_KEPT`, alive until the session ends: never evicted, never reaped mid-suite."""
     yield
     import sys
 
@@ -98,8 +105,12 @@ def _close_litellm_cached_clients():  # type: ignore[no-untyped-def]
 
     for key, client in list(cache.cache_dict.items()):
         close = getattr(client, "close", None)
-        if callable(close) and not inspect.iscoroutinefunction(close):  # async clients stay: litellm closes those
+        if not callable(close):
+            continue
+        if inspect.iscoroutinefunction(close):
+            _ASYNC_CLIENTS_KEPT.append(client)
+        else:
             with contextlib.suppress(Exception):  # a client that cannot close is litellm's failure, not the test's
                 close()
-            cache.cache_dict.pop(key, None)
-            getattr(cache, "ttl_dict", {}).pop(key, None)
+        cache.cache_dict.pop(key, None)
+        getattr(cache, "ttl_dict", {}).pop(key, None)
