@@ -18,9 +18,10 @@ pairs. The temporary files (~20 bytes a pair) sit under the index folder and go 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -34,9 +35,118 @@ BUCKET_PAIRS = 16_000_000
 BLOCK_DOCS = 50_000
 
 
+# one scored pair in a bucket file: token id, document id, score
+_PAIR = np.dtype([("t", "<i4"), ("d", "<i4"), ("s", "<f4")])
+_SCORE = np.dtype("float32")  # bm25s's stored dtype
+_DOC_ID = np.dtype("int32")  # document ids (< 2**31); indptr is int64, as scipy's CSC has them here
+
+
 def _write_npy_header(f: BinaryIO, dtype: np.dtype, n: int) -> None:
     np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
                                              "shape": (n,)})
+
+
+def _spill(texts: Iterable[str], n_docs: int, tok: Any, tmp: Path, progress: bool
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pass 1: tokenize each passage once, append its distinct (token, tf) pairs to tmp/tok.bin + tmp/tf.bin.
+    Returns (tokens per document, distinct tokens per document, document frequency per token id)."""
+    from tqdm import tqdm
+
+    lengths = np.zeros(n_docs, dtype=np.int32)  # bm25's l_d
+    uniques = np.zeros(n_docs, dtype=np.int32)  # the document's pairs
+    df = np.zeros(1024, dtype=np.int64)
+    seen = 0
+    buf_t: list[np.ndarray] = []
+    buf_f: list[np.ndarray] = []
+    with open(tmp / "tok.bin", "wb") as ft, open(tmp / "tf.bin", "wb") as ff:
+        def flush() -> None:
+            ft.write(np.concatenate(buf_t).tobytes())
+            ff.write(np.concatenate(buf_f).tobytes())
+            buf_t.clear()
+            buf_f.clear()
+
+        for i, ids in enumerate(tqdm(tok.streaming_tokenize(texts, update_vocab=True), total=n_docs,
+                                     desc="bm25 tokenizing", unit="doc", disable=not progress)):
+            if i >= n_docs:
+                raise ValueError(f"bm25 build: more passages than the {n_docs} announced")
+            arr = np.asarray(ids, dtype=np.int32)
+            t, c = np.unique(arr, return_counts=True)
+            lengths[i], uniques[i] = arr.size, t.size
+            if t.size:
+                if t[-1] >= df.size:
+                    df = np.concatenate([df, np.zeros(max(df.size, int(t[-1]) + 1 - df.size), dtype=np.int64)])
+                df[t] += 1
+            buf_t.append(t)
+            buf_f.append(c.astype(np.int32))
+            seen = i + 1
+            if len(buf_t) >= BLOCK_DOCS:
+                flush()
+        if buf_t:
+            flush()
+    if seen != n_docs:
+        raise ValueError(f"bm25 build: {seen} passages streamed, {n_docs} announced")
+    return lengths, uniques, df
+
+
+def _bucket_starts(df: np.ndarray, bucket_pairs: int) -> np.ndarray:
+    """First token id of each bucket: at most `bucket_pairs` pairs a bucket (a single larger token is its own)."""
+    starts = [0]
+    acc = 0
+    for t_id, d in enumerate(df.tolist()):
+        if acc and acc + d > bucket_pairs:
+            starts.append(t_id)
+            acc = 0
+        acc += d
+    return np.asarray(starts, dtype=np.int64)
+
+
+def _score_into_buckets(tmp: Path, lengths: np.ndarray, uniques: np.ndarray, bounds: np.ndarray,
+                        score: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], progress: bool) -> None:
+    """Pass 2: the spilled pairs scored block by block, each appended to its token-range bucket file (documents stay
+    in ascending order within a bucket)."""
+    from tqdm import tqdm
+
+    n_docs = lengths.size
+    with contextlib.ExitStack() as stack:
+        buckets = [stack.enter_context(open(tmp / f"bucket_{j:05d}.bin", "wb")) for j in range(len(bounds))]
+        ft = stack.enter_context(open(tmp / "tok.bin", "rb"))
+        ff = stack.enter_context(open(tmp / "tf.bin", "rb"))
+        bar = stack.enter_context(tqdm(total=n_docs, desc="bm25 scoring", unit="doc", disable=not progress))
+        for d0 in range(0, n_docs, BLOCK_DOCS):
+            d1 = min(n_docs, d0 + BLOCK_DOCS)
+            per_doc = uniques[d0:d1]
+            m = int(per_doc.sum(dtype=np.int64))
+            rec = np.empty(m, dtype=_PAIR)
+            rec["t"] = np.fromfile(ft, dtype=np.int32, count=m)
+            rec["d"] = np.repeat(np.arange(d0, d1, dtype=np.int32), per_doc)
+            tfs = np.fromfile(ff, dtype=np.int32, count=m).astype(_SCORE)
+            rec["s"] = score(rec["t"], tfs, np.repeat(lengths[d0:d1], per_doc))
+            which = np.searchsorted(bounds, rec["t"], side="right") - 1
+            order = np.argsort(which, kind="stable")
+            rec, which = rec[order], which[order]
+            cuts = np.searchsorted(which, np.arange(len(bounds) + 1))
+            for j, f in enumerate(buckets):
+                if cuts[j + 1] > cuts[j]:
+                    f.write(rec[cuts[j] : cuts[j + 1]].tobytes())
+            bar.update(d1 - d0)
+    (tmp / "tok.bin").unlink()
+    (tmp / "tf.bin").unlink()
+
+
+def _assemble(tmp: Path, out_dir: Path, n_buckets: int, nnz: int, progress: bool) -> None:
+    """Pass 3: each bucket sorted by token (stable: documents stay ascending) and appended to the CSC arrays."""
+    from tqdm import tqdm
+
+    with open(out_dir / "data.csc.index.npy", "wb") as fd, open(out_dir / "indices.csc.index.npy", "wb") as fi:
+        _write_npy_header(fd, _SCORE, nnz)
+        _write_npy_header(fi, _DOC_ID, nnz)
+        for j in tqdm(range(n_buckets), desc="bm25 assembling", unit="bucket", disable=not progress):
+            path = tmp / f"bucket_{j:05d}.bin"
+            rec = np.fromfile(path, dtype=_PAIR)
+            path.unlink()
+            rec = rec[np.argsort(rec["t"], kind="stable")]
+            fd.write(rec["s"].tobytes())
+            fi.write(rec["d"].tobytes())
 
 
 def build_streaming(texts: Iterable[str], n_docs: int, out_dir: Path, *, method: str, k1: float, b: float,
@@ -46,122 +156,42 @@ def build_streaming(texts: Iterable[str], n_docs: int, out_dir: Path, *, method:
     bm25s = import_bm25s()
     from bm25s import scoring
     from bm25s.tokenization import Tokenizer
-    from tqdm import tqdm
 
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / "_build"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        # -- pass 1: tokenize once, spill (token, tf) pairs, count document frequencies -----------------------------
         tok = Tokenizer(stopwords=stopwords or [], stemmer=stemmer)
-        lengths = np.zeros(n_docs, dtype=np.int32)  # tokens a document has (bm25's l_d)
-        uniques = np.zeros(n_docs, dtype=np.int32)  # distinct tokens a document has (its pairs)
-        df = np.zeros(1024, dtype=np.int64)
-        seen = 0
-        buf_t: list[np.ndarray] = []
-        buf_f: list[np.ndarray] = []
-        with open(tmp / "tok.bin", "wb") as ft, open(tmp / "tf.bin", "wb") as ff:
-            for i, ids in enumerate(tqdm(tok.streaming_tokenize(texts, update_vocab=True), total=n_docs,
-                                         desc="bm25 tokenizing", unit="doc", disable=not progress)):
-                if i >= n_docs:
-                    raise ValueError(f"bm25 build: more passages than the {n_docs} announced")
-                arr = np.asarray(ids, dtype=np.int32)
-                t, c = np.unique(arr, return_counts=True)
-                lengths[i], uniques[i] = arr.size, t.size
-                if t.size:
-                    if t[-1] >= df.size:
-                        df = np.concatenate([df, np.zeros(max(df.size, int(t[-1]) + 1 - df.size), dtype=np.int64)])
-                    df[t] += 1
-                buf_t.append(t)
-                buf_f.append(c.astype(np.int32))
-                seen = i + 1
-                if len(buf_t) >= BLOCK_DOCS:
-                    ft.write(np.concatenate(buf_t).tobytes())
-                    ff.write(np.concatenate(buf_f).tobytes())
-                    buf_t, buf_f = [], []
-            if buf_t:
-                ft.write(np.concatenate(buf_t).tobytes())
-                ff.write(np.concatenate(buf_f).tobytes())
-        if seen != n_docs:
-            raise ValueError(f"bm25 build: {seen} passages streamed, {n_docs} announced")
+        lengths, uniques, df = _spill(texts, n_docs, tok, tmp, progress)
         vocab: dict[str, int] = dict(tok.get_vocab_dict())
         n_vocab = len(vocab)  # the matrix's columns: the tokenizer's ids (bm25s adds "" after, as a column-less id)
         df = df[:n_vocab] if df.size >= n_vocab else np.concatenate([df, np.zeros(n_vocab - df.size, np.int64)])
-        nnz = int(uniques.sum(dtype=np.int64))
         avg_len = lengths.mean() if n_docs else 0.0  # float64, as bm25s computes it
 
-        dtype = np.dtype("float32")
-        idf = scoring._build_idf_array(doc_frequencies=dict(enumerate(df.tolist())), n_docs=n_docs,
-                                       compute_idf_fn=scoring._select_idf_scorer(method), dtype="float32")
+        # bm25s's own formulas, so the numbers are the library's
+        doc_freqs = dict(enumerate(df.tolist()))
+        idf_fn, tfc_fn = scoring._select_idf_scorer(method), scoring._select_tfc_scorer(method)
+        idf = scoring._build_idf_array(doc_frequencies=doc_freqs, n_docs=n_docs, compute_idf_fn=idf_fn,
+                                       dtype="float32")
         nonocc = None
         if method in ("bm25l", "bm25+"):
             nonocc = scoring._build_nonoccurrence_array(
-                doc_frequencies=dict(enumerate(df.tolist())), n_docs=n_docs,
-                compute_idf_fn=scoring._select_idf_scorer(method), calculate_tfc_fn=scoring._select_tfc_scorer(method),
+                doc_frequencies=doc_freqs, n_docs=n_docs, compute_idf_fn=idf_fn, calculate_tfc_fn=tfc_fn,
                 l_d=avg_len, l_avg=avg_len, k1=k1, b=b, delta=delta, dtype="float32")
-        tfc = scoring._select_tfc_scorer(method)
 
-        # bucket boundaries by token id: each bucket at most `bucket_pairs` pairs (a single larger token is its own)
-        starts = [0]
-        acc = 0
-        for t_id, d in enumerate(df.tolist()):
-            if acc and acc + d > bucket_pairs:
-                starts.append(t_id)
-                acc = 0
-            acc += d
-        bounds = np.asarray(starts, dtype=np.int64)
+        def score(toks: np.ndarray, tfs: np.ndarray, l_d: np.ndarray) -> np.ndarray:
+            # per element the same float64 operations bm25s runs per document, then float32 as it stores them
+            s = idf[toks] * tfc_fn(tf_array=tfs, l_d=l_d, l_avg=avg_len, k1=k1, b=b, delta=delta)
+            if nonocc is not None:
+                s -= nonocc[toks]
+            return s.astype(_SCORE)  # type: ignore[no-any-return]
 
-        # -- pass 2: score the pairs block by block and route them to their token-range bucket ----------------------
-        buckets = [open(tmp / f"bucket_{j:05d}.bin", "wb") for j in range(len(bounds))]  # noqa: SIM115
-        try:
-            with open(tmp / "tok.bin", "rb") as ft, open(tmp / "tf.bin", "rb") as ff, \
-                    tqdm(total=n_docs, desc="bm25 scoring", unit="doc", disable=not progress) as bar:
-                for d0 in range(0, n_docs, BLOCK_DOCS):
-                    d1 = min(n_docs, d0 + BLOCK_DOCS)
-                    per_doc = uniques[d0:d1]
-                    m = int(per_doc.sum(dtype=np.int64))
-                    toks = np.fromfile(ft, dtype=np.int32, count=m)
-                    tfs = np.fromfile(ff, dtype=np.int32, count=m).astype(dtype)
-                    docs = np.repeat(np.arange(d0, d1, dtype=np.int32), per_doc)
-                    l_d = np.repeat(lengths[d0:d1], per_doc)
-                    # per element the same float64 operations bm25s runs per document, then float32 as it stores them
-                    scores = idf[toks] * tfc(tf_array=tfs, l_d=l_d, l_avg=avg_len, k1=k1, b=b, delta=delta)
-                    if nonocc is not None:
-                        scores -= nonocc[toks]
-                    scores = scores.astype(dtype)
-                    which = np.searchsorted(bounds, toks, side="right") - 1
-                    order = np.argsort(which, kind="stable")
-                    which, toks, docs, scores = which[order], toks[order], docs[order], scores[order]
-                    cuts = np.searchsorted(which, np.arange(len(bounds) + 1))
-                    for j in range(len(bounds)):
-                        lo, hi = cuts[j], cuts[j + 1]
-                        if hi > lo:
-                            rec = np.empty(hi - lo, dtype=[("t", "<i4"), ("d", "<i4"), ("s", "<f4")])
-                            rec["t"], rec["d"], rec["s"] = toks[lo:hi], docs[lo:hi], scores[lo:hi]
-                            buckets[j].write(rec.tobytes())
-                    bar.update(d1 - d0)
-        finally:
-            for f in buckets:
-                f.close()
-        (tmp / "tok.bin").unlink()
-        (tmp / "tf.bin").unlink()
-
-        # -- pass 3: each bucket sorted by token, appended to the CSC arrays -----------------------------------------
-        int_idx = np.dtype("int32")  # document ids (< 2**31); indptr int64, as scipy's CSC has them here
+        bounds = _bucket_starts(df, bucket_pairs)
+        _score_into_buckets(tmp, lengths, uniques, bounds, score, progress)
+        _assemble(tmp, out_dir, len(bounds), int(uniques.sum(dtype=np.int64)), progress)
         indptr = np.zeros(n_vocab + 1, dtype=np.int64)
         indptr[1:] = np.cumsum(df)
-        with open(out_dir / "data.csc.index.npy", "wb") as fd, open(out_dir / "indices.csc.index.npy", "wb") as fi:
-            _write_npy_header(fd, dtype, nnz)
-            _write_npy_header(fi, int_idx, nnz)
-            for j in tqdm(range(len(bounds)), desc="bm25 assembling", unit="bucket", disable=not progress):
-                path = tmp / f"bucket_{j:05d}.bin"
-                rec = np.fromfile(path, dtype=[("t", "<i4"), ("d", "<i4"), ("s", "<f4")])
-                path.unlink()
-                order = np.argsort(rec["t"], kind="stable")  # documents arrived in ascending order: they stay so
-                fd.write(rec["s"][order].tobytes())
-                fi.write(rec["d"][order].astype(int_idx).tobytes())
-                del rec, order
         np.save(out_dir / "indptr.csc.index.npy", indptr)
         if nonocc is not None:
             np.save(out_dir / "nonoccurrence_array.index.npy", nonocc)
