@@ -585,7 +585,7 @@ def stage_bigmem(cache: Path, big: int, kinds: tuple[str, ...], batch: int) -> d
 # ------------------------------------------------------------------------------------------------------ http
 
 
-def _http_overhead(index_dir: Path, queries: list[str], per: int = 32, rounds: int = 15) -> dict[str, float]:
+def _http_overhead(real: Any, queries: list[str], per: int = 32, rounds: int = 15) -> dict[str, float]:
     """Milliseconds a loopback /retrieve request of `per` queries costs beyond the search: the search memoised (each
     batch's documents computed once), our app vs a bare Starlette route returning the same documents, vs a
     constant body of the same size. Interleaved; medians."""
@@ -597,11 +597,9 @@ def _http_overhead(index_dir: Path, queries: list[str], per: int = 32, rounds: i
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from searcher.config import RetrieverConfig, ServiceConfig
-    from searcher.retrieval import load_retriever
+    from searcher.config import ServiceConfig
     from searcher.retrieval.server import _hit, create_retrieve_app, serve_in_thread
 
-    real = load_retriever(RetrieverConfig(), index_dir)
     memo: dict[tuple[str, ...], Any] = {}
 
     class Memoised:  # the real retriever's answers, computed once per batch
@@ -619,6 +617,7 @@ def _http_overhead(index_dir: Path, queries: list[str], per: int = 32, rounds: i
     stub = Memoised()
     batches = [queries[i : i + per] for i in range(0, len(queries), per)]
     body = orjson.dumps({"result": [[_hit(d, True) for d in docs] for docs in stub.search(batches[0], 10)]})
+
     async def _min(req: Any) -> Response:  # a bare Starlette route: no validation, limits or batching
         q = orjson.loads(await req.body())
         res = await asyncio.to_thread(stub.search, q["queries"], q["topk"])
@@ -688,6 +687,8 @@ def stage_http(cache: Path, runs: int) -> dict[str, Any]:
         else:
             index_dir = bm
         r = load_retriever(cfg, index_dir)
+        if backend == "bm25":
+            bm_retriever = r
         app = create_retrieve_app(r, ServiceConfig(max_queries_per_request=256))
         with serve_in_thread(app) as url, httpx.Client(timeout=120) as client:
             for per in (32, 64):
@@ -723,7 +724,7 @@ def stage_http(cache: Path, runs: int) -> dict[str, Any]:
                                            "median_ratio": round(ratio, 3), "passes_per_run": reps}
                 log(f"  {backend} {per}/request: in-process {statistics.median(a):.0f} q/s, http {statistics.median(h):.0f} "
                     f"q/s, ratio {ratio:.2f}")
-    out["overhead_ms_per_request"] = _http_overhead(bm, queries)
+    out["overhead_ms_per_request"] = _http_overhead(bm_retriever, queries)
     log(f"  per-request cost with the search memoised: {out['overhead_ms_per_request']}")
     return out
 

@@ -424,12 +424,14 @@ def rekey_baseline(
         return 0  # no previous key, the same key, or another generator / prompt / k / metric: nothing to carry
     old_hash, khash = _key_hash(old_key), _key_hash(key)
     wanted = {q.id: q for q in todo}
-    rows = [r for r in read_jsonl(bpath, torn_tail="skip") if r.get("key") == old_hash and r.get("id") in wanted]
+    rows = [r for r in read_jsonl(bpath, torn_tail="skip") if r.get("key") == old_hash and r.get("id") in wanted
+            and r.get("acc") is not None and r.get("doc_ids")]  # retrieve only for the rows that could carry over
     ask = [wanted[i] for i in dict.fromkeys(r["id"] for r in rows)]
     if not ask:
         return 0
     top = build_retriever(cfg.retriever, index_dir).search([q.question for q in ask], cfg.retriever.k)
-    accepted, _ = rows_with_todays_topk(rows, {old_hash}, {q.id: [d.id for d in docs] for q, docs in zip(ask, top, strict=True)})
+    top_ids = {q.id: [d.id for d in docs] for q, docs in zip(ask, top, strict=True)}
+    accepted, _ = rows_with_todays_topk(rows, {old_hash}, top_ids)
     carried = [{**r, "key": khash} for r in accepted.values()]
     repair_tail(bpath)
     append_jsonl(bpath, carried)
