@@ -899,36 +899,89 @@ def write_report(res: dict[str, Any], results: Path | None = None) -> None:
         if pj.get("encoding"):
             md += ["", f"Encoding: {pj['encoding']}"]
         md.append("")
-    md += ["## Reading these numbers", "",
-           "- Every number here was taken on a quiet machine (no other job on the 2 cores) on 2026-11-26, at stop 32 "
-           "(encoding, every dense index, the CLI build, the 1M-passage stages, /retrieve). The VM is still noisy: "
-           "compare rows of one table; memory, disk and recall do not depend on load.",
-           "- Resident RAM counts what the index holds while searching: codes, ids, graph, centroids AND the search's "
-           "working memory (first-stage candidates, one query's rescoring rows). Binary at 35k passages: 1.6 MiB of "
-           "codes + ~0.5 MiB of working memory = 2.1 MiB, 24x under flat at recall@10 0.971. The first open of a "
-           "process also pays one-off costs that do not depend on the index (the code pages of that search path, "
-           "allocator arenas; ~1.5 MiB for binary, ~28 MiB for opq_ivfpq, whose first search pages in OPQ's "
-           "training-time code): on that measure binary is 14x under flat. Neither grows with the corpus: at 1M "
-           "passages the same index is 31x under flat.",
-           "- ivfpq with 16-byte PQ codes needs 1000 rescored candidates to reach the target: 384-d MiniLM vectors "
-           "lose too much at 16 sub-quantisers.",
-           "- bm25's build streams (searcher/retrieval/bm25_build.py: tokenize once and spill (token, tf) pairs, score "
-           "them into token-range buckets of <= 16M pairs, assemble bm25s's CSC files on disk; bit-identical to "
-           "bm25s.BM25.index). Its peak is one bucket's sort plus 8 bytes a document and the vocabulary: 793 MiB at "
-           "1M passages where bm25s.BM25.index took 2,109 MiB (stop 31); at wiki-18's 21M, +160 MiB of per-document "
-           "counts and a larger vocabulary, where the in-memory build would need ~44 GB.",
-           "- /retrieve: bm25 answers 32 queries in ~6 ms in-process, and a loopback request costs ~2.7 ms more "
-           "with the search taken out (the table above: limits, typed errors, batching, validation); a bare "
-           "Starlette route returning the same 211 KB of documents costs ~2.0 ms and a constant 211 KB body ~1.1 ms. "
-           "So even with none of our layers, bm25 at 32 queries a request would reach ~0.7x: the goal of 0.8x is "
-           "missed for bm25 (0.58-0.66x here), met for dense (search ~8 ms a query, 1.1x). Trimming our 0.7 ms "
-           "would move bm25 by a few hundredths, inside the run-to-run noise.",
-           "- The wiki-18 rows are a model: resident codes scale with n and d (binary at 768 bits: 96 bytes a "
-           "passage); the rescoring depth tuned here (240 of 35k) will need re-tuning at 21M (it costs reads, not "
-           "resident memory). Recall there was measured with MiniLM, not E5.", ""]
+    md += _reading_these_numbers(res)
     (OUT / "report.md").write_text("\n".join(md))
     if dn:
         _plot(dn)
+
+
+# the in-memory build this streaming one replaced, measured on the same 1M passages at stop 31 (bm25s.BM25.index)
+BM25S_INDEX_PEAK_1M_MIB = 2109
+
+
+def _reading_these_numbers(res: dict[str, Any]) -> list[str]:
+    """The report's closing bullets, every number formatted from `res` (a bullet whose stage did not run is left out)."""
+    mib = 2**20
+    out = ["## Reading these numbers", "",
+           f"- {res['conditions']}" if res.get("conditions") else
+           "- Take these numbers with nothing else on the machine (the command holds /tmp/s3-cpu.lock; a job that "
+           "does not take it still competes). The VM is noisy even then: compare rows of one table; memory, disk and "
+           "recall do not depend on load."]
+    dn: dict[str, Any] = res.get("dense") or {}
+    bg: dict[str, Any] = res.get("bigmem") or {}
+    sc: dict[str, Any] = res.get("scale") or {}
+    h: dict[str, Any] = res.get("http") or {}
+    b = dn.get("types", {}).get("binary")
+    if b:
+        flat_first = dn["types"].get("flat", {}).get("resident_first_open_bytes")
+        first = b.get("resident_first_open_bytes")
+        opq = dn["types"].get("opq_ivfpq")
+        one_off = [f"~{(first - b['resident_bytes']) / mib:.1f} MiB for binary"] if first else []
+        if opq and opq.get("resident_first_open_bytes"):
+            one_off.append(f"~{(opq['resident_first_open_bytes'] - opq['resident_bytes']) / mib:.0f} MiB for opq_ivfpq, "
+                           "whose first search pages in OPQ's training-time code")
+        big = bg.get("types", {}).get("binary")
+        out.append(
+            "- Resident RAM counts what the index holds while searching: codes, ids, graph, centroids AND the search's "
+            f"working memory (first-stage candidates, one query's rescoring rows). Binary at {dn['n']:,} passages: "
+            f"{b['index_bytes'] / mib:.1f} MiB of codes + ~{(b['resident_bytes'] - b['index_bytes']) / mib:.1f} MiB of "
+            f"working memory = {b['resident_bytes'] / mib:.1f} MiB, {b['ram_reduction_vs_flat']:.0f}x under flat at "
+            f"recall@10 {b['dev_recall_vs_flat']:.3f}."
+            + (" The first open of a process also pays one-off costs that do not depend on the index (the code pages "
+               f"of that search path, allocator arenas; {'; '.join(one_off)})" if one_off else "")
+            + (f": on that measure binary is {flat_first / first:.0f}x under flat." if first and flat_first else ".")
+            + (f" At {bg['passages']:,} passages the same index is {big['ram_reduction_vs_flat']:.1f}x under flat."
+               if big else ""))
+    ivf = dn.get("types", {}).get("ivfpq")
+    if ivf and ivf["settings"].get("rescore", 0) >= 500:
+        out.append(f"- ivfpq needs {ivf['settings']['rescore']} rescored candidates to reach the target: {dn['dim']}-d "
+                   "MiniLM vectors lose too much to its PQ codes.")
+    if sc and "bm25_build" in sc:
+        peak = sc["bm25_build"]["peak_rss"] / mib
+        out.append(
+            "- bm25's build streams (searcher/retrieval/bm25_build.py: tokenize once and spill (token, tf) pairs, score "
+            "them into token-range buckets of <= 16M pairs, assemble bm25s's CSC files on disk; bit-identical to "
+            "bm25s.BM25.index). Its peak is one bucket's sort plus 8 bytes a document and the vocabulary: "
+            f"{peak:,.0f} MiB at {sc['passages']:,} passages"
+            + (f", where bm25s.BM25.index took {BM25S_INDEX_PEAK_1M_MIB:,} MiB (stop 31)"
+               if sc["passages"] == 1_000_000 else "")
+            + (f"; at wiki-18's {pj_n / 1e6:.0f}M, +{(pj_n - sc['passages']) * 8 / mib:,.0f} MiB of per-document counts "
+               f"and a larger vocabulary, where the in-memory build would need ~{BM25S_INDEX_PEAK_1M_MIB * pj_n / 1e6 / 1024:.0f} GB"
+               if (pj_n := (res.get("project") or {}).get("n")) and sc["passages"] == 1_000_000 else "") + ".")
+    oh = h.get("overhead_ms_per_request")
+    if oh and "bm25_32" in h:
+        per = oh["queries_per_request"]
+        bm_ms = per / statistics.median(h["bm25_32"]["inproc_qps"]) * 1000
+        floor = bm_ms / (bm_ms + oh["minimal_handler"])
+        bm_ratios = [r["median_ratio"] for k, r in h.items() if k.startswith("bm25_") and isinstance(r, dict)]
+        dense = h.get("dense_32")
+        out.append(
+            f"- /retrieve: bm25 answers {per} queries in ~{bm_ms:.1f} ms in-process, and a loopback request costs "
+            f"~{oh['s3_app']:.1f} ms more with the search taken out (limits, typed errors, batching, validation); a "
+            f"bare Starlette route returning the same {oh['response_bytes'] / 1e3:,.0f} KB of documents costs "
+            f"~{oh['minimal_handler']:.1f} ms and a constant body of that size ~{oh['constant_body']:.1f} ms. So even "
+            f"with none of our layers, bm25 at {per} queries a request would reach ~{floor:.2f}x of in-process (issue "
+            f"32's goal: 0.8x): bm25 measured {min(bm_ratios):.2f}-{max(bm_ratios):.2f}x"
+            + (f", dense {dense['median_ratio']:.2f}x (its search ~{1000 / statistics.median(dense['inproc_qps']):.0f} "
+               "ms a query hides the request's cost)" if dense else "") + ".")
+    pj = res.get("project")
+    pb = (pj or {}).get("types", {}).get("binary")
+    if pj and pb and dn:
+        out.append(f"- The wiki-18 rows are a model: resident codes scale with n and d (binary at {pj['dim']} bits: "
+                   f"{pj['dim'] // 8} bytes a passage); the rescoring depth tuned here ({pb['settings'].get('rescore', 0)} "
+                   f"of {dn['n']:,}) will need re-tuning at {pj['n'] / 1e6:.0f}M (it costs reads, not resident memory). "
+                   "Recall there was measured with MiniLM, not E5.")
+    return [*out, ""]
 
 
 def _plot(dn: dict[str, Any]) -> None:
@@ -972,12 +1025,16 @@ def main() -> int:
                     help="results file to read earlier stages from and write to (a second run beside a first one "
                          "writes its own, then --merge folds it in)")
     ap.add_argument("--merge", type=Path, default=None, help="fold the stages of another results file into this one")
+    ap.add_argument("--conditions", default=None, help="how the machine was while these stages ran (the report's "
+                    "first reading note, e.g. 'quiet: nothing else on the 2 cores'); kept in the results file")
     args = ap.parse_args()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     stages = args.stages.split(",")
     prev = args.results
     res: dict[str, Any] = json.loads(prev.read_text()) if prev.is_file() else {}
+    if args.conditions:
+        res["conditions"] = args.conditions
     if args.merge:
         res.update({k: v for k, v in json.loads(args.merge.read_text()).items() if k not in res or k in ("scale",)})
     if "corpus" in stages:

@@ -27,6 +27,7 @@ import orjson
 from fastapi import FastAPI
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.applications import Starlette
 
 from s3core.errors import DeadlineExceededError, RetrievalError
 from s3core.types import Document
@@ -196,9 +197,10 @@ def create_retrieve_app(retriever: Retriever, service_cfg: ServiceConfig | None 
 
 @contextmanager
 def serve_in_thread(
-    app: FastAPI, host: str = "127.0.0.1", port: int = 0, service_cfg: ServiceConfig | None = None
+    app: Starlette, host: str = "127.0.0.1", port: int = 0, service_cfg: ServiceConfig | None = None
 ) -> Iterator[str]:
-    """Run `app` with uvicorn in a background thread (port 0 = a free one); yields the base URL.
+    """Run `app` (any Starlette app, FastAPI ones included) with uvicorn in a background thread (port 0 = a free
+    one); yields the base URL.
 
     For tests, benchmarks and notebooks: the real server and HTTP stack with the [service] limits (`service_cfg`,
     default ServiceConfig()), stopped cleanly on exit.
