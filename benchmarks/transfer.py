@@ -16,6 +16,10 @@ GenAcc = span check or the judge (judge model named in the report), the searcher
 with; the two searchers also under the equal-budget cap (searcher.context_cap = retriever.k). Run directories:
 <work>/eval/<dataset>/<method>/ (results.jsonl, contexts.jsonl, summary.json).
 
+--other-generator MODEL (evaluate, repeatable): the same searchers with a generator they were not trained with, on
+hotpotqa_dev500 (naive RAG, untrained, trained; the judge unchanged): <work>/eval_generators/<model>/; the report adds
+a table for each.
+
 report: benchmarks/results/transfer/{report.md, report.json, curves.png, eval.png}: GenAcc and EM with bootstrap 95%
 intervals, paired differences (trained - naive RAG, trained - untrained), support recall, mean documents; what the
 searcher learned (turns, queries, selections, stops; a few real trajectories before and after; flat GRPO groups and KL
@@ -335,7 +339,7 @@ def _methods(k: int) -> dict[str, list[str]]:
             for name, (method, over) in sets.items()}
 
 
-def evaluate(config: str, work: Path) -> None:
+def evaluate(config: str, work: Path, other_generators: tuple[str, ...] = ()) -> None:
     from s3.config import load_config
 
     cfg = load_config(config)
@@ -365,6 +369,30 @@ def evaluate(config: str, work: Path) -> None:
             where = [] if margs[0] == "no_retrieval" else ["--index", str(index)]  # it takes no index
             _s3("eval", *common, "--dataset", str(data), *where, "--limit", str(limit), "--out", str(out),
                 "--no-progress", "--method", *margs)
+    # the same searchers with a generator they were not trained with ("any frozen generator"); the judge stays the
+    # config's, so the generator is the one thing that changes
+    name, (_, _, limit) = OTHER_GENERATOR_SLICE, DATASETS[OTHER_GENERATOR_SLICE]
+    data, index = work / "eval" / name / "data", work / "eval" / name / "index"
+    methods = _methods(cfg.retriever.k)
+    for model in other_generators:
+        for method in OTHER_GENERATOR_METHODS:
+            out = _other_run_path(work, model, method)
+            summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
+            if summary.get("n_scored") == limit and not summary.get("n_failed"):
+                continue
+            _s3("eval", *common, "--set", f"generator.model={model}", "--dataset", str(data), "--index", str(index),
+                "--limit", str(limit), "--out", str(out), "--no-progress", "--method", *methods[method])
+
+
+# the slice and methods a generator the searcher was not trained with is evaluated on (evaluate --other-generator)
+OTHER_GENERATOR_SLICE = "hotpotqa_dev500"
+OTHER_GENERATOR_METHODS = ("naive_rag", "untrained", "trained")
+
+
+def _other_run_path(work: Path, model: str, method: str) -> Path:
+    from eval.grid import slug
+
+    return work / "eval_generators" / slug(model) / OTHER_GENERATOR_SLICE / method
 
 
 BASELINE_METHODS = ("naive_rag", "no_retrieval")  # no searcher in them: another attempt's runs are the same runs
@@ -399,7 +427,6 @@ def _rows(run: Path) -> dict[str, dict[str, Any]]:
 
 
 def report(config: str, work: Path) -> None:
-    from eval.stats import mean_ci, paired_diff_ci
     from s3.config import load_config
 
     cfg = load_config(config)
@@ -419,37 +446,24 @@ def report(config: str, work: Path) -> None:
         ds: dict[str, Any] = {"methods": {}, "paired": {}}
         lines += [f"## {name}", "", "| method | n | GenAcc [95% CI] | EM [95% CI] | support recall | mean docs | turns |",
                   "| --- | ---: | --- | --- | ---: | ---: | ---: |"]
-        genacc: dict[str, dict[str, float | None]] = {}
-        em: dict[str, dict[str, float | None]] = {}
-        for m, rows in runs.items():
-            if not rows:
-                continue
-            genacc[m] = {i: r["metrics"].get("genacc") for i, r in rows.items()}
-            em[m] = {i: r["metrics"].get("em") for i, r in rows.items()}
-            g, e = mean_ci(list(genacc[m].values())), mean_ci(list(em[m].values()))
-            sr = [r["support_recall"] for r in rows.values() if r.get("support_recall") is not None]
-            docs = [len(r["context_ids"]) for r in rows.values()]
-            turns = [r["turns"] for r in rows.values() if r.get("turns") is not None]
-            ds["methods"][m] = {"n": g["n"], "genacc": g, "em": e, "support_recall": sum(sr) / len(sr) if sr else None,
-                                "mean_docs": sum(docs) / len(docs), "turns": sum(turns) / len(turns) if turns else None}
-            fmt_ci = lambda x: f"{x['mean']:.3f} [{x['ci95'][0]:.3f}, {x['ci95'][1]:.3f}]" if x["mean"] is not None else "-"  # noqa: E731
-            lines.append(f"| {m} | {g['n']} | {fmt_ci(g)} | {fmt_ci(e)} | "
-                         f"{ds['methods'][m]['support_recall'] or 0:.3f} | {ds['methods'][m]['mean_docs']:.2f} | "
-                         f"{ds['methods'][m]['turns'] or 0:.2f} |")
-        lines += ["", "| paired difference | metric | n | diff [95% CI] | wins / losses |", "| --- | --- | ---: | --- | --- |"]
-        for a, b in (("trained", "naive_rag"), ("trained", "untrained"), ("trained_cap", "naive_rag"),
-                     ("trained_cap", "untrained_cap")):
-            for metric, table in (("GenAcc", genacc), ("EM", em)):
-                if a in table and b in table:
-                    d = paired_diff_ci(table[a], table[b])
-                    ds["paired"][f"{a}-{b}:{metric}"] = d
-                    if d["diff"] is not None:
-                        lines.append(f"| {a} - {b} | {metric} | {d['n']} | {d['diff']:+.3f} [{d['ci95'][0]:+.3f}, "
-                                     f"{d['ci95'][1]:+.3f}] | {d['wins']} / {d['losses']} |")
-        lines.append("")
+        lines += _method_tables(runs, ds, (("trained", "naive_rag"), ("trained", "untrained"),
+                                           ("trained_cap", "naive_rag"), ("trained_cap", "untrained_cap")))
         out["datasets"][name] = ds
         diag_lines, out["datasets"][name]["diagnostics"] = _diagnostics(work / "eval" / name, runs, cfg.searcher.max_turns)
         lines += diag_lines
+    for gen_dir in sorted((work / "eval_generators").glob("*")) if (work / "eval_generators").is_dir() else []:
+        runs = {m: _rows(gen_dir / OTHER_GENERATOR_SLICE / m) for m in OTHER_GENERATOR_METHODS}
+        if not any(runs.values()):
+            continue
+        model = next(json.loads((gen_dir / OTHER_GENERATOR_SLICE / m / "summary.json").read_text())["config"]["generator"]
+                     ["model"] for m in OTHER_GENERATOR_METHODS if (gen_dir / OTHER_GENERATOR_SLICE / m / "summary.json").is_file())
+        ds = {"generator": model, "methods": {}, "paired": {}}
+        lines += [f"## {OTHER_GENERATOR_SLICE}, generator {model} (the searcher was trained with "
+                  f"{cfg.generator_resolved.model}; the judge is the same)", "",
+                  "| method | n | GenAcc [95% CI] | EM [95% CI] | support recall | mean docs | turns |",
+                  "| --- | ---: | --- | --- | ---: | ---: | ---: |"]
+        lines += _method_tables(runs, ds, (("trained", "naive_rag"), ("trained", "untrained")))
+        out.setdefault("other_generators", {})[model] = ds
     train_lines, out["training"] = _training(cfg)
     lines = train_lines + lines
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -458,6 +472,44 @@ def report(config: str, work: Path) -> None:
     if out["datasets"]:
         _plot_eval(out["datasets"], RESULTS / "eval.png")
     print("\n".join(lines))
+
+
+def _method_tables(runs: dict[str, dict[str, dict[str, Any]]], ds: dict[str, Any],
+                   pairs: tuple[tuple[str, str], ...]) -> list[str]:
+    """The rows of the per-method table (after its header) and the paired-difference table of `runs` (method -> eval
+    rows); the numbers go to ds["methods"] and ds["paired"]."""
+    from eval.stats import mean_ci, paired_diff_ci
+
+    def fmt_ci(x: dict[str, Any]) -> str:
+        return f"{x['mean']:.3f} [{x['ci95'][0]:.3f}, {x['ci95'][1]:.3f}]" if x["mean"] is not None else "-"
+
+    lines: list[str] = []
+    genacc: dict[str, dict[str, float | None]] = {}
+    em: dict[str, dict[str, float | None]] = {}
+    for m, rows in runs.items():
+        if not rows:
+            continue
+        genacc[m] = {i: r["metrics"].get("genacc") for i, r in rows.items()}
+        em[m] = {i: r["metrics"].get("em") for i, r in rows.items()}
+        g, e = mean_ci(list(genacc[m].values())), mean_ci(list(em[m].values()))
+        sr = [r["support_recall"] for r in rows.values() if r.get("support_recall") is not None]
+        docs = [len(r["context_ids"]) for r in rows.values()]
+        turns = [r["turns"] for r in rows.values() if r.get("turns") is not None]
+        ds["methods"][m] = {"n": g["n"], "genacc": g, "em": e, "support_recall": sum(sr) / len(sr) if sr else None,
+                            "mean_docs": sum(docs) / len(docs), "turns": sum(turns) / len(turns) if turns else None}
+        lines.append(f"| {m} | {g['n']} | {fmt_ci(g)} | {fmt_ci(e)} | "
+                     f"{ds['methods'][m]['support_recall'] or 0:.3f} | {ds['methods'][m]['mean_docs']:.2f} | "
+                     f"{ds['methods'][m]['turns'] or 0:.2f} |")
+    lines += ["", "| paired difference | metric | n | diff [95% CI] | wins / losses |", "| --- | --- | ---: | --- | --- |"]
+    for a, b in pairs:
+        for metric, table in (("GenAcc", genacc), ("EM", em)):
+            if a in table and b in table:
+                d = paired_diff_ci(table[a], table[b])
+                ds["paired"][f"{a}-{b}:{metric}"] = d
+                if d["diff"] is not None:
+                    lines.append(f"| {a} - {b} | {metric} | {d['n']} | {d['diff']:+.3f} [{d['ci95'][0]:+.3f}, "
+                                 f"{d['ci95'][1]:+.3f}] | {d['wins']} / {d['losses']} |")
+    return [*lines, ""]
 
 
 def _plot_eval(datasets: dict[str, Any], path: Path) -> None:
@@ -676,6 +728,10 @@ def main() -> int:
     ap.add_argument("--baselines-from", type=Path, default=None,
                     help="another attempt's results directory: its naive_rag and no_retrieval runs are read instead of "
                          "run again (checked: same questions, index, k, generator, judge, metric)")
+    ap.add_argument("--other-generator", action="append", default=[], metavar="MODEL",
+                    help=f"evaluate: also run {', '.join(OTHER_GENERATOR_METHODS)} on {OTHER_GENERATOR_SLICE} with this "
+                         "generator, one the searcher was not trained with (e.g. local/qwen2.5-coder-1.5b-instruct); "
+                         "repeatable; <work>/eval_generators/<model>/. The report adds a table for each one run")
     args = ap.parse_args()
     global RESULTS, BASELINES
     RESULTS, BASELINES = args.results.resolve(), args.baselines_from.resolve() if args.baselines_from else None
@@ -689,7 +745,7 @@ def main() -> int:
     if args.stage in ("select", "all"):
         select(args.config)
     if args.stage in ("evaluate", "all"):
-        evaluate(args.config, args.work)
+        evaluate(args.config, args.work, tuple(args.other_generator))
     if args.stage in ("report", "all"):
         report(args.config, args.work)
     return 0

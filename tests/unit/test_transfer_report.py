@@ -150,3 +150,48 @@ def test_every_evaluated_method_is_a_valid_s3_eval_call(transfer: Any) -> None:
         elif margs[0] == "searcher":
             assert cfg.searcher.max_contexts == cfg.searcher.max_select * cfg.searcher.max_turns == 9
             assert cfg.searcher.policy == "vllm"
+
+
+def test_another_generator_runs_the_same_searchers_and_gets_its_own_table(transfer: Any, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """evaluate --other-generator: naive RAG, untrained and trained on hotpotqa_dev500 with only the generator changed
+    (a finished run is not repeated); report: a table and paired differences per generator."""
+    from s3.config import load_config
+
+    cfgfile = str(ROOT / "configs" / "transfer.toml")
+    work = tmp_path / "work"
+    (transfer.RESULTS / "policy").mkdir(parents=True)
+    limits = {name: limit for name, (_, _, limit) in transfer.DATASETS.items()}
+    for name in transfer.DATASETS:  # every main method already finished: only the other generator's runs are made
+        _write(work / "eval" / name / "data" / "corpus.jsonl", [{"id": "d"}])
+        (work / "eval" / name / "index").mkdir(parents=True)
+        for method in transfer._methods(3):
+            (work / "eval" / name / method).mkdir(parents=True)
+            (work / "eval" / name / method / "summary.json").write_text(json.dumps({"n_scored": limits[name]}))
+    model = "local/qwen2.5-coder-1.5b-instruct"
+    done = transfer._other_run_path(work, model, "naive_rag")
+    done.mkdir(parents=True)
+    (done / "summary.json").write_text(json.dumps({"n_scored": limits[transfer.OTHER_GENERATOR_SLICE]}))
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(transfer, "_s3", lambda *a: calls.append(a))
+    transfer.evaluate(cfgfile, work, (model,))
+    assert [c[c.index("--out") + 1] for c in calls] == [
+        str(transfer._other_run_path(work, model, m)) for m in ("untrained", "trained")]
+    for c in calls:
+        sets = [c[i + 1] for i, a in enumerate(c) if a == "--set"]
+        cfg = load_config(cfgfile, sets)
+        assert cfg.generator.model == model and cfg.judge_resolved.model == load_config(cfgfile).judge_resolved.model
+        assert c[c.index("--dataset") + 1].endswith("hotpotqa_dev500/data") and "--index" in c
+    assert "searcher.policy_path=null" in calls[0] and f"searcher.policy_path={transfer.RESULTS / 'policy'}" in calls[1]
+
+    n = 10
+    for m, right in (("naive_rag", 3), ("untrained", 3), ("trained", 6)):
+        run = transfer._other_run_path(work, model, m)
+        _write(run / "results.jsonl", [_row(i, float(i < right), ["d"]) for i in range(n)])
+        (run / "summary.json").write_text(json.dumps({"n_scored": n, "config": {"generator": {"model": model}}}))
+    transfer.report(cfgfile, work)
+    report = json.loads((transfer.RESULTS / "report.json").read_text())
+    other = report["other_generators"][model]
+    assert other["paired"]["trained-naive_rag:GenAcc"]["diff"] == pytest.approx(0.3)
+    assert other["methods"]["untrained"]["genacc"]["mean"] == pytest.approx(0.3)
+    assert f"## hotpotqa_dev500, generator {model}" in (transfer.RESULTS / "report.md").read_text()
