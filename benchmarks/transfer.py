@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/transfer.py select    # held-out reward of every checkpoint -> the chosen one
     .venv/bin/python benchmarks/transfer.py evaluate  # s3 eval on the dev slices: 4 methods (+ the equal-budget cap)
     .venv/bin/python benchmarks/transfer.py report    # paired bootstrap table, diagnostics, curves
+    .venv/bin/python benchmarks/transfer.py ablation  # the held-out table: what each lever did (no model is run)
     .venv/bin/python benchmarks/transfer.py all
 
 select: `training.evaluate.heldout_rewards` (the training reward, greedy) on the held-out 10% for the untrained policy
@@ -512,6 +513,80 @@ def _method_tables(runs: dict[str, dict[str, dict[str, Any]]], ds: dict[str, Any
     return [*lines, ""]
 
 
+def _loop_of(record: Path) -> str:
+    """'k0:k:turns, budget' of a searcher.json (begin-with-search top-k0, k documents a search, turns, doc tokens)."""
+    if not record.is_file():
+        return "?"
+    r = json.loads(record.read_text())
+    sr = r["searcher"]
+    return f"{r['retriever']['k']}/{sr['k']}:{sr['max_select']}:{sr['max_turns']}, {sr['doc_token_budget']} tokens"
+
+
+def ablation(config: str) -> list[str]:
+    """RESULTS/ablation.md: what each lever did on the held-out questions, from evaluations already made (no model is
+    run here): the previous attempt (--baselines-from: its untrained base and its chosen checkpoint) and this one (its
+    untrained base, the end of the warm-up, the chosen RL checkpoint, the last). The held-out set is the same when the
+    rows' Acc(naive RAG) agree (the same prepared data and split); a difference of one question is 1/n."""
+    import math
+
+    from s3.config import load_config
+    from training.trainer import choose_heldout
+
+    cfg = load_config(config)
+    n_q = cfg.training.heldout.questions
+    rows: list[tuple[str, str, dict[str, Any]]] = []  # (what, loop, selection-table row)
+
+    def attempt(results: Path, run: Path, label: str) -> None:
+        base = next((r for r in _jsonl(results / "selection.jsonl") if "/" not in r["policy"]
+                     and not r["policy"].startswith("step_")), None)
+        loop = _loop_of(results / "policy" / "searcher.json") if (results / "policy").is_dir() else \
+            _loop_of(run / "searcher.json")
+        if base:
+            rows.append((f"{label}: untrained {base['policy']}", loop, base))
+        held = {int(r["step"]): r for r in _jsonl(run / "heldout.jsonl")} or \
+            {int(r["step"]): r for r in _jsonl(results / "heldout.jsonl")}
+        if not held:
+            return
+        metrics = _jsonl(run / "metrics.jsonl") or _jsonl(results / "metrics.jsonl")
+        sft = max((int(r["step"]) for r in metrics if r.get("charts/sft")), default=0)
+        if sft in held:
+            rows.append((f"{label}: + warm-up ({sft} supervised steps)", loop,
+                         _from_heldout(held[sft], "s3 train")))
+        rl = [r for s, r in sorted(held.items()) if s > sft]
+        chosen = choose_heldout(rl)
+        for r in rl:
+            if r["checkpoint"] == chosen:
+                rows.append((f"{label}: + RL, chosen (step {r['step']} of {max(held)})", loop,
+                             _from_heldout(r, "s3 train")))
+        if rl and rl[-1]["checkpoint"] != chosen:
+            rows.append((f"{label}: + RL, last (step {rl[-1]['step']})", loop, _from_heldout(rl[-1], "s3 train")))
+
+    if BASELINES is not None:
+        attempt(BASELINES, BASELINES / "run", BASELINES.name)
+    attempt(RESULTS, _run_dir(config), RESULTS.name)
+    rag = {round(r["acc_rag_mean"], 6) for _, _, r in rows if isinstance(r.get("acc_rag_mean"), int | float)}
+    lines = ["# Held-out ablation", "",
+             f"The last {n_q} questions of the prepared training set (never trained on, the natural mix), greedy, the "
+             f"generator {cfg.generator_resolved.model}; every number is an evaluation already in the runs "
+             "(selection.jsonl, heldout.jsonl). " + (
+                 "Acc(naive RAG) is the same in every row: the same questions." if len(rag) == 1 else
+                 f"Acc(naive RAG) differs between rows ({sorted(rag)}): not the same questions, compare within an "
+                 "attempt only."),
+             f"A binomial standard error at these accuracies is ~{math.sqrt(0.2 * 0.8 / n_q):.3f} (one question = "
+             f"{1 / n_q:.3f}): a difference needs ~{2 * math.sqrt(0.2 * 0.8 / n_q):.2f} to be more than noise "
+             "(somewhat less for two policies on the same questions).", "",
+             "| policy | loop (k0/k:select:turns) | Acc(searcher docs) | Acc(naive RAG) | searcher - naive | turns | docs |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for what, loop, r in rows:
+        a, b = r.get("acc_s3_mean"), r.get("acc_rag_mean")
+        diff = f"{a - b:+.3f}" if isinstance(a, int | float) and isinstance(b, int | float) else "-"
+        lines.append(f"| {what} | {loop} | {a:.3f} | {b:.3f} | {diff} | {r['turns_mean']:.2f} | {r['docs_mean']:.2f} |")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "ablation.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return lines
+
+
 def _plot_eval(datasets: dict[str, Any], path: Path) -> None:
     """eval.png: per dev slice, GenAcc of every method with its 95% interval (left) and the paired differences of the
     trained searcher with theirs (right); a difference whose interval crosses 0 is no evidence of a gain."""
@@ -716,7 +791,7 @@ def _diagnostics(ds_dir: Path, runs: dict[str, dict[str, dict[str, Any]]], max_t
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", choices=("snapshot", "restore", "select", "evaluate", "report", "all"))
+    ap.add_argument("stage", choices=("snapshot", "restore", "select", "evaluate", "report", "ablation", "all"))
     ap.add_argument("--config", default=str(ROOT / "configs" / "transfer.toml"))
     ap.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
                     help="the attempt's results directory (selection, policy/, report, eval/); default "
@@ -748,6 +823,8 @@ def main() -> int:
         evaluate(args.config, args.work, tuple(args.other_generator))
     if args.stage in ("report", "all"):
         report(args.config, args.work)
+    if args.stage in ("ablation", "all"):
+        ablation(args.config)
     return 0
 
 

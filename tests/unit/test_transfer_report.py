@@ -195,3 +195,34 @@ def test_another_generator_runs_the_same_searchers_and_gets_its_own_table(transf
     assert other["paired"]["trained-naive_rag:GenAcc"]["diff"] == pytest.approx(0.3)
     assert other["methods"]["untrained"]["genacc"]["mean"] == pytest.approx(0.3)
     assert f"## hotpotqa_dev500, generator {model}" in (transfer.RESULTS / "report.md").read_text()
+
+
+def test_ablation_reads_both_attempts_held_out_rows_and_splits_warm_up_from_rl(transfer: Any, tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The held-out ablation is assembled from evaluations already made: each attempt's untrained base, the end of
+    its warm-up, its chosen RL checkpoint (the best Acc after the warm-up) and its last."""
+    prev, run = tmp_path / "prev", tmp_path / "run"
+
+    def held(step: int, acc: float) -> dict[str, Any]:
+        return {"step": step, "checkpoint": f"step_{step:06d}", "heldout/acc_s3": acc, "heldout/acc_rag": 0.2,
+                "heldout/reward": acc, "heldout/turns": 1.0, "heldout/docs": 2.0}
+
+    base = {"policy": "smollm2-135m-instruct", "acc_s3_mean": 0.2, "acc_rag_mean": 0.2, "reward_mean": 0.0,
+            "turns_mean": 3.0, "docs_mean": 3.5}
+    _write(prev / "selection.jsonl", [base, {**base, "policy": "step_000020", "acc_s3_mean": 0.9}])
+    _write(prev / "heldout.jsonl", [held(8, 0.19), held(20, 0.25), held(70, 0.2)])
+    _write(prev / "metrics.jsonl", [{"step": s, "charts/sft": 1.0} for s in range(1, 9)])
+    _write(transfer.RESULTS / "selection.jsonl", [{**base, "acc_s3_mean": 0.15}])
+    _write(run / "heldout.jsonl", [held(16, 0.18), held(20, 0.17), held(30, 0.3), held(40, 0.3), held(60, 0.22)])
+    _write(run / "metrics.jsonl", [{"step": s, "charts/sft": 1.0} for s in range(1, 17)] + [{"step": 17}])
+    monkeypatch.setattr(transfer, "BASELINES", prev)
+    monkeypatch.setattr(transfer, "_run_dir", lambda config: run)
+    lines = transfer.ablation(str(ROOT / "configs" / "transfer2.toml"))
+    table = [ln for ln in lines if ln.startswith("| ") and "policy" not in ln and "---" not in ln]
+    got = [(ln.split(" | ")[0][2:], ln.split(" | ")[2]) for ln in table]
+    assert got == [("prev: untrained smollm2-135m-instruct", "0.200"), ("prev: + warm-up (8 supervised steps)", "0.190"),
+                   ("prev: + RL, chosen (step 20 of 70)", "0.250"), ("prev: + RL, last (step 70)", "0.200"),
+                   ("results: untrained smollm2-135m-instruct", "0.150"),
+                   ("results: + warm-up (16 supervised steps)", "0.180"),
+                   ("results: + RL, chosen (step 30 of 60)", "0.300"), ("results: + RL, last (step 60)", "0.220")]
+    assert "the same questions" in lines[2] and (transfer.RESULTS / "ablation.md").is_file()
