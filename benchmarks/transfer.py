@@ -68,7 +68,8 @@ def _from_heldout(r: dict[str, Any], source: str) -> dict[str, Any]:
     """A row of the trainer's heldout.jsonl as a row of the selection table (heldout_rewards' keys)."""
     return {"policy": r["checkpoint"], "step": r["step"], "reward_mean": r["heldout/reward"],
             "acc_s3_mean": r["heldout/acc_s3"], "acc_rag_mean": r["heldout/acc_rag"],
-            "turns_mean": r["heldout/turns"], "docs_mean": r["heldout/docs"], "source": source}
+            "turns_mean": r["heldout/turns"], "docs_mean": r["heldout/docs"], "source": source,
+            **({"wins_losses": r["wins_losses"]} if "wins_losses" in r else {})}
 
 
 def _selection_line(label: str, r: dict[str, Any], chosen: str) -> str:
@@ -201,7 +202,8 @@ merges it into the base first). Without `--index` it uses the training index nam
 # training data lives in benchmarks/results/transfer/data/ (its baseline cache is committed; corpus and index are
 # rebuilt by `s3 prepare-training` from ../shared/data in seconds).
 EVAL_POLICY = "vllm"  # the searcher's engine in the dev-slice evaluation
-RUN_FILES = ("metrics.jsonl", "heldout.jsonl", "config.json", "searcher.json", "distill.jsonl", "distill_summary.json")
+RUN_FILES = ("metrics.jsonl", "heldout.jsonl", "heldout_questions.jsonl", "config.json", "searcher.json", "distill.jsonl",
+             "distill_summary.json")
 CKPT_FILES = ("trainer_state.pt",)
 # not carried: the tokenizer files an adapter folder repeats (a LoRA adapter loads with its base model's tokenizer)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
@@ -545,6 +547,11 @@ def ablation(config: str) -> list[str]:
             rows.append((f"{label}: untrained {base['policy']}", loop, base))
         held = {int(r["step"]): r for r in _jsonl(run / "heldout.jsonl")} or \
             {int(r["step"]): r for r in _jsonl(results / "heldout.jsonl")}
+        for q in _jsonl(run / "heldout_questions.jsonl"):  # per question (runs from stop 33 on): wins and losses
+            if int(q["step"]) in held and q.get("acc_s3") is not None and q.get("acc_rag") is not None:
+                wl = held[int(q["step"])].setdefault("wins_losses", [0, 0])
+                wl[0] += q["acc_s3"] > q["acc_rag"]
+                wl[1] += q["acc_s3"] < q["acc_rag"]
         if not held:
             return
         metrics = _jsonl(run / "metrics.jsonl") or _jsonl(results / "metrics.jsonl")
@@ -575,12 +582,14 @@ def ablation(config: str) -> list[str]:
              f"A binomial standard error at these accuracies is ~{math.sqrt(0.2 * 0.8 / n_q):.3f} (one question = "
              f"{1 / n_q:.3f}): a difference needs ~{2 * math.sqrt(0.2 * 0.8 / n_q):.2f} to be more than noise "
              "(somewhat less for two policies on the same questions).", "",
-             "| policy | loop (k0/k:select:turns) | Acc(searcher docs) | Acc(naive RAG) | searcher - naive | turns | docs |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+             "| policy | loop (k0/k:select:turns) | Acc(searcher docs) | Acc(naive RAG) | searcher - naive | "
+             "questions won / lost vs naive | turns | docs |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for what, loop, r in rows:
         a, b = r.get("acc_s3_mean"), r.get("acc_rag_mean")
         diff = f"{a - b:+.3f}" if isinstance(a, int | float) and isinstance(b, int | float) else "-"
-        lines.append(f"| {what} | {loop} | {a:.3f} | {b:.3f} | {diff} | {r['turns_mean']:.2f} | {r['docs_mean']:.2f} |")
+        wl = "{} / {}".format(*r["wins_losses"]) if "wins_losses" in r else "-"
+        lines.append(f"| {what} | {loop} | {a:.3f} | {b:.3f} | {diff} | {wl} | {r['turns_mean']:.2f} | "
+                     f"{r['docs_mean']:.2f} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "ablation.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

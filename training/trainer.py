@@ -66,6 +66,9 @@ __all__ = ["Batch", "S3Trainer", "export_model", "export_policy", "make_trainer"
 
 STATE_FILE = "trainer_state.pt"
 HELDOUT_FILE = "heldout.jsonl"  # one row per held-out evaluation (training.heldout.every)
+# one row per question and held-out evaluation: what the searcher did and how both contexts scored (paired
+# comparisons between checkpoints and against naive RAG, the questions a checkpoint wins and loses)
+HELDOUT_QUESTIONS_FILE = "heldout_questions.jsonl"
 DATA_ORDER = "warmup-stream+rl-from-start"  # the batch order scheme (batch_indices); a resume checks it
 
 
@@ -339,7 +342,8 @@ class S3Trainer:
 
     def heldout_eval(self) -> dict[str, float]:
         """The current policy's greedy rollouts of the held-out questions (on the rollout engine, which holds the
-        learner's weights), scored with the training reward: heldout/* metrics and a row of RUN_DIR/heldout.jsonl."""
+        learner's weights), scored with the training reward: heldout/* metrics, a row of RUN_DIR/heldout.jsonl and one
+        per question in RUN_DIR/heldout_questions.jsonl."""
         t0 = time.perf_counter()
         self.executor.step_stats()  # the step's generator usage is counted; what follows is the evaluation's
         results = self.executor.rollout(self.heldout, self.step, greedy=True)
@@ -360,7 +364,15 @@ class S3Trainer:
             "heldout/generator_calls": usage.get("reward/generator_calls", 0.0),
             "charts/heldout_seconds": time.perf_counter() - t0,
         }
-        path = self.run_dir / HELDOUT_FILE
+        per_question = self.run_dir / HELDOUT_QUESTIONS_FILE
+        repair_tail(per_question)
+        append_jsonl(per_question, [
+            {"step": self.step, "id": ex.id, "reward": scored.rewards[i],
+             "acc_s3": scored.acc_s3[i] if scored.acc_s3 is not None else None,
+             "acc_rag": scored.acc_rag[i] if scored.acc_rag is not None else None, "turns": r.turns,
+             "doc_ids": [d.id for d in r.documents], "queries": [st.query for st in r.steps if st.turn > 0]}
+            for i, (ex, r) in enumerate(zip(self.heldout, results, strict=True))])
+        path = self.run_dir / HELDOUT_FILE  # after the per-question rows: a row here means they were all written
         repair_tail(path)  # a line torn by a kill: cut before appending
         append_jsonl(path, [{"step": self.step, "checkpoint": f"step_{self.step:06d}", "questions": len(self.heldout),
                              **row}])

@@ -126,8 +126,14 @@ def test_one_worker_ray_step_equals_local_step(trainers) -> None:  # type: ignor
     # as JSON: this reward has no naive-RAG term, so heldout/acc_rag is NaN on both sides (and NaN != NaN)
     assert json.dumps(h_r, sort_keys=True) == json.dumps(h_l, sort_keys=True)
     assert h_l["heldout/scored"] == 2.0 and h_l["heldout/generator_calls"] > 0
+    per_question = []
     for t in (local, on_ray):
         assert [json.loads(x)["step"] for x in (t.run_dir / "heldout.jsonl").read_text().splitlines()] == [1]
+        per_question.append([json.loads(x) for x in (t.run_dir / "heldout_questions.jsonl").read_text().splitlines()])
+    # one row per question, the same on both sides, whose mean is the summary row's
+    assert per_question[0] == per_question[1] and [r["id"] for r in per_question[0]] == [e.id for e in local.heldout]
+    assert sum(r["reward"] for r in per_question[0]) / 2 == pytest.approx(h_l["heldout/reward"])
+    assert all(r["step"] == 1 and r["doc_ids"] for r in per_question[0])
 
 
 def test_two_workers_same_rollouts_and_lost_workers_redo_only_their_shards(trainers) -> None:  # type: ignore[no-untyped-def]

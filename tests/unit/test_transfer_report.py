@@ -215,6 +215,8 @@ def test_ablation_reads_both_attempts_held_out_rows_and_splits_warm_up_from_rl(t
     _write(transfer.RESULTS / "selection.jsonl", [{**base, "acc_s3_mean": 0.15}])
     _write(run / "heldout.jsonl", [held(16, 0.18), held(20, 0.17), held(30, 0.3), held(40, 0.3), held(60, 0.22)])
     _write(run / "metrics.jsonl", [{"step": s, "charts/sft": 1.0} for s in range(1, 17)] + [{"step": 17}])
+    _write(run / "heldout_questions.jsonl", [{"step": 30, "id": f"q{i}", "acc_s3": a, "acc_rag": b}
+                                             for i, (a, b) in enumerate(((1, 0), (1, 0), (0, 1), (1, 1), (0, 0)))])
     monkeypatch.setattr(transfer, "BASELINES", prev)
     monkeypatch.setattr(transfer, "_run_dir", lambda config: run)
     lines = transfer.ablation(str(ROOT / "configs" / "transfer2.toml"))
@@ -226,3 +228,4 @@ def test_ablation_reads_both_attempts_held_out_rows_and_splits_warm_up_from_rl(t
                    ("results: + warm-up (16 supervised steps)", "0.180"),
                    ("results: + RL, chosen (step 30 of 60)", "0.300"), ("results: + RL, last (step 60)", "0.220")]
     assert "the same questions" in lines[2] and (transfer.RESULTS / "ablation.md").is_file()
+    assert [ln.split(" | ")[5] for ln in table] == ["-"] * 6 + ["2 / 1", "-"]  # per question: step 30 only
