@@ -176,13 +176,13 @@ def test_another_generator_runs_the_same_searchers_and_gets_its_own_table(transf
     monkeypatch.setattr(transfer, "_s3", lambda *a: calls.append(a))
     transfer.evaluate(cfgfile, work, (model,))
     assert [c[c.index("--out") + 1] for c in calls] == [
-        str(transfer._other_run_path(work, model, m)) for m in ("untrained", "trained")]
+        str(transfer._other_run_path(work, model, m)) for m in ("trained", "untrained")]
     for c in calls:
         sets = [c[i + 1] for i, a in enumerate(c) if a == "--set"]
         cfg = load_config(cfgfile, sets)
         assert cfg.generator.model == model and cfg.judge_resolved.model == load_config(cfgfile).judge_resolved.model
         assert c[c.index("--dataset") + 1].endswith("hotpotqa_dev500/data") and "--index" in c
-    assert "searcher.policy_path=null" in calls[0] and f"searcher.policy_path={transfer.RESULTS / 'policy'}" in calls[1]
+    assert f"searcher.policy_path={transfer.RESULTS / 'policy'}" in calls[0] and "searcher.policy_path=null" in calls[1]
 
     n = 10
     for m, right in (("naive_rag", 3), ("untrained", 3), ("trained", 6)):
