@@ -547,7 +547,9 @@ def ablation(config: str) -> list[str]:
             rows.append((f"{label}: untrained {base['policy']}", loop, base))
         held = {int(r["step"]): r for r in _jsonl(run / "heldout.jsonl")} or \
             {int(r["step"]): r for r in _jsonl(results / "heldout.jsonl")}
-        for q in _jsonl(run / "heldout_questions.jsonl"):  # per question (runs from stop 33 on): wins and losses
+        # per question (runs from stop 33 on): wins and losses; an evaluation redone after a kill wrote its rows again
+        per_question = {(int(q["step"]), q["id"]): q for q in _jsonl(run / "heldout_questions.jsonl")}
+        for q in per_question.values():
             if int(q["step"]) in held and q.get("acc_s3") is not None and q.get("acc_rag") is not None:
                 wl = held[int(q["step"])].setdefault("wins_losses", [0, 0])
                 wl[0] += q["acc_s3"] > q["acc_rag"]

@@ -216,7 +216,8 @@ def test_ablation_reads_both_attempts_held_out_rows_and_splits_warm_up_from_rl(t
     _write(run / "heldout.jsonl", [held(16, 0.18), held(20, 0.17), held(30, 0.3), held(40, 0.3), held(60, 0.22)])
     _write(run / "metrics.jsonl", [{"step": s, "charts/sft": 1.0} for s in range(1, 17)] + [{"step": 17}])
     _write(run / "heldout_questions.jsonl", [{"step": 30, "id": f"q{i}", "acc_s3": a, "acc_rag": b}
-                                             for i, (a, b) in enumerate(((1, 0), (1, 0), (0, 1), (1, 1), (0, 0)))])
+                                             for i, (a, b) in enumerate(((1, 0), (1, 0), (0, 1), (1, 1), (0, 0), (1, 0)))]
+           + [{"step": 30, "id": "q5", "acc_s3": 0, "acc_rag": 0}])  # q5 again (a redone evaluation): the last row counts
     monkeypatch.setattr(transfer, "BASELINES", prev)
     monkeypatch.setattr(transfer, "_run_dir", lambda config: run)
     lines = transfer.ablation(str(ROOT / "configs" / "transfer2.toml"))
