@@ -360,11 +360,11 @@ def evaluate(config: str, work: Path, other_generators: tuple[str, ...] = ()) ->
     for method, margs in _methods(cfg.retriever.k).items():
         for name, (_, _, limit) in DATASETS.items():
             data, index, out = work / "eval" / name / "data", work / "eval" / name / "index", _run_path(work, name, method)
-            summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
-            if summary.get("n_scored") == limit and not summary.get("n_failed"):
+            if _finished(out, limit):
                 if out.parent.parent.parent != work:  # --baselines-from: reused only when it ran the same setting
-                    mine = work / "eval" / name / "naive_rag" / "summary.json"
-                    if mine.is_file() and not _same_setting(json.loads(mine.read_text())["config"], summary["config"]):
+                    mine, theirs = work / "eval" / name / "naive_rag" / "summary.json", out / "summary.json"
+                    if mine.is_file() and not _same_setting(json.loads(mine.read_text())["config"],
+                                                            json.loads(theirs.read_text())["config"]):
                         raise SystemExit(f"{out} ran another setting than this evaluation: drop --baselines-from")
                     print(f"= {name}/{method}: reused from {out}", flush=True)
                 continue  # finished, nothing to retry: skip building its engines
@@ -380,11 +380,16 @@ def evaluate(config: str, work: Path, other_generators: tuple[str, ...] = ()) ->
     for model in other_generators:
         for method in OTHER_GENERATOR_METHODS:
             out = _other_run_path(work, model, method)
-            summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
-            if summary.get("n_scored") == limit and not summary.get("n_failed"):
+            if _finished(out, limit):
                 continue
             _s3("eval", *common, "--set", f"generator.model={model}", "--dataset", str(data), "--index", str(index),
                 "--limit", str(limit), "--out", str(out), "--no-progress", "--method", *methods[method])
+
+
+def _finished(out: Path, limit: int) -> bool:
+    """Whether the eval run in `out` scored all `limit` questions with no failed call (nothing to resume or retry)."""
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
+    return summary.get("n_scored") == limit and not summary.get("n_failed")
 
 
 # the slice and methods a generator the searcher was not trained with is evaluated on (evaluate --other-generator)
@@ -458,8 +463,9 @@ def report(config: str, work: Path) -> None:
         runs = {m: _rows(gen_dir / OTHER_GENERATOR_SLICE / m) for m in OTHER_GENERATOR_METHODS}
         if not any(runs.values()):
             continue
-        model = next(json.loads((gen_dir / OTHER_GENERATOR_SLICE / m / "summary.json").read_text())["config"]["generator"]
-                     ["model"] for m in OTHER_GENERATOR_METHODS if (gen_dir / OTHER_GENERATOR_SLICE / m / "summary.json").is_file())
+        summaries = [gen_dir / OTHER_GENERATOR_SLICE / m / "summary.json" for m in OTHER_GENERATOR_METHODS]
+        model = next((json.loads(f.read_text())["config"]["generator"]["model"] for f in summaries if f.is_file()),
+                     gen_dir.name)  # a run cut before its summary: the folder's name
         ds = {"generator": model, "methods": {}, "paired": {}}
         lines += [f"## {OTHER_GENERATOR_SLICE}, generator {model} (the searcher was trained with "
                   f"{cfg.generator_resolved.model}; the judge is the same)", "",
