@@ -21,7 +21,9 @@ with; the two searchers also under the equal-budget cap (searcher.context_cap = 
 hotpotqa_dev500 (naive RAG, untrained, trained; the judge unchanged): <work>/eval_generators/<model>/; the report adds
 a table for each.
 
-report: benchmarks/results/transfer/{report.md, report.json, curves.png, eval.png}: GenAcc and EM with bootstrap 95%
+report: benchmarks/results/transfer/{report.md, report.json, curves.png, eval.png} and the run's small record files
+(metrics.jsonl, heldout.jsonl, heldout_questions.jsonl, distill_summary.json: what ablation and the plots read once the
+run directory is gone): GenAcc and EM with bootstrap 95%
 intervals, paired differences (trained - naive RAG, trained - untrained), support recall, mean documents; what the
 searcher learned (turns, queries, selections, stops; a few real trajectories before and after; flat GRPO groups and KL
 over training; gain from more documents or better ones).
@@ -205,6 +207,7 @@ EVAL_POLICY = "vllm"  # the searcher's engine in the dev-slice evaluation
 RUN_FILES = ("metrics.jsonl", "heldout.jsonl", "heldout_questions.jsonl", "config.json", "searcher.json", "distill.jsonl",
              "distill_summary.json")
 CKPT_FILES = ("trainer_state.pt",)
+RECORD_FILES = ("heldout.jsonl", "heldout_questions.jsonl", "distill_summary.json")  # report copies them next to itself
 # not carried: the tokenizer files an adapter folder repeats (a LoRA adapter loads with its base model's tokenizer)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
                    "vocab.json", "merges.txt")
@@ -554,7 +557,8 @@ def ablation(config: str) -> list[str]:
         held = {int(r["step"]): r for r in _jsonl(run / "heldout.jsonl")} or \
             {int(r["step"]): r for r in _jsonl(results / "heldout.jsonl")}
         # per question (runs from stop 33 on): wins and losses; an evaluation redone after a kill wrote its rows again
-        per_question = {(int(q["step"]), q["id"]): q for q in _jsonl(run / "heldout_questions.jsonl")}
+        per_question = {(int(q["step"]), q["id"]): q for q in
+                        _jsonl(run / "heldout_questions.jsonl") or _jsonl(results / "heldout_questions.jsonl")}
         for q in per_question.values():
             if int(q["step"]) in held and q.get("acc_s3") is not None and q.get("acc_rag") is not None:
                 wl = held[int(q["step"])].setdefault("wins_losses", [0, 0])
@@ -647,7 +651,10 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
     if not rows:
         return [], {}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(run / "metrics.jsonl", RESULTS / "metrics.jsonl")
+    # the run's small record files stay with the report once the run directory (and its snapshot) is gone
+    for name in ("metrics.jsonl", *RECORD_FILES):
+        if (run / name).is_file():
+            shutil.copyfile(run / name, RESULTS / name)
     plot_run(run, RESULTS / "curves.png")
     for r in rows:  # GBR of the step: Acc with the searcher's documents minus Acc with naive RAG's
         if r.get("reward/acc_s3") is not None and r.get("reward/acc_rag") is not None:

@@ -81,6 +81,8 @@ def test_report_pairs_methods_splits_gains_by_gold_and_reads_the_training_run(tr
     assert (tmp_path / "results" / "curves.png").stat().st_size > 1000
     assert (tmp_path / "results" / "eval.png").stat().st_size > 1000  # GenAcc and the paired differences, with CIs
     assert [r["step"] for r in train["heldout"]] == [2, 8] and "| 8 | 0.300 | 0.250 | 0.050 | 2.00 | 4.50 |" in md
+    # the run's record files stay beside the report (the run directory does not outlive the experiment)
+    assert (tmp_path / "results" / "heldout.jsonl").read_text() == (run / "heldout.jsonl").read_text()
 
 
 def test_snapshot_keeps_what_a_resume_needs_and_restore_puts_it_back_only_over_an_older_run(transfer: Any,
@@ -230,3 +232,8 @@ def test_ablation_reads_both_attempts_held_out_rows_and_splits_warm_up_from_rl(t
                    ("results: + RL, chosen (step 30 of 60)", "0.300"), ("results: + RL, last (step 60)", "0.220")]
     assert "the same questions" in lines[2] and (transfer.RESULTS / "ablation.md").is_file()
     assert [ln.split(" | ")[5] for ln in table] == ["-"] * 6 + ["2 / 1", "-"]  # per question: step 30 only
+    # once the run directory is gone, the copies report() left beside it give the same table
+    for name in ("heldout.jsonl", "heldout_questions.jsonl", "metrics.jsonl"):
+        (transfer.RESULTS / name).write_text((run / name).read_text())
+    monkeypatch.setattr(transfer, "_run_dir", lambda config: tmp_path / "gone")
+    assert transfer.ablation(str(ROOT / "configs" / "transfer2.toml")) == lines
