@@ -92,6 +92,11 @@ def select(config: str) -> dict[str, Any]:
 
     cfg = load_config(config, [f"searcher.policy={EVAL_POLICY}"])  # the untrained base's rollouts on vLLM
     run = _run_dir(config)
+    if not (run / "checkpoints").is_dir() and not (RESULTS / "run").is_dir() and (RESULTS / "selected.json").is_file() \
+            and (RESULTS / "policy").is_dir():  # the run and its snapshot are gone once the choice is made
+        chosen = json.loads((RESULTS / "selected.json").read_text())
+        print(f"select: {chosen['policy']} was chosen before ({RESULTS / 'selection.md'}); the run is no longer here")
+        return dict(chosen)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "selection.jsonl"
     done = {r["policy"]: r for r in _jsonl(out)}
@@ -647,14 +652,16 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
     from training.trainer import read_metrics
 
     run = cfg.resolve(cfg.training.output_dir)
-    rows = read_metrics(run) if run is not None and (run / "metrics.jsonl").is_file() else []
+    if run is None or not (run / "metrics.jsonl").is_file():
+        run = RESULTS  # the run directory is gone (another machine, a fresh clone): the copies an earlier report left
+    rows = read_metrics(run) if (run / "metrics.jsonl").is_file() else []
     if not rows:
         return [], {}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    # the run's small record files stay with the report once the run directory (and its snapshot) is gone
-    for name in ("metrics.jsonl", *RECORD_FILES):
-        if (run / name).is_file():
-            shutil.copyfile(run / name, RESULTS / name)
+    if run.resolve() != RESULTS.resolve():  # the run's small record files stay with the report
+        for name in ("metrics.jsonl", *RECORD_FILES):
+            if (run / name).is_file():
+                shutil.copyfile(run / name, RESULTS / name)
     plot_run(run, RESULTS / "curves.png")
     for r in rows:  # GBR of the step: Acc with the searcher's documents minus Acc with naive RAG's
         if r.get("reward/acc_s3") is not None and r.get("reward/acc_rag") is not None:
@@ -684,9 +691,11 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
         lines.append(f"- wall time per RL step: median {s['median']:.0f} s (range {s['min']:.0f}-{s['max']:.0f} s)")
     lines += [f"- {format_trend(t)}" for t in info["trends"].values()]
     if cfg.training.invalid_penalty:
+        readmes = [f"{seg.name}/README.md" for seg in sorted(RESULTS.glob("*_segment"))]
+        segments = f"; what changed between the run's segments: {', '.join(readmes)}" if readmes else ""
         lines.append(f"- reward/mean includes the format term (training.invalid_penalty = {cfg.training.invalid_penalty}: "
-                     "minus that x the rollout's share of invalid turns; on from the restart at step 11, "
-                     "collapse_segment/README.md); reward/gbr and reward/acc_s3 never include it")
+                     f"minus that x the rollout's share of invalid turns{segments}); reward/gbr and reward/acc_s3 never "
+                     "include it")
     for key in ("reward/flat_groups", "losses/kl", "search/turns", "search/invalid_action_rate"):
         a, b = info[key]["first_third"], info[key]["last_third"]
         if a is not None and b is not None:
@@ -695,7 +704,6 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
             lines.append(f"- {key}: first third of the RL steps {a:.4g} -> last third {b:.4g}{note}")
     held = {int(r["step"]): r for r in _jsonl(run / "heldout.jsonl")}  # the trainer's held-out evaluations
     if held:
-        shutil.copyfile(run / "heldout.jsonl", RESULTS / "heldout.jsonl")
         info["heldout"] = [held[k] for k in sorted(held)]
         lines += ["", f"Held-out evaluations during training ({cfg.training.heldout.questions} questions never trained on, "
                   "greedy, the training reward; the checkpoint is chosen here):", "",

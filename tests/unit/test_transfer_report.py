@@ -81,8 +81,14 @@ def test_report_pairs_methods_splits_gains_by_gold_and_reads_the_training_run(tr
     assert (tmp_path / "results" / "curves.png").stat().st_size > 1000
     assert (tmp_path / "results" / "eval.png").stat().st_size > 1000  # GenAcc and the paired differences, with CIs
     assert [r["step"] for r in train["heldout"]] == [2, 8] and "| 8 | 0.300 | 0.250 | 0.050 | 2.00 | 4.50 |" in md
-    # the run's record files stay beside the report (the run directory does not outlive the experiment)
+    # the run's record files stay beside the report (the run directory does not outlive the experiment), and the
+    # report reads them there once the run directory is gone
     assert (tmp_path / "results" / "heldout.jsonl").read_text() == (run / "heldout.jsonl").read_text()
+    (tmp_path / "results" / "report.md").unlink()
+    cfg.write_text(text.replace('output_dir = "../runs/transfer/grpo"', f'output_dir = "{tmp_path / "gone"}"'))
+    transfer.report(str(cfg), work)
+    assert json.loads((tmp_path / "results" / "report.json").read_text())["training"] == train
+    assert (tmp_path / "results" / "report.md").read_text() == md
 
 
 def test_snapshot_keeps_what_a_resume_needs_and_restore_puts_it_back_only_over_an_older_run(transfer: Any,
@@ -237,3 +243,16 @@ def test_ablation_reads_both_attempts_held_out_rows_and_splits_warm_up_from_rl(t
         (transfer.RESULTS / name).write_text((run / name).read_text())
     monkeypatch.setattr(transfer, "_run_dir", lambda config: tmp_path / "gone")
     assert transfer.ablation(str(ROOT / "configs" / "transfer2.toml")) == lines
+
+
+def test_select_after_the_run_is_gone_keeps_the_choice_made(transfer: Any, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`transfer.py all` on a machine without the run (and with its snapshot removed) goes on to the evaluation with
+    the policy chosen before; with neither a run nor a choice it says what is missing."""
+    monkeypatch.setattr(transfer, "_run_dir", lambda config: tmp_path / "gone")
+    config = str(ROOT / "configs" / "transfer2.toml")
+    with pytest.raises(SystemExit, match="no checkpoints"):
+        transfer.select(config)
+    (transfer.RESULTS / "policy").mkdir(parents=True)
+    (transfer.RESULTS / "selected.json").write_text(json.dumps({"policy": "step_000030", "heldout": {}}))
+    assert transfer.select(config)["policy"] == "step_000030"
