@@ -209,10 +209,10 @@ merges it into the base first). Without `--index` it uses the training index nam
 # training data lives in benchmarks/results/transfer/data/ (its baseline cache is committed; corpus and index are
 # rebuilt by `s3 prepare-training` from ../shared/data in seconds).
 EVAL_POLICY = "vllm"  # the searcher's engine in the dev-slice evaluation
-RUN_FILES = ("metrics.jsonl", "heldout.jsonl", "heldout_questions.jsonl", "config.json", "searcher.json", "distill.jsonl",
-             "distill_summary.json")
+# the run's small record files: report copies them next to itself, so they outlive the run directory
+RECORD_FILES = ("metrics.jsonl", "heldout.jsonl", "heldout_questions.jsonl", "distill_summary.json")
+RUN_FILES = (*RECORD_FILES, "config.json", "searcher.json", "distill.jsonl")
 CKPT_FILES = ("trainer_state.pt",)
-RECORD_FILES = ("heldout.jsonl", "heldout_questions.jsonl", "distill_summary.json")  # report copies them next to itself
 # not carried: the tokenizer files an adapter folder repeats (a LoRA adapter loads with its base model's tokenizer)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
                    "vocab.json", "merges.txt")
@@ -559,11 +559,12 @@ def ablation(config: str) -> list[str]:
             _loop_of(run / "searcher.json")
         if base:
             rows.append((f"{label}: untrained {base['policy']}", loop, base))
-        held = {int(r["step"]): r for r in _jsonl(run / "heldout.jsonl")} or \
-            {int(r["step"]): r for r in _jsonl(results / "heldout.jsonl")}
+        def record(name: str) -> list[dict[str, Any]]:  # the run's file, else the copy report() left in results
+            return _jsonl(run / name) or _jsonl(results / name)
+
+        held = {int(r["step"]): r for r in record("heldout.jsonl")}
         # per question (runs from stop 33 on): wins and losses; an evaluation redone after a kill wrote its rows again
-        per_question = {(int(q["step"]), q["id"]): q for q in
-                        _jsonl(run / "heldout_questions.jsonl") or _jsonl(results / "heldout_questions.jsonl")}
+        per_question = {(int(q["step"]), q["id"]): q for q in record("heldout_questions.jsonl")}
         for q in per_question.values():
             if int(q["step"]) in held and q.get("acc_s3") is not None and q.get("acc_rag") is not None:
                 wl = held[int(q["step"])].setdefault("wins_losses", [0, 0])
@@ -571,7 +572,7 @@ def ablation(config: str) -> list[str]:
                 wl[1] += q["acc_s3"] < q["acc_rag"]
         if not held:
             return
-        metrics = _jsonl(run / "metrics.jsonl") or _jsonl(results / "metrics.jsonl")
+        metrics = record("metrics.jsonl")
         sft = max((int(r["step"]) for r in metrics if r.get("charts/sft")), default=0)
         if sft in held:
             rows.append((f"{label}: + warm-up ({sft} supervised steps)", loop,
@@ -659,7 +660,7 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
         return [], {}
     RESULTS.mkdir(parents=True, exist_ok=True)
     if run.resolve() != RESULTS.resolve():  # the run's small record files stay with the report
-        for name in ("metrics.jsonl", *RECORD_FILES):
+        for name in RECORD_FILES:
             if (run / name).is_file():
                 shutil.copyfile(run / name, RESULTS / name)
     plot_run(run, RESULTS / "curves.png")
