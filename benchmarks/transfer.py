@@ -19,7 +19,8 @@ with; the two searchers also under the equal-budget cap (searcher.context_cap = 
 
 --other-generator MODEL (evaluate, repeatable): the same searchers with a generator they were not trained with, on
 hotpotqa_dev500 (naive RAG, untrained, trained; the judge unchanged): <work>/eval_generators/<model>/; the report adds
-a table for each.
+a table for each. Order: the four main methods, then the other generators, then the equal-budget caps (a cut run has
+the comparisons the claims need first; run again = resume).
 
 report: benchmarks/results/transfer/{report.md, report.json, curves.png, eval.png} and the run's small record files
 (metrics.jsonl, heldout.jsonl, heldout_questions.jsonl, distill_summary.json: what ablation and the plots read once the
@@ -145,7 +146,7 @@ def select(config: str) -> dict[str, Any]:
     policy_dir = RESULTS / "policy"
     if policy_dir.exists():
         shutil.rmtree(policy_dir)
-    shutil.copytree(adapter, policy_dir)
+    shutil.copytree(adapter, policy_dir, ignore=shutil.ignore_patterns(*TOKENIZER_FILES))  # loads with its base's
     relocate_record(adapter, policy_dir)  # its searcher.json's index path is relative to where the record lives
     _policy_card(policy_dir, name, best, cfg, config)
     lines = [
@@ -363,28 +364,16 @@ def evaluate(config: str, work: Path, other_generators: tuple[str, ...] = ()) ->
             _s3("data", "prepare", fmt, "--input", str(raw), "--out", str(data))
         if not index.is_dir():
             _s3("index", "build", "--config", config, "--corpus", str(data / "corpus.jsonl"), "--out", str(index))
-    # method by method across both slices (the four main methods first, the equal-budget caps last): a session cut
-    # mid-evaluation leaves whole comparisons behind, and the next run resumes the rest
-    for method, margs in _methods(cfg.retriever.k).items():
-        for name, (_, _, limit) in DATASETS.items():
-            data, index, out = work / "eval" / name / "data", work / "eval" / name / "index", _run_path(work, name, method)
-            if _finished(out, limit):
-                if out.parent.parent.parent != work:  # --baselines-from: reused only when it ran the same setting
-                    mine, theirs = work / "eval" / name / "naive_rag" / "summary.json", out / "summary.json"
-                    if mine.is_file() and not _same_setting(json.loads(mine.read_text())["config"],
-                                                            json.loads(theirs.read_text())["config"]):
-                        raise SystemExit(f"{out} ran another setting than this evaluation: drop --baselines-from")
-                    print(f"= {name}/{method}: reused from {out}", flush=True)
-                continue  # finished, nothing to retry: skip building its engines
-            out = work / "eval" / name / method
-            where = [] if margs[0] == "no_retrieval" else ["--index", str(index)]  # it takes no index
-            _s3("eval", *common, "--dataset", str(data), *where, "--limit", str(limit), "--out", str(out),
-                "--no-progress", "--method", *margs)
-    # the same searchers with a generator they were not trained with ("any frozen generator"); the judge stays the
-    # config's, so the generator is the one thing that changes
+    # method by method across the slices, in the order the claims need them: the four main methods, then the same
+    # searchers with a generator they were not trained with, then the equal-budget caps. A session cut
+    # mid-evaluation leaves whole comparisons behind, and the next run resumes the rest.
+    methods = _methods(cfg.retriever.k)
+    main = [m for m in methods if not m.endswith("_cap")]
+    for method in main:
+        _evaluate_method(work, common, method, methods[method])
+    # "any frozen generator": the judge stays the config's, so the generator is the one thing that changes
     name, (_, _, limit) = OTHER_GENERATOR_SLICE, DATASETS[OTHER_GENERATOR_SLICE]
     data, index = work / "eval" / name / "data", work / "eval" / name / "index"
-    methods = _methods(cfg.retriever.k)
     for model in other_generators:
         for method in OTHER_GENERATOR_METHODS:
             out = _other_run_path(work, model, method)
@@ -392,6 +381,26 @@ def evaluate(config: str, work: Path, other_generators: tuple[str, ...] = ()) ->
                 continue
             _s3("eval", *common, "--set", f"generator.model={model}", "--dataset", str(data), "--index", str(index),
                 "--limit", str(limit), "--out", str(out), "--no-progress", "--method", *methods[method])
+    for method in (m for m in methods if m not in main):
+        _evaluate_method(work, common, method, methods[method])
+
+
+def _evaluate_method(work: Path, common: list[str], method: str, margs: list[str]) -> None:
+    """One method on every dev slice, skipping the slices already finished (here or in --baselines-from)."""
+    for name, (_, _, limit) in DATASETS.items():
+        data, index, out = work / "eval" / name / "data", work / "eval" / name / "index", _run_path(work, name, method)
+        if _finished(out, limit):
+            if out.parent.parent.parent != work:  # --baselines-from: reused only when it ran the same setting
+                mine, theirs = work / "eval" / name / "naive_rag" / "summary.json", out / "summary.json"
+                if mine.is_file() and not _same_setting(json.loads(mine.read_text())["config"],
+                                                        json.loads(theirs.read_text())["config"]):
+                    raise SystemExit(f"{out} ran another setting than this evaluation: drop --baselines-from")
+                print(f"= {name}/{method}: reused from {out}", flush=True)
+            continue  # finished, nothing to retry: skip building its engines
+        out = work / "eval" / name / method
+        where = [] if margs[0] == "no_retrieval" else ["--index", str(index)]  # it takes no index
+        _s3("eval", *common, "--dataset", str(data), *where, "--limit", str(limit), "--out", str(out),
+            "--no-progress", "--method", *margs)
 
 
 def _finished(out: Path, limit: int) -> bool:

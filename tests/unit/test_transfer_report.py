@@ -205,6 +205,28 @@ def test_another_generator_runs_the_same_searchers_and_gets_its_own_table(transf
     assert f"## hotpotqa_dev500, generator {model}" in (transfer.RESULTS / "report.md").read_text()
 
 
+def test_evaluate_runs_the_main_methods_then_the_other_generator_then_the_caps(transfer: Any, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The order the claims need them in: a cut evaluation has the four main methods and the other generator's
+    comparison before the equal-budget caps."""
+    cfgfile = str(ROOT / "configs" / "transfer.toml")
+    work = tmp_path / "work"
+    (transfer.RESULTS / "policy").mkdir(parents=True)
+    for name in transfer.DATASETS:
+        _write(work / "eval" / name / "data" / "corpus.jsonl", [{"id": "d"}])
+        (work / "eval" / name / "index").mkdir(parents=True)
+    model = "local/qwen2.5-coder-1.5b-instruct"
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(transfer, "_s3", lambda *a: calls.append(a))
+    transfer.evaluate(cfgfile, work, (model,))
+    outs = [c[c.index("--out") + 1] for c in calls]
+    main = [str(work / "eval" / name / m) for m in ("naive_rag", "trained", "untrained", "no_retrieval")
+            for name in transfer.DATASETS]
+    other = [str(transfer._other_run_path(work, model, m)) for m in transfer.OTHER_GENERATOR_METHODS]
+    caps = [str(work / "eval" / name / m) for m in ("trained_cap", "untrained_cap") for name in transfer.DATASETS]
+    assert outs == main + other + caps
+
+
 def test_ablation_reads_both_attempts_held_out_rows_and_splits_warm_up_from_rl(transfer: Any, tmp_path: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The held-out ablation is assembled from evaluations already made: each attempt's untrained base, the end of
