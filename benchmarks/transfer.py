@@ -370,7 +370,7 @@ def evaluate(config: str, work: Path, other_generators: tuple[str, ...] = ()) ->
     methods = _methods(cfg.retriever.k)
     main = [m for m in methods if not m.endswith("_cap")]
     for method in main:
-        _evaluate_method(work, common, method, methods[method])
+        _evaluate_method(work, common, method, methods[method], cfg.retriever.k)
     # "any frozen generator": the judge stays the config's, so the generator is the one thing that changes
     name, (_, _, limit) = OTHER_GENERATOR_SLICE, DATASETS[OTHER_GENERATOR_SLICE]
     data, index = work / "eval" / name / "data", work / "eval" / name / "index"
@@ -382,13 +382,18 @@ def evaluate(config: str, work: Path, other_generators: tuple[str, ...] = ()) ->
             _s3("eval", *common, "--set", f"generator.model={model}", "--dataset", str(data), "--index", str(index),
                 "--limit", str(limit), "--out", str(out), "--no-progress", "--method", *methods[method])
     for method in (m for m in methods if m not in main):
-        _evaluate_method(work, common, method, methods[method])
+        _evaluate_method(work, common, method, methods[method], cfg.retriever.k)
 
 
-def _evaluate_method(work: Path, common: list[str], method: str, margs: list[str]) -> None:
-    """One method on every dev slice, skipping the slices already finished (here or in --baselines-from)."""
+def _evaluate_method(work: Path, common: list[str], method: str, margs: list[str], k: int) -> None:
+    """One method on every dev slice, skipping the slices already finished (here or in --baselines-from) and the
+    equal-budget caps that cannot bind (_cap_is_idle)."""
     for name, (_, _, limit) in DATASETS.items():
         data, index, out = work / "eval" / name / "data", work / "eval" / name / "index", _run_path(work, name, method)
+        if _cap_is_idle(work, name, method, k, limit):
+            print(f"= {name}/{method}: not run, the same as {_uncapped(method)} (it never kept more than {k} "
+                  "documents, and the cap only stops admissions beyond that)", flush=True)
+            continue
         if _finished(out, limit):
             if out.parent.parent.parent != work:  # --baselines-from: reused only when it ran the same setting
                 mine, theirs = work / "eval" / name / "naive_rag" / "summary.json", out / "summary.json"
@@ -401,6 +406,24 @@ def _evaluate_method(work: Path, common: list[str], method: str, margs: list[str
         where = [] if margs[0] == "no_retrieval" else ["--index", str(index)]  # it takes no index
         _s3("eval", *common, "--dataset", str(data), *where, "--limit", str(limit), "--out", str(out),
             "--no-progress", "--method", *margs)
+
+
+def _uncapped(method: str) -> str:
+    return method.removesuffix("_cap")
+
+
+def _cap_is_idle(work: Path, name: str, method: str, k: int, limit: int | None = None) -> bool:
+    """Whether `method` is an equal-budget cap (searcher.context_cap = k) that cannot change anything: its uncapped run
+    (finished, when `limit` is given) never kept more than k documents on any question. The cap only stops admitting
+    documents once k are kept (searcher/agent.py `_admit`); prompts and stops do not depend on it, and the searchers are
+    decoded greedily, so the capped run would repeat the uncapped one question for question."""
+    if not method.endswith("_cap"):
+        return False
+    run = _run_path(work, name, _uncapped(method))
+    if limit is not None and not _finished(run, limit):
+        return False
+    rows = _rows(run)
+    return bool(rows) and max(len(r["context_ids"]) for r in rows.values()) <= k
 
 
 def _finished(out: Path, limit: int) -> bool:
@@ -468,11 +491,19 @@ def report(config: str, work: Path) -> None:
         runs = {m: _rows(_run_path(work, name, m)) for m in _methods(cfg.retriever.k)}
         if not any(runs.values()):
             continue
+        idle = [m for m in runs if not runs[m] and _cap_is_idle(work, name, m, cfg.retriever.k)]
+        for m in idle:  # a cap that cannot bind: its numbers are the uncapped run's, said so under the table
+            runs[m] = runs[_uncapped(m)]
         ds: dict[str, Any] = {"methods": {}, "paired": {}}
         lines += [f"## {name}", "", "| method | n | GenAcc [95% CI] | EM [95% CI] | support recall | mean docs | turns |",
                   "| --- | ---: | --- | --- | ---: | ---: | ---: |"]
         lines += _method_tables(runs, ds, (("trained", "naive_rag"), ("trained", "untrained"),
                                            ("trained_cap", "naive_rag"), ("trained_cap", "untrained_cap")))
+        if idle:
+            ds["cap_is_uncapped"] = idle
+            lines += [f"{', '.join(idle)}: not run, the uncapped run's rows: it never kept more than "
+                      f"{cfg.retriever.k} documents, and the cap only stops admissions beyond that (greedy decoding).",
+                      ""]
         out["datasets"][name] = ds
         diag_lines, out["datasets"][name]["diagnostics"] = _diagnostics(work / "eval" / name, runs, cfg.searcher.max_turns)
         lines += diag_lines

@@ -73,6 +73,10 @@ def test_report_pairs_methods_splits_gains_by_gold_and_reads_the_training_run(tr
     assert beh["trained"]["stopped_before_last_turn"] == 1.0
     # trajectories are checked against the rows they claim to explain (trained: the gold paragraph on q0..q9 only)
     assert ds_out["diagnostics"]["trajectories_match_rows"] == {"untrained": [0, 20], "trained": [10, 20]}
+    # neither searcher kept more than k = 3 documents: the caps were not run and read as the uncapped runs, said so
+    assert ds_out["cap_is_uncapped"] == ["trained_cap", "untrained_cap"]
+    assert ds_out["paired"]["trained_cap-naive_rag:GenAcc"]["diff"] == pytest.approx(0.25)
+    assert "trained_cap, untrained_cap: not run" in (tmp_path / "results" / "report.md").read_text()
     train = report["training"]
     assert train["rl_steps"] == 6 and train["warmup_steps"] == 2 and train["rl_coverage"] == 1.0
     assert train["trends"]["reward/gbr"]["diff"] > 0 and train["step_seconds"]["median"] == pytest.approx(105.5)
@@ -225,6 +229,33 @@ def test_evaluate_runs_the_main_methods_then_the_other_generator_then_the_caps(t
     other = [str(transfer._other_run_path(work, model, m)) for m in transfer.OTHER_GENERATOR_METHODS]
     caps = [str(work / "eval" / name / m) for m in ("trained_cap", "untrained_cap") for name in transfer.DATASETS]
     assert outs == main + other + caps
+
+
+def test_a_cap_that_cannot_bind_is_not_run(transfer: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The equal-budget cap of a searcher that never kept more than k documents would repeat its uncapped run: it is
+    skipped; one that kept more (or whose uncapped run is unfinished) runs."""
+    cfgfile = str(ROOT / "configs" / "transfer.toml")
+    work = tmp_path / "work"
+    (transfer.RESULTS / "policy").mkdir(parents=True)
+    for name, (_, _, limit) in transfer.DATASETS.items():
+        _write(work / "eval" / name / "data" / "corpus.jsonl", [{"id": "d"}])
+        (work / "eval" / name / "index").mkdir(parents=True)
+        for method in ("naive_rag", "trained", "untrained", "no_retrieval"):
+            docs = {"trained": 3, "untrained": 9}.get(method, 3)
+            run = work / "eval" / name / method
+            _write(run / "results.jsonl", [_row(i, 0.0, [f"d{j}" for j in range(docs if i == 0 else 1)])
+                                           for i in range(limit)])
+            (run / "summary.json").write_text(json.dumps({"n_scored": limit}))
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(transfer, "_s3", lambda *a: calls.append(a))
+    transfer.evaluate(cfgfile, work)
+    assert [c[c.index("--out") + 1] for c in calls] == [str(work / "eval" / name / "untrained_cap")
+                                                        for name in transfer.DATASETS]
+    # an unfinished uncapped run says nothing yet: its cap runs
+    name, (_, _, limit) = next(iter(transfer.DATASETS.items()))
+    (work / "eval" / name / "trained" / "summary.json").write_text(json.dumps({"n_scored": limit - 1}))
+    assert not transfer._cap_is_idle(work, name, "trained_cap", 3, limit)
+    assert transfer._cap_is_idle(work, name, "trained_cap", 3)  # the report reads whatever rows there are
 
 
 def test_ablation_reads_both_attempts_held_out_rows_and_splits_warm_up_from_rl(transfer: Any, tmp_path: Path,
