@@ -422,7 +422,11 @@ def _cap_is_idle(work: Path, name: str, method: str, k: int, limit: int | None =
     run = _run_path(work, name, _uncapped(method))
     if limit is not None and not _finished(run, limit):
         return False
-    rows = _rows(run)
+    return _within_budget(_rows(run), k)
+
+
+def _within_budget(rows: dict[str, dict[str, Any]], k: int) -> bool:
+    """Whether a run's rows exist and none kept more than k documents (an equal-budget cap of k would not bind)."""
     return bool(rows) and max(len(r["context_ids"]) for r in rows.values()) <= k
 
 
@@ -491,7 +495,8 @@ def report(config: str, work: Path) -> None:
         runs = {m: _rows(_run_path(work, name, m)) for m in _methods(cfg.retriever.k)}
         if not any(runs.values()):
             continue
-        idle = [m for m in runs if not runs[m] and _cap_is_idle(work, name, m, cfg.retriever.k)]
+        idle = [m for m in runs  # the uncapped rows are in `runs` already: no second read of their results
+                if m.endswith("_cap") and not runs[m] and _within_budget(runs[_uncapped(m)], cfg.retriever.k)]
         for m in idle:  # a cap that cannot bind: its numbers are the uncapped run's, said so under the table
             runs[m] = runs[_uncapped(m)]
         ds: dict[str, Any] = {"methods": {}, "paired": {}}
