@@ -19,7 +19,6 @@ Two measurements cost model calls and are bounded:
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import json
 import logging
@@ -31,6 +30,7 @@ from typing import Any
 
 from eval.behavior import QuestionBehavior, Trace, bridge_query, needs_probe, question_behavior, summarize
 from eval.stats import mean_ci
+from generator_adapters.client import run_sync
 from s3core.errors import DataFormatError, S3Error
 from s3core.io import iter_jsonl, latest_by_id
 
@@ -203,7 +203,7 @@ class PrefixGenAcc:
         bar = tqdm(total=len(keys), desc=f"per-turn GenAcc {run.name}", unit="answer")
         for start in range(0, len(keys), 8):
             chunk = keys[start : start + 8]
-            accs = asyncio.run(self.accuracy([qtext[q] for q, _ in chunk], [[texts[i] for i in o] for _, o in chunk],
+            accs = run_sync(self.accuracy([qtext[q] for q, _ in chunk], [[texts[i] for i in o] for _, o in chunk],
                                              [gold[q] for q, _ in chunk]))
             self.calls += len(chunk)
             by_key.update(zip(chunk, accs, strict=True))

@@ -14,7 +14,6 @@ The pieces (context source, answerer, scorer) are small async callables in `Comp
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
@@ -37,6 +36,7 @@ from eval.rundir import (
 )
 from eval.summary import spend_totals, summarize, wall_clock
 from generator_adapters.budget import Budget, BudgetReached
+from generator_adapters.client import run_sync
 from s3core.credentials import redact
 from s3core.errors import ConfigError, DataFormatError, S3Error
 from s3core.io import append_jsonl, file_sha256, repair_tail, write_json_atomic
@@ -168,7 +168,7 @@ class BatchRunner(Protocol):
 def run_eval(opts: EvalOptions, dataset: Dataset, comp: Components, config: dict[str, Any],
              n_resamples: int = 1000, seed: int = 0, runner: BatchRunner | None = None) -> dict[str, Any]:
     """`run_eval_async` from synchronous code."""
-    return asyncio.run(run_eval_async(opts, dataset, comp, config, n_resamples=n_resamples, seed=seed, runner=runner))
+    return run_sync(run_eval_async(opts, dataset, comp, config, n_resamples=n_resamples, seed=seed, runner=runner))
 
 
 async def run_eval_async(

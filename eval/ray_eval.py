@@ -14,7 +14,6 @@ metrics; time stamps and latencies aside): tests/integration/test_ray_backend.py
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from typing import Any
 
 from eval.config import EvalSettings
 from eval.harness import EvalOptions, _run_batch
+from generator_adapters.client import run_sync
 from s3core.errors import S3Error
 from s3core.types import QAExample
 from s3runtime.raycluster import RayWorker, WorkerPool, connect
@@ -41,7 +41,7 @@ class EvalWorker(RayWorker):
         return json.dumps(self.config, sort_keys=True, default=str)
 
     def run_batch(self, batch: list[QAExample], attempts: dict[str, int]) -> list[dict[str, Any]]:
-        rows, _ = asyncio.run(_run_batch(self.comp, batch, attempts))  # no budget on Ray (harness refuses it)
+        rows, _ = run_sync(_run_batch(self.comp, batch, attempts))  # no budget on Ray (harness refuses it)
         return rows
 
     def cache_stats(self) -> dict[str, int]:

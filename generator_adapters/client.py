@@ -8,7 +8,10 @@ the sqlite cache, usage, cost and latency. One failed call yields an `Answer` wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import random
+import sys
 import threading
 import time
 import weakref
@@ -25,7 +28,7 @@ from s3core.errors import ConfigError, UpstreamError
 from s3core.pricing import Price, count_prompt_tokens, resolve_price
 from s3core.upstream import map_exception
 
-__all__ = ["USAGE_FIELDS", "Answer", "CompletionFn", "LLMClient", "run_sync"]
+__all__ = ["USAGE_FIELDS", "Answer", "CompletionFn", "LLMClient", "release_loop_clients", "run_sync"]
 
 # what `LLMClient.usage()` reports (money in dollars): provider answers paid for, their tokens and spend, the answers
 # whose price is unknown, and the answers served by the cache (or a repeat in the same batch) with what they saved
@@ -68,17 +71,50 @@ class Answer(BaseModel):
         return self.error is None and self.text is not None
 
 
+async def release_loop_clients() -> None:
+    """Close and forget the HTTP clients litellm cached for the running event loop.
+
+    litellm caches a provider client (e.g. an AsyncOpenAI holding an aiohttp session and its keep-alive sockets) per
+    settings AND per event loop: the cache key ends in the loop's id. It closes an evicted client whose close is a
+    coroutine only from that same loop, which never runs again once `asyncio.run` returns: every batch run on a loop
+    of its own (a training step's rewards, an eval) left a session and up to `concurrency` sockets open until the
+    process ended. Only this loop's clients are closed; a loop running in another thread keeps its own."""
+    litellm = sys.modules.get("litellm")  # not imported: no client was made
+    cache = getattr(litellm, "in_memory_llm_clients_cache", None)
+    entries, ttls = getattr(cache, "cache_dict", None), getattr(cache, "ttl_dict", None)
+    if not isinstance(entries, dict):
+        return
+    suffix = f"-{id(asyncio.get_running_loop())}"
+    for key in [k for k in list(entries) if isinstance(k, str) and k.endswith(suffix)]:
+        client = entries.pop(key, None)
+        if isinstance(ttls, dict):
+            ttls.pop(key, None)
+        close = getattr(client, "aclose", None) or getattr(client, "close", None)
+        if close is not None and inspect.iscoroutinefunction(close):
+            with contextlib.suppress(Exception):  # a client that fails to close is dropped all the same
+                await close()
+
+
+async def _then_release(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        return await coro
+    finally:
+        await release_loop_clients()
+
+
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from sync code, also when this thread already runs an event loop."""
+    """Run a coroutine to completion on an event loop of its own, also when this thread already runs one (then in a
+    thread), and close the HTTP clients litellm cached for that loop before it ends (`release_loop_clients`): use it
+    instead of `asyncio.run` for anything that calls a generator or a judge."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return asyncio.run(_then_release(coro))
     box: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            box["value"] = asyncio.run(coro)
+            box["value"] = asyncio.run(_then_release(coro))
         except BaseException as e:
             box["error"] = e
 

@@ -25,7 +25,6 @@ are scored exactly as `s3 eval` scores a row.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -38,6 +37,7 @@ from eval.accuracy import Accuracy
 from eval.build import build_accuracy
 from generator_adapters.budget import Budget, require_known_prices
 from generator_adapters.build import build_generator
+from generator_adapters.client import run_sync
 from s3core.errors import S3Error
 from s3core.io import (
     append_jsonl,
@@ -219,7 +219,7 @@ def _compute_acc(
             budget.reserve(usd)
         before = float(accuracy.usage().get("cost_usd") or 0.0)
         try:
-            acc = asyncio.run(accuracy(qs, docs, golds))
+            acc = run_sync(accuracy(qs, docs, golds))
         finally:
             if budget is not None:
                 budget.settle(usd, float(accuracy.usage().get("cost_usd") or 0.0) - before)

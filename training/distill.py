@@ -16,13 +16,13 @@ cache key), so a resumed run makes no generator call; a change of generator, pro
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from generator_adapters.client import run_sync
 from s3core.errors import S3Error
 from s3core.io import append_jsonl, read_jsonl, repair_tail, text_sha256, write_json_atomic
 from s3core.types import QAExample
@@ -90,7 +90,7 @@ def rejection_sample(cfg: TrainSettings, examples: list[QAExample], oracle: S3Se
                     part = [examples[i] for i in todo[start : start + batch]]
                     results = oracle.search([e.question for e in part])
                     docs = [list(r.documents) for r in results]
-                    acc = asyncio.run(accuracy([e.question for e in part], docs, [e.golden_answers for e in part]))
+                    acc = run_sync(accuracy([e.question for e in part], docs, [e.golden_answers for e in part]))
                     rows = []
                     for e, r, d, a in zip(part, results, docs, acc, strict=True):
                         row = {"id": e.id, "key": key, "acc": a, "acc_rag": baseline[e.id],

@@ -4,11 +4,11 @@ training questions instead (greedy): what RL learned where it trained, apart fro
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+from generator_adapters.client import run_sync
 from s3core.errors import S3Error
 from training.config import TrainSettings
 
@@ -64,7 +64,7 @@ def heldout_rewards(
         # the trainer's own scorer (training/executors.py): the same reward, generator, EM / F1 and query tags
         scorer = make_scorer(cfg, data.baseline, end_to_end=end_to_end,
                              decode=pol.decode if isinstance(pol, TokenPolicy) else None)
-        scored = asyncio.run(scorer.score(results, examples))
+        scored = run_sync(scorer.score(results, examples))
         r = [x for x in scored.rewards if x is not None]
         acc = [x for x in (scored.acc_s3 or []) if x is not None]
         rag = [x for x in (scored.acc_rag or []) if x is not None]

@@ -13,12 +13,12 @@ here (`make_scorer`, `rollout_policy`), so a setting means the same thing on eit
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from generator_adapters.client import run_sync
 from s3core.types import QAExample, SearchResult
 from training.config import TrainSettings
 from training.rewards import RewardBatch, RewardScorer
@@ -151,7 +151,7 @@ class LocalExecutor:
             return list(agent.search([e.question for e in examples]))
 
     def score(self, results: list[SearchResult], examples: list[QAExample]) -> RewardBatch:
-        return asyncio.run(self.scorer.score(results, examples))
+        return run_sync(self.scorer.score(results, examples))
 
     def sync(self) -> float | None:
         """The learner's weights into the vLLM engine (None without one: the learner samples itself)."""

@@ -26,13 +26,13 @@ the local trainer (same data order): the trainer, its checkpoints and its data o
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from generator_adapters.client import run_sync
 from s3core.types import QAExample, SearchResult
 from s3runtime.raycluster import RayWorker, WorkerPool, connect, worker_threads
 from searcher.build import AgentKind
@@ -149,7 +149,7 @@ class RewardWorker(RayWorker):
 
     def score(self, results: list[SearchResult], examples: list[QAExample]) -> tuple[RewardBatch, dict[str, float]]:
         before = accuracy_usage(self.scorer)
-        batch = asyncio.run(self.scorer.score(results, examples))
+        batch = run_sync(self.scorer.score(results, examples))
         return batch, usage_row(before, accuracy_usage(self.scorer))
 
 

@@ -113,11 +113,10 @@ def _eval(args: argparse.Namespace, cfg: S3Config) -> int:
 
 
 def _dry_run(opts: Any, dataset: Any, comp: Any) -> int:
-    import asyncio
-
     from eval.harness import dry_run_async
+    from generator_adapters.client import run_sync
 
-    d = asyncio.run(dry_run_async(opts, dataset, comp))
+    d = run_sync(dry_run_async(opts, dataset, comp))
     budget = d["budget_usd"]
     left = f"; budget ${budget:.6f}, ${d['spent_usd']:.6f} already spent" if budget is not None else ""
     print(f"dry run: {d['questions']} questions to run ({d['already_finished']} finished): projected at most "

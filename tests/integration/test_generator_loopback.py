@@ -127,3 +127,38 @@ def test_client_processes_refuse_local_models() -> None:
 
     with pytest.raises(ConfigError, match="processes = 2 cannot be used with a local/ model"):
         Generator(GeneratorConfig(model="local/smollm2-135m-instruct", processes=2, cache_path=None))
+
+
+def _client_sockets(port: int) -> int:
+    """This process's open TCP connections to the loopback server (the client side)."""
+    import psutil
+
+    return sum(1 for c in psutil.Process().net_connections(kind="tcp") if c.raddr and c.raddr.port == port)
+
+
+def _open_sessions() -> int:
+    import gc
+
+    import aiohttp
+
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, aiohttp.ClientSession) and not o.closed)
+
+
+def test_a_batch_per_event_loop_leaves_no_session_or_socket_behind() -> None:
+    """litellm caches its HTTP client per event loop; a training step's rewards or an eval run their batch on a loop
+    of their own (run_sync), which closes that loop's clients before it ends. Without that, each batch left an aiohttp
+    session and its keep-alive sockets open until the process ended (8 batches here: 8 sessions, 32 sockets)."""
+    from generator_adapters.client import run_sync
+
+    with FakeLLMServer(latency_s=0.01) as srv:
+        gen = Generator(_cfg(srv, concurrency=4))
+        before = _open_sessions()
+        for step in range(4):
+            assert all(a.ok for a in gen.answer_sync([f"q{step}-{i}" for i in range(4)], None))
+        for step in range(4):  # the async path a reward scorer or the eval harness takes inside run_sync
+            answers = run_sync(gen.answer([f"r{step}-{i}" for i in range(4)], None))
+            assert all(a.ok for a in answers)
+        assert srv.stats()["requests"] == 32
+        assert _open_sessions() == before
+        assert _client_sockets(srv.port) == 0
