@@ -42,7 +42,6 @@ top-3 document ids), and every context that equals another one of the same quest
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
@@ -56,6 +55,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from generator_adapters.client import run_sync  # noqa: E402
 from s3core.types import Document, QAExample  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ oracle selection
@@ -282,7 +282,7 @@ class Scorer:
                 for lo in range(0, len(items), self.batch):
                     chunk = items[lo : lo + self.batch]
                     t0 = time.perf_counter()
-                    accs = asyncio.run(self.accuracy([e.question for _, (e, _) in chunk], [list(ds) for _, (_, ds) in chunk],
+                    accs = run_sync(self.accuracy([e.question for _, (e, _) in chunk], [list(ds) for _, (_, ds) in chunk],
                                                      [e.golden_answers for _, (e, _) in chunk]))
                     self.seconds += time.perf_counter() - t0
                     self.calls += len(chunk)
@@ -506,7 +506,7 @@ def legacy_landscape(args: argparse.Namespace) -> int:
     print("\n".join(lines), flush=True)
     rows = []
     for name, docs in variants.items():
-        acc = asyncio.run(accuracy(questions, docs, golden))
+        acc = run_sync(accuracy(questions, docs, golden))
         ok = [a for a in acc if a is not None]
         mean_docs = sum(len(d) for d in docs) / max(len(docs), 1)
         missing = f" ({len(acc) - len(ok)} calls failed)" if len(ok) < len(acc) else ""

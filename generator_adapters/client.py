@@ -85,7 +85,7 @@ async def release_loop_clients() -> None:
     if not isinstance(entries, dict):
         return
     suffix = f"-{id(asyncio.get_running_loop())}"
-    for key in [k for k in list(entries) if isinstance(k, str) and k.endswith(suffix)]:
+    for key in [k for k in entries if isinstance(k, str) and k.endswith(suffix)]:
         client = entries.pop(key, None)
         if isinstance(ttls, dict):
             ttls.pop(key, None)
