@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-.venv/bin/ruff check s3core s3runtime dataprep searcher generator_adapters eval training s3 tests benchmarks scripts
+.venv/bin/ruff check s3core s3runtime dataprep searcher generator_adapters eval training s3 experiments tests benchmarks scripts
 .venv/bin/mypy
 .venv/bin/python -m pytest --durations=20 "$@"
