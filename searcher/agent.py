@@ -9,6 +9,7 @@
 The loop, for every question of a batch at once (s3 paper §3.1, Table 7, Appendix A.5):
 
     turn 0: D0 = top-k0 of the question (begin-with-search; k0 = the naive-RAG k, 3) shown in the first prompt
+            (with `additive`, D0 is D_s3's start and stays: replies can only add to it, up to the cap)
     reply 0: <important_info> over D0 (optional), <search_complete>, <query>
     turn t = 1..T: D_t = top-k of the query; reply t selects from D_t, stops or asks the next query
     after the reply to D_T the loop ends (that last reply can still select from D_T; its query is not searched)
@@ -191,9 +192,21 @@ class S3Searcher:
         instead of once per reply or window (the service may swap `cfg` between searches, so never only once)."""
         self._cap = self.max_contexts
         self._max_select = self.cfg.max_select
+        if self.cfg.additive:
+            self._check_additive(self._cap)
         budget = self.cfg.doc_token_budget
         # whole passages (no budget) are written straight from the documents: no cache (render_information)
         self._lines = (budget, self._line_cache(budget) if budget is not None else None)
+
+    def _check_additive(self, cap: int) -> None:
+        """An additive searcher keeps D0 whole: it needs a D0 (begin-with-search) and room for it under the cap."""
+        if not self._begins_with_search():
+            raise ConfigError("searcher.additive keeps the begin-with-search documents: it needs "
+                              "searcher.begin_with_search = true (and is not an option of the Search-R1 agent)")
+        if cap < self.k0:
+            raise ConfigError(f"searcher.additive keeps all k0={self.k0} begin-with-search documents, but the document "
+                              f"cap (searcher.context_cap / max_select x max_turns) is {cap}: set searcher.context_cap "
+                              f">= {self.k0}")
 
     # ------------------------------------------------------------------------------------------------ public API
     @property
@@ -341,9 +354,13 @@ class S3Searcher:
             stats.retrieval_calls += 1
             if len(d0) != len(states):
                 raise RuntimeError(f"retriever returned {len(d0)} result lists for {len(states)} queries")
+        additive = self.cfg.additive
         for st, docs in zip(states, d0, strict=True):
             st.window = docs
             st.d0 = docs
+            if additive:  # naive RAG's top-k as it came (ids and order; no content dedup among them), then additions
+                st.docs.update((d.id, d) for d in docs)
+                st.content_keys.update((d.title, d.text) for d in docs)
             bws = self._begins_with_search()
             st.step = _Step(
                 turn=0,

@@ -176,6 +176,12 @@ class SearcherConfig(Section):
         description="Cap on |D_s3| (#MaxContexts). None = the paper's max_select x turns (9 for 8-3-3; 3 for one "
         "turn). Set it to let D0's selection and the search turns' selections add up (e.g. 6 for one turn).",
     )
+    additive: bool = Field(
+        False,
+        description="Keep the begin-with-search top-k0 (naive RAG's top-k, same ids, same order) in D_s3: the policy's "
+        "selections and queries can only add to it, up to max_contexts (context_cap), never drop one of them. "
+        "Needs begin_with_search and a cap of at least k0.",
+    )
     temperature: float = Field(0.0, ge=0, description="Sampling temperature at inference (training uses training.rollout.temperature).")
     max_new_tokens: int = Field(160, ge=8, description="Tokens the policy may write per turn.")
     concurrency: int = Field(4, ge=1, description="Concurrent policy calls (litellm backend).")

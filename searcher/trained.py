@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from collections.abc import Collection
 from pathlib import Path
@@ -37,7 +38,7 @@ RECORD_FILE = "searcher.json"
 # (temperature, concurrency, the backend) stay the user's.
 LOOP_KEYS = (
     "begin_with_search", "k", "max_select", "max_turns", "doc_token_budget", "min_turns", "no_selection",
-    "context_cap", "max_new_tokens",
+    "context_cap", "additive", "max_new_tokens",
 )
 
 
@@ -187,7 +188,8 @@ def apply_record(
     recorded = (folder / record.retriever.index).resolve()
     rebuild = f" (rebuild it: cd {folder} && {record.retriever.rebuild})" if record.retriever.rebuild else ""
     if not recorded.is_dir():
-        raise ConfigError(f"the searcher was trained with the index {recorded}, which is missing{rebuild}; or pass --index DIR")
+        raise ConfigError(f"the searcher was trained with the index {recorded}, which is missing"
+                          f"{_rebuild_hint(record.retriever.rebuild, folder)}")
     want = record.retriever.index_fingerprint
     if want is not None and want != index_fingerprint(recorded):
         raise ConfigError(
@@ -195,3 +197,21 @@ def apply_record(
             "or pass --index DIR to use another index on purpose"
         )
     return searcher_out, retriever_out, recorded
+
+
+def _rebuild_hint(rebuild: str | None, folder: Path) -> str:
+    """How to get an index for a policy whose training index is missing: the recorded rebuild command when the corpus
+    it names is there; else (a fresh clone: training corpora are not committed) the command the policy's README.md
+    gives, and an index of one's own corpus with --index."""
+    words = shlex.split(rebuild) if rebuild else []
+    corpus = next((folder / w for i, w in enumerate(words) if i and words[i - 1] == "--corpus"), None)
+    if rebuild and corpus is not None and corpus.is_file():
+        return f" (rebuild it: cd {folder} && {rebuild}); or pass --index DIR"
+    own = "pass --index DIR, an index of your own corpus (`s3 index build --corpus YOUR_CORPUS.jsonl --out indexes/mine`)"
+    gone = f", and so is the corpus it was built from ({corpus.resolve()})" if corpus is not None else ""
+    readme = folder / "README.md"
+    said = re.findall(r"`(s3 (?:prepare-training|index build|data prepare) [^`]+)`",
+                      readme.read_text(encoding="utf-8", errors="replace")) if readme.is_file() else []
+    if said:
+        return f"{gone}: rebuild it as {readme} says (`{said[0]}`), or {own}"
+    return f"{gone}: {own}"

@@ -142,6 +142,30 @@ def test_context_is_capped_at_max_contexts_and_deduplicated() -> None:
     assert [d.id for d in res2.documents] == ["topic-1"]
 
 
+def test_selections_and_queries_only_add_up_to_the_cap() -> None:
+    def script(prompt: str, _: int) -> str:  # selects nothing from D0, then picks [2, 1] from each window
+        if turn_of(prompt) == 0:
+            return '<important_info>[]</important_info><search_complete>False</search_complete><query>{"query": "film"}</query>'
+        return f'<important_info>[2, 1]</important_info><search_complete>False</search_complete><query>{{"query": "x{turn_of(prompt)}"}}</query>'
+
+    cfg = SearcherConfig(k=4, max_select=2, max_turns=2, context_cap=6, additive=True)
+    res = S3Searcher(ScriptedPolicy(script), TinyRetriever(), cfg, k0=3).search_one("topic?")
+    assert [d.id for d in res.documents] == ["topic-1", "topic-2", "topic-3", "film-2", "film-1", "x1-2"]
+    # the same loop, not additive: the empty selection over D0 drops it
+    plain = S3Searcher(ScriptedPolicy(script), TinyRetriever(), cfg.model_copy(update={"additive": False}), k0=3)
+    assert [d.id for d in plain.search_one("topic?").documents] == ["film-2", "film-1", "x1-2", "x1-1"]
+
+
+def test_an_additive_searcher_needs_d0_and_room_for_it() -> None:
+    policy = ScriptedPolicy(lambda p, i: "<important_info>[2]</important_info><search_complete>True</search_complete>")
+    with pytest.raises(ConfigError, match="context_cap >= 3"):
+        S3Searcher(policy, TinyRetriever(), SearcherConfig(max_select=1, max_turns=2, additive=True), k0=3)
+    with pytest.raises(ConfigError, match="begin_with_search"):
+        S3Searcher(policy, TinyRetriever(), SearcherConfig(begin_with_search=False, additive=True), k0=3)
+    with pytest.raises(ConfigError, match="begin_with_search"):
+        SearchR1Agent(policy, TinyRetriever(), SearcherConfig(additive=True), k0=3)
+
+
 def test_invalid_action_becomes_an_observation_and_uses_the_turn() -> None:
     seen: list[str] = []
 
