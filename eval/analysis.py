@@ -22,7 +22,9 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 import re
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +38,8 @@ from s3core.io import iter_jsonl, latest_by_id
 
 log = logging.getLogger("s3.analyze")
 
-__all__ = ["RunData", "S3Analysis", "analyze_s3", "bridge_probe", "hops_of", "load_run", "write_analysis"]
+__all__ = ["RunData", "S3Analysis", "analyze_s3", "bridge_probe", "hops_of", "load_run", "resolve_recorded",
+           "write_analysis"]
 
 
 @dataclass
@@ -60,12 +63,61 @@ class RunData:
         return self.name
 
 
-def _resolve_dir(run_dir: Path, recorded: str | None, sibling: str) -> Path | None:
-    """A path run.json recorded (absolute, from the machine that ran it), else the run's sibling folder."""
-    if recorded and Path(recorded).is_dir():
-        return Path(recorded)
-    cand = run_dir.parent / sibling
-    return cand if cand.is_dir() else None
+def resolve_recorded(run_dir: Path, recorded: str | None, sibling: str | None = None) -> Path | None:
+    """Where a folder run.json recorded is now, or None.
+
+    Runs record paths relative to the run directory (eval/build.py), tried first. Older runs recorded the absolute
+    path of the machine that ran them (or one relative to the shell's folder): the run may have moved together with
+    its data (a committed run in a fresh clone elsewhere), so the longest tail of the recorded path (at least two
+    parts) that exists under the run's folder or one of its parents comes next, then the path as recorded, then the
+    run's sibling folder `sibling`.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> (root / "clone/results/x/data").mkdir(parents=True); (root / "clone/results/x/run").mkdir()
+    >>> resolve_recorded(root / "clone/results/x/run", "/old/machine/results/x/data") == root / "clone/results/x/data"
+    True
+    >>> resolve_recorded(root / "clone/results/x/run", "../data") == root / "clone/results/x/run/../data"
+    True
+    """
+    if recorded:
+        p = Path(recorded)
+        if not p.is_absolute() and (run_dir / p).is_dir():
+            return run_dir / p
+        parts = p.parts[1:] if p.is_absolute() else p.parts
+        if ".." not in parts:
+            here = run_dir.resolve()
+            homes = [here, *here.parents][:-1]  # not the filesystem root: that is the recorded path itself
+            for i in range(len(parts) - 1):  # tails of >= 2 parts, longest first
+                tail = Path(*parts[i:])
+                for home in homes:
+                    if (home / tail).is_dir():
+                        return home / tail
+        if p.is_absolute() and p.is_dir():
+            return p
+    if sibling is not None and (run_dir.parent / sibling).is_dir():
+        return run_dir.parent / sibling
+    return None
+
+
+def dataset_rebuild_hint(data: Path, missing: str) -> str:
+    """`data/missing` (corpus.jsonl, questions.jsonl) is not there: the `s3 data prepare` command that rebuilds the
+    folder from the sources its manifest.json records (paths relative to the folder), or what to do without them."""
+    where = f"{data / missing} is missing (a committed run need not keep its data)"
+    try:
+        manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = {}
+    fmt = manifest.get("format")
+    sources = [data / str(src["path"]) for src in manifest.get("sources") or [] if isinstance(src, dict) and src.get("path")]
+    if not fmt or not sources:
+        return f"{where}: put it there, or pass --dataset DIR, a folder `s3 data prepare` wrote"
+    inputs = " ".join(shlex.quote(os.path.relpath(p.resolve())) for p in sources)
+    cmd = f"s3 data prepare {fmt} --input {inputs} --out {shlex.quote(os.path.relpath(data.resolve()))}"
+    gone = [os.path.relpath(p.resolve()) for p in sources if not p.is_file()]
+    note = (f" (not found from here: {', '.join(gone)}; give your copies: manifest.json has their sha256)"
+            if gone else "")
+    return f"{where}: rebuild the folder with `{cmd}`{note}, then run the command again"
 
 
 def load_run(run_dir: Path, dataset_dir: Path | None = None, name: str | None = None) -> RunData:
@@ -83,7 +135,7 @@ def load_run(run_dir: Path, dataset_dir: Path | None = None, name: str | None = 
     rows = latest_by_id(results, what="results row")
     ctx_path = run_dir / "contexts.jsonl"
     contexts = latest_by_id(ctx_path, what="contexts row") if ctx_path.is_file() else {}
-    ds = dataset_dir or _resolve_dir(run_dir, (config.get("dataset") or {}).get("dir"), "data")
+    ds = dataset_dir or resolve_recorded(run_dir, (config.get("dataset") or {}).get("dir"), "data")
     gold: dict[str, set[str]] = {}
     datasets: dict[str, str] = {}
     if ds is not None and (ds / "questions.jsonl").is_file():
@@ -94,8 +146,10 @@ def load_run(run_dir: Path, dataset_dir: Path | None = None, name: str | None = 
             gold[str(q["id"])] = set(meta.get("supporting_ids") or [])
             datasets[str(q["id"])] = str(meta.get("dataset") or ds.parent.name)
     elif contexts:
-        log.warning(f"warning: {run_dir}: no dataset folder with questions.jsonl found (pass --dataset): gold "
-                    "paragraphs unknown, so support recall, redundancy and selection precision are not measured")
+        fix = (dataset_rebuild_hint(ds, "questions.jsonl") if ds is not None else
+               "no dataset folder found (run.json's dataset.dir, RUN_DIR/../data): pass --dataset DIR")
+        log.warning(f"warning: {run_dir}: gold paragraphs unknown, so support recall, redundancy and selection "
+                    f"precision are not measured: {fix}")
     searcher = config.get("searcher") or {}
     retr = config.get("retriever") or {}
     return RunData(
@@ -106,8 +160,8 @@ def load_run(run_dir: Path, dataset_dir: Path | None = None, name: str | None = 
 
 
 def index_dir_of(run: RunData) -> Path | None:
-    """The run's retrieval index: the one run.json recorded, else RUN_DIR/../index."""
-    return _resolve_dir(run.dir, (run.config.get("retriever") or {}).get("index"), "index")
+    """The run's retrieval index: the one run.json recorded (`resolve_recorded`), else RUN_DIR/../index."""
+    return resolve_recorded(run.dir, (run.config.get("retriever") or {}).get("index"), "index")
 
 
 # ----------------------------------------------------------------------------------------------- hops
@@ -267,15 +321,24 @@ def analyze_s3(run: RunData, probe: ProbeFn | None = None, genacc: PrefixGenAcc 
 # ----------------------------------------------------------------------------------------------- output
 
 
-def _fmt(r: dict[str, Any] | None, pct: bool = False) -> str:
+def _fmt(r: dict[str, Any] | None, pct: bool = False, with_n: bool = False) -> str:
+    """A rate as `mean [lo, hi]`; `with_n` adds what it is a rate OF (its denominator: questions, search turns,
+    stops), so "100.0 [100.0, 100.0] (n=1)" is not read as a finding.
+
+    >>> _fmt({"mean": 1.0, "ci95": [1.0, 1.0], "n": 1}, pct=True, with_n=True)
+    '100.0 [100.0, 100.0] (n=1)'
+    >>> _fmt({"mean": None, "ci95": None, "n": 0}, pct=True, with_n=True)
+    '- (n=0)'
+    """
+    n = f" (n={r['n']})" if with_n and r is not None and r.get("n") is not None else ""
     if not r or r.get("mean") is None:
-        return "-"
+        return "-" + n
     m = r["mean"] * (100 if pct else 1)
     ci = r.get("ci95")
     if ci and ci[0] == ci[0]:
         lo, hi = (c * (100 if pct else 1) for c in ci)
-        return f"{m:.1f} [{lo:.1f}, {hi:.1f}]" if pct else f"{m:.3f} [{lo:.3f}, {hi:.3f}]"
-    return f"{m:.1f}" if pct else f"{m:.3f}"
+        return (f"{m:.1f} [{lo:.1f}, {hi:.1f}]" if pct else f"{m:.3f} [{lo:.3f}, {hi:.3f}]") + n
+    return (f"{m:.1f}" if pct else f"{m:.3f}") + n
 
 
 S3_RATES = [
@@ -325,13 +388,15 @@ def s3_markdown(analyses: Sequence[S3Analysis]) -> list[str]:
     if not analyses:
         return []
     lines = ["## Searchers (s3 mode)", "",
-             "Rates in %, with 95% percentile-bootstrap intervals over questions (1,000 resamples); a rate per turn or "
-             "per stop resamples whole questions.", ""]
+             "Rates in %, with 95% percentile-bootstrap intervals over questions (1,000 resamples) and n, what the "
+             "rate is a share of (questions, search turns, stops, replies); a rate per turn or per stop resamples whole "
+             "questions.", ""]
     lines += ["| | " + " | ".join(a.run.name for a in analyses) + " |", "| --- |" + " ---: |" * len(analyses)]
     lines.append("| questions | " + " | ".join(str(a.summary["questions"]) for a in analyses) + " |")
     for key, label, pct in S3_RATES:
         if any(key in a.summary for a in analyses):
-            lines.append(f"| {label} | " + " | ".join(_fmt(a.summary.get(key), pct) for a in analyses) + " |")
+            lines.append(f"| {label} | " + " | ".join(_fmt(a.summary.get(key), pct, with_n=True) for a in analyses)
+                         + " |")
     lines.append("")
     lines += ["### Per turn", "",
               "recall after t: support recall of D_s3 after turn t over all questions (a question that stopped keeps "

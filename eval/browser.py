@@ -13,13 +13,18 @@ from __future__ import annotations
 import base64
 import html
 import json
+import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.analysis import RunData, S3Analysis, _fmt, analyze_s3, load_run, plot_s3
+from eval.analysis import RunData, S3Analysis, _fmt, analyze_s3, dataset_rebuild_hint, load_run, plot_s3
 from s3core.corpus import iter_corpus
+from s3core.errors import S3Error
 
-__all__ = ["build_report", "build_report_data", "summary_lines", "write_report"]
+log = logging.getLogger("s3.report")
+
+__all__ = ["Report", "build_report", "build_report_data", "missing_texts_hint", "summary_lines", "write_report"]
 
 SNIPPET = 360  # characters of a document's text kept in the page
 
@@ -44,18 +49,51 @@ def _verdict(row: dict[str, Any] | None) -> str:
 
 
 def _doc_texts(run: RunData, ids: set[str]) -> dict[str, tuple[str, str]]:
-    """(title, snippet) of the ids, from the dataset's corpus.jsonl when it is there (else titles from the rows)."""
+    """(title, snippet) of the ids: from the dataset's corpus.jsonl when it is there, else from the run's index (its
+    doc store), else titles only from the trajectories (snippet "")."""
     out: dict[str, tuple[str, str]] = {}
     corpus = run.dataset_dir / "corpus.jsonl" if run.dataset_dir else None
     if corpus is not None and corpus.is_file():
         for d in iter_corpus(corpus, check_unique=False):
             if d.id in ids:
                 out[d.id] = (d.title or "", d.text[:SNIPPET])
+    else:
+        out.update(_index_texts(run, ids))
     for row in run.contexts.values():
         for d in row.get("documents") or []:
             if d.get("id") in ids and d["id"] not in out:
                 out[d["id"]] = (d.get("title") or "", "")
     return out
+
+
+def _index_texts(run: RunData, ids: set[str]) -> dict[str, tuple[str, str]]:
+    """Texts from the run's retrieval index (run.json's, else RUN_DIR/../index) when it is there and can be read."""
+    from eval.analysis import index_dir_of
+
+    index = index_dir_of(run)
+    if index is None or not ids:
+        return {}
+    try:
+        from searcher.build import build_retriever
+        from searcher.config import RetrieverConfig
+
+        backend = str((run.config.get("retriever") or {}).get("backend") or "bm25")
+        getter = getattr(build_retriever(RetrieverConfig(backend=backend), index), "get", None)  # type: ignore[arg-type]
+        if getter is None:
+            return {}
+        order = sorted(ids)
+        return {i: (d.title or "", d.text[:SNIPPET]) for i, d in zip(order, getter(order), strict=True) if d is not None}
+    except (S3Error, ValueError, OSError) as e:
+        log.warning(f"warning: {run.dir}: the index {index} could not be read for document texts ({e})")
+        return {}
+
+
+def missing_texts_hint(run: RunData) -> str:
+    """Why documents have no text, and the command that fixes it (eval/analysis.py `dataset_rebuild_hint`)."""
+    if run.dataset_dir is None:
+        return ("no dataset folder was found (run.json's `dataset.dir`, RUN_DIR/../data): pass --dataset DIR, a folder "
+                "`s3 data prepare` wrote, with its corpus.jsonl")
+    return dataset_rebuild_hint(run.dataset_dir, "corpus.jsonl")
 
 
 def build_report_data(run: RunData, analysis: S3Analysis | None, summary_lines: list[str]) -> dict[str, Any]:
@@ -88,8 +126,11 @@ def build_report_data(run: RunData, analysis: S3Analysis | None, summary_lines: 
                                                 "premature": b.premature, "search_turns": b.search_turns},
         })
     docs = {i: list(v) for i, v in _doc_texts(run, ids).items()}
+    with_text = sum(1 for v in docs.values() if v[1])
+    texts = {"documents": len(ids), "with_text": with_text,
+             "hint": missing_texts_hint(run) if with_text < len(ids) else None}
     return {"run": run.name, "method": run.method, "max_turns": run.max_turns, "summary": summary_lines,
-            "questions": questions, "docs": docs}
+            "questions": questions, "docs": docs, "texts": texts}
 
 
 _CSS = """
@@ -125,7 +166,7 @@ function renderList(){
   const qs = shown();
   $('#count').textContent = qs.length + ' of ' + D.questions.length + ' questions';
   $('#list').innerHTML = qs.map(q => `<div class="qrow" data-id="${esc(q.id)}"><span class="tag ${q.outcome}">${q.outcome}</span>`
-    + `<span class="tag">${q.turns} turns</span><span class="tag">${esc(q.dataset)}</span><br>${esc(q.question)}</div>`).join('');
+    + `<span class="tag">${q.turns} turn${q.turns === 1 ? '' : 's'}</span><span class="tag">${esc(q.dataset)}</span><br>${esc(q.question)}</div>`).join('');
   for (const el of document.querySelectorAll('.qrow')) el.onclick = () => openQ(el.dataset.id);
 }
 function doc(id, gold, selected){
@@ -163,14 +204,29 @@ renderList();
 """
 
 
-def write_report(run: RunData, analysis: S3Analysis | None, out: Path, plots: list[Path], summary_lines: list[str]) -> Path:
-    """Write the browser page; returns its path (out/index.html)."""
+@dataclass
+class Report:
+    """What `s3 report` wrote: the page, and how many of the documents it names show their text (the rest show a
+    title or an id only; `hint` then says why and how to fix it)."""
+
+    path: Path
+    documents: int
+    with_text: int
+    hint: str | None
+
+
+def write_report(run: RunData, analysis: S3Analysis | None, out: Path, plots: list[Path], summary_lines: list[str]) -> Report:
+    """Write the browser page (out/index.html)."""
     out.mkdir(parents=True, exist_ok=True)
     data = build_report_data(run, analysis, summary_lines)
     blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")  # no "</script>" inside the data
     imgs = "".join(f'<img alt="{html.escape(p.name)}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
                    for p in plots if p.is_file())
     summary = "".join(f"<li>{html.escape(s)}</li>" for s in summary_lines)
+    t = data["texts"]
+    if t["hint"]:
+        summary += (f'<li id="missing-texts" class="failed">{t["documents"] - t["with_text"]} of {t["documents"]} '
+                    f"documents show no text: {html.escape(t['hint'])}</li>")
     page = f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>s3 report: {html.escape(run.name)}</title>
 <style>{_CSS}</style></head><body><header><h1>Trajectories of {html.escape(run.name)}</h1>
 <small>method {html.escape(run.method)} &middot; {len(data['questions'])} questions &middot; up to {run.max_turns} turns</small></header>
@@ -184,7 +240,10 @@ def write_report(run: RunData, analysis: S3Analysis | None, out: Path, plots: li
 """
     path = out / "index.html"
     path.write_text(page)
-    return path
+    if t["hint"]:
+        log.warning(f"warning: {t['documents'] - t['with_text']} of {t['documents']} documents in the report show no "
+                    f"text: {t['hint']}")
+    return Report(path=path, documents=t["documents"], with_text=t["with_text"], hint=t["hint"])
 
 
 def summary_lines(a: Any) -> list[str]:
@@ -195,16 +254,18 @@ def summary_lines(a: Any) -> list[str]:
     if isinstance(a, S3Analysis):
         return [f"GenAcc {_fmt(s.get('genacc'))} over {s['questions']} questions (95% bootstrap CI)",
                 f"queries per question {_fmt(s.get('queries_per_question'))}; redundant turns "
-                f"{_fmt(s.get('redundant_turn_rate'), True)}% of search turns; stops before the budget "
-                f"{_fmt(s.get('stop_rate'), True)}% (with support missing {_fmt(s.get('stop_missing_support_rate'), True)}%)",
+                f"{_fmt(s.get('redundant_turn_rate'), True, with_n=True)}% of search turns; stops before the budget "
+                f"{_fmt(s.get('stop_rate'), True, with_n=True)}% (with support missing "
+                f"{_fmt(s.get('stop_missing_support_rate'), True, with_n=True)}% of the stops)",
                 f"support recall {_fmt(s.get('support_recall'))}; selection precision "
                 f"{_fmt(s.get('selection_precision'))}; invalid replies {_fmt(s.get('invalid_turn_rate'), True)}%"]
     return [f"{s['questions']} questions, {s['search_steps']} search steps, {s['non_search_steps']} non-search steps",
             f"under-search {_fmt(s['under_search_rate'], True)}% of answered non-search steps (wrong answers)"]
 
 
-def build_report(run_dir: Path, out: Path, dataset_dir: Path | None = None) -> Path:
-    """`s3 report`: read the run, analyse it (no model calls), plot, write out/index.html; returns its path."""
+def build_report(run_dir: Path, out: Path, dataset_dir: Path | None = None) -> Report:
+    """`s3 report`: read the run, analyse it (no model calls), plot, write out/index.html. Documents whose text
+    cannot be found (no corpus.jsonl, no index) are counted and warned about, with the command that fixes it."""
     from eval.oversearch import analyze_search_r1
 
     run = load_run(run_dir, dataset_dir)

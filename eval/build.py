@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
         retriever = build_retriever(rcfg, index_dir)
 
     config: JsonObject = {
-        "dataset": {"name": dataset.name, "format": dataset.manifest.get("format"), "dir": str(dataset.dir),
+        "dataset": {"name": dataset.name, "format": dataset.manifest.get("format"), "dir": _rel(dataset.dir, opts.out),
                     "questions_sha256": dataset.questions_sha256,
                     "n_questions": len(dataset.questions), "limit": opts.limit},
         "method": method,
@@ -83,6 +84,7 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
     }
     if retriever is not None:
         config["retriever"] = _retriever_fingerprint(rcfg, retriever, index_dir, dataset)
+        config["retriever"]["index"] = _rel(index_dir, opts.out) if index_dir is not None else None
         coverage = supporting_ids_in_index(retriever, [q.supporting_ids for q in dataset.questions])
         if coverage is not None and method != "no_retrieval":
             held, total = coverage
@@ -101,7 +103,7 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
         contexts = retriever_contexts(retriever, rcfg.k)
     elif method == "searcher" and opts.contexts is not None:
         contexts = _contexts_file(opts.contexts, dataset, retriever)
-        config["contexts"] = {"file": str(opts.contexts), "sha256": file_sha256(opts.contexts)}
+        config["contexts"] = {"file": _rel(opts.contexts, opts.out), "sha256": file_sha256(opts.contexts)}
         if "retriever" not in config:
             config["retriever"] = {"backend": "contexts-file", "k": None,
                                    "corpus_sha256": file_sha256(dataset.corpus_path) if dataset.corpus_path else None}
@@ -151,6 +153,8 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
         usage=accuracy.usage,
         project=projector(accuracy, no_context=method == "no_retrieval"),
         budget=budget,
+        unpriced=[f"{section}.model = {c.cfg.model!r}" for section, c in accuracy.clients().items()
+                  if c is not None and c.price is None],
     )
     return dataset, comp, config
 
@@ -231,6 +235,16 @@ def _llm_fingerprint(llm: Generator | Judge) -> JsonObject:
     if not fp.get("gguf_sha256"):
         fp["gguf_sha256"] = _local_gguf_sha256(str(fp["model"]), fp.get("api_base"))
     return fp
+
+
+def _rel(path: Path, run_dir: Path) -> str:
+    """A path as run.json records it: relative to the run directory, so a run that moves with its data (a committed
+    result, a fresh clone elsewhere) still finds it (eval/analysis.py `resolve_recorded` reads both forms).
+
+    >>> _rel(Path("/x/data/hotpot"), Path("/x/runs/qwen05/naive_rag"))
+    '../../../data/hotpot'
+    """
+    return os.path.relpath(path.resolve(), run_dir.resolve())
 
 
 def _retriever_fingerprint(

@@ -62,6 +62,7 @@ class Components:
     usage: Callable[[], dict[str, float]] | None = None
     project: Callable[[list[QAExample], list[ContextOut]], list[float]] | None = None
     budget: Budget | None = None
+    unpriced: list[str] = field(default_factory=list)  # "generator.model = 'x'" for each paid model of unknown price
 
 
 @dataclass
@@ -254,51 +255,46 @@ async def run_eval_async(
         return summary
 
 
-def _fit_budget(comp: Components, batch: list[QAExample], ctxs: list[ContextOut]) -> tuple[int, float, BudgetReached | None]:
-    """How many questions of the batch (a prefix) the budget allows, what they may cost at most, and the stop when
-    not all of them fit. Only questions whose paid calls are projected within what is left are run."""
-    assert comp.budget is not None and comp.project is not None
-    per_question = comp.project(batch, ctxs)
+def _fit_budget(comp: Components, costs: list[float]) -> tuple[int, float]:
+    """How many questions (a prefix) of those whose paid calls are projected at most `costs` fit what the budget has
+    left now, and what they may cost together."""
+    assert comp.budget is not None
     n, total = 0, 0.0
-    for usd in per_question:
+    for usd in costs:
         if not comp.budget.fits(total + usd):
             break
         n, total = n + 1, total + usd
-    stop = None
-    if n < len(batch):
-        try:
-            comp.budget.check(total + per_question[n], f"question {batch[n].id!r}")
-        except BudgetReached as e:
-            stop = e
-    return n, total, stop
+    return n, total
 
 
 async def _run_batch(
     comp: Components, batch: list[QAExample], attempts: dict[str, int]
 ) -> tuple[list[dict[str, Any]], BudgetReached | None]:
     """Contexts, then answers for the questions that got them, then scores for the answers that came back. With a
-    budget, the batch is cut before the first question whose paid calls (projected) would pass it: the rows of the
-    questions before it and the stop come back."""
+    budget, only the questions whose paid calls (projected) fit what is left run; when one does not fit, the ones
+    before it run first, and it is checked again against what they really cost (a projection is an upper bound).
+    The stop names that question, ITS projected cost and what has been spent after the rows before it ran."""
     ctxs = await comp.contexts(batch)
     if len(ctxs) != len(batch):
         raise S3Error(f"context source returned {len(ctxs)} results for {len(batch)} questions")
-    stop: BudgetReached | None = None
-    reserved = 0.0
-    if comp.budget is not None and comp.project is not None:
-        n, reserved, stop = _fit_budget(comp, batch, ctxs)
-        batch, ctxs = batch[:n], ctxs[:n]
-        if not batch:
-            return [], stop
+    if comp.budget is None or comp.project is None:
+        return await _answer_and_score(comp, batch, ctxs, attempts), None
+    costs = comp.project(batch, ctxs)
+    rows: list[dict[str, Any]] = []
+    while batch:
+        n, reserved = _fit_budget(comp, costs)
+        if n == 0:  # the stop reads the budget now, after the rows before this question were paid for
+            return rows, comp.budget.stop(costs[0], f"question {batch[0].id!r}")
         comp.budget.reserve(reserved)
         usage0 = comp.usage() if comp.usage is not None else {}
-    try:
-        rows = await _answer_and_score(comp, batch, ctxs, attempts)
-    finally:
-        if comp.budget is not None and comp.project is not None:
+        try:
+            rows += await _answer_and_score(comp, batch[:n], ctxs[:n], attempts)
+        finally:
             spent = (float(comp.usage().get("cost_usd", 0.0)) - float(usage0.get("cost_usd", 0.0))
                      if comp.usage is not None else reserved)
             comp.budget.settle(reserved, spent)
-    return rows, stop
+        batch, ctxs, costs = batch[n:], ctxs[n:], costs[n:]
+    return rows, None
 
 
 async def _answer_and_score(
@@ -395,8 +391,11 @@ async def dry_run_async(opts: EvalOptions, dataset: Dataset, comp: Components) -
     spent = spend_totals(opts.out / INVOCATIONS_FILE).get("cost_usd") if opts.out.is_dir() else None
     total = float(sum(per_q))
     if total == float("inf"):
-        raise ConfigError("--dry-run: the price of the generator or the judge model is unknown (litellm's cost map "
-                          "does not list it): set generator.input_cost_per_mtok / output_cost_per_mtok (and judge.*)")
+        which = " and ".join(comp.unpriced) or "the generator or the judge model"
+        sections = " and ".join(sorted({u.split(".")[0] for u in comp.unpriced})) or "generator / judge"
+        raise ConfigError(f"--dry-run: the price of {which} is unknown (litellm's cost map does not list it): set "
+                          f"input_cost_per_mtok and output_cost_per_mtok in [{sections}] (dollars per million "
+                          "tokens; 0 for a self-hosted server)")
     return {"questions": len(todo), "already_finished": len(done), "projected_usd": total,
             "projected_usd_per_question": total / len(todo) if todo else 0.0, "spent_usd": spent or 0.0,
             "budget_usd": comp.budget.limit_usd if comp.budget is not None else None}

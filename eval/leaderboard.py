@@ -346,7 +346,7 @@ def _trajectory_reports(board: Leaderboard, out: Path) -> dict[str, str]:
         if r.path.is_dir() and (r.path / "contexts.jsonl").is_file():
             name = f"{r.generator} · {METHOD_LABELS.get(r.method, r.method)} · {r.dataset}"
             try:
-                page = build_report(r.path, out / "reports" / f"{i:02d}_{r.method}_{r.dataset}")
+                page = build_report(r.path, out / "reports" / f"{i:02d}_{r.method}_{r.dataset}").path
             except S3Error as e:  # a run whose trajectories cannot be read still has its row in the table
                 print(f"warning: no trajectory browser for {r.path}: {e}")
                 continue

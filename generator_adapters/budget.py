@@ -72,11 +72,24 @@ class Budget:
         """Raise BudgetReached when `what` (costing at most `projected_usd`) would pass the cap."""
         if self.fits(projected_usd):
             return
+        raise self.stop(projected_usd, what)
+
+    def stop(self, projected_usd: float, what: str) -> BudgetReached:
+        """The BudgetReached for `what` (costing at most `projected_usd` by itself), with the spend as it is NOW: build
+        it after the work before `what` has been paid for, so the message says what was really spent.
+
+        >>> b = Budget(0.01, spent_usd=0.007132, setting="eval.budget_usd")
+        >>> print(b.stop(0.0031, "question 'q7'"))
+        budget reached: question 'q7' would cost up to $0.003100, and $0.007132 of the $0.010000 budget (eval.budget_usd) is spent; raise it to resume
+        """
         assert self.limit_usd is not None
-        raise BudgetReached(
-            f"budget reached: {what} would cost up to ${projected_usd:.6f}, and ${self.spent_usd:.6f} of the "
-            f"${self.limit_usd:.6f} budget ({self.setting}) is spent; raise it to resume",
-            limit_usd=self.limit_usd, spent_usd=self.spent_usd, projected_usd=projected_usd,
+        with self._lock:
+            spent, reserved = self.spent_usd, self.reserved_usd
+        held = f" (${reserved:.6f} more held by calls in flight)" if reserved > 0 else ""
+        return BudgetReached(
+            f"budget reached: {what} would cost up to ${projected_usd:.6f}, and ${spent:.6f} of the "
+            f"${self.limit_usd:.6f} budget ({self.setting}) is spent{held}; raise it to resume",
+            limit_usd=self.limit_usd, spent_usd=spent, projected_usd=projected_usd,
         )
 
     def reserve(self, usd: float) -> None:
@@ -99,7 +112,8 @@ def project_calls(client: LLMClient, batch: Sequence[list[dict[str, Any]]]) -> f
     of unknown price is refused before a budgeted run starts (`require_known_prices`), so None here is a bug."""
     usd = client.project(batch)
     if usd is None:
-        raise ConfigError(f"{client.cfg.model}: the price is unknown; a budget cannot be kept")
+        raise ConfigError(f"the price of {client.cfg.model!r} is unknown (litellm's cost map does not list it), so a "
+                          "budget cannot be kept: set its section's input_cost_per_mtok and output_cost_per_mtok")
     return usd
 
 

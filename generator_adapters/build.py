@@ -10,20 +10,24 @@ from generator_adapters.generator import Generator
 from generator_adapters.judge import Judge
 
 
-def _register_if_local(model: str) -> None:
+def _register_if_local(model: str, setting: str) -> None:
+    """An offline `local/<name>` model: refused now when its data wheels are missing (naming the pip extra), so a run
+    never starts and fails every row on it; else its litellm provider is registered (idempotent)."""
     if model.startswith("local/"):
         from s3runtime.llm_local import register_local_provider
+        from s3runtime.local_models import require_installed
 
-        register_local_provider()  # idempotent: offline `local/<name>` models reachable through litellm
+        require_installed(model.removeprefix("local/"), setting)
+        register_local_provider()
 
 
 def build_generator(cfg: GeneratorConfig) -> Generator:
     """The frozen generator G of `cfg` (any litellm model; `local/...` = offline, in process)."""
-    _register_if_local(cfg.model)
+    _register_if_local(cfg.model, "generator.model")
     return Generator(cfg)
 
 
 def build_judge(cfg: JudgeConfig) -> Judge:
     """The GenAcc judge of `cfg`."""
-    _register_if_local(cfg.model)
+    _register_if_local(cfg.model, "judge.model")
     return Judge(cfg)

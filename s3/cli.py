@@ -57,14 +57,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Output that is not a terminal (a pipe, a file) is not wrapped: rich wraps at 80 columns when it cannot see a
+# terminal, and a table cut into lines at column 80 is hard to grep or read back. COLUMNS is what rich (and shutil)
+# read; a value the user set wins.
+UNWRAPPED_COLUMNS = "1000"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     keep_jax_off_gpus()  # a JAX some dependency imports never grabs the GPU (s3core/frameworks.py)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --help keeps argparse's own wrapping
     if not getattr(args, "handler", None):
         parser.print_help()
         return 0
+    set_columns = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    if set_columns:
+        os.environ["COLUMNS"] = UNWRAPPED_COLUMNS
+    try:
+        return _run(args)
+    finally:
+        if set_columns:
+            os.environ.pop("COLUMNS", None)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         from s3.config import load_config
 

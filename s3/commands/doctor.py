@@ -22,6 +22,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--only", default=None, metavar="REGEX", help="run only the steps whose name matches")
     p.add_argument("--timeout-s", type=float, default=600.0, help="per-step limit (seconds)")
     p.add_argument("--out", default="s3-doctor", help="folder for summary.json / summary.md, logs/ and work/")
+    p.add_argument("--keep-work", action="store_true",
+                   help="keep OUT/work (the steps' models, runs and indexes, a few hundred MB; removed by default)")
     p.set_defaults(handler=_doctor)
 
 
@@ -29,6 +31,9 @@ def _doctor(args: argparse.Namespace, cfg: S3Config) -> int:
     from s3.doctor import run_doctor
 
     out = Path(args.out)
-    results = run_doctor(out, device=args.device, quick=args.quick, only=args.only, timeout_s=args.timeout_s)
+    results = run_doctor(out, device=args.device, quick=args.quick, only=args.only, timeout_s=args.timeout_s,
+                         keep_work=args.keep_work)
     print((out / "summary.md").read_text())
+    kept = f"; the steps' files kept in {out / 'work'}" if args.keep_work else ""
+    print(f"summary: {out / 'summary.md'} (and summary.json); step logs in {out / 'logs'}{kept}")
     return 1 if any(r.status == "FAIL" for r in results) else 0

@@ -20,7 +20,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="evaluate a method with a frozen generator on a prepared dataset (resumable)",
         description="Answer a prepared dataset's questions with the frozen generator, given contexts from a method; "
         "rows go to RUN_DIR/results.jsonl as they finish, a re-run resumes (retrying failed rows), and "
-        "RUN_DIR/summary.json holds means over scored rows with bootstrap 95%% intervals.",
+        "RUN_DIR/summary.json holds means over scored rows with bootstrap 95% intervals.",
     )
     p.add_argument("--dataset", required=True, metavar="DIR", help="folder written by `s3 data prepare`")
     p.add_argument("--method", required=True, choices=METHODS)
@@ -132,6 +132,17 @@ def _fmt(m: dict[str, Any] | None) -> str:
     return f"{100 * m['mean']:.1f} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
 
 
+def _cache_text(stats: dict[str, Any] | None) -> str:
+    """The response cache's counts of this invocation, or nothing when there are none (no cache, or nothing asked).
+
+    >>> _cache_text({"hits": 3, "misses": 7}), _cache_text({})
+    ('; response cache: hits 3, misses 7', '')
+    """
+    if not stats:
+        return ""
+    return "; response cache: " + ", ".join(f"{k} {v}" for k, v in stats.items())
+
+
 def _print_summary(summary: dict[str, Any], out: Path) -> None:
     m = summary["metrics"]
     inv = summary.get("invocation", {})
@@ -140,7 +151,7 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
     print(f"scored {summary['n_scored']} of {total}; failed {summary['n_failed']} (no score; retried when the run is "
           f"resumed); not run yet {summary['n_missing']}"
           f" (this invocation: {inv.get('rows_written', 0)} rows, {inv.get('skipped_finished', 0)} skipped,"
-          f" {inv.get('retried_failed', 0)} retried; cache {inv.get('cache', {})})")
+          f" {inv.get('retried_failed', 0)} retried{_cache_text(inv.get('cache'))})")
     for key in ("genacc", "span", "em", "f1", "support_recall"):
         if key in m:
             print(f"  {key:<15} {_fmt(m[key])}")

