@@ -1,0 +1,330 @@
+"""Zero-training checks before a long transfer run (issue 45, build step 1; docs/transfer.md "Attempt 3").
+
+    .venv/bin/python benchmarks/transfer_checks.py prepare    # hotpotqa_dev500 data + bm25 index (runs/transfer3/),
+                                                              # the A1 and heuristic contexts files, their stats
+    S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py run METHOD --generator qwen15 --limit 300
+    .venv/bin/python benchmarks/transfer_checks.py max-tokens --generator qwen15 --limit 100 --measure-at 48
+    .venv/bin/python benchmarks/transfer_checks.py report     # report.md, report.json, checks.png
+
+METHOD: naive_rag_top3 | naive_rag_topN (N = 4, 5, ...: the retriever's top-N) | a1 | heuristic | a0 (attempt 2's
+policy made additive: needs --policy DIR and the searcher's additive setting). Each is one resumable `s3 eval` run
+(configs/transfer3.toml; GenAcc = span check, else the 0.5B judge) in
+benchmarks/results/transfer3/checks/runs/<generator>/<METHOD>/: run the same command again and it resumes; a larger
+--limit extends it. The contexts files (contexts/a1.jsonl, contexts/heuristic.jsonl) cover all 500 questions, so
+their runs' identity does not change with --limit. The logic (copyable gold, title-like spans, the paired table) is
+experiments/transfer_checks.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from experiments import transfer_checks as tc  # noqa: E402
+
+CONFIG = ROOT / "configs" / "transfer3.toml"
+RAW = ROOT.parent / "shared" / "data" / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl"
+WORK = ROOT / "runs" / "transfer3" / "hotpotqa_dev500"  # data and index: rebuilt, never committed
+RESULTS = ROOT / "benchmarks" / "results" / "transfer3" / "checks"
+GENERATORS = {"qwen15": "local/qwen2.5-coder-1.5b-instruct", "qwen05": "local/qwen2.5-coder-0.5b-instruct"}
+CAPS = (16, 32, 48)
+
+
+def _s3(*args: str) -> None:
+    print("+ s3 " + " ".join(args), flush=True)
+    subprocess.run([sys.executable, "-m", "s3.cli", *args], check=True, cwd=ROOT)
+
+
+def _cfg() -> Any:
+    from s3.config import load_config
+
+    return load_config(str(CONFIG))
+
+
+def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
+    """Data, index, and the A1 / heuristic contexts files for every question (no generator call)."""
+    data, index = WORK / "data", WORK / "index"
+    if not (data / "corpus.jsonl").is_file():
+        _s3("data", "prepare", "hotpotqa", "--input", str(RAW), "--out", str(data))
+    if not index.is_dir():
+        _s3("index", "build", "--config", str(CONFIG), "--corpus", str(data / "corpus.jsonl"), "--out", str(index))
+    from eval.harness import load_dataset
+    from s3core.corpus import iter_corpus
+    from searcher.retrieval import load_retriever
+
+    cfg = _cfg()
+    qs = load_dataset(data).questions
+    retriever = load_retriever(cfg.retriever, index)
+    titles = tc.TitleIndex.of(d.title for d in iter_corpus(data / "corpus.jsonl"))
+    tops = retriever.search([q.question for q in qs], cfg.retriever.k)
+    out = RESULTS / "contexts"
+    out.mkdir(parents=True, exist_ok=True)
+    a1_rows, h_rows = [], []
+    lacking = copyable = 0
+    n_added_h = []
+    for q, top in zip(qs, tops, strict=True):
+        gold = [d for d in retriever.get(list(q.supporting_ids)) if d is not None]
+        missing = [g for g in gold if g.id not in {d.id for d in top}]
+        add = tc.copyable_gold(q.question, top, gold, words)
+        lacking += bool(missing)
+        copyable += bool(add)
+        a1_rows.append(tc.contexts_row(q.id, [*top, *add], added=[d.id for d in add], missing_gold=len(missing)))
+        h = tc.heuristic_documents(q.question, top, retriever.search, titles, cap=cap, k=k, words=words)
+        n_added_h.append(len(h.documents) - len(top))
+        h_rows.append(tc.contexts_row(q.id, h.documents, queries=h.queries, added_by=h.added_by))
+    for name, rows in (("a1", a1_rows), ("heuristic", h_rows)):
+        (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    gold_ids = {q.id: set(q.supporting_ids) for q in qs}
+    h_gold_added = sum(bool(set(r["added_by"]) & gold_ids[r["id"]]) for r in h_rows)
+    stats = {
+        "questions": len(qs), "visible_words": words, "heuristic_cap": cap, "heuristic_k": k,
+        "top3_lacks_gold": lacking, "a1_adds_copyable_gold": copyable,
+        "a1_mean_docs": statistics.fmean(len(r["documents"]) for r in a1_rows),
+        "heuristic_mean_docs": statistics.fmean(len(r["documents"]) for r in h_rows),
+        "heuristic_mean_queries": statistics.fmean(len(r["queries"]) for r in h_rows),
+        "heuristic_questions_with_additions": sum(x > 0 for x in n_added_h),
+        "heuristic_questions_adding_gold": h_gold_added,
+        "heuristic_added_docs_gold_share": (
+            sum(len(set(r["added_by"]) & gold_ids[r["id"]]) for r in h_rows) / max(sum(n_added_h), 1)),
+    }
+    (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(stats, indent=2))
+    return stats
+
+
+def _run_dir(gen: str, method: str) -> Path:
+    return RESULTS / "runs" / gen / method
+
+
+def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str | None, additive: list[str]) -> None:
+    """One resumable `s3 eval` run of a check with a generator."""
+    data, index = WORK / "data", WORK / "index"
+    if not (index.is_dir() and (RESULTS / "contexts" / "a1.jsonl").is_file()):
+        raise SystemExit("run `benchmarks/transfer_checks.py prepare` first")
+    sets = [f"generator.model={GENERATORS[gen]}"]
+    if max_tokens is not None:
+        sets.append(f"generator.max_tokens={max_tokens}")
+    if method.startswith("naive_rag_top"):
+        n = method.removeprefix("naive_rag_top")
+        if not n.isdigit() or int(n) < 1:
+            raise SystemExit(f"naive_rag_topN takes N >= 1, got {method!r}")
+        margs, sets = ["naive_rag"], [*sets, f"retriever.k={n}"]
+    elif method in ("a1", "heuristic"):
+        margs = ["searcher", "--contexts", str(RESULTS / "contexts" / f"{method}.jsonl")]
+    elif method == "a0":
+        if policy is None or not additive:
+            raise SystemExit("a0 needs --policy DIR (attempt 2's policy) and --additive KEY=VALUE (the searcher's "
+                             "additive setting, e.g. searcher.<field>=true)")
+        margs = ["searcher"]
+        sets += [f"searcher.policy_path={policy}", *additive]
+    else:
+        raise SystemExit(f"unknown method {method!r}: naive_rag_topN, a1, heuristic or a0")
+    name = method if max_tokens in (None, _cfg().generator.max_tokens) else f"{method}_mt{max_tokens}"
+    _s3("eval", "--config", str(CONFIG), *[x for s in sets for x in ("--set", s)], "--dataset", str(data),
+        "--index", str(index), "--limit", str(limit), "--out", str(_run_dir(gen, name)), "--no-progress",
+        "--method", *margs)
+
+
+def _rows(run_dir: Path) -> dict[str, dict[str, Any]]:
+    from eval.rundir import read_results
+
+    path = run_dir / "results.jsonl"
+    return read_results(path) if path.is_file() else {}
+
+
+def max_tokens(gen: str, limit: int, measure_at: int) -> dict[str, Any]:
+    """Cap-hit shares of naive-RAG answers at 16 / 32 / 48 from one run at `measure_at` (>= the largest cap)."""
+    # the config's own max_tokens: the naive-RAG run the checks are paired against is the measurement
+    run_dir = _run_dir(gen, "naive_rag_top3" if measure_at == _cfg().generator.max_tokens
+                       else f"naive_rag_top3_mt{measure_at}")
+    if len(_rows(run_dir)) < limit:
+        run("naive_rag_top3", gen, limit, measure_at, None, [])
+    rows = list(_rows(run_dir).values())[:limit]
+    caps = [c for c in CAPS if c <= measure_at]
+    shares = tc.cap_hit_shares([int(r["completion_tokens"]) for r in rows], caps)
+    out = {"generator": GENERATORS[gen], "questions": len(rows), "measured_at": measure_at,
+           "hit_share": {str(c): s for c, s in shares.items()}, "smallest_below_5pct": tc.smallest_cap(shares),
+           "run": str(run_dir.relative_to(ROOT))}
+    path = RESULTS / "max_tokens.json"
+    allm = json.loads(path.read_text()) if path.is_file() else {}
+    allm[gen] = out
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(allm, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(out, indent=2))
+    return out
+
+
+ORDER = ("naive_rag_top3", "a1", "heuristic", "a0")
+
+
+def report() -> dict[str, Any]:
+    """report.md / report.json / checks.png from the finished (or partial) runs: per generator, over the questions
+    every run of that generator has scored."""
+    out: dict[str, Any] = {"generators": {}}
+    lines = ["# Zero-training checks (issue 45, build step 1)", "",
+             "Generated by `.venv/bin/python benchmarks/transfer_checks.py report` from the runs in `runs/` "
+             "(configs/transfer3.toml; hotpotqa_dev500, bm25 over its 4,943 paragraphs; GenAcc = span check, else the "
+             "judge local/qwen2.5-coder-0.5b-instruct; 95% intervals: bootstrap over questions, paired for "
+             "differences). What each method is: experiments/transfer_checks.py; the discussion: docs/transfer.md, "
+             "\"Attempt 3\".", ""]
+    stats_path = RESULTS / "contexts" / "stats.json"
+    if stats_path.is_file():
+        st = json.loads(stats_path.read_text())
+        out["contexts"] = st
+        lines += ["## The contexts (all 500 questions, no generator call)", "",
+                  f"- naive RAG's top-3 lacks a gold paragraph on {st['top3_lacks_gold']} questions; A1 adds a "
+                  f"copyable one (title visible in the question or a top-3 document's title + first "
+                  f"{st['visible_words']} words) on {st['a1_adds_copyable_gold']}; A1's mean documents "
+                  f"{st['a1_mean_docs']:.2f}",
+                  f"- heuristic (cap {st['heuristic_cap']}, k = {st['heuristic_k']} per query): "
+                  f"{st['heuristic_mean_queries']:.1f} span queries a question, adds documents on "
+                  f"{st['heuristic_questions_with_additions']} questions, a gold one on "
+                  f"{st['heuristic_questions_adding_gold']}; share of added documents that are gold "
+                  f"{st['heuristic_added_docs_gold_share']:.3f}; mean documents {st['heuristic_mean_docs']:.2f}", ""]
+    mt_path = RESULTS / "max_tokens.json"
+    if mt_path.is_file():
+        mt = json.loads(mt_path.read_text())
+        out["max_tokens"] = mt
+        lines += ["## max_tokens: share of naive-RAG top-3 answers at the cap", "",
+                  "One naive-RAG run per generator at max_tokens = 48 on the first questions; an answer of L "
+                  "completion tokens (results.jsonl `completion_tokens`; the rows record no finish reason) hits a "
+                  "cap c <= 48 exactly when L >= c, since greedy decoding under the smaller cap writes a prefix of "
+                  "the same answer (`tc.cap_hit_shares`).", "",
+                  "| generator | questions | " + " | ".join(f"hits at {c}" for c in CAPS) + " | smallest < 5% |",
+                  "| --- | ---: | " + " | ".join("---:" for _ in CAPS) + " | ---: |"]
+        for m in mt.values():
+            cells = " | ".join(f"{m['hit_share'][str(c)]:.3f}" if str(c) in m["hit_share"] else "" for c in CAPS)
+            lines.append(f"| {m['generator']} | {m['questions']} | {cells} | {m['smallest_below_5pct']} |")
+        lines.append("")
+    for gen, model in GENERATORS.items():
+        base = RESULTS / "runs" / gen
+        if not base.is_dir():
+            continue
+        runs = {p.name: _rows(p) for p in sorted(base.iterdir()) if p.is_dir() and "_mt" not in p.name}
+        runs = {k: v for k, v in runs.items() if v}
+        if not runs:
+            continue
+        names = sorted(runs, key=lambda m: (ORDER.index(m) if m in ORDER else len(ORDER), m))
+        runs = {m: runs[m] for m in names}
+        ids = _common_ids(runs)
+        baselines = ["naive_rag_top3", *[m for m in names if m.startswith("naive_rag_top") and m != "naive_rag_top3"]]
+        table = tc.paired_rows(runs, baselines, ids)
+        out["generators"][gen] = {"model": model, "questions": len(ids), "methods": table}
+        lines += _table_lines(model, len(ids), table, baselines)
+    if out["generators"]:
+        _plot(out["generators"], RESULTS / "checks.png")
+        lines += ["![GenAcc and paired differences](checks.png)", ""]
+    (RESULTS / "report.md").write_text("\n".join(lines), encoding="utf-8")
+    (RESULTS / "report.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    return out
+
+
+def _common_ids(runs: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """The question ids every run scored, in dataset order (the first n questions when the runs are prefixes)."""
+    from eval.harness import load_dataset
+
+    order = [q.id for q in load_dataset(WORK / "data").questions] if (WORK / "data").is_dir() else sorted(
+        next(iter(runs.values())))
+    return [i for i in order if all(i in r for r in runs.values())]
+
+
+def _fmt(m: dict[str, Any] | None, sign: bool = False) -> str:
+    if not m or m.get("mean" if "mean" in m else "diff") is None:
+        return "n/a"
+    v = m["mean"] if "mean" in m else m["diff"]
+    lo, hi = m["ci95"]
+    f = "{:+.3f}" if sign else "{:.3f}"
+    return f"{f.format(v)} [{f.format(lo)}, {f.format(hi)}]"
+
+
+def _table_lines(model: str, n: int, table: list[dict[str, Any]], baselines: list[str]) -> list[str]:
+    present = [b for b in baselines if any(e["method"] == b for e in table)]
+    head = "| method | mean docs | GenAcc [95% CI] | " + " | ".join(f"- {b} [95% CI] (wins / losses)" for b in present)
+    lines = [f"## Generator {model}: the first {n} questions", "", head + " |",
+             "| --- | ---: | --- | " + " | ".join("---" for _ in present) + " |"]
+    for e in table:
+        cells = []
+        for b in present:
+            d = e["vs"].get(b)
+            cells.append(f"{_fmt(d, sign=True)} ({d['wins']} / {d['losses']})" if d else "")
+        lines.append(f"| {e['method']} | {e['mean_docs']:.2f} | {_fmt(e['genacc'])} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _plot(gens: dict[str, Any], path: Path) -> None:
+    """checks.png: per generator, GenAcc of each method with its 95% interval (left) and each method's paired
+    difference to naive RAG top-3 (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(gens), 2, figsize=(12, 3.6 * len(gens)), squeeze=False)
+    for row, g in zip(axes, gens.values(), strict=True):
+        ms = [e for e in g["methods"] if e["genacc"]["mean"] is not None]
+        mean = [e["genacc"]["mean"] for e in ms]
+        err = [[mu - e["genacc"]["ci95"][0] for e, mu in zip(ms, mean, strict=True)],
+               [e["genacc"]["ci95"][1] - mu for e, mu in zip(ms, mean, strict=True)]]
+        row[0].bar([e["method"] for e in ms], mean, yerr=err, capsize=4, color="#1f77b4")
+        row[0].set_title(f"{g['model']}: GenAcc (95% CI), n = {g['questions']}")
+        row[0].tick_params(axis="x", rotation=20)
+        pairs = [(e["method"], e["vs"]["naive_rag_top3"]) for e in ms
+                 if e["vs"].get("naive_rag_top3", {}).get("diff") is not None]
+        if pairs:
+            ys = list(range(len(pairs)))
+            row[1].errorbar([d["diff"] for _, d in pairs], ys, fmt="o", capsize=4,
+                            xerr=[[d["diff"] - d["ci95"][0] for _, d in pairs],
+                                  [d["ci95"][1] - d["diff"] for _, d in pairs]])
+            row[1].axvline(0.0, color="grey", lw=1, ls="--")
+            row[1].set_yticks(ys, [f"{m} - naive_rag_top3" for m, _ in pairs])
+            row[1].set_title(f"{g['model']}: paired GenAcc difference (95% CI)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="stage", required=True)
+    p = sub.add_parser("prepare", help="data, index, the A1 / heuristic contexts files and their stats")
+    p.add_argument("--visible-words", type=int, default=tc.VISIBLE_WORDS)
+    p.add_argument("--cap", type=int, default=tc.DOC_CAP, help="the heuristic's document cap")
+    p.add_argument("--k", type=int, default=tc.HEURISTIC_K, help="documents retrieved per heuristic query")
+    r = sub.add_parser("run", help="one resumable s3 eval run of a check")
+    r.add_argument("method")
+    r.add_argument("--generator", choices=GENERATORS, default="qwen15")
+    r.add_argument("--limit", type=int, default=300)
+    r.add_argument("--max-tokens", type=int, default=None, help="override configs/transfer3.toml's max_tokens")
+    r.add_argument("--policy", default=None, help="a0: the policy directory (attempt 2's)")
+    r.add_argument("--additive", action="append", default=[], metavar="KEY=VALUE",
+                   help="a0: the --set that makes the searcher additive (repeatable)")
+    m = sub.add_parser("max-tokens", help="cap-hit shares of naive-RAG answers at 16 / 32 / 48")
+    m.add_argument("--generator", choices=GENERATORS, default="qwen15")
+    m.add_argument("--limit", type=int, default=100)
+    m.add_argument("--measure-at", type=int, default=48)
+    sub.add_parser("report", help="report.md, report.json and checks.png")
+    a = ap.parse_args()
+    if a.stage == "prepare":
+        prepare(a.visible_words, a.cap, a.k)
+    elif a.stage == "run":
+        run(a.method, a.generator, a.limit, a.max_tokens, a.policy, a.additive)
+    elif a.stage == "max-tokens":
+        if a.measure_at < max(c for c in CAPS if c <= a.measure_at):
+            raise SystemExit("--measure-at must be at least the largest cap measured")
+        max_tokens(a.generator, a.limit, a.measure_at)
+    else:
+        report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

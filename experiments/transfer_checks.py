@@ -1,0 +1,311 @@
+"""Zero-training checks before a long transfer run (issue 45, build step 1): context sources a searcher must beat.
+
+Each check is a context source written as a contexts file (`{"id", "documents": [{"id", "title", "score"}]}`, the
+contract `s3 eval --method searcher --contexts FILE` reads), so the real generator evaluates it like any searcher:
+
+    A1 (the ceiling)      naive RAG's top-3 plus every missing gold paragraph a COPYABLE teacher would add: one whose
+                          title is visible in the question or in the top-3 (each document's title and first
+                          `VISIBLE_WORDS` words, about what the searcher's 96-token view of a document shows)
+    heuristic (control)   query every title-like span visible in the question and the top-3 (`title_like_spans`),
+                          add the retrieved documents whose title equals the span, up to a document cap
+    naive RAG top-N       the retriever's top-N of the question (`s3 eval --method naive_rag`, retriever.k = N): more
+                          documents without better ones
+
+Titles are compared after `norm` (ASCII, lower case, punctuation to spaces), with or without a trailing
+parenthetical ("Kiss and Tell (1945 film)" is also "kiss and tell"). `cap_hit_shares` measures how often a generator's
+answers hit max_tokens; `paired_rows` builds the paired-bootstrap table (eval/stats.py) the report prints.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from eval.stats import mean_ci, paired_diff_ci
+from s3core.errors import DataFormatError
+from s3core.types import Document
+
+VISIBLE_WORDS = 70  # words of each top-3 document the copyable teacher and the heuristic may read (after its title)
+HEURISTIC_K = 8  # documents retrieved per heuristic query (the searcher's k: the 8:3:3 loop)
+DOC_CAP = 5  # |D| cap of the additive searcher and the heuristic: naive RAG's 3 + 2 added
+MAX_TITLE_WORDS = 10  # longest index title (in words) a span is matched against
+
+# a capitalised word that opens a run but is not part of a title ("Which Kentucky county ...", "In 2002, ...")
+_OPENERS = frozenset({
+    "which", "what", "who", "whom", "whose", "when", "where", "why", "how", "is", "are", "was", "were", "did", "does",
+    "do", "in", "on", "at", "for", "from", "by", "of", "and", "but", "if", "he", "she", "it", "they", "his", "her",
+    "its", "this", "that", "these", "those", "as", "after", "before", "during", "with",
+})
+# lower-case words allowed inside a capitalised run ("Kiss and Tell", "Museum of Modern Art")
+_CONNECTORS = frozenset({
+    "of", "the", "and", "de", "la", "le", "du", "des", "del", "da", "von", "van", "in", "for", "on", "at", "a", "an", "to",
+    "y",
+})
+_CLAUSE = re.compile(r"[,;:!?()\[\]{}\"“”]|\.(?:\s|$)|\s[-–—]\s")
+_QUOTED = re.compile(r"\"([^\"]{2,100})\"|“([^”]{2,100})”")
+_PAREN_TAIL = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+def norm(text: str) -> str:
+    """ASCII, lower case, every run of non-alphanumerics one space.
+
+    >>> norm("Pirate's Cove (board game)!")
+    'pirate s cove board game'
+    """
+    spaced = "".join(" " if unicodedata.category(c)[0] in "PSZ" else c for c in unicodedata.normalize("NFKD", text))
+    ascii_ = spaced.encode("ascii", "ignore").decode("ascii")
+    return " ".join(re.sub(r"[^a-z0-9]+", " ", ascii_.lower()).split())
+
+
+def title_variants(title: str) -> set[str]:
+    """The normalised forms a title is recognised by: whole, and without a trailing parenthetical.
+
+    >>> sorted(title_variants("Kiss and Tell (1945 film)"))
+    ['kiss and tell', 'kiss and tell 1945 film']
+    """
+    return {v for v in (norm(title), norm(_PAREN_TAIL.sub("", title))) if v}
+
+
+def contains_phrase(haystack: str, phrase: str) -> bool:
+    """Whether normalised `phrase` occurs in normalised `haystack` on word boundaries."""
+    return bool(phrase) and f" {phrase} " in f" {haystack} "
+
+
+def first_words(text: str, n: int) -> str:
+    return " ".join(text.split()[:n])
+
+
+def visible_segments(question: str, top: Sequence[Document], words: int = VISIBLE_WORDS) -> list[str]:
+    """What a searcher sees before its first query, as raw text: the question, then each top document's title and
+    its first `words` words (in rank order)."""
+    return [question, *(f"{d.title}. {first_words(d.text, words)}" for d in top)]
+
+
+# ------------------------------------------------------------------------------------------------ A1: copyable gold
+
+
+def copyable_gold(
+    question: str, top: Sequence[Document], gold: Sequence[Document], words: int = VISIBLE_WORDS
+) -> list[Document]:
+    """The gold paragraphs missing from `top` that a copyable teacher would add: those whose title (a variant) is
+    visible in the question or in a top document's title and first `words` words. Gold order is kept."""
+    have = {d.id for d in top}
+    seen = [norm(s) for s in visible_segments(question, top, words)]
+    return [g for g in gold if g.id not in have
+            and any(contains_phrase(s, v) for v in title_variants(g.title) for s in seen)]
+
+
+def a1_documents(question: str, top: Sequence[Document], gold: Sequence[Document],
+                 words: int = VISIBLE_WORDS) -> list[Document]:
+    """A1's context: the top documents, then the copyable missing gold paragraphs."""
+    return [*top, *copyable_gold(question, top, gold, words)]
+
+
+# ------------------------------------------------------------------------------------------------ the heuristic
+
+
+@dataclass
+class TitleIndex:
+    """The normalised title variants of an index's documents, for spotting spans that name an index title."""
+
+    variants: set[str] = field(default_factory=set)
+    max_words: int = 1
+
+    @classmethod
+    def of(cls, titles: Iterable[str], max_words: int = MAX_TITLE_WORDS) -> TitleIndex:
+        vs = {v for t in titles for v in title_variants(t) if len(v.split()) <= max_words}
+        return cls(vs, max((len(v.split()) for v in vs), default=1))
+
+
+def _clauses(text: str) -> list[tuple[int, str]]:
+    """(offset, clause) pieces of `text` cut at punctuation that no title spans (commas, quotes, sentence ends)."""
+    out, start = [], 0
+    for m in _CLAUSE.finditer(text):
+        out.append((start, text[start:m.start()]))
+        start = m.end()
+    out.append((start, text[start:]))
+    return [(o, c) for o, c in out if c.strip()]
+
+
+def _is_cap(token: str) -> bool:
+    return token[:1].isupper()
+
+
+def title_like_spans(text: str, titles: TitleIndex | None = None) -> list[str]:
+    """Title-like spans of `text`, in order of appearance, each once (by `norm`):
+
+    - quoted spans ("..." or “...”);
+    - runs of two or more capitalised words, lower-case connectors allowed inside ("Kiss and Tell"), a leading
+      question word or opener dropped ("Which Kentucky County" -> "Kentucky County"); a run with connectors also
+      gives its connector-free pieces of two or more words ("Marco Da Silva in Los Angeles" -> "Marco Da Silva",
+      "Los Angeles");
+    - with `titles`: any run of words that starts capitalised (or with a digit) and equals an index title variant
+      (single words included: "Macintosh").
+
+    >>> title_like_spans('Who was born first, Erika Jayne or the band "Lo Fidelity"?')
+    ['Erika Jayne', 'Lo Fidelity']
+    """
+    found: list[tuple[int, str]] = []
+    for m in _QUOTED.finditer(text):
+        found.append((m.start(), (m.group(1) or m.group(2)).strip()))
+    for off, clause in _clauses(text):
+        toks = [(off + m.start(), m.group()) for m in re.finditer(r"\S+", clause)]
+        words = [(p, re.sub(r"(?:'s|’s)$", "", w)) for p, w in toks]
+        found.extend(_capital_runs(words))
+        if titles is not None:
+            found.extend(_title_ngrams(words, titles))
+    out, seen = [], set()
+    for _, span in sorted(found, key=lambda x: x[0]):
+        key = norm(span)
+        if key and key not in seen:
+            seen.add(key)
+            out.append(span)
+    return out
+
+
+def _capital_runs(words: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    runs: list[list[tuple[int, str]]] = []
+    cur: list[tuple[int, str]] = []
+    for p, w in [*words, (-1, "")]:
+        if w and (_is_cap(w) or (cur and w.lower() in _CONNECTORS)):
+            cur.append((p, w))
+        else:
+            while cur and not _is_cap(cur[-1][1]):
+                cur.pop()  # trailing connectors
+            while cur and cur[0][1].lower() in _OPENERS:
+                cur.pop(0)
+            if sum(_is_cap(x[1]) for x in cur) >= 2:
+                runs.append(cur)
+                pieces: list[list[tuple[int, str]]] = [[]]
+                for x in cur:  # "Marco Da Silva in Los Angeles" -> also "Marco Da Silva", "Los Angeles"
+                    if _is_cap(x[1]):
+                        pieces[-1].append(x)
+                    else:
+                        pieces.append([])
+                runs.extend(pc for pc in pieces if len(pc) >= 2 and len(pc) < len(cur))
+            cur = []
+    return [(r[0][0], " ".join(w for _, w in r)) for r in runs]
+
+
+def _title_ngrams(words: list[tuple[int, str]], titles: TitleIndex) -> list[tuple[int, str]]:
+    out = []
+    for i, (p, w) in enumerate(words):
+        if not (_is_cap(w) or w[:1].isdigit()):
+            continue
+        for n in range(1, min(titles.max_words, len(words) - i) + 1):
+            span = " ".join(x for _, x in words[i:i + n])
+            key = norm(span)
+            if key in titles.variants and key not in _OPENERS and key not in _CONNECTORS:
+                out.append((p, span))
+    return out
+
+
+SearchFn = Callable[[list[str], int], list[list[Document]]]
+
+
+@dataclass
+class HeuristicResult:
+    documents: list[Document]
+    queries: list[str]  # every span queried
+    added_by: dict[str, str]  # added document id -> the span whose query found it
+
+
+def heuristic_documents(
+    question: str, top: Sequence[Document], search: SearchFn, titles: TitleIndex | None = None, *,
+    cap: int = DOC_CAP, k: int = HEURISTIC_K, words: int = VISIBLE_WORDS,
+) -> HeuristicResult:
+    """The scripted control: the top documents, then, querying each title-like span visible in the question and the
+    top documents (`visible_segments`, in that order; a span that is a top document's own title is skipped), the
+    retrieved documents whose title equals the span (`title_variants`), in span order then rank order, until `cap`
+    documents. `search` is a retriever's batched search (queries, k) -> documents per query."""
+    if cap < len(top):
+        raise ValueError(f"cap {cap} is below the {len(top)} documents it starts from")
+    own = {v for d in top for v in title_variants(d.title)}
+    spans: list[str] = []
+    seen: set[str] = set()
+    for seg in visible_segments(question, top, words):
+        for s in title_like_spans(seg, titles):
+            key = norm(s)
+            if key not in seen and key not in own:
+                seen.add(key)
+                spans.append(s)
+    docs, added_by = list(top), {}
+    have = {d.id for d in docs}
+    if spans and len(docs) < cap:
+        for span, hits in zip(spans, search(spans, k), strict=True):
+            key = norm(span)
+            for d in hits:
+                if len(docs) >= cap:
+                    break
+                if d.id not in have and key in title_variants(d.title):
+                    docs.append(d)
+                    have.add(d.id)
+                    added_by[d.id] = span
+    return HeuristicResult(docs, spans, added_by)
+
+
+# ------------------------------------------------------------------------------------------------ files and tables
+
+
+def contexts_row(question_id: str, docs: Sequence[Document], **extra: Any) -> dict[str, Any]:
+    """One contexts-file row (`s3 eval --contexts`): the documents by id, title and score, in order."""
+    return {"id": question_id, "documents": [{"id": d.id, "title": d.title, "score": d.score} for d in docs], **extra}
+
+
+def cap_hit_shares(completion_tokens: Sequence[int], caps: Sequence[int]) -> dict[int, float]:
+    """Share of answers that would hit each max_tokens cap, from completion lengths measured under a cap of at least
+    max(caps): greedy decoding under a smaller cap writes a prefix of the same answer, so an answer of L tokens hits
+    cap c exactly when L >= c (an answer of exactly c tokens stops at the cap: counted, as providers report it).
+
+    >>> cap_hit_shares([2, 16, 40, 48], [16, 32, 48])
+    {16: 0.75, 32: 0.5, 48: 0.25}
+    """
+    if not completion_tokens:
+        raise DataFormatError("no completions to measure max_tokens hits on")
+    n = len(completion_tokens)
+    return {c: sum(t >= c for t in completion_tokens) / n for c in caps}
+
+
+def smallest_cap(shares: dict[int, float], below: float = 0.05) -> int | None:
+    """The smallest cap whose hit share is under `below` (None: none is).
+
+    >>> smallest_cap({16: 0.3, 32: 0.04, 48: 0.01})
+    32
+    """
+    ok = [c for c, s in sorted(shares.items()) if s < below]
+    return ok[0] if ok else None
+
+
+def genacc_by_id(rows: dict[str, dict[str, Any]], ids: Sequence[str] | None = None) -> dict[str, float | None]:
+    """question id -> GenAcc of an eval run's rows (None: not scored), over `ids` when given (missing ones left out)."""
+    keep = rows.keys() if ids is None else [i for i in ids if i in rows]
+    out: dict[str, float | None] = {}
+    for i in keep:
+        r = rows[i]
+        g = (r.get("metrics") or {}).get("genacc")
+        out[i] = None if r.get("error") is not None or g is None else float(g)
+    return out
+
+
+def paired_rows(
+    runs: dict[str, dict[str, dict[str, Any]]], baselines: Sequence[str], ids: Sequence[str], *,
+    n_resamples: int = 2000, seed: int = 0,
+) -> list[dict[str, Any]]:
+    """One entry per run in `runs` (name -> eval rows by id) over the question ids `ids`: GenAcc with its bootstrap
+    interval, mean documents, and the paired difference to each baseline run present in `runs` (`paired_diff_ci`)."""
+    out = []
+    for name, rows in runs.items():
+        acc = genacc_by_id(rows, ids)
+        docs = [len(rows[i].get("context_ids") or []) for i in ids if i in rows]
+        entry: dict[str, Any] = {
+            "method": name, "genacc": mean_ci(list(acc.values()), seed=seed),
+            "mean_docs": sum(docs) / len(docs) if docs else None, "vs": {},
+        }
+        for b in baselines:
+            if b != name and b in runs:
+                entry["vs"][b] = paired_diff_ci(acc, genacc_by_id(runs[b], ids), n_resamples=n_resamples, seed=seed)
+        out.append(entry)
+    return out

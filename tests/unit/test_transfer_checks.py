@@ -1,0 +1,161 @@
+"""The zero-training checks' logic (experiments/transfer_checks.py): the copyable teacher's gold choice (A1), title-like
+spans and the heuristic control, the contexts rows `s3 eval --contexts` reads, max_tokens cap hits, the paired table.
+Hand-made data with hand-derived answers; one real BM25 index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eval.contexts import read_contexts_file
+from experiments import transfer_checks as tc
+from s3core.corpus import write_corpus
+from s3core.errors import DataFormatError
+from s3core.types import Document
+from searcher.config import RetrieverConfig
+from searcher.retrieval import build_index, load_retriever
+
+
+def doc(i: str, title: str, text: str = "") -> Document:
+    return Document(id=i, title=title, text=text)
+
+
+TOP = [
+    doc("t1", "Meet Corliss Archer", "Meet Corliss Archer is a radio comedy. In the film Shirley Temple played Corliss."),
+    doc("t2", "A Kiss for Corliss", "A Kiss for Corliss is a 1949 film, a sequel to Kiss and Tell (1945 film)."),
+    doc("t3", "Janet Waldo", "Janet Waldo was an American actress. " + "word " * 80 + "Charles Craft"),
+]
+QUESTION = "What position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
+
+
+def test_titles_are_compared_normalised_with_and_without_a_trailing_parenthetical() -> None:
+    assert tc.norm("Pirate’s Cove – Board Game") == "pirate s cove board game"
+    assert tc.title_variants("Kiss and Tell (1945 film)") == {"kiss and tell 1945 film", "kiss and tell"}
+    assert tc.title_variants("Animorphs") == {"animorphs"}
+    assert tc.contains_phrase("the film kiss and tell is", "kiss and tell")
+    assert not tc.contains_phrase("a kissing and telling game", "kiss and tell")  # word boundaries
+    assert not tc.contains_phrase("anything", "")
+
+
+def test_a1_adds_only_missing_gold_whose_title_is_visible() -> None:
+    gold = [
+        doc("g1", "Kiss and Tell (1945 film)"),  # missing; "Kiss and Tell" is in the question
+        doc("g2", "Shirley Temple"),  # missing; in t1's text
+        doc("g3", "Charles Craft"),  # missing; only after t3's first 70 words: not visible
+        doc("g4", "Chief of Protocol"),  # missing; nowhere
+        TOP[1],  # gold but already in the top-3: nothing to add
+    ]
+    added = tc.copyable_gold(QUESTION, TOP, gold)
+    assert [d.id for d in added] == ["g1", "g2"]
+    assert [d.id for d in tc.a1_documents(QUESTION, TOP, gold)] == ["t1", "t2", "t3", "g1", "g2"]
+    # a longer view makes g3 visible; a shorter one (2 words a document) leaves only the question's title
+    assert [d.id for d in tc.copyable_gold(QUESTION, TOP, gold, words=200)] == ["g1", "g2", "g3"]
+    assert [d.id for d in tc.copyable_gold(QUESTION, TOP, gold, words=2)] == ["g1"]
+    assert tc.copyable_gold(QUESTION, TOP, [TOP[0]]) == []
+
+
+def test_title_like_spans_quoted_capitalised_runs_and_index_titles() -> None:
+    text = 'Which Kentucky county has the Lake Louisvilla neighborhood, home of "the old mill" and Macintosh?'
+    # "Which" is an opener, "the" ends no run; "Macintosh" is a single word: only an index title makes it a span
+    assert tc.title_like_spans(text) == ["Lake Louisvilla", "the old mill"]
+    titles = tc.TitleIndex.of(["Macintosh", "Lake Louisvilla", "Oldham County, Kentucky", "The"])
+    assert tc.title_like_spans(text, titles) == ["Lake Louisvilla", "the old mill", "Macintosh"]
+    # connectors inside a run (and its connector-free pieces), a trailing possessive, punctuation cutting runs
+    assert tc.title_like_spans("The Museum of Modern Art's founder, Abby Rockefeller, met Louis.") == [
+        "The Museum of Modern Art", "The Museum", "Modern Art", "Abby Rockefeller"]
+    # a lower-case word that equals a title is not a span (titles must start capitalised or with a digit)
+    assert tc.title_like_spans("he ate a macintosh", titles) == []
+
+
+class FakeSearch:
+    """A retriever's batched search over a fixed table: query -> documents (rank order); records the queries."""
+
+    def __init__(self, table: dict[str, list[Document]]) -> None:
+        self.table, self.queries = table, []  # type: ignore[var-annotated]
+
+    def __call__(self, queries: list[str], k: int) -> list[list[Document]]:
+        self.queries.extend(queries)
+        return [self.table.get(q, [])[:k] for q in queries]
+
+
+def test_heuristic_adds_exact_title_matches_in_span_order_up_to_the_cap() -> None:
+    top = [doc("t1", "Erika Jayne", "Erika Jayne is a singer from Atlanta who met Marco Da Silva in Los Angeles.")]
+    kt = doc("k1", "Kiss and Tell (1945 film)")
+    search = FakeSearch({
+        "Kiss and Tell": [doc("x", "Kiss Me"), kt],  # the exact match ranks 2nd: still added, "Kiss Me" is not
+        "Marco Da Silva": [doc("m1", "Marco Da Silva (dancer)"), doc("m2", "Marco da Silva (footballer)")],
+        "Los Angeles": [doc("la", "Los Angeles")],
+    })
+    q = "Did Erika Jayne star in Kiss and Tell?"
+    h = tc.heuristic_documents(q, top, search, cap=4, k=8)
+    # spans: the question's ("Erika Jayne" is t1's own title: skipped), then t1's window in order
+    # t1's capitalised run "Marco Da Silva in Los Angeles" is queried whole, then its connector-free pieces
+    assert h.queries == ["Kiss and Tell", "Marco Da Silva in Los Angeles", "Marco Da Silva", "Los Angeles"]
+    assert search.queries == h.queries
+    assert [d.id for d in h.documents] == ["t1", "k1", "m1", "m2"]  # cap 4: Los Angeles does not fit
+    assert h.added_by == {"k1": "Kiss and Tell", "m1": "Marco Da Silva", "m2": "Marco Da Silva"}
+    assert [d.id for d in tc.heuristic_documents(q, top, search, cap=1).documents] == ["t1"]
+    with pytest.raises(ValueError, match="below"):
+        tc.heuristic_documents(q, [*top, kt], search, cap=1)
+
+
+def test_heuristic_on_a_real_bm25_index(tmp_path: Path) -> None:
+    docs = [
+        doc("a", "Garbage Warrior", "Garbage Warrior is a film about the architect Michael Reynolds."),
+        doc("b", "Michael Reynolds", "Michael Reynolds is an architect known for the Earthship."),
+        doc("c", "Earthship", "An Earthship is a kind of passive solar house."),
+        doc("d", "Reynolds Wrap", "Reynolds Wrap is an aluminium foil brand."),
+        doc("e", "Solar house", "A solar house uses the sun."),
+    ]
+    write_corpus(tmp_path / "corpus.jsonl", docs)
+    build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "index", RetrieverConfig(), overwrite=True)
+    bm25 = load_retriever(RetrieverConfig(), tmp_path / "index")
+    top = bm25.search(["Who made the film Garbage Warrior?"], 1)[0]
+    assert [d.id for d in top] == ["a"]
+    titles = tc.TitleIndex.of(d.title for d in docs)
+    h = tc.heuristic_documents("Who made the film Garbage Warrior?", top, bm25.search, titles, cap=3, k=3)
+    # "Michael Reynolds" (capitalised run and an index title) finds b; "Reynolds Wrap" is retrieved but not exact
+    assert h.queries == ["Michael Reynolds"]
+    assert [d.id for d in h.documents] == ["a", "b"]
+
+
+def test_contexts_rows_are_what_s3_eval_reads(tmp_path: Path) -> None:
+    rows = [tc.contexts_row("q1", TOP, added=["t3"]), tc.contexts_row("q2", [])]
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(__import__("json").dumps(r) + "\n" for r in rows), encoding="utf-8")
+    got = read_contexts_file(path, ["q1", "q2"])
+    assert [d["id"] for d in got["q1"]] == ["t1", "t2", "t3"] and got["q2"] == []
+    with pytest.raises(DataFormatError, match="no contexts for 1 of 3"):
+        read_contexts_file(path, ["q1", "q2", "q3"])
+
+
+def test_cap_hits_from_one_longer_run() -> None:
+    # lengths measured at 48: 2 and 15 stop early everywhere; 16 hits 16; 31 hits 16; 32 hits 16 and 32; 48 all
+    shares = tc.cap_hit_shares([2, 15, 16, 31, 32, 48], [16, 32, 48])
+    assert shares == {16: 4 / 6, 32: 2 / 6, 48: 1 / 6}
+    assert tc.smallest_cap(shares) is None
+    assert tc.smallest_cap({16: 0.2, 32: 0.05, 48: 0.049}) == 48  # strictly below 5%
+    with pytest.raises(DataFormatError):
+        tc.cap_hit_shares([], [16])
+
+
+def row(acc: float | None, n_docs: int, error: str | None = None) -> dict[str, object]:
+    return {"metrics": {"genacc": acc}, "context_ids": [f"d{i}" for i in range(n_docs)], "error": error}
+
+
+def test_paired_rows_over_the_given_questions() -> None:
+    ids = ["q1", "q2", "q3", "q4"]
+    runs = {
+        "naive_rag_top3": {"q1": row(0.0, 3), "q2": row(1.0, 3), "q3": row(0.0, 3), "q4": row(1.0, 3),
+                           "q5": row(1.0, 3)},  # q5 is not among the questions compared
+        "a1": {"q1": row(1.0, 4), "q2": row(1.0, 3), "q3": row(0.0, 4), "q4": row(0.0, 3, error="judge failed")},
+    }
+    table = {e["method"]: e for e in tc.paired_rows(runs, ["naive_rag_top3"], ids, n_resamples=200)}
+    assert table["naive_rag_top3"]["genacc"]["mean"] == 0.5 and table["naive_rag_top3"]["vs"] == {}
+    a1 = table["a1"]
+    assert a1["genacc"]["mean"] == pytest.approx(2 / 3) and a1["genacc"]["n"] == 3  # q4 failed: left out
+    assert a1["mean_docs"] == 3.5
+    d = a1["vs"]["naive_rag_top3"]
+    assert (d["n"], d["diff"], d["wins"], d["losses"]) == (3, pytest.approx(1 / 3), 1, 0)
+    assert d["ci95"][0] <= d["diff"] <= d["ci95"][1]
