@@ -79,7 +79,7 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
         a1_rows.append(tc.contexts_row(q.id, [*top, *add], added=[d.id for d in add], missing_gold=len(missing)))
         h = tc.heuristic_documents(q.question, top, retriever.search, titles, cap=cap, k=k, words=words)
         n_added_h.append(len(h.documents) - len(top))
-        h_rows.append(tc.contexts_row(q.id, h.documents, queries=h.queries, added_by=h.added_by))
+        h_rows.append(tc.contexts_row(q.id, h.documents, n_queries=len(h.queries), added_by=h.added_by))
     for name, rows in (("a1", a1_rows), ("heuristic", h_rows)):
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     gold_ids = {q.id: set(q.supporting_ids) for q in qs}
@@ -89,7 +89,7 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
         "top3_lacks_gold": lacking, "a1_adds_copyable_gold": copyable,
         "a1_mean_docs": statistics.fmean(len(r["documents"]) for r in a1_rows),
         "heuristic_mean_docs": statistics.fmean(len(r["documents"]) for r in h_rows),
-        "heuristic_mean_queries": statistics.fmean(len(r["queries"]) for r in h_rows),
+        "heuristic_mean_queries": statistics.fmean(r["n_queries"] for r in h_rows),
         "heuristic_questions_with_additions": sum(x > 0 for x in n_added_h),
         "heuristic_questions_adding_gold": h_gold_added,
         "heuristic_added_docs_gold_share": (

@@ -142,8 +142,8 @@ def title_like_spans(text: str, titles: TitleIndex | None = None) -> list[str]:
       question word or opener dropped ("Which Kentucky County" -> "Kentucky County"); a run with connectors also
       gives its connector-free pieces of two or more words ("Marco Da Silva in Los Angeles" -> "Marco Da Silva",
       "Los Angeles");
-    - with `titles`: any run of words that starts capitalised (or with a digit) and equals an index title variant
-      (single words included: "Macintosh").
+    - with `titles`: runs of words that start capitalised (or with a digit) and equal an index title variant
+      (single words included: "Macintosh"), the longest first, left to right ("Kiss and Tell", not also "Kiss").
 
     >>> title_like_spans('Who was born first, Erika Jayne or the band "Lo Fidelity"?')
     ['Erika Jayne', 'Lo Fidelity']
@@ -191,15 +191,20 @@ def _capital_runs(words: list[tuple[int, str]]) -> list[tuple[int, str]]:
 
 
 def _title_ngrams(words: list[tuple[int, str]], titles: TitleIndex) -> list[tuple[int, str]]:
-    out = []
-    for i, (p, w) in enumerate(words):
-        if not (_is_cap(w) or w[:1].isdigit()):
-            continue
-        for n in range(1, min(titles.max_words, len(words) - i) + 1):
-            span = " ".join(x for _, x in words[i:i + n])
-            key = norm(span)
-            if key in titles.variants and key not in _OPENERS and key not in _CONNECTORS:
-                out.append((p, span))
+    """Index titles named in `words`, longest match first, left to right ("Kiss and Tell" is one span, not "Kiss")."""
+    out, i = [], 0
+    while i < len(words):
+        p, w = words[i]
+        best = 0
+        if _is_cap(w) or w[:1].isdigit():
+            for n in range(min(titles.max_words, len(words) - i), 0, -1):
+                key = norm(" ".join(x for _, x in words[i:i + n]))
+                if key in titles.variants and key not in _OPENERS and key not in _CONNECTORS:
+                    best = n
+                    break
+        if best:
+            out.append((p, " ".join(x for _, x in words[i:i + best])))
+        i += best or 1
     return out
 
 
@@ -251,8 +256,8 @@ def heuristic_documents(
 
 
 def contexts_row(question_id: str, docs: Sequence[Document], **extra: Any) -> dict[str, Any]:
-    """One contexts-file row (`s3 eval --contexts`): the documents by id, title and score, in order."""
-    return {"id": question_id, "documents": [{"id": d.id, "title": d.title, "score": d.score} for d in docs], **extra}
+    """One contexts-file row (`s3 eval --contexts`): the documents by id and title, in order."""
+    return {"id": question_id, "documents": [{"id": d.id, "title": d.title} for d in docs], **extra}
 
 
 def cap_hit_shares(completion_tokens: Sequence[int], caps: Sequence[int]) -> dict[int, float]:

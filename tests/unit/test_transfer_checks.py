@@ -64,6 +64,10 @@ def test_title_like_spans_quoted_capitalised_runs_and_index_titles() -> None:
     # connectors inside a run (and its connector-free pieces), a trailing possessive, punctuation cutting runs
     assert tc.title_like_spans("The Museum of Modern Art's founder, Abby Rockefeller, met Louis.") == [
         "The Museum of Modern Art", "The Museum", "Modern Art", "Abby Rockefeller"]
+    # index titles: the longest match wins ("Kiss and Tell", not also "Kiss" or "Tell")
+    kiss = tc.TitleIndex.of(["Kiss (album)", "Kiss and Tell (1945 film)", "Tell"])
+    assert tc.title_like_spans("he saw Kiss and Tell twice", kiss) == ["Kiss and Tell"]
+    assert tc.title_like_spans("he saw Kiss twice", kiss) == ["Kiss"]
     # a lower-case word that equals a title is not a span (titles must start capitalised or with a digit)
     assert tc.title_like_spans("he ate a macintosh", titles) == []
 
