@@ -68,9 +68,9 @@ def resolve_recorded(run_dir: Path, recorded: str | None, sibling: str | None = 
 
     Runs record paths relative to the run directory (eval/build.py), tried first. Older runs recorded the absolute
     path of the machine that ran them (or one relative to the shell's folder): the run may have moved together with
-    its data (a committed run in a fresh clone elsewhere), so the longest tail of the recorded path (at least two
-    parts) that exists under the run's folder or one of its parents comes next, then the path as recorded, then the
-    run's sibling folder `sibling`.
+    its data (a committed run in a fresh clone elsewhere), so a tail of the recorded path (at least two parts) that
+    exists under the run's folder or its nearest parent comes next, then the path as recorded, then the run's
+    sibling folder `sibling`.
 
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
@@ -88,11 +88,10 @@ def resolve_recorded(run_dir: Path, recorded: str | None, sibling: str | None = 
         if ".." not in parts:
             here = run_dir.resolve()
             homes = [here, *here.parents][:-1]  # not the filesystem root: that is the recorded path itself
-            for i in range(len(parts) - 1):  # tails of >= 2 parts, longest first
-                tail = Path(*parts[i:])
-                for home in homes:
-                    if (home / tail).is_dir():
-                        return home / tail
+            for home in homes:  # the nearest folder first, there the longest tail (of >= 2 parts) first
+                for i in range(len(parts) - 1):
+                    if (home / Path(*parts[i:])).is_dir():
+                        return home / Path(*parts[i:])
         if p.is_absolute() and p.is_dir():
             return p
     if sibling is not None and (run_dir.parent / sibling).is_dir():

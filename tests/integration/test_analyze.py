@@ -67,6 +67,20 @@ def test_analyze_compares_untrained_and_trained(musique: Path, tmp_path: Path, c
     assert "redundant turns" in md and "Retrievals vs annotated hops" in md and "[" in md
 
 
+def test_printed_rates_carry_their_n(musique: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A rate over one stop is not a finding: the printed table says n (questions, search turns, stops) beside each
+    rate, as the CSV does."""
+    out = tmp_path / "analysis_n"
+    assert main(["analyze", str(musique / "trained"), "--out", str(out), "--dataset", str(musique / "data"),
+                 "--resamples", "100"]) == 0
+    printed = capsys.readouterr().out
+    s = json.loads((out / "analysis.json").read_text())["s3"]["musique_dev200/trained"]
+    stops = s["stop_missing_support_rate"]["n"]
+    line = next(x for x in printed.splitlines() if x.startswith("| stops with support missing"))
+    assert line.rstrip(" |").endswith(f"(n={stops})"), line
+    assert f"(n={s['stop_rate']['n']})" in next(x for x in printed.splitlines() if x.startswith("| stopped before"))
+
+
 def test_marginal_genacc_with_the_real_generator(musique: Path, tmp_path: Path) -> None:
     out = tmp_path / "genacc"
     rc = main(["analyze", str(musique / "untrained"), "--out", str(out), "--genacc-questions", "2",

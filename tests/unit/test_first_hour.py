@@ -41,7 +41,8 @@ class PricedFakes:
     bound: completions at max_tokens)."""
 
     def __init__(self, bound: float, real: float) -> None:
-        self.bound, self.real, self.spent, self.answered = bound, real, 0.0, []
+        self.bound, self.real, self.spent = bound, real, 0.0
+        self.answered: list[str] = []
 
     async def contexts(self, qs: list[QAExample]) -> list[ContextOut]:
         return [ContextOut(documents=[Document(id="d", text="x")]) for _ in qs]
