@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 TEXTS = [
     ("Question: Who wrote Critique of Pure Reason?\nAnswer:", " Immanuel Kant, a German philosopher."),

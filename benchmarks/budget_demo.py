@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 DATA = Path(os.environ.get("S3_SHARED_DATA", ROOT.parent / "shared" / "data"))
 OUT = ROOT / "benchmarks" / "results" / "budget"
 IN_PRICE, OUT_PRICE = 2.5, 10.0
@@ -99,7 +98,8 @@ def evaluation(api: str, srv: Any, tmp: Path, n: int) -> dict[str, Any]:
 def training(api: str, tmp: Path, steps: int) -> dict[str, Any]:
     from s3.config import load_config
     from training.budget import dry_run
-    from training.trainer import make_trainer, read_metrics
+    from training.rundir import read_metrics
+    from training.trainer import make_trainer
 
     run = tmp / "train" / "run"
 

@@ -19,10 +19,8 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from generator_adapters import Generator, GeneratorConfig
 from generator_adapters.testing import FakeLLMServer

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -170,7 +169,7 @@ def real_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         cfg2 = load_config(smoke, [*common, f"training.output_dir={work / 'ray'}", "training.backend=ray",
                                    "ray.rollout_workers=2", "ray.reward_workers=2"])
         on_ray.executor = RayExecutor(cfg2, loop_cfg=on_ray.loop_cfg, index_dir=on_ray.data.index_dir, agent_kind="s3",
-                                      baseline=on_ray.data.baseline, end_to_end=False, learner=lambda: on_ray.model,
+                                      baseline=on_ray.data.baseline, end_to_end=False, learner=lambda: on_ray.learner.model,
                                       log=lambda s: None)
         on_ray.executor.sync()
         run(on_ray, "ray_2")
@@ -198,6 +197,7 @@ def learners_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import functools
 
     from s3.config import load_config
+    from training.learner_group import LearnerGroup
     from training.ray_backend import RayExecutor
     from training.trainer import make_trainer
 
@@ -217,10 +217,10 @@ def learners_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         t = make_trainer(cfg, log=lambda s: None)
         try:
             t.executor.close()  # the scripted rollouts instead of the configured engine
-            group = t.learners
+            group = t.learner if isinstance(t.learner, LearnerGroup) else None
             t.executor = RayExecutor(
                 cfg, loop_cfg=t.loop_cfg, index_dir=t.data.index_dir, agent_kind="s3", baseline=t.data.baseline,
-                end_to_end=False, learner=None if group is not None else functools.partial(getattr, t, "model"),
+                end_to_end=False, learner=None if group is not None else functools.partial(getattr, t.learner, "model"),
                 weights_ref=group.weights_ref if group is not None else None,
                 policy_factory=functools.partial(scripted_token_policy, args.latency, args.engine_batch, args.learner_model),
                 log=lambda s: None)

@@ -29,8 +29,6 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 HOTPOT = Path("/work/shared/data/hotpotqa_dev500/hotpotqa_dev_500.jsonl")
 
 

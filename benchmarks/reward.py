@@ -23,7 +23,6 @@ from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from generator_adapters.testing import FakeLLMServer  # noqa: E402
 from s3.config import load_config  # noqa: E402

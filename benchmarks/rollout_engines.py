@@ -21,14 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 DATA = Path(os.environ.get("S3_SHARED_DATA", ROOT.parent / "shared" / "data")) / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl"
 
 
@@ -69,7 +67,8 @@ def main() -> int:
     from searcher.build import build_searcher
     from searcher.config import RetrieverConfig, SearcherConfig
     from searcher.retrieval import build_index, load_retriever
-    from training.trainer import make_trainer, read_metrics
+    from training.rundir import read_metrics
+    from training.trainer import make_trainer
 
     work = Path(tempfile.mkdtemp(prefix="rollout_engines."))
     run_dir = args.run_dir or work / "run"

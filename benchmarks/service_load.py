@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 DATA = Path(os.environ.get("S3_SHARED_DATA", ROOT.parent / "shared" / "data")) / "flashrag_sample"
 ROUND_DEADLINE_S = 180.0
 WORDS = ("nobel prize physics", "river in europe", "american film director", "world war battle", "olympic games",

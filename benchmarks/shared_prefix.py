@@ -20,13 +20,11 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 DATA = Path(os.environ.get("S3_SHARED_DATA", ROOT.parent / "shared" / "data")) / "hotpotqa_dev500"
 
 REPLY = '<important_info>[1, 2]</important_info>\n<search_complete>False</search_complete>\n<query>{"query": "%s"}</query>'

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 ENV = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "PYTHONUNBUFFERED": "1"}
 
 
@@ -45,7 +44,7 @@ def main() -> int:
 
     from generator_adapters.testing import wait_until_serving
     from s3core.errors import ServiceError
-    from training.trainer import read_metrics
+    from training.rundir import read_metrics
 
     work = Path(tempfile.mkdtemp(prefix="vllm_train_smoke."))
     run = work / "run"

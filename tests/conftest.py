@@ -16,6 +16,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("S3_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+TRAINING_DATA = SHARED_DATA / "train_hotpotqa_musique100"
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +24,16 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"../shared/data not found at {SHARED_DATA} (set S3_SHARED_DATA)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def training_data() -> Path:
+    """The shared training slice (HotpotQA + MuSiQue train, 100 questions each). The tests that train on it take it
+    for the whole module (`pytestmark = [..., pytest.mark.usefixtures("training_data")]`) and are skipped, saying
+    where it was looked for, on a machine without it."""
+    if not (TRAINING_DATA / "hotpotqa_train.json").is_file():
+        pytest.skip(f"shared training data not found at {TRAINING_DATA}")
+    return TRAINING_DATA
 
 
 @pytest.fixture(scope="session")

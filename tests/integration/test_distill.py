@@ -13,7 +13,7 @@ import pytest
 
 from generator_adapters.testing import FakeLLMServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("training_data")]
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "configs" / "smoke.toml"
@@ -21,8 +21,6 @@ DATA = ROOT.parent / "shared" / "data" / "train_hotpotqa_musique100" / "hotpotqa
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-if not DATA.is_file():
-    pytest.skip(f"shared training data not found at {DATA}", allow_module_level=True)
 
 
 def test_the_warm_up_learns_only_from_oracle_trajectories_that_beat_naive_rag(tmp_path: Path) -> None:

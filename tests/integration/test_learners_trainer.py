@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("training_data")]
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "configs" / "smoke.toml"
@@ -34,8 +34,6 @@ DATA = ROOT.parent / "shared" / "data" / "train_hotpotqa_musique100"
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("ray")
-if not DATA.is_dir():
-    pytest.skip(f"shared training data not found at {DATA}", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

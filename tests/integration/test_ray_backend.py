@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("training_data")]
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "configs" / "smoke.toml"
@@ -31,8 +31,6 @@ DATA = ROOT.parent / "shared" / "data" / "train_hotpotqa_musique100"
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("ray")
-if not DATA.is_dir():
-    pytest.skip(f"shared training data not found at {DATA}", allow_module_level=True)
 
 
 def _fast(root: Path) -> list[str]:

@@ -17,15 +17,13 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("training_data")]
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "train_hotpotqa_musique100"
 
 pytest.importorskip("ray")
 pytest.importorskip("transformers")
-if not DATA.is_dir():
-    pytest.skip(f"shared training data not found at {DATA}", allow_module_level=True)
 
 
 def test_two_node_cluster_pins_rollouts_and_eval_to_node2_and_eval_rows_equal_one_node(tmp_path: Path,

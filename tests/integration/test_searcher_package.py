@@ -1,6 +1,6 @@
 """The documented way to use a trained searcher with `searcher/` alone (searcher/__init__.py): the committed transfer
-policy (benchmarks/results/transfer/policy, a LoRA adapter on the offline SmolLM2-135M) over a tiny bm25 index, and
-the collapse segment's adapter, committed without tokenizer files, loading with its base model's tokenizer."""
+policy (benchmarks/results/transfer/policy, a LoRA adapter on the offline SmolLM2-135M) over a tiny bm25 index; the
+adapter is committed without tokenizer files and loads with its base model's tokenizer."""
 
 from __future__ import annotations
 
@@ -39,12 +39,15 @@ def test_a_trained_searcher_from_the_searcher_package_alone(tmp_path: Path) -> N
 
 
 def test_an_adapter_without_tokenizer_files_loads_with_its_bases() -> None:
-    from searcher.policy.transformers_policy import TransformersPolicy
+    from transformers import AutoTokenizer
 
-    bare = RESULTS / "collapse_segment" / "policy_step20"
+    from searcher.policy.transformers_policy import TransformersPolicy, resolve_checkpoint
+
+    bare = RESULTS / "policy"
     assert not (bare / "tokenizer_config.json").exists() and (bare / "adapter_config.json").is_file()
-    shipped = TransformersPolicy.load(str(RESULTS / "policy"))  # the same base, with its own tokenizer copy
+    base = AutoTokenizer.from_pretrained(str(resolve_checkpoint("smollm2-135m-instruct")))  # the adapter's base
     loaded = TransformersPolicy.load(str(bare))
     text = "<question>\nWho wrote Hamlet?\n</question> <information>Doc 1 (Title: Hamlet) text</information>"
-    assert loaded.tokenizer(text).input_ids == shipped.tokenizer(text).input_ids
-    assert loaded.tokenizer.chat_template == shipped.tokenizer.chat_template and loaded.pad_id == shipped.pad_id
+    assert loaded.tokenizer(text).input_ids == base(text).input_ids
+    assert loaded.tokenizer.chat_template == base.chat_template
+    assert loaded.pad_id == base.convert_tokens_to_ids("<|im_end|>")  # the pad token the trained run saved

@@ -21,7 +21,7 @@ import pytest
 
 from s3core.errors import S3Error
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("training_data")]
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "configs" / "smoke.toml"
@@ -29,8 +29,6 @@ DATA = ROOT.parent / "shared" / "data" / "train_hotpotqa_musique100"
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-if not DATA.is_dir():
-    pytest.skip(f"shared training data not found at {DATA}", allow_module_level=True)
 
 # few, short rollouts: the point is the mechanics on the real model, not the learning
 FAST = [

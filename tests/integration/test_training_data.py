@@ -12,11 +12,9 @@ import pytest
 
 from generator_adapters.testing import FakeLLMServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("training_data")]
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "train_hotpotqa_musique100" / "hotpotqa_train.json"
-if not DATA.is_file():
-    pytest.skip(f"shared training data not found at {DATA}", allow_module_level=True)
 
 
 def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_paragraphs(tmp_path: Path) -> None:

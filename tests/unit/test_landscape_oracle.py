@@ -1,31 +1,12 @@
-"""benchmarks/reward_landscape.py's oracle selection (issue 31's 8:3:3 landscape) on a fake retriever."""
+"""The reward landscape's oracle selection (experiments/reward_landscape.py; issue 31's 8:3:3 landscape) on a fake
+retriever."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
+from experiments import reward_landscape as landscape
 from s3core.types import Document, QAExample
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def landscape() -> Iterator[Any]:
-    spec = importlib.util.spec_from_file_location("reward_landscape_bench", ROOT / "benchmarks" / "reward_landscape.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses resolve their annotations through it
-    try:
-        spec.loader.exec_module(mod)
-        yield mod
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def _doc(i: str, title: str | None = None, text: str = "") -> Document:
@@ -53,7 +34,7 @@ def _q(qid: str, question: str, gold: list[str]) -> QAExample:
     return QAExample(id=qid, question=question, golden_answers=["x"], metadata={"supporting_ids": gold})
 
 
-def test_oracle_select_prefers_gold_and_falls_back_to_naive(landscape: Any) -> None:
+def test_oracle_select_prefers_gold_and_falls_back_to_naive() -> None:
     ranked = [_doc(c) for c in "abcdefgh"]
     naive = ranked[:3]
     docs, found = landscape.oracle_select(ranked, ["g", "b"], naive)
@@ -66,7 +47,7 @@ def test_oracle_select_prefers_gold_and_falls_back_to_naive(landscape: Any) -> N
     assert [d.id for d in landscape.merge_ranked(ranked[:2], [_doc("b"), _doc("q")])] == ["a", "b", "q"]
 
 
-def test_oracle_contexts_a_b_c_on_a_fake_retriever(landscape: Any) -> None:
+def test_oracle_contexts_a_b_c_on_a_fake_retriever() -> None:
     top8 = {
         # q1: one gold (g1) at rank 5, the other (h1, titled "Hidden") reachable only by its title
         "q1?": ["a", "b", "c", "d", "g1", "e", "f", "i"],
@@ -91,7 +72,7 @@ def test_oracle_contexts_a_b_c_on_a_fake_retriever(landscape: Any) -> None:
     assert r.queries[-2:] == ["Hidden", "Lost"]  # one batched second search, only where a gold paragraph is missing
 
 
-def test_answer_survives_the_budget(landscape: Any) -> None:
+def test_answer_survives_the_budget() -> None:
     text = "The river flows north for 120 km and joins the Lena at Yakutsk"
     assert not landscape.answer_survives(text, ["Yakutsk"], 8)
     assert landscape.answer_survives(text, ["Yakutsk"], 14)
@@ -99,7 +80,7 @@ def test_answer_survives_the_budget(landscape: Any) -> None:
     assert landscape.answer_survives(text, ["Yakutsk"], 3, count_tokens=lambda s: 0)  # a counter that says it fits
 
 
-def test_searcher_summary_counts_new_gold(landscape: Any) -> None:
+def test_searcher_summary_counts_new_gold() -> None:
     qs = [_q("1", "q1?", ["g1", "h1"]), _q("2", "q2?", ["g2", "h2"])]
     naive = {"1": ["a", "b", "g1"], "2": ["a", "b", "c"]}
     stats = {"replies": 2, "invalid_replies": 1, "search_turns": 1, "by_fallback": 0}
@@ -119,7 +100,7 @@ def test_cached_baseline_rows_count_only_under_an_accepted_key_with_todays_topk(
     """The rule prepare-training's re-keying and the landscape's read-only load share (training.data)."""
     from training.data import rows_with_todays_topk
 
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"id": "a", "key": "k1", "acc": 1.0, "doc_ids": ["d1", "d2"]},   # today's ids: kept
         {"id": "b", "key": "k1", "acc": 0.0, "doc_ids": ["d9", "d2"]},   # other ids: stale
         {"id": "c", "key": "k0", "acc": 1.0, "doc_ids": ["d3"]},         # a key not accepted

@@ -1,8 +1,8 @@
-"""benchmarks/transfer.py's report on synthetic runs: the paired table, the training trends, the diagnostics."""
+"""The transfer experiment's report (experiments/transfer.py) on synthetic runs: the paired table, the training
+trends, the diagnostics."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -14,12 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture()
 def transfer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    spec = importlib.util.spec_from_file_location("transfer_bench", ROOT / "benchmarks" / "transfer.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    monkeypatch.setattr(mod, "RESULTS", tmp_path / "results")
-    return mod
+    import experiments.transfer
+
+    monkeypatch.setattr(experiments.transfer, "RESULTS", tmp_path / "results")
+    return experiments.transfer
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -306,6 +304,31 @@ def test_select_after_the_run_is_gone_keeps_the_choice_made(transfer: Any, tmp_p
     config = str(ROOT / "configs" / "transfer2.toml")
     with pytest.raises(SystemExit, match="no checkpoints"):
         transfer.select(config)
-    (transfer.RESULTS / "policy").mkdir(parents=True)
     (transfer.RESULTS / "selected.json").write_text(json.dumps({"policy": "step_000030", "heldout": {}}))
+    # an attempt whose policy left the tree (transfer2's): the choice stands, the evaluation says what is missing
     assert transfer.select(config)["policy"] == "step_000030"
+    with pytest.raises(SystemExit, match=r"no trained policy at .*results/policy: run the select stage first"):
+        transfer.evaluate(config, tmp_path / "work")
+    (transfer.RESULTS / "policy").mkdir(parents=True)
+    assert transfer.select(config)["policy"] == "step_000030"
+
+
+def test_an_attempt_without_its_own_question_file_reads_the_one_with_the_same_sha(transfer: Any, tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repository keeps one copy of a dev slice's questions.jsonl: a second attempt's data/ holds only the manifest,
+    and its report's gold documents come from the first attempt's copy when the manifest's sha256 matches it."""
+    from s3core.io import file_sha256
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    _write(first / "eval" / "musique_dev200" / "data" / "questions.jsonl",
+           [{"id": "q1", "metadata": {"supporting_ids": ["a", "b"]}}, {"id": "q2", "metadata": {}}])
+    monkeypatch.setattr(transfer, "DEFAULT_RESULTS", first)
+    data = second / "eval" / "musique_dev200" / "data"
+    data.mkdir(parents=True)
+    sha = file_sha256(first / "eval" / "musique_dev200" / "data" / "questions.jsonl")
+    (data / "manifest.json").write_text(json.dumps({"questions_sha256": sha}))
+    assert transfer._gold(data) == {"q1": {"a", "b"}, "q2": set()}
+    (data / "manifest.json").write_text(json.dumps({"questions_sha256": "0" * 64}))  # other questions: not borrowed
+    assert transfer._gold(data) == {}
+    _write(data / "questions.jsonl", [{"id": "q9", "metadata": {"supporting_ids": ["z"]}}])  # its own copy wins
+    assert transfer._gold(data) == {"q9": {"z"}}
