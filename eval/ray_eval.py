@@ -80,10 +80,6 @@ class RayBatchRunner:
                 total[k] = total.get(k, 0) + int(v)
         return total
 
-    @property
-    def lost_workers(self) -> int:
-        return self.pool.lost
-
     def close(self) -> None:
         import contextlib
 

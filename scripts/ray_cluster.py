@@ -101,15 +101,17 @@ def placement_table(rows: list[dict[str, Any]]) -> str:
 def train(cfg: Any, labels: dict[str, str]) -> tuple[list[dict[str, Any]], dict[str, Any], Path, Path]:
     """The short training run (training.total_steps), its actors' placement, its last metrics row, its data dir and
     index."""
-    from training.trainer import make_trainer, read_metrics
+    from training.learner_group import LearnerGroup
+    from training.rundir import read_metrics
+    from training.trainer import make_trainer
 
     trainer = make_trainer(cfg, log=lambda s: print(s, flush=True))
     try:
         trainer.train()
         ex: Any = trainer.executor  # a RayExecutor (training.backend = "ray")
         rows = placement_rows("rollout", ex.rollouts, labels) + placement_rows("reward", ex.rewards, labels)
-        if trainer.learners is not None:
-            rows += placement_rows("learner", trainer.learners.pool, labels)
+        if isinstance(trainer.learner, LearnerGroup):
+            rows += placement_rows("learner", trainer.learner.pool, labels)
         data_dir, index_dir = trainer.data.directory, trainer.data.index_dir
     finally:
         trainer.close()

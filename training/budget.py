@@ -9,7 +9,8 @@ The step's reward calls (the frozen generator on each rollout's documents, and a
 projected on the trainer's side before they are made, wherever they then run (here or on Ray reward workers): prompts
 measured, completions at max_tokens, answers in the response cache free. A step that could pass the cap is not
 started: the trainer stops with the checkpoint of the step before (`S3Trainer.train`), and the same command with a
-higher cap resumes it from there. `cost/usd_total` is carried over a resume from metrics.jsonl.
+higher cap resumes it from there. `cost/usd_total` is carried over a resume from metrics.jsonl (read through
+training/rundir.py).
 
 `dry_run` projects the whole run without one paid call. A resumed run projects each remaining RL step at the mean
 cost its measured steps had. A fresh run rolls out its first RL step (the policy's own rollouts: no paid call) and
@@ -21,9 +22,8 @@ projection stays an upper estimate of the answers' length.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eval.accuracy import Accuracy
 from generator_adapters.budget import Budget, BudgetReached, require_known_prices
@@ -31,6 +31,11 @@ from s3core.types import QAExample, SearchResult
 from training.config import TrainSettings
 from training.executors import GAUGE_METRICS, StepExecutor
 from training.rewards import RewardBatch
+from training.rundir import metrics_rows
+from training.schedule import DataOrder, HeldoutSchedule
+
+if TYPE_CHECKING:
+    from training.build import TrainingParts
 
 __all__ = ["BudgetReached", "BudgetedExecutor", "dry_run", "paid_reward", "spent_before"]
 
@@ -57,18 +62,9 @@ def projection_accuracy(cfg: TrainSettings) -> Accuracy | None:
 
 def spent_before(run_dir: Path, step: int) -> float:
     """`cost/usd_total` of the last metrics row at or before `step` (what a resumed run had spent), else 0."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return 0.0
-    total = 0.0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line of a killed run
-        if isinstance(row, dict) and int(row.get("step", 0)) <= step and isinstance(row.get("cost/usd_total"), int | float):
-            total = float(row["cost/usd_total"])
-    return total
+    totals = [float(r["cost/usd_total"]) for r in metrics_rows(run_dir)
+              if int(r["step"]) <= step and isinstance(r.get("cost/usd_total"), int | float)]
+    return totals[-1] if totals else 0.0
 
 
 class BudgetedExecutor:
@@ -151,50 +147,52 @@ class BudgetedExecutor:
         return getattr(self.inner, name)
 
 
-def dry_run(trainer: Any) -> dict[str, Any]:
-    """The projected spend of the rest of the run (see the module docstring), without a paid call."""
-    ex = trainer.executor
-    acc: Accuracy | None = ex.accuracy if isinstance(ex, BudgetedExecutor) else projection_accuracy(trainer.cfg)
-    tc = trainer.tc
-    k = trainer.cfg.retriever.k
-    spent = spent_before(Path(trainer.run_dir), trainer.step)
+def dry_run(parts: TrainingParts, start: int) -> dict[str, Any]:
+    """The projected spend of the run's steps from `start` on (see the module docstring), without a paid call: its
+    executor (priced, when a BudgetedExecutor), retriever, questions and run directory; no trainer."""
+    ex, cfg, run_dir = parts.executor, parts.cfg, Path(parts.run_dir)
+    acc: Accuracy | None = ex.accuracy if isinstance(ex, BudgetedExecutor) else projection_accuracy(cfg)
+    tc = cfg.training
+    k = cfg.retriever.k
+    spent = spent_before(run_dir, start)
 
     def price(examples: list[QAExample], docs: list[list[Any]] | None = None) -> float:
         if acc is None or not examples:
             return 0.0
         if docs is None:
-            docs = trainer.retriever.search([e.question for e in examples], k)
+            docs = parts.retriever.search([e.question for e in examples], k)
         return float(sum(acc.project([e.question for e in examples], docs, [e.golden_answers for e in examples])))
 
-    rl_steps = [s for s in range(trainer.step, tc.total_steps) if s >= tc.sft.steps]
-    measured = measured_step_costs(Path(trainer.run_dir), trainer.step)
+    rl_steps = [s for s in range(start, tc.total_steps) if s >= tc.sft.steps]
+    measured = measured_step_costs(run_dir, start)
     if measured:
         per_step, basis = sum(measured) / len(measured), f"the mean of {len(measured)} measured steps"
     elif rl_steps and acc is not None:
-        per_step = price(*_unique_contexts(trainer, rl_steps[0]))
+        per_step = price(*_unique_contexts(parts, rl_steps[0]))
         basis = (f"the rollouts of step {rl_steps[0] + 1} (the policy's own, no paid call; a group's identical "
                  "contexts priced once)")
     else:
         per_step, basis = 0.0, "no paid reward call"
     total, calls = per_step * len(rl_steps), len(rl_steps) * tc.rollout.batch_size * tc.rollout.group_size
-    for step in range(trainer.step, tc.total_steps):
-        if trainer.heldout_due(step + 1):
-            total += price(list(trainer.heldout))
-            calls += len(trainer.heldout)
+    schedule = HeldoutSchedule.of(tc, len(parts.heldout))
+    for step in range(start, tc.total_steps):
+        if schedule.due(step + 1):
+            total += price(list(parts.heldout))
+            calls += len(parts.heldout)
     return {"steps": len(rl_steps), "reward_calls": calls, "projected_usd": total, "spent_usd": spent, "basis": basis,
             "per_step_usd": per_step, "budget_usd": ex.budget.limit_usd if isinstance(ex, BudgetedExecutor) else None}
 
 
-def _unique_contexts(trainer: Any, step: int) -> tuple[list[QAExample], list[list[Any]]]:
+def _unique_contexts(parts: TrainingParts, step: int) -> tuple[list[QAExample], list[list[Any]]]:
     """The questions and documents the generator would be asked about in `step`: the step's rollouts (batch x group),
     each (question, documents) once."""
     from training.rng import capture_rng, restore_rng
 
-    idx = trainer.batch_indices(step)
-    examples = [trainer.examples[i] for i in idx for _ in range(trainer.tc.rollout.group_size)]
+    idx = DataOrder.of(parts.cfg.training, parts.examples, parts.sft_pool).batch_indices(step)
+    examples = [parts.examples[i] for i in idx for _ in range(parts.cfg.training.rollout.group_size)]
     rng = capture_rng()
     try:
-        results = trainer.rollout(examples, step)
+        results = parts.executor.rollout(examples, step)
     finally:
         restore_rng(rng)  # the run that follows samples what it would have without the dry run
     unique: dict[tuple[str, tuple[str, ...]], tuple[QAExample, list[Any]]] = {}
@@ -205,16 +203,5 @@ def _unique_contexts(trainer: Any, step: int) -> tuple[list[QAExample], list[lis
 
 def measured_step_costs(run_dir: Path, step: int) -> list[float]:
     """`cost/usd_step` of the RL steps already run (a resumed run's dry run projects from what steps really cost)."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    by_step: dict[int, float] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        usd = row.get("cost/usd_step") if isinstance(row, dict) else None
-        if isinstance(usd, int | float) and "reward/mean" in row and int(row.get("step", 0)) <= step:
-            by_step[int(row["step"])] = float(usd)
-    return list(by_step.values())
+    return [float(r["cost/usd_step"]) for r in metrics_rows(run_dir)
+            if isinstance(r.get("cost/usd_step"), int | float) and "reward/mean" in r and int(r["step"]) <= step]

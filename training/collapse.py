@@ -138,7 +138,7 @@ class TrainingBehavior:
 
     @classmethod
     def load(cls, run_dir: Path) -> TrainingBehavior:
-        from training.trainer import read_metrics
+        from training.rundir import read_metrics
 
         rows = read_metrics(run_dir)
         return cls(run_dir=Path(run_dir), rows=rows, collapses=detect_collapse(rows))
@@ -166,9 +166,6 @@ class TrainingBehavior:
         lines += [f"- {c.message()}" for c in self.collapses] or ["- no search collapse detected"]
         lines.append("")
         return lines
-
-    def rows_csv(self) -> list[dict[str, Any]]:
-        return []
 
     def plot(self, out: Path) -> Path | None:
         from training.plots import plot_run

@@ -1,29 +1,119 @@
-"""Held-out comparison of policies (`s3 train-eval`): the same training reward on questions kept out of training,
-for a trained checkpoint and the untrained base model, decoded greedily (temperature 0). `split="train"` scores the
-training questions instead (greedy): what RL learned where it trained, apart from its sampling noise."""
+"""Held-out evaluation: one function (`evaluate_heldout`) and one row type (`HeldoutScore`), used by the training
+loop (training.heldout.every: heldout/* metrics, RUN_DIR/heldout.jsonl) and by `s3 train-eval` (`heldout_rewards`:
+the same training reward on questions kept out of training, for a trained checkpoint and the untrained base model,
+decoded greedily). `split="train"` scores the training questions instead (greedy): what RL learned where it trained,
+apart from its sampling noise.
+
+    ev = evaluate_heldout(examples, results, scored)     # greedy rollouts and their RewardBatch, in question order
+    ev.score.metrics()      # {"heldout/reward": ..., "heldout/acc_s3": ...}   the loop's keys (NaN: nothing scored)
+    ev.score.summary()      # {"reward_mean": ..., "acc_s3_mean": ...}         `s3 train-eval`'s keys (None)
+    HeldoutScore.from_row(row)                           # either kind of row back (heldout.jsonl or train-eval's)
+"""
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from generator_adapters.client import run_sync
 from s3core.errors import S3Error
+from s3core.types import QAExample, SearchResult
 from training.config import TrainSettings
+from training.rewards import RewardBatch
 
-__all__ = ["heldout_rewards"]
+__all__ = ["HeldoutEval", "HeldoutScore", "evaluate_heldout", "heldout_rewards"]
 
 CHUNK = 16  # questions rolled out together: progress after each chunk, the batch the engines are sized for
+
+
+def _mean(xs: list[float | None] | None) -> float | None:
+    vals = [x for x in xs or [] if x is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+@dataclass(frozen=True)
+class HeldoutScore:
+    """A policy's greedy rollouts of the held-out questions, scored with the training reward: the mean reward, the
+    mean Acc with the searcher's documents (acc_s3) and naive RAG's on the same questions (acc_rag; None when the
+    reward has no such term), how many were scored, mean turns and documents."""
+
+    questions: int
+    scored: int
+    reward: float | None
+    acc_s3: float | None
+    acc_rag: float | None
+    turns: float
+    docs: float
+
+    def metrics(self) -> dict[str, float]:
+        """The training loop's keys (metrics.jsonl, heldout.jsonl): NaN where nothing was scored."""
+        nan = float("nan")
+        return {"heldout/reward": nan if self.reward is None else self.reward,
+                "heldout/acc_s3": nan if self.acc_s3 is None else self.acc_s3,
+                "heldout/acc_rag": nan if self.acc_rag is None else self.acc_rag,
+                "heldout/scored": float(self.scored), "heldout/turns": self.turns, "heldout/docs": self.docs}
+
+    def summary(self) -> dict[str, Any]:
+        """`s3 train-eval`'s keys: None where nothing was scored."""
+        return {"questions": self.questions, "scored": self.scored, "reward_mean": self.reward,
+                "acc_s3_mean": self.acc_s3, "acc_rag_mean": self.acc_rag, "turns_mean": self.turns,
+                "docs_mean": self.docs}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> HeldoutScore:
+        """A row of either kind back: heldout.jsonl's (heldout/acc_s3, ...: also the committed ones under
+        benchmarks/results) or `s3 train-eval`'s (acc_s3_mean, ...).
+
+        >>> HeldoutScore.from_row({"questions": 2, "heldout/reward": 0.5, "heldout/acc_s3": float("nan"),
+        ...                        "heldout/acc_rag": 0.25, "heldout/scored": 2.0, "heldout/turns": 1.0,
+        ...                        "heldout/docs": 3.0}).summary()["acc_s3_mean"] is None
+        True
+        """
+        def num(v: Any) -> float | None:
+            return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+        if "heldout/reward" in row:
+            get = lambda k: row.get(f"heldout/{k}")  # noqa: E731
+        else:
+            get = lambda k: row.get(f"{k}_mean", row.get(k))  # noqa: E731
+        return cls(questions=int(row.get("questions", 0)), scored=int(get("scored") or 0), reward=num(get("reward")),
+                   acc_s3=num(get("acc_s3")), acc_rag=num(get("acc_rag")), turns=float(get("turns") or 0.0),
+                   docs=float(get("docs") or 0.0))
+
+
+@dataclass(frozen=True)
+class HeldoutEval:
+    """One held-out evaluation: its score and one row per question (what the searcher did and how both contexts
+    scored: paired comparisons between checkpoints and against naive RAG)."""
+
+    score: HeldoutScore
+    questions: list[dict[str, Any]]
+
+
+def evaluate_heldout(examples: list[QAExample], results: list[SearchResult], scored: RewardBatch) -> HeldoutEval:
+    """The held-out evaluation of rollouts `results` of `examples` (one each, in order) scored as `scored`."""
+    n = len(results)
+    score = HeldoutScore(questions=len(examples), scored=sum(r is not None for r in scored.rewards),
+                         reward=_mean(list(scored.rewards)), acc_s3=_mean(scored.acc_s3), acc_rag=_mean(scored.acc_rag),
+                         turns=sum(r.turns for r in results) / n, docs=sum(len(r.documents) for r in results) / n)
+    rows = [{"id": ex.id, "reward": scored.rewards[i],
+             "acc_s3": scored.acc_s3[i] if scored.acc_s3 is not None else None,
+             "acc_rag": scored.acc_rag[i] if scored.acc_rag is not None else None, "turns": r.turns,
+             "doc_ids": [d.id for d in r.documents], "queries": [st.query for st in r.steps if st.turn > 0]}
+            for i, (ex, r) in enumerate(zip(examples, results, strict=True))]
+    return HeldoutEval(score=score, questions=rows)
 
 
 def heldout_rewards(
     cfg: TrainSettings, policies: list[str], limit: int | None = None, split: str = "heldout"
 ) -> Iterator[dict[str, Any]]:
-    """For each policy (a run dir, a checkpoint, or the base model name), as soon as it is done: mean reward, mean
-    Acc(s3), the naive-RAG baseline's mean Acc on the same questions, turns and documents over the held-out questions
-    (the last training.heldout.questions of the prepared set; `split="train"`: the questions before them), greedy
-    decoding. Every policy is resolved before any runs, so a wrong path fails at once."""
+    """For each policy (a run dir, a checkpoint, or the base model name), as soon as it is done: its HeldoutScore's
+    summary (mean reward, Acc(s3), naive RAG's Acc on the same questions, turns, documents) over the held-out
+    questions (the last training.heldout.questions of the prepared set; `split="train"`: the questions before them),
+    greedy decoding. Every policy is resolved before any runs, so a wrong path fails at once."""
     from tqdm import tqdm
 
     from searcher.build import build_policy, build_retriever, build_searcher
@@ -54,7 +144,7 @@ def heldout_rewards(
     for name in policies:
         pol = build_policy(scfg.model_copy(update={"policy_path": name}))
         agent = build_searcher(scfg, retriever, pol, k0=cfg.retriever.k, agent="search_r1" if end_to_end else "s3")
-        results = []
+        results: list[SearchResult] = []
         with tqdm(total=len(examples), desc=f"{split} rollouts ({engine}) {name}", unit="q", file=sys.stderr,
                   leave=False) as bar:
             for lo in range(0, len(examples), CHUNK):
@@ -64,15 +154,5 @@ def heldout_rewards(
         # the trainer's own scorer (training/executors.py): the same reward, generator, EM / F1 and query tags
         scorer = make_scorer(cfg, data.baseline, end_to_end=end_to_end,
                              decode=pol.decode if isinstance(pol, TokenPolicy) else None)
-        scored = run_sync(scorer.score(results, examples))
-        r = [x for x in scored.rewards if x is not None]
-        acc = [x for x in (scored.acc_s3 or []) if x is not None]
-        rag = [x for x in (scored.acc_rag or []) if x is not None]
-        yield {
-            "policy": name, "split": split, "questions": len(examples), "scored": len(r),
-            "reward_mean": sum(r) / len(r) if r else None,
-            "acc_s3_mean": sum(acc) / len(acc) if acc else None,
-            "acc_rag_mean": sum(rag) / len(rag) if rag else None,
-            "turns_mean": sum(x.turns for x in results) / len(results),
-            "docs_mean": sum(len(x.documents) for x in results) / len(results),
-        }
+        ev = evaluate_heldout(examples, results, run_sync(scorer.score(results, examples)))
+        yield {"policy": name, "split": split, **ev.score.summary()}

@@ -2,7 +2,7 @@
 
     results = executor.rollout(examples, step)      # B x group_size SearchResults, in the order of `examples`
     scored = executor.score(results, examples)      # RewardBatch (training/rewards.py), same order
-    ... the masked PPO / GRPO update stays in the trainer ...
+    ... the masked PPO / GRPO update is the learner's (training/learner_api.py) ...
     sync_s = executor.sync()                        # the learner's new weights into every rollout engine (or None)
     row.update(executor.step_stats())               # reward/ usage and, on Ray, ray/ worker losses since the last call
 

@@ -1,19 +1,21 @@
 """The learner: the policy being trained, its PPO critic, its reference policy, optimizer and scheduler, and the one
 masked PPO / GRPO update (training/algorithms.py's losses) that every learner runs.
 
-    learner = Learner(cfg.training, device, run_dir, resume_dir)        # what S3Trainer holds with ray.learners = 1
-    out = learner.update(micro_batches, weights)                        # weights_j = tokens_j / T: the global token mean
+    learner = Learner(cfg.training, device, run_dir, resume_dir)        # the trainer's with ray.learners = 1
+    report = learner.update(rows)                                       # training/learner_api.py's UpdateRows
+    out = learner.update_shard(micro_batches, weights)                  # weights_j = tokens_j / T: the global token mean
     state = learner.save(checkpoint_dir)                                # policy/ (+ adapter/); optimizer, scheduler, critic
 
-With ray.learners = N > 1 each rank of a LearnerGroup (training/learner_group.py) holds one `Learner`, built from the
-same configuration and checkpoint, and runs the same `update` on its share of the micro-batches with weights
-N * tokens_j / T and `reduce_grads` = the all-reduce (mean) of the gradients over the ranks: the averaged gradient is
-the single learner's, so the loss code is this file's `masked_update` either way (no second copy).
+`Learner` implements the loop's learner interface (training/learner_api.py `PolicyLearner`), as the Ray LearnerGroup
+does. With ray.learners = N > 1 each rank of a LearnerGroup (training/learner_group.py) holds one `Learner`, built
+from the same configuration and checkpoint, and runs the same `update_shard` on its share of the micro-batches with
+weights N * tokens_j / T and `reduce_grads` = the all-reduce (mean) of the gradients over the ranks: the averaged
+gradient is the single learner's, so the loss code is this file's `masked_update` either way (no second copy).
 
 The learner owns its state and both of its update paths: `update` (RL) and `sft_update` (the format warm-up), and
 `end_warmup` (RL's reference becomes the warmed policy). The trainer (training/trainer.py) keeps what is not the
 learner's: the data order, the rollouts and rewards (through its executor), the advantages of GRPO, the metrics and
-the checkpoint's trainer_state.pt (it stores the `state()` rank 0 returns, in the single learner's format).
+the checkpoint's trainer_state.pt (it stores the state `save` returns, in the single learner's format).
 `pad_rollouts` turns rollouts into the `Batch`es both read.
 """
 
@@ -31,6 +33,7 @@ from typing import Any, Protocol
 from s3core.errors import S3Error
 from s3core.types import SearchResult
 from training.config import TrainingConfig
+from training.learner_api import UpdateReport, UpdateRows
 
 __all__ = ["Batch", "GapSums", "Learner", "MicroBatch", "UpdateCore", "UpdateOut", "decoder_and_head", "export_model",
            "forward_logprobs", "load_policy", "load_tokenizer", "masked_update", "pad_rollouts", "ref_logprobs"]
@@ -214,7 +217,7 @@ def ref_logprobs(core: UpdateCore, batch: Batch) -> Any:
 def masked_update(core: UpdateCore, mbs: list[MicroBatch], weights: list[float],
                   reduce_grads: Callable[[list[Any]], None] | None = None) -> UpdateOut:
     """One masked policy-gradient update (training.update.ppo_epochs epochs) of `core` (anything with tc, model, value_head,
-    ref_model, optimizer: a Learner, the trainer) from its micro-batches: sum_j loss_j * weights[j] is backpropagated,
+    ref_model, optimizer: a Learner, or a benchmark's bare model and optimizer) from its micro-batches: sum_j loss_j * weights[j] is backpropagated,
     then `reduce_grads(params)` (a LearnerGroup rank's all-reduce; None for the single learner), clipping, the step.
     The stats are weighted by `weights` too (so a group's mean over ranks is the single learner's). A micro-batch of
     weight 0 (a rank without rows joining the all-reduce) adds nothing: no gradient, no stat, no log-prob gap."""
@@ -395,8 +398,22 @@ class Learner:
         self.optimizer, self.scheduler = optimizer_and_scheduler(tc, self.model, self.value_head)
 
     # -------------------------------------------------------------- the update
-    def update(self, mbs: list[MicroBatch], weights: list[float],
-               reduce_grads: Callable[[list[Any]], None] | None = None) -> UpdateOut:
+    @property
+    def batch_device(self) -> str:
+        """The loop pads batches on this learner's own device."""
+        return self.device
+
+    def update(self, rows: UpdateRows) -> UpdateReport:
+        """One update from the loop's rows: micro-batches of training.learner.micro_batch_size rows, each weighted by its
+        share of the batch's policy tokens (the global token mean)."""
+        mbs = [rows.micro(c) for c in rows.chunks()]
+        total = float(sum(mb.batch.loss_mask.sum().item() for mb in mbs))
+        out = self.update_shard(mbs, [mb.batch.loss_mask.sum().item() / max(total, 1.0) for mb in mbs])
+        return UpdateReport(stats={**out.stats, **out.gaps.stats()}, tokens=total, batches=[mb.batch for mb in mbs])
+
+    def update_shard(self, mbs: list[MicroBatch], weights: list[float],
+                     reduce_grads: Callable[[list[Any]], None] | None = None) -> UpdateOut:
+        """The update of weighted micro-batches (a LearnerGroup rank's share, with its gradient all-reduce)."""
         mbs = [replace(mb, batch=mb.batch.to(self.device)) for mb in mbs]
         return masked_update(self, mbs, weights, reduce_grads)
 
@@ -483,12 +500,16 @@ class Learner:
             cfg_path.write_text(json.dumps(cfg, indent=2))
         self.tokenizer.save_pretrained(str(out))
 
-    def end_warmup(self) -> None:
-        """The format warm-up is over: RL's reference policy becomes the current (warmed) policy. It is written to
-        RUN_DIR/reference atomically (full fine-tuning: the model; LoRA: the adapter) and loaded back from there, so a
-        resumed run gets exactly this reference."""
+    def end_warmup(self) -> Path | None:
+        """The format warm-up is over: RL starts from a fresh optimizer and scheduler (the warm-up's AdamW moments
+        would otherwise carry into RL: the first moment keeps imitating the oracle for the first RL steps, the second,
+        sized by the supervised gradients, shrinks RL's effective learning rate; issue 45), and RL's reference policy
+        becomes the current (warmed) policy. The reference is written to RUN_DIR/reference atomically (full fine-tuning:
+        the model; LoRA: the adapter) and loaded back from there, so a resumed run gets exactly this reference (and,
+        from a checkpoint after the warm-up, the RL optimizer state that checkpoint saved)."""
+        self.optimizer, self.scheduler = optimizer_and_scheduler(self.tc, self.model, self.value_head)
         if self.ref_model is None:
-            return
+            return None
         final, tmp = self.run_dir / "reference", self.run_dir / ".reference.tmp"
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -501,6 +522,11 @@ class Learner:
         os.replace(tmp, final)
         self.ref_model = None  # the old reference goes before the new one loads (never two copies at once)
         self.ref_model = reference_model(self.tc, self.device, self.run_dir)
+        return final
+
+    def close(self) -> None:
+        """Nothing to stop: the learner lives in this process."""
+        return None
 
     # -------------------------------------------------------------- weights out
     def weights(self) -> list[tuple[str, Any]]:

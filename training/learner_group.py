@@ -3,10 +3,12 @@
 N learner actors (`LearnerGroup`, `DDPLearner`) form one torch.distributed process group (gloo on CPU, nccl on GPU; the
 rendezvous on rank 0's node address, 127.0.0.1 on a local cluster). Each rank builds the same learner (the trainer's:
 training.learner.Learner, from the configuration and the checkpoint to resume from) and takes rank 0's trainable
-parameters when the group forms. The driver (S3Trainer) keeps the RL of training/algorithms.py as the single learner
-runs it: it computes the advantages and the rows that enter the update, pads them, and `split_for_ranks` gives every
-rank its micro-batches and their loss weights. Each rank backpropagates `loss_j * weight_j` for its micro-batches
-(`training.learner.masked_update`, the single learner's code), the gradients are all-reduced (mean) once per epoch
+parameters when the group forms. The group is the training loop's learner as the single Learner is (both implement
+training/learner_api.py's `PolicyLearner`): the loop computes the advantages and the rows that enter the update and
+hands them over (`UpdateRows`); the group's `update` pads them, `split_for_ranks` gives every rank its micro-batches
+and their loss weights, and the ranks' stats are merged into the single learner's (`merge_rank_stats`). Each rank
+backpropagates `loss_j * weight_j` for its micro-batches (`training.learner.masked_update` through
+`Learner.update_shard`, the single learner's code), the gradients are all-reduced (mean) once per epoch
 (`allreduce_mean_`, flat buckets), and every rank clips and steps the same averaged gradient, so the parameters and the
 optimizer state stay identical on every rank. Rank 0 writes the checkpoint's model folders and hands its optimizer /
 scheduler state to the driver (trainer_state.pt, the single learner's format); on resume every rank loads the
@@ -31,22 +33,28 @@ micro-batch (the first row) with weight 0, a gradient of zeros.
 A lost learner is not restarted (a restarted rank could not re-enter the running group): the step fails and the run
 resumes from its last checkpoint (the same data order).
 
-    shards = split_for_ranks(rows, tokens, world_size=2, micro_batch_size=4)
-    group.update([[mbs[i] for i in s.micro_batches] ...], [s.weights for s in shards])   # rank r: shards[r]
+    report = group.update(UpdateRows(rows, tokens, micro, micro_batch_size=4))   # the loop's call
+    shards = split_for_ranks(rows, tokens, world_size=2, micro_batch_size=4)     # what it does with them:
+    group.update_shards([[micro(b) for b in s.micro_batches] ...], [s.weights for s in shards])   # rank r: shards[r]
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-from s3core.errors import ConfigError
+from s3core.errors import ConfigError, S3Error
 from s3runtime.config import RayConfig
 from s3runtime.raycluster import RayWorker, WorkerPool, connect, require_ray, worker_threads
+from training.learner_api import UpdateReport, UpdateRows
+
+if TYPE_CHECKING:
+    from training.learner import Batch, UpdateOut
 
 __all__ = ["DDPLearner", "LearnerGroup", "LossLearner", "RankShard", "allreduce_mean_", "dist_backend",
-           "grpo_microbatch_loss", "split_for_ranks"]
+           "grpo_microbatch_loss", "merge_rank_stats", "split_for_ranks"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,23 @@ def split_for_ranks(
             weights=[world_size * sum(tokens[i] for i in c) / total for c in chunks],
         ))
     return shards
+
+
+def merge_rank_stats(outs: Sequence[UpdateOut]) -> dict[str, float]:
+    """The ranks' update outputs as the single learner's stats: each rank's stats carry weight N * tokens / T, so their
+    mean is the single learner's; the gradient norm is the same on every rank (the averaged gradient); the log-prob
+    gap sums add up."""
+    from training.learner import GapSums
+
+    stats: dict[str, float] = {}
+    gaps = GapSums()
+    for o in outs:
+        gaps = gaps.add(o.gaps)
+        for key, v in o.stats.items():
+            stats[key] = stats.get(key, 0.0) + v / len(outs)
+    stats["losses/grad_norm"] = outs[0].stats["losses/grad_norm"]
+    stats.update(gaps.stats())
+    return stats
 
 
 def allreduce_mean_(params: Sequence[Any], world_size: int, bucket: int = 1 << 24) -> None:
@@ -156,7 +181,7 @@ def grpo_microbatch_loss(model: Any, mb: dict[str, Any], clip_coef: float = 0.2,
 class LossLearner:
     """The smallest learner a rank can hold: any torch model, an optimizer, a loss function of (model, micro-batch).
     The trainer's ranks hold a training.learner.Learner instead (the masked PPO / GRPO update); both answer
-    `update(micro_batches, weights, reduce_grads)`, `parameters()` and `state_dict()`."""
+    `update_shard(micro_batches, weights, reduce_grads)`, `parameters()` and `state_dict()`."""
 
     def __init__(self, model: Any, make_optimizer: Callable[[Any], Any], loss_of: Callable[[Any, Any], Any],
                  max_grad_norm: float) -> None:
@@ -166,8 +191,8 @@ class LossLearner:
     def parameters(self) -> list[Any]:
         return [q for g in self.optimizer.param_groups for q in g["params"]]
 
-    def update(self, micro_batches: Sequence[Any], weights: Sequence[float],
-               reduce_grads: Callable[[list[Any]], None] | None = None) -> dict[str, float]:
+    def update_shard(self, micro_batches: Sequence[Any], weights: Sequence[float],
+                     reduce_grads: Callable[[list[Any]], None] | None = None) -> dict[str, float]:
         import torch
 
         self.optimizer.zero_grad(set_to_none=True)
@@ -221,10 +246,10 @@ class DDPLearner(RayWorker):
             for p in self.learner.parameters():
                 dist.broadcast(p.data, src=0)
 
-    def update(self, micro_batches: list[Any], weights: list[float]) -> Any:
+    def update_shard(self, micro_batches: list[Any], weights: list[float]) -> Any:
         """This rank's weighted micro-batches, the all-reduce (mean) of the gradients, clipping, the optimizer step:
-        the learner's own `update` with the group's gradient reduction."""
-        return self.learner.update(micro_batches, weights, lambda ps: allreduce_mean_(ps, self.world_size))
+        the learner's own `update_shard` with the group's gradient reduction."""
+        return self.learner.update_shard(micro_batches, weights, lambda ps: allreduce_mean_(ps, self.world_size))
 
     def call(self, method: str, *args: Any) -> Any:
         """Any other method of the learner (save, state, load_state, step_scheduler, state_dict, ...)."""
@@ -248,11 +273,12 @@ class DDPLearner(RayWorker):
 
 
 class LearnerGroup:
-    """N DDPLearner actors in one process group (see the module docstring).
+    """N DDPLearner actors in one process group (see the module docstring). With training.learner.Learner ranks it is
+    the training loop's learner (training/learner_api.py `PolicyLearner`); with any rank learner it runs shards.
 
         group = LearnerGroup(cfg.ray, 2, functools.partial(LossLearner, model, make_optimizer, loss_of, 1.0))
         shards = split_for_ranks(rows, tokens, 2, micro_batch_size)
-        group.update([[batch_of(mb) for mb in s.micro_batches] for s in shards], [s.weights for s in shards])
+        group.update_shards([[batch_of(mb) for mb in s.micro_batches] for s in shards], [s.weights for s in shards])
     """
 
     def __init__(self, rc: RayConfig, world_size: int, build: Callable[[], Any], *, device: str = "cpu",
@@ -278,13 +304,45 @@ class LearnerGroup:
     def __len__(self) -> int:
         return len(self.pool)
 
-    def update(self, micro_batches: list[list[Any]], weights: list[list[float]]) -> list[Any]:
+    # -------------------------------------------------------------- the loop's learner (training/learner_api.py)
+    batch_device = "cpu"  # the driver pads on the CPU; each rank moves its micro-batches to its own device
+
+    def update(self, rows: UpdateRows) -> UpdateReport:
+        """One update of the loop's rows: split over the ranks by policy tokens, padded per micro-batch, run on every
+        rank at once; the ranks' stats merged into the single learner's."""
+        shards = split_for_ranks(rows.rows, rows.tokens, len(self), rows.micro_batch_size)
+        per_rank = [[rows.micro(b) for b in s.micro_batches] for s in shards]
+        outs = self.update_shards(per_rank, [s.weights for s in shards])
+        batches = [mb.batch for r, s in zip(per_rank, shards, strict=True) for mb, w in zip(r, s.weights, strict=True) if w]
+        return UpdateReport(stats=merge_rank_stats(outs), tokens=float(sum(rows.tokens)), batches=batches)
+
+    def step_scheduler(self) -> float:
+        return float(self.call_all("step_scheduler")[0])  # every rank's scheduler steps; the same rate
+
+    def save(self, out: Path) -> dict[str, Any]:
+        """Rank 0 writes the checkpoint's model folders (every rank holds the same) and returns its state."""
+        return dict(self.call_rank0("save", str(out)))
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.call_all("load_state", require_ray().put(state))  # every rank resumes the same optimizer / scheduler
+
+    def sft_update(self, batches: list[Batch]) -> dict[str, float]:
+        raise S3Error("the format warm-up (training.sft.steps) runs with one learner: set ray.learners = 1")
+
+    def end_warmup(self) -> Path | None:
+        raise S3Error("the format warm-up (training.sft.steps) runs with one learner: set ray.learners = 1")
+
+    def logprobs(self, batch: Batch) -> Any:
+        raise S3Error("the confidence-gated reward's log-prob check runs with one learner: set ray.learners = 1")
+
+    # -------------------------------------------------------------- the ranks
+    def update_shards(self, micro_batches: list[list[Any]], weights: list[list[float]]) -> list[Any]:
         """One update on every rank at once (rank r: micro_batches[r] with weights[r]); each rank's output."""
         ray = require_ray()
         if len(micro_batches) != len(self.pool) or len(weights) != len(self.pool):
             raise ValueError(f"{len(self.pool)} ranks, but {len(micro_batches)} shards / {len(weights)} weight lists")
-        return list(ray.get([a.update.remote(m, w) for a, m, w in zip(self.pool.actors, micro_batches, weights,
-                                                                         strict=True)]))
+        return list(ray.get([a.update_shard.remote(m, w) for a, m, w in zip(self.pool.actors, micro_batches, weights,
+                                                                               strict=True)]))
 
     def call_all(self, method: str, *args: Any) -> list[Any]:
         """The learner's `method(*args)` on every rank at once; the outputs in rank order."""

@@ -35,7 +35,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, smooth: int = 5
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from training.trainer import read_metrics
+    from training.rundir import read_metrics
 
     rows = read_metrics(run_dir)
     if not rows:

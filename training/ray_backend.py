@@ -1,7 +1,7 @@
 """training.backend = "ray": the step's rollouts and rewards on Ray actors; the RL (masked PPO / GRPO, GBR) stays ours.
 
     executor = RayExecutor(cfg, loop_cfg=..., index_dir=..., agent_kind="s3", baseline=..., end_to_end=False,
-                           learner=lambda: trainer.model)
+                           learner=lambda: learner.model)   # or weights_ref=group.weights_ref (ray.learners > 1)
     results = executor.rollout(examples, step)   # the step's questions split over ray.rollout_workers actors
     scored = executor.score(results, examples)   # generator / judge calls spread over ray.reward_workers actors
     sync_s = executor.sync()                     # learner weights -> object store (ray.put) -> every rollout engine

@@ -59,7 +59,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 def _prepare(args: argparse.Namespace, cfg: S3Config) -> int:
     from pathlib import Path
 
-    from generator_adapters.budget import BudgetReached
+    from generator_adapters.budget import BUDGET_EXIT_CODE, BudgetReached
     from s3core.errors import S3Error
     from training.data import PrepSpend, prepare_training
 
@@ -70,7 +70,7 @@ def _prepare(args: argparse.Namespace, cfg: S3Config) -> int:
         m = prepare_training(cfg, Path(args.out) if args.out else None, spend=spend)
     except BudgetReached as e:
         print(f"{e} (--max-cost-usd); what is cached stays: the same command with a higher cap resumes", file=sys.stderr)
-        return 3
+        return BUDGET_EXIT_CODE
     if args.dry_run:
         print(f"dry run: {spend.projected_calls} questions to ask the generator about: projected at most "
               f"${spend.projected_usd:.6f} (prompts measured, completions at max_tokens, cached answers free); "
@@ -117,19 +117,21 @@ def _train(args: argparse.Namespace, cfg: S3Config) -> int:
 def _train_dry_run(cfg: S3Config) -> int:
     from s3core.errors import S3Error
     from training.budget import dry_run
+    from training.build import Prepared, build_training
     from training.data import load_training_set, training_dir
-    from training.trainer import make_trainer
+    from training.rundir import checkpoint_step
 
     try:  # the naive-RAG baseline is paid for by prepare-training: a dry run never computes it
-        load_training_set(cfg, training_dir(cfg))
+        data = load_training_set(cfg, training_dir(cfg))
     except S3Error as e:
         raise S3Error(f"--dry-run needs a prepared training directory with its baseline ({e}): run "
                       "`s3 prepare-training` first (it calls the generator once per question)") from None
-    trainer = make_trainer(cfg)
+    parts = build_training(cfg, Prepared(data))  # the prepared set as it is: no preparation stage, no distillation
     try:
-        d = dry_run(trainer)
+        parts.executor.sync()  # a resumed run's weights into the rollout engines, as the trainer's start does
+        d = dry_run(parts, checkpoint_step(parts.resume_dir) if parts.resume_dir is not None else 0)
     finally:
-        trainer.close()
+        parts.close()
     budget = d["budget_usd"]
     left = f"; budget ${budget:.6f}" if budget is not None else ""
     print(f"dry run: {d['steps']} RL steps to run, {d['reward_calls']} reward calls: projected "
@@ -140,7 +142,7 @@ def _train_dry_run(cfg: S3Config) -> int:
 
 def _plot(args: argparse.Namespace, cfg: S3Config) -> int:
     from training.plots import format_trend, plot_run, reward_trend
-    from training.trainer import read_metrics
+    from training.rundir import read_metrics
 
     print(plot_run(args.run_dir, args.out))
     rows = read_metrics(args.run_dir)
@@ -151,7 +153,7 @@ def _plot(args: argparse.Namespace, cfg: S3Config) -> int:
 
 
 def _export(args: argparse.Namespace, cfg: S3Config) -> int:
-    from training.trainer import export_policy
+    from training.rundir import export_policy
 
     print(export_policy(args.checkpoint, args.out, base_model=cfg.training.base_model))
     return 0

@@ -146,11 +146,12 @@ def test_training_stops_at_its_budget_and_resumes(priced_api: FakeLLMServer, tmp
     """Step 1 runs; with the budget then set to 1.5x what it cost, step 2's bound does not fit: the run stops there
     (no call made) with step 1's checkpoint; a new trainer with a higher budget resumes at step 1 and finishes."""
     from training.budget import dry_run
-    from training.trainer import make_trainer, read_metrics
+    from training.rundir import read_metrics
+    from training.trainer import make_trainer
 
     srv, run = priced_api, tmp_path / "run"
     t = make_trainer(train_cfg(srv, run, 10.0), log=lambda s: None)
-    d = dry_run(t)  # nothing paid for it
+    d = dry_run(t.parts, t.step)  # nothing paid for it
     assert d["steps"] == 2 and d["reward_calls"] == 4 and d["spent_usd"] == 0 and d["projected_usd"] > 0
     calls0, tokens0 = srv.stats().get("answered", 0), dict(srv.usage_totals)
     assert t.train(max_steps=1)["stopped"] is None

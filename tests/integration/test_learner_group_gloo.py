@@ -39,7 +39,7 @@ def test_two_gloo_learners_update_equals_one_learner(ray_cluster) -> None:  # ty
     rows, mbs = list(range(N)), 2
     tokens = mask.sum(1).tolist()
 
-    # the single learner (S3Trainer.update's weighting: each micro-batch's share of the batch's policy tokens)
+    # the single learner (Learner.update's weighting: each micro-batch's share of the batch's policy tokens)
     single = copy.deepcopy(model)
     opt = make_opt(single.parameters())
     opt.zero_grad()
@@ -54,7 +54,7 @@ def test_two_gloo_learners_update_equals_one_learner(ray_cluster) -> None:  # ty
     build = functools.partial(LossLearner, copy.deepcopy(model), make_opt, loss_of, 1.0)
     group = LearnerGroup(RayConfig(num_cpus=2), 2, build, cpus=0.5)
     try:
-        group.update([[_batch(mb, d) for mb in s.micro_batches] for s in shards], [s.weights for s in shards])
+        group.update_shards([[_batch(mb, d) for mb in s.micro_batches] for s in shards], [s.weights for s in shards])
         rank0, rank1 = group.state_dicts()
     finally:
         group.close()

@@ -83,20 +83,23 @@ def test_two_learners_update_equals_the_single_learners_and_a_full_step_syncs_ra
     one = _trainer(root, f"one_{algorithm}", f"training.algorithm={algorithm}")
     two = _trainer(root, f"two_{algorithm}", f"training.algorithm={algorithm}", *TWO)
     try:
-        assert one.learners is None and two.learners is not None and two.model is None  # the ranks hold the model
-        assert two.learners.nodes() == ["127.0.0.1", "127.0.0.1"]
+        from training.learner import Learner
+        from training.learner_group import LearnerGroup
+
+        assert isinstance(one.learner, Learner) and isinstance(two.learner, LearnerGroup)  # the ranks hold the model
+        assert two.learner.nodes() == ["127.0.0.1", "127.0.0.1"]
         start = one.learner.state_dict()  # the policy's parameters, and PPO's value head (value_head.*)
-        rank0, rank1 = two.learners.state_dicts()
+        rank0, rank1 = two.learner.state_dicts()
         assert _max_diff(rank0, start) == 0 and _max_diff(rank1, start) == 0  # the same starting point
 
-        idx = one.batch_indices(0)
+        idx = one.order.batch_indices(0)
         examples = [one.examples[i] for i in idx for _ in range(one.tc.rollout.group_size)]
         results = one.rollout(examples)
         rewards = [1.0, 0.0, 0.25, 0.75]  # both groups have an advantage; 4 rows, micro-batches of 1: 2 per rank
         s1, rows1, tok1 = one.update(results, rewards)
         s2, rows2, tok2 = two.update(results, rewards)
         assert rows1 == rows2 == [0, 1, 2, 3] and tok1 == tok2 > 0
-        rank0, rank1 = two.learners.state_dicts()
+        rank0, rank1 = two.learner.state_dicts()
         single = one.learner.state_dict()
         assert _max_diff(single, start) > 1e-4  # the update moved the parameters (AdamW, lr 1e-3)
         diff = _max_diff(rank0, single)
@@ -108,7 +111,7 @@ def test_two_learners_update_equals_the_single_learners_and_a_full_step_syncs_ra
             assert s2[k] == pytest.approx(s1[k], rel=1e-4, abs=1e-6), k
         if algorithm == "ppo":  # the critic moved, and moved alike
             assert float((rank0["value_head.weight"] - start["value_head.weight"]).abs().max()) > 5e-6  # critic lr 1e-5
-        st0, st1 = two.learners.call_all("state")
+        st0, st1 = two.learner.call_all("state")
         assert all(torch.equal(a, b) for a, b in zip(_adam_moments(st0), _adam_moments(st1), strict=True))
         assert _max_diff({str(i): t for i, t in enumerate(_adam_moments(st0))},
                          {str(i): t for i, t in enumerate(_adam_moments(one.learner.state()))}) < 1e-5
@@ -120,10 +123,10 @@ def test_two_learners_update_equals_the_single_learners_and_a_full_step_syncs_ra
         assert row["charts/weight_sync_s"] > 0 and row["charts/learning_rate"] == pytest.approx(1e-3)
         assert row["reward/samples_in_update"] == 4 and row["losses/grad_norm"] > 0
         [held] = two.executor.rollouts.call_all("weights_checksum")
-        rank0_sum = sum(float(v.double().sum()) for k, v in two.learners.state_dicts()[0].items()
+        rank0_sum = sum(float(v.double().sum()) for k, v in two.learner.state_dicts()[0].items()
                         if k != "lm_head.weight")  # tied to the embeddings: one tensor, counted once by parameters()
         assert held == pytest.approx(rank0_sum, rel=0, abs=1e-6)
-        assert abs(held - weights_checksum(one.model)) > 1e-6  # not the single learner's: the group moved on
+        assert abs(held - weights_checksum(one.learner.model)) > 1e-6  # not the single learner's: the group moved on
     finally:
         two.close()
         one.close()
@@ -143,7 +146,7 @@ def test_two_learner_run_killed_after_a_checkpoint_resumes_every_rank_with_the_s
     first step) in a subprocess with its own Ray cluster, SIGKILLed with its whole process group (driver, Ray,
     learners) once a checkpoint is complete. Second life: a trainer on the same run directory."""
     from searcher.policy.transformers_policy import TransformersPolicy
-    from training.trainer import STATE_FILE, read_metrics
+    from training.rundir import STATE_FILE, read_metrics
 
     extra = (*TWO, "training.algorithm=ppo", "training.total_steps=3")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own local cluster, not the session's
@@ -170,14 +173,14 @@ def test_two_learner_run_killed_after_a_checkpoint_resumes_every_rank_with_the_s
     resumed = _trainer(root, "resume", *extra)
     try:
         assert resumed.resumed_from == str(ckpt) and resumed.step == done
-        for rank in resumed.learners.state_dicts():  # every rank: the checkpoint's weights (and critic)
+        for rank in resumed.learner.state_dicts():  # every rank: the checkpoint's weights (and critic)
             assert _max_diff({k: v for k, v in rank.items() if not k.startswith("value_head.")}, saved) == 0
             assert torch.equal(rank["value_head.weight"], state["value_head"]["weight"])
-        for st in resumed.learners.call_all("state"):  # and its optimizer / scheduler state
+        for st in resumed.learner.call_all("state"):  # and its optimizer / scheduler state
             assert all(torch.equal(a, b) for a, b in zip(_adam_moments(st), _adam_moments(state), strict=True))
             assert st["scheduler"] == state["scheduler"]
         resumed.train()
-        order = [resumed.batch_indices(s) for s in range(3)]
+        order = [resumed.order.batch_indices(s) for s in range(3)]
     finally:
         resumed.close()
     rows = read_metrics(root / "resume")
@@ -187,7 +190,7 @@ def test_two_learner_run_killed_after_a_checkpoint_resumes_every_rank_with_the_s
     assert [r["data/question_ids"] for r in rows] == [[ids[i] for i in b] for b in order]
     fresh = _trainer(root, "order_check")  # a new run's order: a pure function of (seed, step)
     try:
-        assert [fresh.batch_indices(s) for s in range(3)] == order
+        assert [fresh.order.batch_indices(s) for s in range(3)] == order
     finally:
         fresh.close()
 
@@ -201,15 +204,15 @@ def test_two_lora_learners_start_from_rank0s_adapter_stay_identical_and_checkpoi
 
     t = _trainer(root, "lora", *TWO, "training.learner.lora=true", "training.learner.lora_r=2", "training.learner.lora_alpha=4")
     try:
-        rank0, rank1 = t.learners.state_dicts()
+        rank0, rank1 = t.learner.state_dicts()
         assert any("lora_A" in k for k in rank0) and _max_diff(rank0, rank1) == 0  # rank 0's adapter everywhere
-        examples = [t.examples[i] for i in t.batch_indices(0) for _ in range(t.tc.rollout.group_size)]
+        examples = [t.examples[i] for i in t.order.batch_indices(0) for _ in range(t.tc.rollout.group_size)]
         results = t.rollout(examples)  # on the rollout worker
         t.update(results, [1.0, 0.0, 0.25, 0.75])  # rewards with an advantage (the format reward is flat here)
         assert t.executor.sync() > 0  # rank 0's merged weights -> the object store -> the worker
         t.step = 1
         t.save_checkpoint()
-        rank0, rank1 = t.learners.state_dicts()
+        rank0, rank1 = t.learner.state_dicts()
         assert _max_diff(rank0, rank1) == 0
         assert any(float(v.abs().max()) > 0 for k, v in rank0.items() if "lora_B" in k)  # the adapter trained
         [held] = t.executor.rollouts.call_all("weights_checksum")

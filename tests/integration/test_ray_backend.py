@@ -104,7 +104,7 @@ def test_one_worker_ray_step_equals_local_step(trainers) -> None:  # type: ignor
     for key, value in a["stats"].items():
         assert b["stats"][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
     assert a["stats"]["losses/total"] != 0.0
-    diff = max(float((p - q).detach().abs().max()) for p, q in zip(local.model.parameters(), on_ray.model.parameters(), strict=True))
+    diff = max(float((p - q).detach().abs().max()) for p, q in zip(local.learner.model.parameters(), on_ray.learner.model.parameters(), strict=True))
     assert diff < 1e-6
     # generator usage summed over the reward workers = the local scorer's; the sync to the worker was timed
     for key in ("reward/generator_calls", "reward/prompt_tokens", "reward/completion_tokens"):
@@ -115,7 +115,7 @@ def test_one_worker_ray_step_equals_local_step(trainers) -> None:  # type: ignor
     # the held-out evaluation (training.heldout.every) on the Ray workers' greedy agent = the local one's: same rows,
     # each in its run's heldout.jsonl (weights made bit-equal first so greedy decoding cannot part on a near-tie)
     with torch.no_grad():
-        for p, q in zip(local.model.parameters(), on_ray.model.parameters(), strict=True):
+        for p, q in zip(local.learner.model.parameters(), on_ray.learner.model.parameters(), strict=True):
             p.copy_(q)
     local.executor.sync(), on_ray.executor.sync()
     local.heldout = on_ray.heldout = local.examples[-2:]
@@ -143,17 +143,17 @@ def test_two_workers_same_rollouts_and_lost_workers_redo_only_their_shards(train
     cfg2 = load_config(SMOKE, [*_fast(root), f"training.output_dir={root / 'ray'}", "training.backend=ray",
                                "ray.rollout_workers=2", "ray.reward_workers=2"])
     ex = RayExecutor(cfg2, loop_cfg=on_ray.loop_cfg, index_dir=on_ray.data.index_dir, agent_kind=on_ray.parts.agent_kind,
-                     baseline=on_ray.data.baseline, end_to_end=False, learner=lambda: on_ray.model, log=lambda s: None)
+                     baseline=on_ray.data.baseline, end_to_end=False, learner=lambda: on_ray.learner.model, log=lambda s: None)
     on_ray.executor = ex
     assert ex.sync() is not None
     # both learners hold the same weights (after the previous test's step, or both untouched when run alone): equal
     # within float noise, then made bit-equal so greedy rollouts cannot part on a near-tie
     with torch.no_grad():
-        for p, q in zip(local.model.parameters(), on_ray.model.parameters(), strict=True):
+        for p, q in zip(local.learner.model.parameters(), on_ray.learner.model.parameters(), strict=True):
             assert torch.allclose(p, q, atol=1e-5)
             p.copy_(q)
     assert ex.sync() is not None
-    idx = on_ray.batch_indices(on_ray.step)
+    idx = on_ray.order.batch_indices(on_ray.step)
     examples = [on_ray.examples[i] for i in idx for _ in range(on_ray.tc.rollout.group_size)]
     mine = local.rollout(examples)
     theirs = on_ray.rollout(examples)
@@ -181,13 +181,13 @@ def test_two_workers_same_rollouts_and_lost_workers_redo_only_their_shards(train
     assert row["ray/lost_rollout_workers"] == 1 and row["ray/lost_reward_workers"] == 1
     assert row["ray/redone_rollouts"] == 1 and row["ray/redone_rewards"] == 1  # only the lost shard (1 of 2 samples)
     assert ex.rollouts.pids()[0] != pids["rollout"][0] and ex.rewards.pids()[0] != pids["reward"][0]  # restarted
-    from training.trainer import read_metrics
+    from training.rundir import read_metrics
 
     assert read_metrics(on_ray.run_dir)[-1]["ray/lost_rollout_workers"] == 1
     # the restarted rollout worker got the learner's current weights back: greedy rollouts still equal local ones
     on_ray.executor.rollouts.on_submit = None
     with torch.no_grad():
-        for p, q in zip(local.model.parameters(), on_ray.model.parameters(), strict=True):
+        for p, q in zip(local.learner.model.parameters(), on_ray.learner.model.parameters(), strict=True):
             p.copy_(q)
     again = on_ray.rollout(examples)
     assert Counter(map(key, again)) == Counter(map(key, local.rollout(examples)))
@@ -202,16 +202,16 @@ def test_ray_run_resumes_from_its_checkpoint(trainers) -> None:  # type: ignore[
         on_ray.train_step()
     base_checksum = weights_checksum(TransformersPolicy.load(on_ray.tc.base_model).model)
     on_ray.save_checkpoint()
-    step, order = on_ray.step, on_ray.batch_indices(on_ray.step)
+    step, order = on_ray.step, on_ray.order.batch_indices(on_ray.step)
     on_ray.executor.close()  # the driver is gone; a new one starts on the same run directory
     resumed = _trainer(root, "ray", "training.backend=ray", "ray.rollout_workers=1", "ray.reward_workers=1")
     try:
-        assert resumed.resumed_from and resumed.step == step and resumed.batch_indices(resumed.step) == order
-        assert all(torch.equal(p, q) for p, q in zip(resumed.model.parameters(), on_ray.model.parameters(), strict=True))
+        assert resumed.resumed_from and resumed.step == step and resumed.order.batch_indices(resumed.step) == order
+        assert all(torch.equal(p, q) for p, q in zip(resumed.learner.model.parameters(), on_ray.learner.model.parameters(), strict=True))
         # its worker holds the checkpoint's weights, not base_model's (the updates moved them)
 
         [held] = resumed.executor.rollouts.call_all("weights_checksum")
-        mine = weights_checksum(resumed.model)
+        mine = weights_checksum(resumed.learner.model)
         # float64 sums of the same tensors (thread counts differ: the last digits may), far from base_model's
         assert held == pytest.approx(mine, rel=0, abs=1e-7) and abs(mine - base_checksum) > 1e-5
     finally:

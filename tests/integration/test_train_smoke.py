@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from s3core.errors import S3Error
+from training.rundir import latest_checkpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("training_data")]
 
@@ -54,7 +55,7 @@ def trainer(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
 
 def test_real_update_changes_parameters_and_masks_retrieved_tokens(trainer) -> None:  # type: ignore[no-untyped-def]
     t = trainer
-    examples = [t.examples[i] for i in t.batch_indices(0) for _ in range(t.tc.rollout.group_size)]
+    examples = [t.examples[i] for i in t.order.batch_indices(0) for _ in range(t.tc.rollout.group_size)]
     results = t.rollout(examples)
     assert all(r.trajectory is not None for r in results)
     for r in results:
@@ -68,7 +69,7 @@ def test_real_update_changes_parameters_and_masks_retrieved_tokens(trainer) -> N
         env_text = t.tokenizer.decode([i for i, m in zip(tr.response_ids, tr.mask, strict=True) if m == 0])
         assert "<information>" in env_text or "not a valid action" in env_text, env_text[:300]
 
-    before = {n: p.detach().clone() for n, p in t.model.named_parameters() if p.requires_grad}
+    before = {n: p.detach().clone() for n, p in t.learner.model.named_parameters() if p.requires_grad}
     hidden: list = []
     head_rows: list[int] = []
 
@@ -84,8 +85,8 @@ def test_real_update_changes_parameters_and_masks_retrieved_tokens(trainer) -> N
     from training.learner import decoder_and_head
 
     # the final norm's output at position t feeds only the vocabulary head's prediction of token t+1
-    h1 = decoder_and_head(t.model)[0].norm.register_forward_hook(keep_hidden)
-    h2 = t.model.get_output_embeddings().register_forward_hook(count_rows)
+    h1 = decoder_and_head(t.learner.model)[0].norm.register_forward_hook(keep_hidden)
+    h2 = t.learner.model.get_output_embeddings().register_forward_hook(count_rows)
     try:
         # a fixed, non-degenerate reward per group so the update is not zero (the mechanics under test)
         rewards = [1.0, 0.0] * (len(results) // 2)  # one group of two rollouts
@@ -95,7 +96,7 @@ def test_real_update_changes_parameters_and_masks_retrieved_tokens(trainer) -> N
         h2.remove()
     assert rows and tokens > 0
     assert math.isfinite(stats["losses/total"])
-    changed = sum(not torch.equal(before[n], p.detach()) for n, p in t.model.named_parameters() if p.requires_grad)
+    changed = sum(not torch.equal(before[n], p.detach()) for n, p in t.learner.model.named_parameters() if p.requires_grad)
     assert changed > 0, "an update with non-zero advantages must move the parameters"
     # only policy tokens reach the vocabulary head (each once forward, once recomputed in backward)
     policy_tokens = sum(int(b.loss_mask.sum()) for b in t.last_batches)
@@ -113,12 +114,13 @@ def test_real_update_changes_parameters_and_masks_retrieved_tokens(trainer) -> N
 def test_final_checkpoint_loads_as_a_plain_policy(trainer) -> None:  # type: ignore[no-untyped-def]
     from searcher.config import SearcherConfig
     from searcher.policy import load_policy
-    from training.trainer import read_metrics
+    from training.rundir import read_metrics
 
     t = trainer
     out = t.train()  # total_steps=1 < checkpoint.every: the final checkpoint is still written
     assert out["steps"] == 1
-    ckpt = t.ckpt_dir / (t.ckpt_dir / "latest").read_text().strip()
+    ckpt = latest_checkpoint(t.run_dir)
+    assert ckpt is not None
     assert (ckpt / "policy" / "config.json").is_file() and (ckpt / "trainer_state.pt").is_file()
     rows = read_metrics(t.run_dir)
     assert rows[-1]["step"] == 1
@@ -133,7 +135,7 @@ def test_train_eval_scores_the_run_on_held_out_and_training_questions(trainer) -
     from training.evaluate import heldout_rewards
 
     t = trainer
-    if not (t.ckpt_dir / "latest").is_file():
+    if latest_checkpoint(t.run_dir) is None:
         t.train()
     tc = t.cfg.training
     cfg = t.cfg.model_copy(update={"training": tc.model_copy(update={"heldout": tc.heldout.model_copy(update={"questions": 2})})})
@@ -151,7 +153,7 @@ def test_train_eval_of_a_search_r1_run_scores_exact_match(trainer) -> None:  # t
     from training.evaluate import heldout_rewards
 
     t = trainer
-    if not (t.ckpt_dir / "latest").is_file():
+    if latest_checkpoint(t.run_dir) is None:
         t.train()
     tc = t.cfg.training
     tc = tc.model_copy(update={"heldout": tc.heldout.model_copy(update={"questions": 2}), "mode": "search_r1", "reward": "em"})
@@ -190,7 +192,7 @@ def test_kill_and_resume_continues_with_the_same_data_order(tmp_path: Path) -> N
     r = subprocess.run(_train_cmd(run, 2), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "resumed from" in r.stdout and "step_000001" in r.stdout
-    from training.trainer import read_metrics
+    from training.rundir import read_metrics
 
     rows = read_metrics(run)
     assert [row["step"] for row in rows] == [1, 2]
@@ -209,7 +211,7 @@ def test_search_with_a_run_dir_applies_its_recorded_settings_and_index(trainer) 
     """`s3 search --policy RUN_DIR "q"` with no --index and no --config: the run's searcher.json gives the index it was
     trained on and its loop settings (one search turn here, against the defaults' three)."""
     t = trainer
-    if not (t.ckpt_dir / "latest").is_file():
+    if latest_checkpoint(t.run_dir) is None:
         t.train()
     record = json.loads((t.run_dir / "searcher.json").read_text())
     assert record["searcher"]["max_turns"] == 1 and record["retriever"]["index"] == "data/index"
@@ -236,7 +238,7 @@ def test_trained_checkpoint_serves_search_over_http(trainer) -> None:  # type: i
     from s3runtime.llm_local import free_port
 
     t = trainer
-    if not (t.ckpt_dir / "latest").is_file():
+    if latest_checkpoint(t.run_dir) is None:
         t.train()
     port = free_port()
     cmd = [sys.executable, "-m", "s3.cli", "serve", "--config", str(SMOKE), "--policy", str(t.run_dir),
@@ -280,14 +282,15 @@ def test_oracle_warmup_teaches_the_format_and_becomes_the_reference(tmp_path: Pa
     from searcher.protocol import parse_s3_reply
     from training.algorithms import masked_mean
     from training.learner import forward_logprobs
-    from training.trainer import make_trainer, read_metrics
+    from training.rundir import read_metrics
+    from training.trainer import make_trainer
 
     cfg = load_config(SMOKE, [*FAST, f"training.output_dir={tmp_path / 'run'}", "training.reward=r1_searcher_stage1",
                               "training.rollout.batch_size=2", "training.sft.steps=2", "training.total_steps=2",
                               "training.learner.autocast=bf16"])
     t = make_trainer(cfg, log=lambda s: None)
     try:
-        fixed = [t.examples[i] for i in t.batch_indices(0)]
+        fixed = [t.examples[i] for i in t.order.batch_indices(0)]
         results = t.oracle_agent.search([e.question for e in fixed])
         for r in results:  # every policy-written span is a valid oracle action, parsed by the real parser
             for s in r.steps:
@@ -298,7 +301,7 @@ def test_oracle_warmup_teaches_the_format_and_becomes_the_reference(tmp_path: Pa
 
         def nll() -> float:
             with torch.no_grad():
-                return float(-masked_mean(forward_logprobs(t.tc, t.model, batch)[0], batch.loss_mask))
+                return float(-masked_mean(forward_logprobs(t.tc, t.learner.model, batch)[0], batch.loss_mask))
 
         before = nll()
         t.train()
@@ -307,7 +310,7 @@ def test_oracle_warmup_teaches_the_format_and_becomes_the_reference(tmp_path: Pa
         rows = read_metrics(t.run_dir)
         assert [r["step"] for r in rows] == [1, 2] and all("losses/sft_nll" in r for r in rows)
         assert (t.run_dir / "reference" / "config.json").is_file()
-        ref, pol = dict(t.ref_model.named_parameters()), dict(t.model.named_parameters())
+        ref, pol = dict(t.learner.ref_model.named_parameters()), dict(t.learner.model.named_parameters())
         assert all(torch.equal(ref[k], pol[k]) for k in pol)
     finally:
         t.metrics.close()

@@ -142,7 +142,8 @@ def test_trainer_rolls_out_with_vllm_and_syncs_after_every_step(vllm_policy: Any
 
     import training.executors
     from s3.config import load_config
-    from training.trainer import make_trainer, read_metrics
+    from training.rundir import read_metrics
+    from training.trainer import make_trainer
     from training.weight_sync import learner_weights
 
     root = Path(__file__).resolve().parents[2]
@@ -157,7 +158,7 @@ def test_trainer_rolls_out_with_vllm_and_syncs_after_every_step(vllm_policy: Any
     pids, syncs = vllm_policy.engine_pids(), vllm_policy.weight_syncs
     t = make_trainer(cfg, log=lambda s: None)
     try:
-        assert t.agent.policy is vllm_policy and vllm_policy.weight_syncs == syncs + 1  # synced at start
+        assert t.executor.agent.policy is vllm_policy and vllm_policy.weight_syncs == syncs + 1  # synced at start
         t.train()
         rows = read_metrics(tmp_path / "run")
         assert [r["step"] for r in rows] == [1, 2]
@@ -168,4 +169,4 @@ def test_trainer_rolls_out_with_vllm_and_syncs_after_every_step(vllm_policy: Any
             assert r["rollout/logprob_gap_mean_abs"] < 1e-2, r
         assert vllm_policy.weight_syncs == syncs + 3 and vllm_policy.engine_pids() == pids
     finally:
-        vllm_policy.load_weights(learner_weights(t.ref_model))  # the base weights back for the session
+        vllm_policy.load_weights(learner_weights(t.learner.ref_model))  # the base weights back for the session

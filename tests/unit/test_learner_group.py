@@ -6,6 +6,8 @@ The all-reduce itself (2 gloo ranks as Ray actors): tests/integration/test_learn
 from __future__ import annotations
 
 import doctest
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -56,7 +58,7 @@ def test_a_rank_reduces_the_gradients_once_per_update_after_all_its_micro_batche
         seen.append(torch.cat([p.grad.flatten() for p in params]))  # type: ignore[union-attr]
 
     learner = LossLearner(model, lambda ps: torch.optim.SGD(ps, lr=0.0), lambda m, mb: _loss(m, d, mb), 1e9)
-    learner.update(mbs, ws, record)
+    learner.update_shard(mbs, ws, record)
     assert len(seen) == 1
     torch.testing.assert_close(seen[0], want)
 
@@ -69,7 +71,7 @@ def _grad(model: torch.nn.Module, d: dict[str, torch.Tensor], mbs: list[list[int
 
 
 def _single_learner_grad(model: torch.nn.Module, d: dict[str, torch.Tensor], rows: list[int], mbs: int) -> torch.Tensor:
-    """What S3Trainer.update does: micro-batches weighted by their share of the batch's policy tokens."""
+    """What the single Learner.update does: micro-batches weighted by their share of the batch's policy tokens."""
     tokens = d["mask"].sum(1)
     total = float(tokens[rows].sum())
     chunks = [rows[i : i + mbs] for i in range(0, len(rows), mbs)]
@@ -154,3 +156,37 @@ def test_allreduce_mean_copies_every_bucket_back_and_fills_missing_gradients(tmp
     finally:
         if owned:
             dist.destroy_process_group()
+
+
+def test_the_group_splits_the_loops_rows_over_its_ranks_and_merges_their_stats_into_the_single_learners() -> None:
+    """LearnerGroup.update (the learner interface's `update`) without a cluster: its ranks replaced by one that records
+    what each got. Rows go out as `split_for_ranks` cuts them, padded per micro-batch by the loop's `micro`; the ranks'
+    stats come back as their mean (each carries weight N * tokens / T), the gradient norm as rank 0's (the same
+    averaged gradient), the log-prob gap sums added up; idle ranks' zero-weight micro-batches are left out."""
+    from training.learner import GapSums, MicroBatch, UpdateOut
+    from training.learner_api import UpdateRows
+
+    got: list[tuple[list[list[int]], list[list[float]]]] = []
+
+    class Recorded(lg.LearnerGroup):
+        def __init__(self) -> None:  # no actors: the split and the merge alone
+            pass
+
+        def __len__(self) -> int:
+            return 3
+
+        def update_shards(self, micro_batches: list[list[Any]], weights: list[list[float]]) -> list[Any]:
+            got.append(([mb.adv for mbs in micro_batches for mb in mbs], weights))
+            return [UpdateOut({"losses/total": 3.0 * (r + 1), "losses/grad_norm": 0.5}, GapSums(2.0 * r, 4.0, r))
+                    for r in range(3)]
+
+    def micro(rows: list[int]) -> MicroBatch:
+        return MicroBatch(batch=SimpleNamespace(rows=rows), adv=[float(i) for i in rows])  # type: ignore[arg-type]
+
+    report = Recorded().update(UpdateRows(rows=[4, 5], tokens=[3.0, 1.0], micro=micro, micro_batch_size=2))
+    [(advs, weights)] = got
+    assert advs == [[4.0], [4.0], [5.0]] and weights == [[2.25], [0.0], [0.75]]  # rank 1 idle: row 4, weight 0
+    assert [b.rows for b in report.batches] == [[4], [5]] and report.tokens == 4.0
+    assert report.stats == {"losses/total": 6.0, "losses/grad_norm": 0.5,
+                            "rollout/logprob_gap_mean_abs": 6.0 / 12.0, "rollout/logprob_gap_max": 2.0}
+    assert lg.merge_rank_stats([UpdateOut({"losses/grad_norm": 1.0})]) == {"losses/grad_norm": 1.0}

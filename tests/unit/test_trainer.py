@@ -1,11 +1,12 @@
-"""Trainer pieces that need no model: data order, metrics reading, training-set loading rules, plots, CLI."""
+"""Trainer pieces that need no (or a tiny) model: the rows of an update, the loop's time budget, a refused resume,
+training-set loading rules, plots, CLI. The data order and held-out schedule: test_schedule.py; the run directory:
+test_rundir.py."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,71 +14,6 @@ import pytest
 from s3core.errors import S3Error
 from s3core.types import QAExample
 from training.config import TrainingConfig
-
-
-def _fake_trainer(n: int, batch: int, seed: int = 0, warmup: int = 0, pool: list[int] | None = None) -> SimpleNamespace:
-    from training.trainer import S3Trainer
-
-    ns = SimpleNamespace(
-        examples=[QAExample(id=f"q{i}", question="?", golden_answers=["a"]) for i in range(n)],
-        tc=TrainingConfig(seed=seed, rollout={"batch_size": batch}, sft={"steps": warmup}),
-        parts=SimpleNamespace(sft_pool=pool),
-    )
-    ns.batch_indices = lambda step: S3Trainer.batch_indices(ns, step)  # type: ignore[arg-type]
-    ns.rl_coverage = lambda step: S3Trainer.rl_coverage(ns, step)  # type: ignore[arg-type]
-    return ns
-
-
-def test_rl_steps_start_the_order_afresh_after_the_warm_up_so_ceil_n_over_b_steps_cover_every_question() -> None:
-    pytest.importorskip("torch")
-    t = _fake_trainer(10, 4, warmup=3)
-    warm = [i for s in range(3) for i in t.batch_indices(s)]
-    rl = [i for s in range(3, 6) for i in t.batch_indices(s)]  # ceil(10 / 4) = 3 RL steps
-    assert set(rl[:10]) == set(range(10))  # every question in an RL batch, whatever the warm-up drew
-    assert warm[:4] != rl[:4]  # the warm-up draws from a stream of its own
-    assert rl == [i for s in range(3) for i in _fake_trainer(10, 4).batch_indices(s)]  # RL step k = no-warm-up step k
-    assert [t.rl_coverage(s) for s in (2, 3, 4, 5, 6)] == [0.0, 0.4, 0.8, 1.0, 1.0]
-
-
-def test_a_distillation_pool_limits_the_warm_up_to_its_questions_and_leaves_the_rl_order_alone() -> None:
-    """training.sft.keep = 'gbr_positive': the warm-up permutes the kept questions (every one before any repeats);
-    the RL steps see every training question in the order a run without a pool would."""
-    pytest.importorskip("torch")
-    pool = [1, 4, 6, 9]
-    t = _fake_trainer(10, 3, warmup=4, pool=pool)
-    warm = [i for s in range(4) for i in t.batch_indices(s)]
-    assert set(warm) == set(pool) and sorted(warm[:4]) == pool  # an epoch over the pool, then the next
-    rl = [i for s in range(4, 8) for i in t.batch_indices(s)]
-    assert rl == [i for s in range(4, 8) for i in _fake_trainer(10, 3, warmup=4).batch_indices(s)]
-    assert set(rl[:10]) == set(range(10))
-
-
-def test_data_order_is_a_pure_function_of_seed_and_step() -> None:
-    pytest.importorskip("torch")
-    t = _fake_trainer(7, 3)
-    first = [t.batch_indices(s) for s in range(5)]
-    assert first == [_fake_trainer(7, 3).batch_indices(s) for s in range(5)]  # a "resumed" trainer: same batches
-    # epoch 0 covers every question exactly once before epoch 1 starts (7 = 3 + 3 + 1 | 2 ...)
-    flat = [i for b in first for i in b]
-    assert sorted(flat[:7]) == list(range(7))
-    assert sorted(flat[7:14]) == list(range(7))
-    assert all(len(b) == 3 for b in first)
-    assert _fake_trainer(7, 3, seed=1).batch_indices(0) != first[0] or _fake_trainer(7, 3, seed=2).batch_indices(0) != first[0]
-
-
-def test_read_metrics_tolerates_a_truncated_line_and_keeps_the_last_row_per_step(tmp_path: Path) -> None:
-    from training.trainer import read_metrics
-
-    (tmp_path / "metrics.jsonl").write_text(
-        json.dumps({"step": 1, "reward/mean": 0.1}) + "\n"
-        + json.dumps({"step": 2, "reward/mean": 0.2}) + "\n"
-        + json.dumps({"step": 2, "reward/mean": 0.3}) + "\n"
-        + '{"step": 3, "rew'
-    )
-    rows = read_metrics(tmp_path)
-    assert [(r["step"], r["reward/mean"]) for r in rows] == [(1, 0.1), (2, 0.3)]
-    with pytest.raises(S3Error, match=r"no metrics\.jsonl"):
-        read_metrics(tmp_path / "nope")
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
@@ -222,31 +158,36 @@ def test_shared_prefix_forward_equals_the_plain_forward_in_values_and_gradients(
 
 
 @pytest.mark.parametrize("drop", [False, True])
-def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool) -> None:
-    torch = pytest.importorskip("torch")
+def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool, tiny_policy_dir: Path, tmp_path: Path) -> None:
+    """The loop's choice of rows (`update_rows`: GRPO advantages, flat groups dropped on request) and the single
+    learner's update of them (the learner interface's `update`)."""
+    pytest.importorskip("torch")
+    from s3.config import load_config
     from s3core.types import SearchResult, Trajectory
-    from training.learner import masked_update, pad_rollouts
-    from training.trainer import S3Trainer
+    from training.learner import Learner, pad_rollouts
+    from training.trainer import update_rows
 
-    model = _tiny_llama()
-    tc = TrainingConfig(algorithm="grpo", rollout={"group_size": 2, "temperature": 1.0},
-                        update={"drop_flat_groups": drop, "ppo_epochs": 1, "clip_coef": 0.2, "kl_coef": 0.0,
-                                "max_grad_norm": 1.0},
-                        learner={"micro_batch_size": 8, "logprob_chunk": 3})
-    core = SimpleNamespace(tc=tc, model=model, ref_model=None, value_head=None,
-                           optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
-    ns = SimpleNamespace(tc=tc, learners=None, last_batches=[])
-    ns._pad = lambda results, rows: pad_rollouts(results, rows, 0, share_prefix=True)
-    ns._learner = lambda: SimpleNamespace(update=lambda mbs, weights: masked_update(core, mbs, weights))
+    tc = load_config(None, [f"training.base_model={tiny_policy_dir}", "training.algorithm=grpo",
+                            "training.rollout.group_size=2", "training.rollout.temperature=1.0",
+                            f"training.update.drop_flat_groups={str(drop).lower()}", "training.update.ppo_epochs=1",
+                            "training.update.kl_coef=0", "training.learner.micro_batch_size=8",
+                            "training.learner.autocast=off"]).training
     results = []
     for i in range(4):
         t = Trajectory(prompt_ids=[5, 6, 7])
         t.append([9 + i, 10], True)
         results.append(SearchResult(question=f"q{i // 2}", trajectory=t))
-    stats, rows, _ = S3Trainer.update(ns, results, [1.0, 1.0, 1.0, 0.0])  # type: ignore[arg-type]  # group 0 flat
-    assert rows == ([2, 3] if drop else [0, 1, 2, 3])
+
+    def pad(res: list[SearchResult], rows: list[int]) -> Any:
+        return pad_rollouts(res, rows, 0, share_prefix=True)
+
+    rows, stats = update_rows(tc, results, [1.0, 1.0, 1.0, 0.0], pad)  # group 0 flat
+    assert rows is not None and rows.rows == ([2, 3] if drop else [0, 1, 2, 3]) and rows.tokens == [2.0] * len(rows.rows)
     assert stats.get("reward/flat_groups") == (1.0 if drop else None)
-    assert stats["losses/grad_norm"] > 0
+    report = Learner(tc, "cpu", tmp_path).update(rows)
+    assert report.stats["losses/grad_norm"] > 0 and report.tokens == 2.0 * len(rows.rows)
+    assert [b.ids.shape[0] for b in report.batches] == [len(rows.rows)]  # one micro-batch of 8 rows at most
+    assert update_rows(tc, results, [None, 1.0, None, 0.0], pad)[0] is None  # no group has 2 scored members
 
 
 def test_reward_trend_separates_a_rise_from_noise_and_skips_the_warm_up() -> None:
@@ -373,64 +314,41 @@ def test_after_the_warm_up_the_kl_reference_is_the_warmed_policy_also_with_lora(
     assert torch.allclose(ref_logprobs(resumed, batch), warmed, atol=1e-5)
 
 
-def test_heldout_evaluations_are_due_at_the_warm_up_end_every_n_steps_and_at_the_last_and_the_best_is_chosen(
-        tmp_path: Path) -> None:
-    from training.trainer import HELDOUT_FILE, S3Trainer
-
-    t = SimpleNamespace(tc=TrainingConfig(heldout={"every": 10, "questions": 1}, sft={"steps": 8}, total_steps=35), heldout=["q"],
-                        run_dir=tmp_path, step=30)
-    due = [s for s in range(1, 36) if S3Trainer.heldout_due(t, s)]  # type: ignore[arg-type]
-    assert due == [8, 10, 20, 30, 35]
-    t.heldout = []
-    assert not any(S3Trainer.heldout_due(t, s) for s in range(1, 36))  # type: ignore[arg-type]
-
-    assert S3Trainer.best_checkpoint(t) is None  # type: ignore[arg-type]
-    rows = [(8, 0.20), (10, 0.31), (20, 0.25), (20, 0.31), (30, float("nan")), (40, 0.9)]
-    (tmp_path / HELDOUT_FILE).write_text("".join(
-        json.dumps({"step": s, "checkpoint": f"step_{s:06d}", "heldout/acc_s3": a}) + "\n" for s, a in rows))
-    # ties go to the earlier step; a repeated step's last row wins; NaN (nothing scored) and rows past the
-    # trainer's step (left by a run that was cut before its checkpoint) are passed over
-    assert S3Trainer.best_checkpoint(t) == "step_000010"  # type: ignore[arg-type]
-
-
 def test_a_time_budget_starts_no_step_that_would_end_past_it_and_stops_with_a_checkpoint(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """S3Trainer.train's loop alone: its steps and checkpoints replaced by a clock (no parts, no models)."""
     import training.trainer as tr
+    from training import rundir
+    from training.schedule import HeldoutSchedule
 
     clock = [0.0]
     monkeypatch.setattr(tr.time, "monotonic", lambda: clock[0])
-    saved: list[int] = []
 
-    def step(seconds: float, heldout: float = 0.0) -> dict[str, float]:
-        clock[0] += seconds + heldout
-        t.step += 1
-        row = {"reward/mean": 0.0, "search/invalid_action_rate": 0.0, "search/turns": 1.0, "charts/step_seconds": seconds}
-        return {**row, "charts/heldout_seconds": heldout} if heldout else row
+    class Clocked(tr.S3Trainer):
+        def __init__(self) -> None:  # the loop's own state only
+            self.step, self.stopped, self.run_dir, self.log = 0, None, tmp_path, lambda s: None
+            self.tc = TrainingConfig(total_steps=100, checkpoint={"every": 1000})
+            self.schedule = HeldoutSchedule(every=4, warmup_steps=0, total_steps=100, questions=1)  # after 4, 8, ...
+            self.metrics = rundir.MetricsWriter(tmp_path)
+            self.saved: list[int] = []
 
-    t = SimpleNamespace(step=0, tc=TrainingConfig(total_steps=100, checkpoint={"every": 1000}),
-                        log=lambda s: None, metrics=SimpleNamespace(close=lambda: None), run_dir=Path("run"),
-                        ckpt_dir=Path("/nonexistent"), stopped=None)
-    t.heldout_due = lambda s: s % 4 == 0  # a held-out evaluation after steps 4, 8, ...
-    t.train_step = lambda: step(10.0, 25.0 if t.heldout_due(t.step + 1) else 0.0)
-    t.save_checkpoint = lambda: saved.append(t.step)
-    out = tr.S3Trainer.train(t, max_seconds=100.0)  # type: ignore[arg-type]
+        def train_step(self) -> dict[str, float]:
+            heldout = 25.0 if self.schedule.due(self.step + 1) else 0.0
+            clock[0] += 10.0 + heldout
+            self.step += 1
+            row = {"reward/mean": 0.0, "search/invalid_action_rate": 0.0, "search/turns": 1.0, "charts/step_seconds": 10.0}
+            return {**row, "charts/heldout_seconds": heldout} if heldout else row
+
+        def save_checkpoint(self) -> Path:
+            self.saved.append(self.step)
+            return tmp_path
+
+    t = Clocked()
+    out = t.train(max_seconds=100.0)
     # steps 1-3 (30 s), step 4 + its held-out (35 s: ends at 65), steps 5-7 (95 s); step 8 would need 10 + 25 s
-    assert out["steps"] == 7 and clock[0] == 95.0 and saved == [4, 7]  # the held-out step is checkpointed too
-    t.step, clock[0], saved[:] = 0, 0.0, []
-    assert tr.S3Trainer.train(t, max_seconds=10_000.0, max_steps=3)["steps"] == 3 and saved == [3]  # type: ignore[arg-type]
-
-
-def test_the_held_out_choice_falls_back_to_the_reward_when_no_row_has_an_acc() -> None:
-    """search_r1 mode and r1_searcher_stage1 score no generator: heldout/acc_s3 is NaN in every row."""
-    from training.trainer import choose_heldout
-
-    nan = float("nan")
-    rows = [{"step": 10, "checkpoint": "a", "heldout/acc_s3": nan, "heldout/reward": 0.2},
-            {"step": 20, "checkpoint": "b", "heldout/acc_s3": nan, "heldout/reward": 0.5},
-            {"step": 30, "checkpoint": "c", "heldout/acc_s3": nan, "heldout/reward": nan}]
-    assert choose_heldout(rows) == "b"
-    assert choose_heldout([{**rows[0], "heldout/acc_s3": 0.1}, rows[1]]) == "a"  # an Acc decides where there is one
-    assert choose_heldout([rows[2]]) is None and choose_heldout([]) is None
+    assert out["steps"] == 7 and clock[0] == 95.0 and t.saved == [4, 7]  # the held-out step is checkpointed too
+    t.step, clock[0], t.saved = 0, 0.0, []
+    assert t.train(max_seconds=10_000.0, max_steps=3)["steps"] == 3 and t.saved == [3]
 
 
 def test_a_checkpoint_of_another_data_order_is_refused_and_the_parts_are_closed(tmp_path: Path) -> None:
@@ -438,7 +356,10 @@ def test_a_checkpoint_of_another_data_order_is_refused_and_the_parts_are_closed(
     started (Ray workers, learner actors) are closed, not left running."""
     torch = pytest.importorskip("torch")
     from s3.config import load_config
-    from training.trainer import STATE_FILE, S3Trainer
+    from training.build import TrainingParts
+    from training.data import TrainingSet
+    from training.rundir import STATE_FILE
+    from training.trainer import S3Trainer
 
     cfg = load_config(None, [f"training.output_dir={tmp_path / 'run'}", "training.rollout.batch_size=2"])
     ckpt = tmp_path / "run" / "checkpoints" / "step_000001"
@@ -446,12 +367,19 @@ def test_a_checkpoint_of_another_data_order_is_refused_and_the_parts_are_closed(
     torch.save({"step": 1, "data_order": {"scheme": "warmup-stream+rl-from-start", "sft_warmup_steps": 0, "seed": 0,
                                           "batch_size": 4, "n_questions": 3}}, ckpt / STATE_FILE)
     closed: list[str] = []
-    executor = SimpleNamespace(sync=lambda: None, close=lambda: closed.append("executor"))
+
+    class Closes:  # the executor and the learner: nothing runs before the refusal, both are closed after it
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def close(self) -> None:
+            closed.append(self.name)
+
     examples = [QAExample(id=f"q{i}", question="?", golden_answers=["a"]) for i in range(3)]
-    parts = SimpleNamespace(cfg=cfg, run_dir=tmp_path / "run", examples=examples, heldout=[], retriever=None,
-                            data=SimpleNamespace(index_dir=tmp_path / "index", directory=tmp_path),
-                            loop_cfg=cfg.searcher, tokenizer=None, oracle=None, executor=executor, learner=None,
-                            learners=None, resume_dir=ckpt, close=lambda: executor.close())
+    data = TrainingSet(directory=tmp_path, examples=examples, baseline={}, index_dir=tmp_path / "index", manifest={})
+    parts = TrainingParts(cfg=cfg, run_dir=tmp_path / "run", device="cpu", data=data, examples=examples, heldout=[],
+                          retriever=Closes("retriever"), loop_cfg=cfg.searcher, learner=Closes("learner"),
+                          tokenizer=None, executor=Closes("executor"), resume_dir=ckpt)
     with pytest.raises(S3Error, match="data order changed"):
-        S3Trainer(parts, log=lambda s: None)  # type: ignore[arg-type]
-    assert closed == ["executor"]
+        S3Trainer(parts, log=lambda s: None)
+    assert closed == ["executor", "learner"]
