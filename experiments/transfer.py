@@ -67,19 +67,22 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _from_heldout(r: dict[str, Any], source: str) -> dict[str, Any]:
-    """A row of the trainer's heldout.jsonl as a row of the selection table (heldout_rewards' keys)."""
-    return {"policy": r["checkpoint"], "step": r["step"], "reward_mean": r["heldout/reward"],
-            "acc_s3_mean": r["heldout/acc_s3"], "acc_rag_mean": r["heldout/acc_rag"],
-            "turns_mean": r["heldout/turns"], "docs_mean": r["heldout/docs"], "source": source,
+    """A row of the trainer's heldout.jsonl (the committed ones too) as a row of the selection table: the one
+    held-out row type's summary (training.evaluate.HeldoutScore, `s3 train-eval`'s keys; None where nothing scored)."""
+    from training.evaluate import HeldoutScore
+
+    return {"policy": r["checkpoint"], "step": r["step"], **HeldoutScore.from_row(r).summary(), "source": source,
             **({"wins_losses": r["wins_losses"]} if "wins_losses" in r else {})}
 
 
-def _selection_line(label: str, r: dict[str, Any], chosen: str) -> str:
-    def num(v: Any, digits: int = 3) -> str:
-        return f"{v:.{digits}f}" if isinstance(v, int | float) and v == v else "-"
+def _num(v: Any, digits: int = 3) -> str:
+    """A table cell: the number, or '-' where there is none (None, NaN)."""
+    return f"{v:.{digits}f}" if isinstance(v, int | float) and v == v else "-"
 
-    return (f"| {label} | {num(r['reward_mean'])} | {num(r['acc_s3_mean'])} | {num(r['acc_rag_mean'])} | "
-            f"{num(r['turns_mean'], 2)} | {num(r['docs_mean'], 2)} | {r['source']} | {chosen} |")
+
+def _selection_line(label: str, r: dict[str, Any], chosen: str) -> str:
+    return (f"| {label} | {_num(r['reward_mean'])} | {_num(r['acc_s3_mean'])} | {_num(r['acc_rag_mean'])} | "
+            f"{_num(r['turns_mean'], 2)} | {_num(r['docs_mean'], 2)} | {r['source']} | {chosen} |")
 
 
 def select(config: str) -> dict[str, Any]:
@@ -210,7 +213,8 @@ merges it into the base first). Without `--index` it uses the training index nam
 # training data lives in benchmarks/results/transfer/data/ (its baseline cache is committed; corpus and index are
 # rebuilt by `s3 prepare-training` from ../shared/data in seconds).
 EVAL_POLICY = "vllm"  # the searcher's engine in the dev-slice evaluation
-# the run's small record files: report copies them next to itself, so they outlive the run directory
+# the run's small record files: report copies them next to itself, so they outlive the run directory (and its
+# searcher.json, re-based)
 RECORD_FILES = ("metrics.jsonl", "heldout.jsonl", "heldout_questions.jsonl", "distill_summary.json")
 RUN_FILES = (*RECORD_FILES, "config.json", "searcher.json", "distill.jsonl")
 CKPT_FILES = ("trainer_state.pt",)
@@ -601,8 +605,10 @@ def ablation(config: str) -> list[str]:
     def attempt(results: Path, run: Path, label: str) -> None:
         base = next((r for r in _jsonl(results / "selection.jsonl") if "/" not in r["policy"]
                      and not r["policy"].startswith("step_")), None)
-        loop = _loop_of(results / "policy" / "searcher.json") if (results / "policy").is_dir() else \
-            _loop_of(run / "searcher.json")
+        # the loop it trained with: the policy's record, else the run's, else the copy report() left in results (an
+        # attempt whose policy left the tree)
+        loop = _loop_of(next((f for f in (results / "policy" / "searcher.json", run / "searcher.json",
+                                          results / "searcher.json") if f.is_file()), results / "searcher.json"))
         if base:
             rows.append((f"{label}: untrained {base['policy']}", loop, base))
         def record(name: str) -> list[dict[str, Any]]:  # the run's file, else the copy report() left in results
@@ -652,8 +658,8 @@ def ablation(config: str) -> list[str]:
         a, b = r.get("acc_s3_mean"), r.get("acc_rag_mean")
         diff = f"{a - b:+.3f}" if isinstance(a, int | float) and isinstance(b, int | float) else "-"
         wl = "{} / {}".format(*r["wins_losses"]) if "wins_losses" in r else "-"
-        lines.append(f"| {what} | {loop} | {a:.3f} | {b:.3f} | {diff} | {wl} | {r['turns_mean']:.2f} | "
-                     f"{r['docs_mean']:.2f} |")
+        lines.append(f"| {what} | {loop} | {_num(a)} | {_num(b)} | {diff} | {wl} | {_num(r['turns_mean'], 2)} | "
+                     f"{_num(r['docs_mean'], 2)} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "ablation.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -695,6 +701,7 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
     and KL over time, wall time per step; metrics.jsonl and curves.png copied next to the report."""
     import statistics
 
+    from training.evaluate import HeldoutScore
     from training.plots import format_trend, plot_run, reward_trend
     from training.rundir import read_metrics
 
@@ -706,9 +713,12 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
         return [], {}
     RESULTS.mkdir(parents=True, exist_ok=True)
     if run.resolve() != RESULTS.resolve():  # the run's small record files stay with the report
+        from searcher.trained import relocate_record
+
         for name in RECORD_FILES:
             if (run / name).is_file():
                 shutil.copyfile(run / name, RESULTS / name)
+        relocate_record(run, RESULTS)  # searcher.json: the loop it trained with (its index path re-based)
     plot_run(run, RESULTS / "curves.png")
     for r in rows:  # GBR of the step: Acc with the searcher's documents minus Acc with naive RAG's
         if r.get("reward/acc_s3") is not None and r.get("reward/acc_rag") is not None:
@@ -756,8 +766,9 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
                   "greedy, the training reward; the checkpoint is chosen here):", "",
                   "| after step | Acc(searcher docs) | Acc(naive RAG) | reward | turns | docs |",
                   "| ---: | ---: | ---: | ---: | ---: | ---: |"]
-        lines += [f"| {k} | {r['heldout/acc_s3']:.3f} | {r['heldout/acc_rag']:.3f} | {r['heldout/reward']:.3f} | "
-                  f"{r['heldout/turns']:.2f} | {r['heldout/docs']:.2f} |" for k, r in sorted(held.items())]
+        scores = {k: HeldoutScore.from_row(r) for k, r in sorted(held.items())}
+        lines += [f"| {k} | {_num(h.acc_s3)} | {_num(h.acc_rag)} | {_num(h.reward)} | {_num(h.turns, 2)} | "
+                  f"{_num(h.docs, 2)} |" for k, h in scores.items()]
     return [*lines, ""], info
 
 

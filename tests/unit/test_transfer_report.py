@@ -277,6 +277,9 @@ def test_ablation_reads_both_attempts_held_out_rows_and_splits_warm_up_from_rl(t
     _write(run / "heldout_questions.jsonl", [{"step": 30, "id": f"q{i}", "acc_s3": a, "acc_rag": b}
                                              for i, (a, b) in enumerate(((1, 0), (1, 0), (0, 1), (1, 1), (0, 0), (1, 0)))]
            + [{"step": 30, "id": "q5", "acc_s3": 0, "acc_rag": 0}])  # q5 again (a redone evaluation): the last row counts
+    # the loop it trained with (k0/k:select:turns): the run's searcher.json; the previous attempt has none here
+    (run / "searcher.json").write_text(json.dumps({"searcher": {"k": 8, "max_select": 3, "max_turns": 3,
+                                                               "doc_token_budget": 96}, "retriever": {"k": 3}}))
     monkeypatch.setattr(transfer, "BASELINES", prev)
     monkeypatch.setattr(transfer, "_run_dir", lambda config: run)
     lines = transfer.ablation(str(ROOT / "configs" / "transfer2.toml"))
@@ -289,8 +292,9 @@ def test_ablation_reads_both_attempts_held_out_rows_and_splits_warm_up_from_rl(t
                    ("results: + RL, chosen (step 30 of 60)", "0.300"), ("results: + RL, last (step 60)", "0.220")]
     assert "the same questions" in lines[2] and (transfer.RESULTS / "ablation.md").is_file()
     assert [ln.split(" | ")[5] for ln in table] == ["-"] * 6 + ["2 / 1", "-"]  # per question: step 30 only
-    # once the run directory is gone, the copies report() left beside it give the same table
-    for name in ("heldout.jsonl", "heldout_questions.jsonl", "metrics.jsonl"):
+    assert [ln.split(" | ")[1] for ln in table] == ["?"] * 4 + ["3/8:3:3, 96 tokens"] * 4
+    # once the run directory is gone (and no policy/ is left), the copies report() left beside it give the same table
+    for name in ("heldout.jsonl", "heldout_questions.jsonl", "metrics.jsonl", "searcher.json"):
         (transfer.RESULTS / name).write_text((run / name).read_text())
     monkeypatch.setattr(transfer, "_run_dir", lambda config: tmp_path / "gone")
     assert transfer.ablation(str(ROOT / "configs" / "transfer2.toml")) == lines
