@@ -1,7 +1,9 @@
 """The run directory of `s3 eval` (RUN_DIR): its files, the results store, resume, the lock and the run's identity.
 
     run.json           the run's identity (dataset, method, retriever, k, corpus / prompt hashes, generator, judge);
-                       a resume with a different identity is refused and the differing keys are named
+                       a resume with a different identity is refused and the differing keys are named. Its paths
+                       (dataset.dir, retriever.index, contexts.file) are relative to RUN_DIR, so a run that moves
+                       with its data still finds it (older absolute ones: eval/analysis.py `resolve_recorded`)
     results.jsonl      one row per question, appended as batches finish (one write + fsync per batch); a resume
                        skips finished rows and retries failed ones, and the final view keeps the LATEST row per id.
                        A line torn by a kill is skipped, and cut before the next append
