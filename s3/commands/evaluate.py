@@ -100,8 +100,9 @@ def _eval(args: argparse.Namespace, cfg: S3Config) -> int:
     if stopped:
         from generator_adapters.budget import BUDGET_EXIT_CODE
 
-        print(f"{stopped['message']} (--max-cost-usd / eval.budget_usd); {summary['n_missing']} questions not run: "
-              f"the same command with a higher cap resumes", file=sys.stderr)
+        n = summary["n_missing"]
+        print(f"{stopped['message']} (--max-cost-usd / eval.budget_usd); {n} question{'' if n == 1 else 's'} not "
+              f"run: the same command with a higher cap resumes", file=sys.stderr)
         return BUDGET_EXIT_CODE
     from eval.summary import verdict
 
