@@ -3,12 +3,20 @@ through, in order (docs/architecture.md, "Training, call by call").
 
     .venv/bin/python benchmarks/training_walk.py [--repo DIR] [--out benchmarks/results/training_walk/after.json]
 
-It builds the trainer of configs/smoke.toml (a 1-step run in a temporary directory, the training data prepared
-there first and outside the walk) under `sys.setprofile` and records every call and return that crosses from one
-project file into another: a *stop* is a call into another file, a *return* a return into another file, and a *call
-up* is a call from a lower layer into a higher one (s3core < s3runtime < searcher | dataprep < generator_adapters <
-eval < training < s3: a callback or a layer reaching back). The same for one RL step (`train_step`). `--repo` runs
-another checkout (the parent commit, to compare; its config keys as it had them) the same way.
+It runs the start of configs/smoke.toml's training (a 1-step run in a temporary directory) under `sys.setprofile`
+and records every call and return that crosses from one project file into another: a *stop* is a call into another
+file, a *return* a return into another file, and a *call up* is a call from a lower layer into a higher one (s3core <
+s3runtime < searcher | dataprep < generator_adapters < eval < training < s3: a callback or a layer reaching back).
+Three walks:
+
+    start   make_trainer(cfg) on a run whose training data is missing: the preparation and the building together
+    setup   building from data prepared first and outside the walk: build_training(cfg, prepare_run(cfg)) where the
+            checkout has the preparation stage (training/build.py's prepare_run), else make_trainer(cfg)
+    step    one RL step (`train_step`) of the trainer the setup built
+
+`--repo` runs another checkout (the parent commit, to compare; its config keys as it had them) the same way. The
+static walk of the same code (no run: every branch, `farm-studio walk training/build.py:build_training:cfg`) is in
+benchmarks/results/training_walk/README.md.
 """
 
 from __future__ import annotations
@@ -31,15 +39,17 @@ from pathlib import Path
 repo = Path(sys.argv[1]); out = Path(sys.argv[2]); work = Path(sys.argv[3]); flat = sys.argv[4] == "flat"
 sys.path.insert(0, str(repo))
 from s3.config import load_config
-from training.trainer import make_trainer
-data = f"training.train_data={work / 'data'}" if flat else f"training.data.dir={work / 'data'}"
+import training.build as tb
+from training.trainer import S3Trainer, make_trainer
+assert tb.__file__.startswith(str(repo)), (tb.__file__, repo)  # the checkout asked for, not the installed one
 keys = ["training.max_questions=8", "training.batch_size=1", "training.group_size=2"] if flat else [
     "training.data.max_questions=8", "training.rollout.batch_size=1", "training.rollout.group_size=2"]
-cfg = load_config(repo / "configs" / "smoke.toml", [*keys, data, f"training.output_dir={work / 'run'}",
-                  "training.total_steps=1", "searcher.max_new_tokens=16", "searcher.doc_token_budget=24",
-                  "training.reward=r1_searcher_stage1"])
-from training.data import prepare_training, training_dir
-prepare_training(cfg, training_dir(cfg), log=lambda s: None)  # outside the walk
+def config(name):
+    data = f"training.train_data={work / name / 'data'}" if flat else f"training.data.dir={work / name / 'data'}"
+    return load_config(repo / "configs" / "smoke.toml", [*keys, data, f"training.output_dir={work / name / 'run'}",
+                       "training.total_steps=1", "searcher.max_new_tokens=16", "searcher.doc_token_budget=24",
+                       "training.reward=r1_searcher_stage1"])
+quiet = lambda s: None
 root = str(repo) + os.sep
 LAY = {"s3core": 0, "s3runtime": 1, "searcher": 2, "dataprep": 2, "generator_adapters": 3, "eval": 4, "training": 5, "s3": 6}
 def rel(f):
@@ -85,10 +95,21 @@ def summarize(events):
     return {"stops": len(calls), "files": len(seen), "returns": len(rets), "calls_up": len(up), "order": order,
             "entered": dict(sorted(entered.items(), key=lambda kv: -kv[1])),
             "up": sorted({f"{e[1]} -> {e[2]} ({e[3]})" for e in up})}
-t, setup = walk(lambda: make_trainer(cfg, log=lambda s: None))
+t, start = walk(lambda: make_trainer(config("unprepared"), log=quiet))
+t.close()
+cfg = config("prepared")
+if hasattr(tb, "prepare_run"):  # the preparation stage, outside the walk; building from what it left
+    prepared = tb.prepare_run(cfg, log=quiet)
+    parts, setup = walk(lambda: tb.build_training(cfg, prepared, log=quiet))
+    t = S3Trainer(parts, log=quiet)
+else:  # before it: the training data prepared outside the walk, make_trainer still checks and loads it
+    from training.data import prepare_training, training_dir
+    prepare_training(cfg, training_dir(cfg), log=quiet)
+    t, setup = walk(lambda: make_trainer(cfg, log=quiet))
 _, step = walk(t.train_step)
 t.close()
-out.write_text(json.dumps({"repo": str(repo), "setup": summarize(setup), "step": summarize(step)}, indent=1))
+out.write_text(json.dumps({"repo": str(repo), "start": summarize(start), "setup": summarize(setup),
+                           "step": summarize(step)}, indent=1))
 '''
 
 
@@ -104,7 +125,7 @@ def main() -> int:
         subprocess.run([sys.executable, "-c", CHILD, str(args.repo.resolve()), str(args.out.resolve()), work,
                         "flat" if args.flat else "nested"], check=True, env=env)
     res = json.loads(args.out.read_text())
-    for part in ("setup", "step"):
+    for part in ("start", "setup", "step"):
         s = res[part]
         print(f"{part}: {s['stops']} stops in {s['files']} files, {s['returns']} returns, {s['calls_up']} calls up; "
               f"entered most: {list(s['entered'].items())[:3]}")

@@ -1,11 +1,13 @@
-"""Build a training run's parts from the one configuration — the training twin of eval/build.py:
+"""Prepare a training run, then build its parts from the one configuration — the training twin of eval/build.py:
 
-    parts = build_training(cfg)          # data, held-out split, retriever, learner(s), executor, oracle, resume point
+    prepared = prepare_run(cfg)          # the preparation stage: the training set (prepared where it is not: the
+                                         # index, the naive-RAG baseline's paid calls) and the warm-up's distillation
+    parts = build_training(cfg, prepared)  # held-out split, retriever, learner(s), executor, oracle, resume point
     trainer = S3Trainer(parts)           # the loop: rollout -> reward -> update -> log -> checkpoint (training/trainer.py)
 
 Every part comes from its own config section and is handed its inputs; no part holds the trainer:
 
-    data        [training.data]       the prepared training set (prepared here when missing; training/data.py)
+    data        [training.data]       the prepared training set (prepare_run; training/data.py)
     heldout     [training.heldout]    the last `questions` of the prepared set, kept out of training
     retriever   [retriever]           over the training corpus's index
     learner     [training.learner]    this process's Learner, or a LearnerGroup of ray.learners Ray actors
@@ -14,9 +16,11 @@ Every part comes from its own config section and is handed its inputs; no part h
                 [training.backend]    priced and capped by training.budget_usd (training/budget.py)
     oracle      [training.sft]        the searcher loop driven by oracle replies, for the format warm-up, and the
                                       questions it learns from (all, or those whose oracle beats naive RAG:
-                                      training/distill.py)
+                                      training/distill.py, in prepare_run)
 
-`s3 train`, `s3 train --dry-run`, the benchmarks and the tests all build through `build_training`.
+Building writes no data and makes no paid call: that is the preparation stage's, which `s3 train` runs first and
+`s3 train --dry-run` never runs (it builds from the prepared set as it is). `s3 train`, `s3 train --dry-run`, the
+benchmarks and the tests all build through `build_training`.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from s3core.errors import S3Error
 from s3core.types import QAExample
 from searcher.build import AgentKind, build_retriever, build_searcher
 from searcher.config import SearcherConfig
+from searcher.policy.base import ChatTokenizerMixin
 from training.config import TrainSettings
 from training.data import TrainingSet
 from training.executors import StepExecutor
@@ -40,17 +45,19 @@ if TYPE_CHECKING:
     from searcher.agent import S3Searcher
     from searcher.retrieval.base import Retriever
     from training.learner import Learner
+    from training.learner_api import PolicyLearner
     from training.learner_group import LearnerGroup
 
-__all__ = ["TrainingParts", "build_training", "loop_config", "prepare_data", "resume_point"]
+__all__ = ["Prepared", "TrainingParts", "build_training", "loop_config", "prepare_run", "resume_point"]
 
 Log = Callable[[str], None]
 
 
 @dataclass
 class TrainingParts:
-    """What a training loop runs with (see the module docstring). `learner` is this process's Learner, or None when
-    `learners` (a LearnerGroup: ray.learners > 1) holds the model on Ray actors."""
+    """What a training loop runs with (see the module docstring). `learner` is this process's Learner, or a
+    LearnerGroup (ray.learners > 1) holding the model on Ray actors: the loop drives either through
+    training/learner_api.py's `PolicyLearner`."""
 
     cfg: TrainSettings
     run_dir: Path
@@ -60,8 +67,7 @@ class TrainingParts:
     heldout: list[QAExample]
     retriever: Retriever
     loop_cfg: SearcherConfig  # the searcher loop as rollouts run it (searcher settings, training.rollout.temperature)
-    learner: Learner | None
-    learners: LearnerGroup | None
+    learner: PolicyLearner
     tokenizer: Any
     executor: StepExecutor
     oracle: S3Searcher | None = None
@@ -76,30 +82,69 @@ class TrainingParts:
     def close(self) -> None:
         """Stop the executor's workers and the learner group's actors."""
         self.executor.close()
-        if self.learners is not None:
-            self.learners.close()
+        self.learner.close()
 
 
-def prepare_data(cfg: TrainSettings, log: Log = print) -> TrainingSet:
-    """The prepared training set ([training.data]); prepared first when missing, completed when the generator, prompt
-    or metric changed since (the baseline cache is keyed by them)."""
-    from training.data import data_filters, load_training_set, prepare_training, training_dir
+@dataclass
+class Prepared:
+    """What the preparation stage (`prepare_run`) leaves for `build_training`: the prepared training set and, with
+    training.sft.keep = 'gbr_positive', the questions the warm-up learns from (indices into the training questions)."""
 
-    d = training_dir(cfg)
-    if not (d / "manifest.json").is_file() or not (d / "train.jsonl").is_file():
-        log(f"train: preparing training data in {d}")
-        prepare_training(cfg, d, log=log)
-    try:
-        data = load_training_set(cfg, d)
-    except S3Error:
-        prepare_training(cfg, d, log=log)
-        return load_training_set(cfg, d)
-    wanted = data_filters(cfg)
-    if data.manifest.get("filters", wanted) != wanted:  # the same directory under other filters: filter again (cached)
-        log(f"train: training.data filters {wanted} differ from the prepared {data.manifest.get('filters')}: preparing")
-        prepare_training(cfg, d, log=log)
-        data = load_training_set(cfg, d)
-    return data
+    data: TrainingSet
+    sft_pool: list[int] | None = None
+
+
+def prepare_run(cfg: TrainSettings, log: Log = print) -> Prepared:
+    """The preparation stage of a run, logged, before anything is built: every data write and paid call a run's start
+    makes. The training set ([training.data]; training/data.py: prepared where it is not, the work of
+    `s3 prepare-training`) and, for a warm-up with training.sft.keep = 'gbr_positive' still to run, the questions
+    whose oracle trajectory beats naive RAG (training/distill.py; cached in RUN_DIR/distill.jsonl)."""
+    from training.data import prepared_training_set
+
+    tc = cfg.training
+    _agent_kind(cfg)  # a configuration the builder refuses pays for nothing first
+    data = prepared_training_set(cfg, log)
+    run_dir = _run_dir(cfg)
+    resume_dir = resume_point(run_dir)
+    done = int(resume_dir.name.removeprefix("step_")) if resume_dir is not None else 0
+    if not tc.sft.steps or tc.sft.keep != "gbr_positive" or done >= tc.sft.steps:
+        return Prepared(data)
+    return Prepared(data, _distill(cfg, data, run_dir, resume_dir, log))
+
+
+class _StudentTokens(ChatTokenizerMixin):
+    """The student's tokenizer as the oracle's token policy: the warm-up oracle's prompts, without loading the model."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer, self.name = tokenizer, "student tokenizer"
+
+
+def _distill(cfg: TrainSettings, data: TrainingSet, run_dir: Path, resume_dir: Path | None, log: Log) -> list[int]:
+    """The warm-up's questions: those whose trajectory of the oracle the warm-up imitates (the same loop, retriever and
+    tokenizer) beats naive RAG with the frozen generator (training/distill.py)."""
+    from training.distill import rejection_sample
+    from training.learner import load_tokenizer
+
+    examples, _ = split_heldout(cfg, data.examples)
+    retriever = build_retriever(cfg.retriever, data.index_dir)
+    tokens = _StudentTokens(load_tokenizer(cfg.training, resume_dir))
+    oracle = oracle_agent(cfg, examples, data, retriever, loop_config(cfg), tokens)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return rejection_sample(cfg, examples, oracle, data, run_dir, log=log)
+
+
+def _run_dir(cfg: TrainSettings) -> Path:
+    """The run directory (training.output_dir, resolved against the config file's folder)."""
+    run_dir = cfg.resolve(cfg.training.output_dir)
+    assert run_dir is not None
+    return run_dir
+
+
+def _agent_kind(cfg: TrainSettings) -> AgentKind:
+    """Which searcher the run trains (training.mode); the oracle warm-up is for s3 searchers only."""
+    if cfg.training.mode == "search_r1" and cfg.training.sft.steps:
+        raise S3Error("training.sft.steps: the oracle warm-up is for s3 searchers (training.mode = 's3')")
+    return "search_r1" if cfg.training.mode == "search_r1" else "s3"
 
 
 def split_heldout(cfg: TrainSettings, examples: list[QAExample]) -> tuple[list[QAExample], list[QAExample]]:
@@ -114,8 +159,9 @@ def split_heldout(cfg: TrainSettings, examples: list[QAExample]) -> tuple[list[Q
 
 def resume_point(run_dir: Path) -> Path | None:
     """The newest complete checkpoint of a run directory (checkpoints/latest), or None for a fresh run."""
-    latest = run_dir / "checkpoints" / "latest"
-    return run_dir / "checkpoints" / latest.read_text().strip() if latest.is_file() else None
+    from training.rundir import latest_checkpoint
+
+    return latest_checkpoint(run_dir)
 
 
 def loop_config(cfg: TrainSettings) -> SearcherConfig:
@@ -191,9 +237,11 @@ def oracle_agent(cfg: TrainSettings, examples: list[QAExample], data: TrainingSe
     return build_searcher(loop_cfg, retriever, oracle, k0=cfg.retriever.k)
 
 
-def build_training(cfg: TrainSettings, log: Log = print) -> TrainingParts:
-    """Every part of a training run (see the module docstring), ready for the loop; a resumed run's learner(s) are
-    built from its latest checkpoint's weights (the optimizer state is the trainer's to restore with the data order)."""
+def build_training(cfg: TrainSettings, prepared: Prepared, log: Log = print) -> TrainingParts:
+    """Every part of a training run (see the module docstring) assembled from what the preparation stage left
+    (`prepare_run`), ready for the loop: no data is written and no paid call is made here. A resumed run's
+    learner(s) are built from its latest checkpoint's weights (the optimizer state is the trainer's to restore with
+    the data order)."""
     import torch
 
     from s3core.devices import auto_cpu_threads, resolve_device
@@ -204,13 +252,10 @@ def build_training(cfg: TrainSettings, log: Log = print) -> TrainingParts:
     device = resolve_device(tc.learner.device)
     if device == "cpu":
         torch.set_num_threads(tc.learner.torch_threads or auto_cpu_threads())
-    run_dir = cfg.resolve(tc.output_dir)
-    assert run_dir is not None
+    run_dir = _run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    agent_kind: AgentKind = "search_r1" if tc.mode == "search_r1" else "s3"
-    if tc.sft.steps and agent_kind == "search_r1":
-        raise S3Error("training.sft.steps: the oracle warm-up is for s3 searchers (training.mode = 's3')")
-    data = prepare_data(cfg, log)
+    agent_kind = _agent_kind(cfg)
+    data = prepared.data
     examples, heldout = split_heldout(cfg, data.examples)
     retriever = build_retriever(cfg.retriever, data.index_dir)
     resume_dir = resume_point(run_dir)
@@ -219,10 +264,12 @@ def build_training(cfg: TrainSettings, log: Log = print) -> TrainingParts:
     if cfg.ray.learners > 1:
         tokenizer = load_tokenizer(tc, resume_dir)
         learners = _learner_group(cfg, run_dir, resume_dir, log)
+        chosen: PolicyLearner = learners
     else:
         learner = Learner(tc, device, run_dir, resume_dir)
         learner.policy.gen_batch = cfg.searcher.generate_batch  # the learner generates its own rollouts
         tokenizer = learner.tokenizer
+        chosen = learner
     loop_cfg = loop_config(cfg)
     inner: StepExecutor | None = None
     try:
@@ -232,14 +279,10 @@ def build_training(cfg: TrainSettings, log: Log = print) -> TrainingParts:
         # call belongs to is the one its rollout was asked for
         start = int(resume_dir.name.removeprefix("step_")) if resume_dir is not None else 0
         executor = BudgetedExecutor(inner, cfg, run_dir, start_step=start, budget_usd=tc.budget_usd)
-        oracle, sft_pool = None, None
+        oracle = None
         if tc.sft.steps:
             assert learner is not None  # a warm-up runs in this process's learner (S3Config's check)
             oracle = oracle_agent(cfg, examples, data, retriever, loop_cfg, learner.policy)
-            if tc.sft.keep == "gbr_positive" and (resume_dir is None or start < tc.sft.steps):
-                from training.distill import rejection_sample
-
-                sft_pool = rejection_sample(cfg, examples, oracle, data, run_dir, log=log)
     except BaseException:  # the workers and learner actors do not outlive a run that failed to start
         if inner is not None:
             inner.close()
@@ -247,6 +290,6 @@ def build_training(cfg: TrainSettings, log: Log = print) -> TrainingParts:
             learners.close()
         raise
     return TrainingParts(cfg=cfg, run_dir=run_dir, device=device, data=data, examples=examples, heldout=heldout,
-                         retriever=retriever, loop_cfg=loop_cfg, learner=learner, learners=learners,
-                         tokenizer=tokenizer, executor=executor, oracle=oracle, sft_pool=sft_pool, resume_dir=resume_dir,
+                         retriever=retriever, loop_cfg=loop_cfg, learner=chosen,
+                         tokenizer=tokenizer, executor=executor, oracle=oracle, sft_pool=prepared.sft_pool, resume_dir=resume_dir,
                          agent_kind=agent_kind)

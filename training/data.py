@@ -65,6 +65,7 @@ __all__ = [
     "load_training_set",
     "make_accuracy",
     "prepare_training",
+    "prepared_training_set",
     "rekey_baseline",
     "rows_with_todays_topk",
     "training_dir",
@@ -270,16 +271,50 @@ class TrainingSet:
 
 def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log = print,
                      spend: PrepSpend | None = None) -> dict[str, Any]:
-    """Build (or complete) the training directory; return the manifest. Every step is skipped when done already.
+    """Build (or complete) the training directory and return its manifest, in four steps, each skipped where it is
+    done already:
+
+        load        training.data.sources -> corpus.jsonl, questions.jsonl (exclude_sources, shuffle, max_questions)
+        filter      drop yes/no answers (training.data.drop_yes_no); the index over corpus.jsonl
+        baseline    naive RAG's Acc per question, cached (baseline.jsonl); keep the 0s (training.data.keep_baseline_zero)
+        answerable  keep those answered from their gold paragraphs (gold.jsonl; training.data.keep_answerable)
+
     `spend`: a cap on the paid calls (BudgetReached before a batch that could pass it; what is cached stays, and the
     same command with a higher cap resumes), or a dry run (the corpus and index are built, no paid call is made, and
     the manifest is not written: the projection is in `spend`)."""
-    t = cfg.training
+    d = cfg.training.data
     out = Path(out_dir) if out_dir else training_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
-    qpath, cpath = out / "questions.jsonl", out / "corpus.jsonl"
+    questions, counts, sources = _load(cfg, out, log)
+    questions = _filter(cfg, questions, counts)
+    index_dir = ensure_index(cfg, out)
+    manifest: dict[str, Any] = {"counts": counts}
+    if needs_baseline(cfg):
+        questions, entries = _baseline(cfg, out, questions, index_dir, counts, log, spend)
+        manifest |= entries
+        key = entries["baseline_key"]
+    else:  # nothing reads the baseline (no GBR reward, no baseline filter): no generator call for it
+        manifest["baseline"] = "skipped (reward needs none, keep_baseline_zero=false)"
+        key = baseline_key(cfg, _index_fingerprint(index_dir)) if d.keep_answerable else {}
+    if d.keep_answerable:  # in a dry run every question is projected (which ones naive RAG fails is not known yet)
+        questions, manifest["answerable"] = _keep_answerable(cfg, out, questions, index_dir, key, log, spend)
+        counts["after_keep_answerable"] = len(questions)
+    manifest |= {"index": _index_ref(index_dir, out), "sources": sources, "filters": data_filters(cfg)}
+    if spend is not None and spend.dry_run:
+        return manifest
+    write_jsonl_atomic(out / "train.jsonl", [q.model_dump() for q in questions])
+    write_json_atomic(out / "manifest.json", manifest)
+    log(f"prepare-training: counts {counts}" + ("" if needs_baseline(cfg) else " (baseline skipped)"))
+    return manifest
+
+
+def _load(cfg: TrainSettings, out: Path, log: Log) -> tuple[list[QAExample], dict[str, int], list[dict[str, Any]]]:
+    """Step 1: the questions and paragraphs of training.data.sources, less what an evaluation slice has
+    (exclude_sources), shuffled (shuffle_seed), cut (max_questions), written once (corpus.jsonl, questions.jsonl,
+    sources.json, preparation.json). Returns (the questions, the counts so far, the sources)."""
+    t = cfg.training
+    qpath, cpath, prep_path = out / "questions.jsonl", out / "corpus.jsonl", out / "preparation.json"
     sources: list[dict[str, Any]] = []
-    prep_path = out / "preparation.json"
     if not qpath.is_file() or not cpath.is_file():
         docs, qs, sources = _load_sources(cfg)
         prep = {"loaded_questions": len(qs), "loaded_paragraphs": len(docs)}
@@ -301,36 +336,33 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     prepared = json.loads(prep_path.read_text()) if prep_path.is_file() else {}
     questions = [QAExample.model_validate(r) for r in read_jsonl(qpath)]
     counts: dict[str, int] = {k: int(v) for k, v in prepared.items() if isinstance(v, int)} | {"loaded": len(questions)}
+    return questions, counts, sources
 
-    if t.data.drop_yes_no:
+
+def _filter(cfg: TrainSettings, questions: list[QAExample], counts: dict[str, int]) -> list[QAExample]:
+    """Step 2: drop the questions answered yes/no or true/false (training.data.drop_yes_no: a coin flip's reward)."""
+    if cfg.training.data.drop_yes_no:
         questions = [q for q in questions if not is_yes_no(q.golden_answers)]
     counts["after_drop_yes_no"] = len(questions)
+    return questions
 
-    index_dir = ensure_index(cfg, out)
-    if not needs_baseline(cfg):
-        # nothing reads the baseline (no GBR reward, no baseline filter): skip the generator calls
-        manifest0: dict[str, Any] = {
-            "counts": counts, "baseline": "skipped (reward needs none, keep_baseline_zero=false)",
-            "index": _index_ref(index_dir, out), "sources": sources,
-            "filters": data_filters(cfg),  # keep_baseline_zero is false here (needs_baseline)
-        }
-        if t.data.keep_answerable:
-            key0 = baseline_key(cfg, _index_fingerprint(index_dir))
-            questions, manifest0["answerable"] = _keep_answerable(cfg, out, questions, index_dir, key0, log, spend)
-        if spend is not None and spend.dry_run:
-            return manifest0
-            counts["after_keep_answerable"] = len(questions)
-        write_jsonl_atomic(out / "train.jsonl", [q.model_dump() for q in questions])
-        write_json_atomic(out / "manifest.json", manifest0)
-        log(f"prepare-training: counts {counts} (baseline skipped)")
-        return manifest0
+
+def _baseline(
+    cfg: TrainSettings, out: Path, questions: list[QAExample], index_dir: Path, counts: dict[str, int], log: Log,
+    spend: PrepSpend | None,
+) -> tuple[list[QAExample], dict[str, Any]]:
+    """Step 3: naive RAG's Acc(G(Q, D_RAG)) of every question, cached in baseline.jsonl under the key of what it
+    depends on (rows of an index rebuilt with the same retrieval carried over: rekey_baseline); the questions whose
+    call failed dropped, and with training.data.keep_baseline_zero the training part kept where it is 0. Returns (the
+    questions kept, the manifest's baseline_* entries). A dry run projects the calls and filters nothing."""
     key = baseline_key(cfg, _index_fingerprint(index_dir))
     khash = _key_hash(key)
     bpath = out / "baseline.jsonl"
     cached = _cached_acc(bpath, khash)
     todo = [q for q in questions if q.id not in cached or cached[q.id] is None]  # failed ones are retried
+    dry_run = spend is not None and spend.dry_run
     rekeyed = 0
-    if todo and not (spend is not None and spend.dry_run):
+    if todo and not dry_run:
         rekeyed = rekey_baseline(cfg, out, index_dir, todo, key, cached, log)
         todo = [q for q in todo if cached.get(q.id) is None]
     hits = len(questions) - len(todo)
@@ -339,24 +371,7 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
         k = cfg.retriever.k
         used = _compute_acc(cfg, index_dir, todo, lambda r, batch: r.search([q.question for q in batch], k),
                             bpath, khash, cached, log, "baseline", spend)
-    if spend is not None and spend.dry_run:
-        if t.data.keep_answerable:  # which questions naive RAG fails is not known yet: every one is projected
-            _keep_answerable(cfg, out, questions, index_dir, key, log, spend)
-        return {"counts": counts}
-    counts["baseline_failed"] = sum(1 for q in questions if cached.get(q.id) is None)
-    questions = [q for q in questions if cached.get(q.id) is not None]
-    counts["after_baseline_ok"] = len(questions)
-    if t.data.keep_baseline_zero:  # s3's filter; the held-out questions keep the natural mix (as keep_answerable's)
-        pool, kept_out = _pool_and_heldout(cfg, questions)
-        questions = [q for q in pool if cached[q.id] == 0.0] + kept_out
-    counts["after_keep_baseline_zero"] = len(questions)
-    answerable: dict[str, Any] | None = None
-    if t.data.keep_answerable:
-        questions, answerable = _keep_answerable(cfg, out, questions, index_dir, key, log, spend)
-        counts["after_keep_answerable"] = len(questions)
-    write_jsonl_atomic(out / "train.jsonl", [q.model_dump() for q in questions])
-    manifest = {
-        "counts": counts,
+    entries = {
         "baseline_key": key,
         "baseline_key_hash": khash,
         "baseline_cache": {"hits": hits, "computed": len(todo), "hit_rate": hits / max(hits + len(todo), 1),
@@ -365,15 +380,17 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
         "baseline_mean_acc": (
             sum(float(v) for v in cached.values() if v is not None) / max(1, sum(v is not None for v in cached.values()))
         ),
-        "index": _index_ref(index_dir, out),
-        "sources": sources,
-        "filters": data_filters(cfg),
     }
-    if answerable is not None:
-        manifest["answerable"] = answerable
-    write_json_atomic(out / "manifest.json", manifest)
-    log(f"prepare-training: counts {counts}")
-    return manifest
+    if dry_run:
+        return questions, entries
+    counts["baseline_failed"] = sum(1 for q in questions if cached.get(q.id) is None)
+    questions = [q for q in questions if cached.get(q.id) is not None]
+    counts["after_baseline_ok"] = len(questions)
+    if cfg.training.data.keep_baseline_zero:  # s3's filter; the held-out questions keep the natural mix
+        pool, kept_out = _pool_and_heldout(cfg, questions)
+        questions = [q for q in pool if cached[q.id] == 0.0] + kept_out
+    counts["after_keep_baseline_zero"] = len(questions)
+    return questions, entries
 
 
 def data_filters(cfg: TrainSettings) -> dict[str, bool]:
@@ -446,7 +463,7 @@ def _keep_answerable(
     cfg: TrainSettings, out: Path, questions: list[QAExample], index_dir: Path, key: dict[str, Any], log: Log,
     spend: PrepSpend | None = None,
 ) -> tuple[list[QAExample], dict[str, Any]]:
-    """training.data.keep_answerable: drop the training questions the generator gets wrong even from their gold supporting
+    """Step 4, training.data.keep_answerable: drop the training questions the generator gets wrong even from their gold supporting
     paragraphs, Acc(G(Q, D_gold)) = 0: whatever the searcher finds, every rollout of such a question gets the same
     reward (a zero-variance group). The last training.heldout.questions are never filtered (the held-out comparison
     keeps the natural mix), and a question without gold paragraphs is kept (nothing to judge it by).
@@ -470,6 +487,31 @@ def _keep_answerable(
         "heldout_unfiltered": len(kept_out),
     }
     return kept + kept_out, stats
+
+
+def prepared_training_set(cfg: TrainSettings, log: Log = print) -> TrainingSet:
+    """The training set of [training.data], prepared first where it is not (`s3 train`'s preparation stage, the same
+    work as `s3 prepare-training`): missing, filtered under other training.data filters, or without today's baseline
+    (another generator, prompt, index, k or metric). The caches make a repeated preparation cost no call it paid
+    for before."""
+    d = training_dir(cfg)
+    why = None
+    if not (d / "manifest.json").is_file() or not (d / "train.jsonl").is_file():
+        why = "not prepared yet"
+    else:
+        try:
+            data = load_training_set(cfg, d)
+        except S3Error as e:
+            why = str(e)
+        else:
+            wanted = data_filters(cfg)
+            if data.manifest.get("filters", wanted) == wanted:
+                log(f"train: preparation: {d} is prepared ({len(data.examples)} training questions)")
+                return data
+            why = f"training.data filters {wanted} differ from the prepared {data.manifest.get('filters')}"
+    log(f"train: preparation: preparing the training data in {d} ({why})")
+    prepare_training(cfg, d, log=log)
+    return load_training_set(cfg, d)
 
 
 def load_training_set(cfg: TrainSettings, directory: Path | None = None) -> TrainingSet:

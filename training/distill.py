@@ -10,6 +10,9 @@ GBR as the acceptance test).
 
     pool = rejection_sample(cfg, examples, oracle, data, run_dir)     # indices into `examples`
 
+It is part of a run's preparation stage (training/build.py's prepare_run: before anything is built, logged), never a
+side effect of building; `s3 train --dry-run` does not run it.
+
 The scores are cached in RUN_DIR/distill.jsonl (one row per question: acc, acc_rag, gbr, the oracle's documents, the
 cache key), so a resumed run makes no generator call; a change of generator, prompt, metric or loop recomputes.
 """

@@ -1,8 +1,9 @@
 """Distillation by rejection sampling (training.sft.keep = 'gbr_positive', training/distill.py) on real components:
 the real SmolLM2 tokenizer and learner, bm25 over the HotpotQA training slice, the oracle loop, and the generator
 behind a REAL loopback OpenAI-compatible server that answers right only when BOTH gold paragraphs of a question are
-in its context. The warm-up pool is exactly the questions whose oracle documents beat naive RAG; the scores are cached,
-so building the run again calls the generator no more."""
+in its context. The warm-up pool is exactly the questions whose oracle documents beat naive RAG, chosen by the
+preparation stage (prepare_run), not by building: building calls the generator for nothing, the scores are cached, so
+preparing the run again calls it no more, and `s3 train --dry-run` neither prepares nor distills."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ pytest.importorskip("transformers")
 
 def test_the_warm_up_learns_only_from_oracle_trajectories_that_beat_naive_rag(tmp_path: Path) -> None:
     from dataprep import load
+    from s3.cli import main as s3_main
     from s3.config import load_config
-    from training.build import build_training
+    from training.build import build_training, prepare_run
     from training.distill import DISTILL_FILE
     from training.trainer import S3Trainer
 
@@ -50,9 +52,15 @@ def test_the_warm_up_learns_only_from_oracle_trajectories_that_beat_naive_rag(tm
             "searcher.doc_token_budget=24", "searcher.max_new_tokens=24",
         ]
         cfg = load_config(SMOKE, over)
-        parts = build_training(cfg, log=lambda s: None)
+        logs: list[str] = []
+        prepared = prepare_run(cfg, log=logs.append)
+        calls = srv.stats()["requests"]
+        assert any("preparation: preparing the training data" in x for x in logs)
+        assert any("distillation" in x for x in logs) and prepared.sft_pool
+        parts = build_training(cfg, prepared, log=lambda s: None)
         try:
-            calls = srv.stats()["requests"]
+            assert srv.stats()["requests"] == calls  # building makes no paid call: the stage made them all
+            assert parts.sft_pool == prepared.sft_pool and parts.oracle is not None
             rows = [json.loads(x) for x in (tmp_path / "run" / DISTILL_FILE).read_text().splitlines()]
             assert len(rows) == 12 and all(r["acc"] is not None for r in rows)
             by_id = {r["id"]: r for r in rows}
@@ -65,10 +73,15 @@ def test_the_warm_up_learns_only_from_oracle_trajectories_that_beat_naive_rag(tm
             summary = json.loads((tmp_path / "run" / "distill_summary.json").read_text())
             assert summary["kept"] == len(kept) and summary["candidates"] == 12
             trainer = S3Trainer(parts, log=lambda s: None)
-            assert {trainer.examples[i].id for s in range(2) for i in trainer.batch_indices(s)} <= kept
+            assert {trainer.examples[i].id for s in range(2) for i in trainer.order.batch_indices(s)} <= kept
             trainer.close()
         finally:
             parts.close()
-        again = build_training(cfg, log=lambda s: None)  # the scores are cached: no generator call
-        again.close()
+        again = prepare_run(cfg, log=lambda s: None)  # the data and the scores are cached: no generator call
         assert again.sft_pool == pool and srv.stats()["requests"] == calls
+        # a dry run of a fresh run over the prepared data: no preparation stage, so no distillation and no paid call
+        fresh = tmp_path / "fresh"
+        sets = [x for o in over if not o.startswith("training.output_dir=") for x in ("--set", o)]
+        assert s3_main(["train", "--config", str(SMOKE), *sets, "--set", f"training.output_dir={fresh}",
+                        "--dry-run"]) == 0
+        assert srv.stats()["requests"] == calls and not (fresh / DISTILL_FILE).exists()

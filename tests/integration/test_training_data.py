@@ -183,3 +183,42 @@ def test_exclude_sources_removes_shared_paragraphs_and_the_questions_that_needed
                              log=lambda s: None)
     assert again["counts"] == c
     assert [json.loads(x)["id"] for x in (tmp_path / "again" / "questions.jsonl").read_text().splitlines()] == kept
+
+
+def test_the_preparation_stage_prepares_what_is_missing_once_and_logs_it(tmp_path: Path) -> None:
+    """`s3 train`'s preparation stage (training/data.py's prepared_training_set): a missing directory is prepared, with
+    a log line saying so; a prepared one is loaded as it is; other filters prepare again. A keep_answerable filter
+    without a baseline (reward em) is counted in the manifest like the one after it."""
+    from s3.config import load_config
+    from training.data import prepared_training_set
+
+    train = [
+        _hotpot("t1", "Who wrote A?", "Ann", [("A", "A was written by Ann."), ("B", "B is a letter.")], ["A"]),
+        _hotpot("t2", "Is B a letter?", "yes", [("B", "B is a letter."), ("C", "C is elsewhere.")], ["B"]),
+        _hotpot("t3", "Where is C?", "Chur", [("C", "C is in Chur."), ("D", "D is not.")], ["C"]),
+    ]
+    train_file = tmp_path / "train.json"
+    train_file.write_text(json.dumps(train))
+
+    def reply(prompt: str) -> str:  # answers from the gold paragraph of t1 only
+        return "Ann" if "A was written by Ann." in prompt else "I do not know."
+
+    with FakeLLMServer(reply=reply) as srv:
+        over = [
+            f"training.data.sources={json.dumps([f'hotpotqa:{train_file}'])}",
+            f"training.data.dir={tmp_path / 'data'}", "training.reward=em", "training.data.keep_baseline_zero=false",
+            "training.heldout.questions=0", "generator.model=openai/fake", f"generator.api_base={srv.api_base}",
+            "generator.cache_path=null", "eval.metric=span",
+        ]
+        logs: list[str] = []
+        data = prepared_training_set(load_config(None, over), log=logs.append)
+        assert [e.id for e in data.examples] == ["t1", "t3"] and "preparing the training data" in logs[0]
+        assert data.manifest["baseline"].startswith("skipped") and "after_keep_answerable" not in data.manifest["counts"]
+        logs.clear()
+        assert [e.id for e in prepared_training_set(load_config(None, over), log=logs.append).examples] == ["t1", "t3"]
+        assert len(logs) == 1 and "is prepared (2 training questions)" in logs[0]  # loaded, nothing prepared
+        logs.clear()
+        strict = prepared_training_set(load_config(None, [*over, "training.data.keep_answerable=true"]), log=logs.append)
+        assert "filters" in logs[0] and srv.stats()["requests"] == 2  # the gold context of t1 and t3, asked once
+        assert [e.id for e in strict.examples] == ["t1"]
+        assert strict.manifest["counts"]["after_keep_answerable"] == 1 and strict.manifest["answerable"]["judged"] == 2
