@@ -97,7 +97,7 @@ def evaluation(api: str, srv: Any, tmp: Path, n: int) -> dict[str, Any]:
 
 def training(api: str, tmp: Path, steps: int) -> dict[str, Any]:
     from s3.config import load_config
-    from training.budget import dry_run
+    from training.budget import BudgetedExecutor, dry_run
     from training.rundir import read_metrics
     from training.trainer import make_trainer
 
@@ -117,10 +117,11 @@ def training(api: str, tmp: Path, steps: int) -> dict[str, Any]:
     res: dict[str, Any] = {"steps": steps}
     t0 = time.perf_counter()
     t = make_trainer(cfg(10.0), log=lambda s: None)
-    d = dry_run(t)
+    d = dry_run(t.parts, t.step)
     res["dry_run"] = d
     t.train(max_steps=1)  # what one step really costs, then a budget of 2.5 steps' worth
     budget = round(2.5 * read_metrics(run)[0]["cost/usd_step"], 6)
+    assert isinstance(t.executor, BudgetedExecutor)  # training.budget_usd is set
     t.executor.budget.limit_usd = budget
     out = t.train()
     t.close()
