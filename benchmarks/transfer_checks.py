@@ -128,6 +128,11 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
     else:
         raise SystemExit(f"unknown method {method!r}: naive_rag_topN, a1, heuristic or a0")
     name = method if max_tokens in (None, _cfg().generator.max_tokens) else f"{method}_mt{max_tokens}"
+    summary = _run_dir(gen, name) / "summary.json"
+    done = json.loads(summary.read_text()) if summary.is_file() else {}
+    if done.get("n_scored", 0) >= limit and not done.get("n_failed") and not done.get("n_missing"):
+        print(f"= {gen}/{name}: {done['n_scored']} questions already scored", flush=True)
+        return
     _s3("eval", "--config", str(CONFIG), *[x for s in sets for x in ("--set", s)], "--dataset", str(data),
         "--index", str(index), "--limit", str(limit), "--out", str(_run_dir(gen, name)), "--no-progress",
         "--method", *margs)
