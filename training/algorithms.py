@@ -26,8 +26,10 @@ __all__ = [
     "GRPOLossOutput",
     "PPOLossOutput",
     "flat_groups",
+    "format_only_groups",
     "gae_advantages",
     "gather_logprobs",
+    "group_advantages_format_centred",
     "group_advantages_missing",
     "grpo_loss",
     "kl_k3",
@@ -127,6 +129,62 @@ def group_advantages_missing(rewards: list[float | None], group_size: int, eps: 
         adv = (vals - vals.mean()) / (vals.std() + eps)
         for i, a in zip(idx, adv.tolist(), strict=True):
             out[i] = a
+    return out
+
+
+def group_advantages_format_centred(rewards: list[float | None], format_terms: list[float], group_size: int,
+                                    eps: float = 1e-6) -> list[float | None]:
+    """GRPO advantages where a format term (`rewards` = task reward + format term, e.g. training.invalid_penalty's
+    minus penalty x invalid-turn fraction) keeps its own scale: the task reward (reward - format term) is
+    group-normalised as in `group_advantages_missing`, the format term is only centred on its group's mean, never
+    divided by the group's std. A format term therefore moves an advantage by at most its own range within the group
+    (<= the penalty), whatever the group: a group whose task rewards are all equal (format-only) gets advantages of
+    that size, not the +-1.5 a correct answer earns; and where the task rewards differ, two members' task advantages
+    differ by (their task-reward difference) / std >= 1.41 for two-level rewards, so a format term below that never
+    reverses the task's order. Missing rewards (None) and groups with < 2 scored members: as in
+    `group_advantages_missing`.
+
+    >>> adv = group_advantages_format_centred([0.0, 0.0, 0.0, -0.25, 1.0, 0.0, 1.0, -0.5], [0.0, 0.0, 0.0, -0.25,
+    ...                                       0.0, 0.0, 0.0, -0.5], 4)
+    >>> [round(a, 3) for a in adv]  # group 1: format only; group 2: task 1, 0, 1, 0 and one invalid rollout
+    [0.062, 0.062, 0.062, -0.188, 0.991, -0.741, 0.991, -1.241]
+    >>> [round(a, 3) for a in group_advantages_missing([0.0, 0.0, 0.0, -0.25], 4)]  # normalised: full size
+    [0.5, 0.5, 0.5, -1.5]
+    """
+    if len(format_terms) != len(rewards):
+        raise ValueError(f"{len(format_terms)} format terms for {len(rewards)} rewards")
+    # rounded: reward - term recovers the task reward up to float error, and a flat task group must stay exactly flat
+    task: list[float | None] = [None if r is None else round(float(r) - f, 9) for r, f in zip(rewards, format_terms, strict=True)]
+    out = group_advantages_missing(task, group_size, eps)
+    for g in range(0, len(rewards), group_size):
+        idx = [i for i in range(g, g + group_size) if out[i] is not None]
+        if not idx:
+            continue
+        mean_f = sum(format_terms[i] for i in idx) / len(idx)
+        for i in idx:
+            out[i] = float(out[i]) + (format_terms[i] - mean_f)  # type: ignore[arg-type]
+    return out
+
+
+def format_only_groups(rewards: list[float | None], format_terms: list[float], group_size: int) -> list[int]:
+    """Start indices of the groups whose task rewards (reward - format term; two or more scored) are all equal while
+    their rewards are not: the groups whose whole GRPO advantage comes from the format term (metric
+    reward/format_only_groups). Under `group_advantages_missing` they get full-size advantages.
+
+    >>> format_only_groups([0.0, -0.5, 1.0, 0.5, 0.0, 0.0], [0.0, -0.5, -0.5, 0.0, 0.0, 0.0], 2)
+    [0]
+    """
+    if len(format_terms) != len(rewards):
+        raise ValueError(f"{len(format_terms)} format terms for {len(rewards)} rewards")
+    out = []
+    for g in range(0, len(rewards), group_size):
+        idx = [i for i in range(g, g + group_size) if rewards[i] is not None]
+        if len(idx) < 2:
+            continue
+        task = {round(float(rewards[i]) - format_terms[i], 9) for i in idx}  # type: ignore[arg-type]
+        total = {float(rewards[i]) for i in idx}  # type: ignore[arg-type]
+        if len(task) == 1 and len(total) > 1:
+            out.append(g)
     return out
 
 

@@ -245,6 +245,15 @@ class TrainingConfig(Section):
         "invalid (no <query> and no <search_complete>, an empty query, ...). 0 = the s3 paper (no format term); a small "
         "searcher may then drift into select-only replies at no cost (docs/transfer.md).",
     )
+    format_advantage: Literal["centred", "normalised"] = Field(
+        "centred",
+        description="How GRPO weighs the format term (invalid_penalty). 'centred': the task reward is group-normalised "
+        "alone and the format term is only centred on its group's mean, so it moves an advantage by at most "
+        "invalid_penalty and a group whose task rewards are all equal gets small advantages (training/algorithms.py "
+        "group_advantages_format_centred). 'normalised': the format term is part of the reward the group normalises "
+        "(attempts 1-2 of docs/transfer.md): a format-only difference then gets a full-size advantage. Either way the "
+        "groups whose task rewards are all equal but whose rewards differ are counted (reward/format_only_groups).",
+    )
     base_model: str = Field("smollm2-135m", description="Trainable policy: an offline model name or a HF model dir.")
     output_dir: str = Field("runs/train", description="Run directory: checkpoints, metrics.jsonl, TensorBoard, plots.")
     total_steps: int = Field(20, ge=1, description="Optimizer steps (the warm-up steps included).")
