@@ -134,6 +134,16 @@ class _Decision(NamedTuple):
 _DONE = _Decision(done=True)
 
 
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """The settings of one `search()` call, read from its config once (not per reply or window), and passed down the
+    loop: the searcher itself keeps no per-call state, so concurrent calls with different settings can share it."""
+
+    cfg: SearcherConfig
+    cap: int  # #MaxContexts
+    lines: dict[str, tuple[str, str]] | None  # rendered lines cut to cfg.doc_token_budget (None: whole passages)
+
+
 class S3Searcher:
     """The s3 searcher: a policy LLM that queries `retriever`, selects documents and decides when to stop.
 
@@ -172,10 +182,7 @@ class S3Searcher:
         self.count_tokens = count_tokens
         self.last_stats = LoopStats()
         self._line_caches: dict[int, dict[str, tuple[str, str]]] = {}
-        self._lines: tuple[int | None, dict[str, tuple[str, str]] | None]
-        self._cap: int
-        self._max_select: int
-        self._read_batch_settings()
+        self._settings(self.cfg)  # a configuration the loop cannot run is an error now, not at the first search
 
     _LINE_CACHE_MAX = 20_000  # cut document lines kept per budget (<= ~30 MB; then start over); whole passages: no cache
 
@@ -187,20 +194,18 @@ class S3Searcher:
             cache = self._line_caches[budget] = {}
         return cache
 
-    def _read_batch_settings(self) -> None:
-        """#MaxContexts, max_select and the (budget, rendered-line cache) pair, read from the config once per batch
-        instead of once per reply or window (the service may swap `cfg` between searches, so never only once)."""
-        self._cap = self.max_contexts
-        self._max_select = self.cfg.max_select
-        if self.cfg.additive:
-            self._check_additive(self._cap)
-        budget = self.cfg.doc_token_budget
-        # whole passages (no budget) are written straight from the documents: no cache (render_information)
-        self._lines = (budget, self._line_cache(budget) if budget is not None else None)
+    def _settings(self, cfg: SearcherConfig) -> _Run:
+        """One call's settings: #MaxContexts and the rendered-line cache of its document budget (whole passages are
+        written straight from the documents: no cache), after checking that the loop can run them."""
+        if cfg.additive:
+            self._check_additive(cfg)
+        budget = cfg.doc_token_budget
+        return _Run(cfg, cfg.max_contexts, self._line_cache(budget) if budget is not None else None)
 
-    def _check_additive(self, cap: int) -> None:
+    def _check_additive(self, cfg: SearcherConfig) -> None:
         """An additive searcher keeps D0 whole: it needs a D0 (begin-with-search) and room for it under the cap."""
-        if not self._begins_with_search():
+        cap = cfg.max_contexts
+        if not self._begins_with_search(cfg):
             raise ConfigError("searcher.additive keeps the begin-with-search documents: it needs "
                               "searcher.begin_with_search = true (and is not an option of the Search-R1 agent)")
         if cap < self.k0:
@@ -225,11 +230,15 @@ class S3Searcher:
         return self.search([question])[0]
 
     def search(
-        self, questions: Sequence[str | QAExample], *, cancelled: Sequence[Callable[[], bool]] | None = None
+        self, questions: Sequence[str | QAExample], *, cfg: SearcherConfig | None = None,
+        cancelled: Sequence[Callable[[], bool]] | None = None,
     ) -> list[SearchResult]:
         """Run the loop for every question; questions advance in lockstep batches of `policy.max_batch` (all at once
         when None). Returns one SearchResult per question, in order.
 
+        cfg: the loop settings of this call (k, max_turns, max_select, budget, cap, ...; default: the searcher's
+        own). The policy, its backend and the retriever stay; the searcher keeps nothing of a call on itself, so
+        calls with different settings may run at once (the /search service and MCP do).
         cancelled: one callable per question, asked before every turn; a question whose callable says True leaves
         the batch there (its result ends `degraded` with error_code 'deadline_exceeded') and the others go on. The
         /search service passes the requests' deadlines this way."""
@@ -241,29 +250,30 @@ class S3Searcher:
             if not isinstance(text, str) or not text.strip():
                 raise S3Error(f"question {i} is empty: every question needs some text")
             items.append((text.strip(), qid))
+        run = self._settings(self.cfg if cfg is None else cfg)
         stats = LoopStats(questions=len(items))
         self.last_stats = stats
         t_start = time.perf_counter()
         chunk = self.policy.max_batch or max(len(items), 1)
         results: list[SearchResult] = []
         for lo in range(0, len(items), chunk):
-            results.extend(self._run_batch(items[lo : lo + chunk], lo, stats, cancelled))
+            results.extend(self._run_batch(items[lo : lo + chunk], lo, stats, run, cancelled))
         stats.seconds = time.perf_counter() - t_start
         return results
 
     # --------------------------------------------------------------------------------------------- the lockstep loop
     def _run_batch(
-        self, items: list[tuple[str, str | None]], offset: int, stats: LoopStats,
+        self, items: list[tuple[str, str | None]], offset: int, stats: LoopStats, run: _Run,
         cancelled: Sequence[Callable[[], bool]] | None = None,
     ) -> list[SearchResult]:
         t0 = time.perf_counter()
-        self._read_batch_settings()
+        cfg = run.cfg
         states = [_Rollout(index=offset + i, question=q, question_id=qid) for i, (q, qid) in enumerate(items)]
-        self._begin(states, stats)
-        T = self.max_turns
+        self._begin(states, stats, run)
+        T = cfg.max_turns
         for r in range(T + 1):
             if cancelled is not None:
-                self._leave_if_cancelled(states, t0, cancelled)
+                self._leave_if_cancelled(states, t0, cancelled, run)
             active = [st for st in states if not st.done]
             if not active:
                 break
@@ -272,8 +282,8 @@ class S3Searcher:
             outs = self.policy.generate(
                 prompts,
                 stop=self.stop_strings,
-                max_new_tokens=self.cfg.max_new_tokens,
-                temperature=self.cfg.temperature,
+                max_new_tokens=cfg.max_new_tokens,
+                temperature=cfg.temperature,
             )
             dt = time.perf_counter() - tp
             stats.policy_seconds += dt
@@ -285,7 +295,7 @@ class S3Searcher:
             record_reply, decide, share, last = self._record_reply, self._decide, dt / len(active), r == T
             for st, out in zip(active, outs, strict=True):
                 record_reply(st, out, share)
-                decision = decide(st, out, last)
+                decision = decide(st, out, last, run)
                 assert st.step is not None
                 st.steps.append(st.step)
                 st.step = None
@@ -301,7 +311,7 @@ class S3Searcher:
                     self._insert(st, decision.observation or "")
             if to_search:
                 tr = time.perf_counter()
-                windows = self.retriever.search([q for _, q in to_search], self._turn_k())
+                windows = self.retriever.search([q for _, q in to_search], self._turn_k(cfg))
                 dr = time.perf_counter() - tr
                 stats.retrieval_seconds += dr
                 stats.retrieval_calls += 1
@@ -311,7 +321,7 @@ class S3Searcher:
                 for (st, q), docs in zip(to_search, windows, strict=True):
                     st.window = list(docs)
                     st.step = _Step(turn=r + 1, query=q, retrieved_ids=[d.id for d in docs], retrieval_seconds=share)
-                    insert(st, observe(st.window))
+                    insert(st, observe(st.window, run))
         now = time.perf_counter() - t0
         results = []
         for st in states:
@@ -324,7 +334,9 @@ class S3Searcher:
             }))  # every field from the loop's own typed state (test_agent checks the result against the schema)
         return results
 
-    def _leave_if_cancelled(self, states: list[_Rollout], t0: float, cancelled: Sequence[Callable[[], bool]]) -> None:
+    def _leave_if_cancelled(
+        self, states: list[_Rollout], t0: float, cancelled: Sequence[Callable[[], bool]], run: _Run
+    ) -> None:
         """Questions whose caller gave up (their deadline passed) leave the batch before the next policy call."""
         for st in states:
             if not st.done and cancelled[st.index]():
@@ -332,21 +344,22 @@ class S3Searcher:
                     st.step.invalid_reason = "cancelled: the request's deadline passed"
                     st.steps.append(st.step)
                     st.step = None
-                self._fail(st, "cancelled: the request's deadline passed", "deadline_exceeded")
+                self._fail(st, "cancelled: the request's deadline passed", "deadline_exceeded", run)
                 st.done = True
                 st.finished_at = time.perf_counter() - t0
 
-    def _fail(self, st: _Rollout, error: str, code: str) -> None:
+    def _fail(self, st: _Rollout, error: str, code: str, run: _Run) -> None:
         """End a question's search early, degraded: it keeps what was admitted, or D0 when nothing was."""
         st.error, st.error_code = error, code
         if not st.docs and st.d0:
-            self._admit(st, st.d0, self._cap)
+            self._admit(st, st.d0, run.cap)
 
-    def _begin(self, states: list[_Rollout], stats: LoopStats) -> None:
+    def _begin(self, states: list[_Rollout], stats: LoopStats, run: _Run) -> None:
         """Begin-with-search (one batched retrieval of every question) and the first prompt."""
         d0: list[list[Document]] = [[] for _ in states]
         dr = 0.0
-        if self._begins_with_search() and states:
+        bws = self._begins_with_search(run.cfg)
+        if bws and states:
             tr = time.perf_counter()
             d0 = [list(x) for x in self.retriever.search([st.question for st in states], self.k0)]
             dr = time.perf_counter() - tr
@@ -354,21 +367,20 @@ class S3Searcher:
             stats.retrieval_calls += 1
             if len(d0) != len(states):
                 raise RuntimeError(f"retriever returned {len(d0)} result lists for {len(states)} queries")
-        additive = self.cfg.additive
+        additive = run.cfg.additive
         for st, docs in zip(states, d0, strict=True):
             st.window = docs
             st.d0 = docs
             if additive:  # naive RAG's top-k as it came (ids and order; no content dedup among them), then additions
                 st.docs.update((d.id, d) for d in docs)
                 st.content_keys.update((d.title, d.text) for d in docs)
-            bws = self._begins_with_search()
             st.step = _Step(
                 turn=0,
                 query=st.question if bws else None,
                 retrieved_ids=[d.id for d in docs],
                 retrieval_seconds=dr / len(states) if bws else 0.0,
             )
-            prompt = self._first_prompt(st.question, docs if bws else None)
+            prompt = self._first_prompt(st.question, docs if bws else None, run)
             user: Message = {"role": "user", "content": prompt}
             if self.token_mode:
                 ids = list(self.policy.encode_chat([user]))  # type: ignore[attr-defined]
@@ -417,55 +429,54 @@ class S3Searcher:
                 seen.add(key)
 
     # --------------------------------------------------------------------------------- s3-specific hooks (overridable)
-    def _begins_with_search(self) -> bool:
-        return self.cfg.begin_with_search
+    def _begins_with_search(self, cfg: SearcherConfig) -> bool:
+        return cfg.begin_with_search
 
-    def _turn_k(self) -> int:
-        return self.k
+    def _turn_k(self, cfg: SearcherConfig) -> int:
+        return cfg.k
 
-    def _render(self, docs: Sequence[Document]) -> str:
-        budget, cache = self._lines
-        return render_information(docs, budget, self.count_tokens, cache=cache)
+    def _render(self, docs: Sequence[Document], run: _Run) -> str:
+        return render_information(docs, run.cfg.doc_token_budget, self.count_tokens, cache=run.lines)
 
-    def _first_prompt(self, question: str, d0: list[Document] | None) -> str:
-        return build_s3_prompt(question, self._render(d0) if d0 is not None else None, self._max_select)
+    def _first_prompt(self, question: str, d0: list[Document] | None, run: _Run) -> str:
+        return build_s3_prompt(question, self._render(d0, run) if d0 is not None else None, run.cfg.max_select)
 
-    def _window_observation(self, docs: list[Document]) -> str:
+    def _window_observation(self, docs: list[Document], run: _Run) -> str:
         """The text inserted after a query: the rendered window wrapped in <information> tags, built in one join
         (= information_observation(self._render(docs)); a chat message gets it without the surrounding blank lines,
         which `_insert` would strip)."""
-        budget, cache = self._lines
         head, tail = (INFORMATION_HEAD, INFORMATION_TAIL) if self.token_mode else (INFORMATION_CHAT_HEAD, INFORMATION_CHAT_TAIL)
-        return render_information(docs, budget, self.count_tokens, cache=cache, head=head, tail=tail)
+        return render_information(docs, run.cfg.doc_token_budget, self.count_tokens, cache=run.lines, head=head,
+                                  tail=tail)
 
-    def _decide(self, st: _Rollout, out: PolicyOutput, last_turn: bool) -> _Decision:
+    def _decide(self, st: _Rollout, out: PolicyOutput, last_turn: bool, run: _Run) -> _Decision:
         step = st.step
         assert step is not None
         if out.error is not None:
             step.invalid_reason = f"policy call failed: {out.error}"
-            self._fail(st, f"policy call failed: {out.error}", out.error_code or "upstream_error")
+            self._fail(st, f"policy call failed: {out.error}", out.error_code or "upstream_error", run)
             return _DONE
-        window = st.window
-        action = parse_s3_reply(out.text, len(window), self._max_select)
+        window, cfg = st.window, run.cfg
+        action = parse_s3_reply(out.text, len(window), cfg.max_select)
         step.search_complete = action.search_complete
         step.invalid_reason = action.invalid_reason
         # selection over the current window (Appendix A.5 when there is no <important_info>)
         if action.selected is not None:
             chosen = [window[i - 1] for i in action.selected]
             step.selected_ids = [d.id for d in chosen]
-            self._admit(st, chosen, self._cap)
-        elif window and self.cfg.no_selection == "all":
+            self._admit(st, chosen, run.cap)
+        elif window and cfg.no_selection == "all":
             step.selected_ids = [d.id for d in window]
             step.selection_fallback = True
-            self._admit(st, window, self._cap)
+            self._admit(st, window, run.cap)
         if last_turn:
             return _DONE
         if action.search_complete is True:
-            if self.cfg.min_turns:
+            if cfg.min_turns:
                 searched = sum(1 for s in st.steps if s.turn > 0 and s.query is not None) + (step.turn > 0 and step.query is not None)
-                if searched < self.cfg.min_turns:
-                    step.invalid_reason = f"search_complete before the minimum of {self.cfg.min_turns} search turn(s)"
-                    return _Decision(observation=search_required_observation(self.cfg.min_turns))
+                if searched < cfg.min_turns:
+                    step.invalid_reason = f"search_complete before the minimum of {cfg.min_turns} search turn(s)"
+                    return _Decision(observation=search_required_observation(cfg.min_turns))
             return _DONE
         if action.wants_search:
             return _Decision(action.query)  # positional: the query is the first field (a hot path)
@@ -484,30 +495,29 @@ class SearchR1Agent(S3Searcher):
 
     stop_strings = SEARCH_R1_STOP
 
-    def _begins_with_search(self) -> bool:
+    def _begins_with_search(self, cfg: SearcherConfig) -> bool:
         return False
 
-    def _turn_k(self) -> int:
+    def _turn_k(self, cfg: SearcherConfig) -> int:
         return self.k0
 
-    def _render(self, docs: Sequence[Document]) -> str:
-        budget, cache = self._lines
-        return render_information(docs, budget, self.count_tokens, style="search_r1", cache=cache)
+    def _render(self, docs: Sequence[Document], run: _Run) -> str:
+        return render_information(docs, run.cfg.doc_token_budget, self.count_tokens, style="search_r1", cache=run.lines)
 
-    def _first_prompt(self, question: str, d0: list[Document] | None) -> str:
+    def _first_prompt(self, question: str, d0: list[Document] | None, run: _Run) -> str:
         return build_search_r1_prompt(question)
 
-    def _window_observation(self, docs: list[Document]) -> str:
-        return f"\n\n<information>{self._render(docs).strip()}</information>\n\n"
+    def _window_observation(self, docs: list[Document], run: _Run) -> str:
+        return f"\n\n<information>{self._render(docs, run).strip()}</information>\n\n"
 
-    def _decide(self, st: _Rollout, out: PolicyOutput, last_turn: bool) -> _Decision:
+    def _decide(self, st: _Rollout, out: PolicyOutput, last_turn: bool, run: _Run) -> _Decision:
         step = st.step
         assert step is not None
         if st.window:  # the documents the policy read count as its context
             self._admit(st, st.window, None)
         if out.error is not None:
             step.invalid_reason = f"policy call failed: {out.error}"
-            self._fail(st, f"policy call failed: {out.error}", out.error_code or "upstream_error")
+            self._fail(st, f"policy call failed: {out.error}", out.error_code or "upstream_error", run)
             return _DONE
         action = parse_search_r1_reply(out.text)
         step.invalid_reason = action.invalid_reason

@@ -4,17 +4,19 @@
     uvicorn.run(app, host="127.0.0.1", port=8000)
 
 Endpoints
-- `POST /search {"question", "k"?, "max_turns"?}` -> the selected documents D_s3 (id, title, text, score, turn) and a
-  trajectory summary (turns, queries, retrieved / selected ids per turn, seconds). `k` is the number of documents
+- `POST /search {"question", "k"?, "max_turns"?}` -> `SearchResponse`: the selected documents D_s3 (id, title, text,
+  score, turn), a trajectory summary (turns, queries, retrieved / selected ids per turn, how it stopped, seconds) and
+  the cost (policy calls, tokens, dollars). The same record is MCP `gather_context`'s answer and `s3 search --json`'s
+  output. `k` is the number of documents
   retrieved per search turn, `max_turns` the number of search turns after begin-with-search; both default to the
   searcher's configuration and are bounded by `[service]` limits (422 naming the limit).
 - `POST /retrieve` the Search-R1 retrieval contract, served by the retrieval layer's own router.
 - `GET /health` model, index, corpus size, limits.
 
-Concurrent /search requests are gathered into lockstep batches by `searcher.batching` (one micro-batcher per
-distinct (k, max_turns) setting, so a batch always runs with one setting); up to `service.batch_workers` batches run
-at once in worker threads (capped by the policy: one for a local llama.cpp model), so one slow batch does not hold the
-others. A request still running after `service.request_timeout_s` gets 504 and leaves its batch at the next turn (the
+Concurrent /search requests (and MCP `gather_context` calls) are gathered into lockstep batches by `SettingsBatcher`
+(one micro-batcher per distinct (k, max_turns) setting, so a batch always runs with one setting, passed to the
+searcher per call); up to `service.batch_workers` batches run at once in worker threads (capped by the policy: one for
+a local llama.cpp model), so one slow batch does not hold the others. A request still running after `service.request_timeout_s` gets 504 and leaves its batch at the next turn (the
 batch goes on without it); the policy's own per-call timeout (`searcher.timeout_s`) cuts a hung upstream call.
 
 Failures (searcher/serving.py turns them into typed JSON): a policy call that fails for one question (rate limit, 5xx,
@@ -30,36 +32,41 @@ LangChain / LlamaIndex integrations reuse them.
 from __future__ import annotations
 
 import asyncio
-import copy
-import inspect
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from s3core.credentials import redact
 from s3core.errors import DeadlineExceededError, S3Error
+from s3core.pricing import Price
 from s3core.types import SearchResult
+from searcher.batching import MicroBatcher
 from searcher.config import SearcherConfig, ServiceConfig
 from searcher.retrieval.base import Retriever
 
 __all__ = [
+    "SearchCost",
+    "SearchError",
     "SearchRequest",
     "SearchResponse",
     "SearchSettings",
     "ServedDocument",
+    "ServedSearcher",
     "SettingsBatcher",
     "StepSummary",
     "TrajectorySummary",
+    "batch_workers",
     "check_request",
     "create_search_app",
     "document_turns",
+    "policy_price",
     "run_search",
+    "search_cost",
     "summarize_result",
-    "with_settings",
 ]
 
 
@@ -103,6 +110,9 @@ class TrajectorySummary(BaseModel):
     queries: list[str] = Field(default_factory=list, description="Queries searched, in order (turn 0 = the question).")
     steps: list[StepSummary] = Field(default_factory=list)
     seconds: float = 0.0
+    stop: Literal["search_complete", "max_turns", "error"] = Field(
+        "search_complete", description="How the search ended: 'search_complete' (the searcher said it had enough), "
+        "'max_turns' (the turn budget was spent) or 'error' (it ended early: see `error`).")
 
 
 class SearchSettings(BaseModel):
@@ -113,6 +123,12 @@ class SearchSettings(BaseModel):
     k: int
     max_turns: int
 
+    def applied_to(self, cfg: SearcherConfig) -> SearcherConfig:
+        """`cfg` (the loop settings served) with this request's per-turn k and turn budget."""
+        if (cfg.k, cfg.max_turns) == (self.k, self.max_turns):
+            return cfg
+        return cfg.model_copy(update={"k": self.k, "max_turns": self.max_turns})
+
 
 class SearchError(BaseModel):
     """Why a search ended early (a degraded answer)."""
@@ -121,10 +137,28 @@ class SearchError(BaseModel):
     message: str = Field(description="What failed, for people (redacted).")
 
 
+class SearchCost(BaseModel):
+    """What the search cost."""
+
+    policy_calls: int = Field(description="Searcher LLM calls (one per reply, the reply to the first retrieval "
+                              "included).")
+    prompt_tokens: int = Field(description="Prompt tokens over those calls.")
+    completion_tokens: int = Field(description="Completion tokens over those calls.")
+    usd: float | None = Field(description="Dollars (0 for a local model); null when the policy model's price is "
+                              "unknown (set searcher.input_cost_per_mtok / output_cost_per_mtok).")
+    seconds: float = Field(description="Wall time of the search.")
+
+
 class SearchResponse(BaseModel):
+    """A searcher's answer for one question: the one result shape of `/search`, MCP `gather_context`, `s3 search
+    --json` and the Python clients (searcher/integrations); a contexts.jsonl row (`s3 search --out`, eval/contexts.py)
+    is this record without the document texts, keyed by the question id."""
+
     question: str
-    documents: list[ServedDocument] = Field(default_factory=list)
+    documents: list[ServedDocument] = Field(
+        default_factory=list, description="The selected documents D_s3, in the order they were admitted.")
     trajectory: TrajectorySummary
+    cost: SearchCost | None = None
     settings: SearchSettings | None = None
     answer: str | None = Field(default=None, description="Only for end-to-end agents (Search-R1) that answer themselves.")
     degraded: bool = Field(
@@ -133,6 +167,17 @@ class SearchResponse(BaseModel):
         "begin-with-search top-k) when it had none.",
     )
     error: SearchError | None = None
+
+
+class ServedSearcher(Protocol):
+    """What the services run (S3Searcher is one): a searcher with its loop settings that takes per-call ones."""
+
+    cfg: SearcherConfig
+
+    def search(
+        self, questions: Sequence[str], *, cfg: SearcherConfig | None = None,
+        cancelled: Sequence[Callable[[], bool]] | None = None,
+    ) -> list[SearchResult]: ...
 
 
 # ------------------------------------------------------------------------------------------------ pure functions
@@ -155,8 +200,32 @@ def document_turns(result: SearchResult) -> dict[str, int]:
     return turns
 
 
-def summarize_result(result: SearchResult, settings: SearchSettings | None = None) -> SearchResponse:
-    """SearchResult -> the /search response (documents with their admission turn, trajectory summary)."""
+def stop_reason(result: SearchResult, max_turns: int) -> Literal["search_complete", "max_turns", "error"]:
+    if result.error is not None:
+        return "error"
+    if any(s.search_complete for s in result.steps):
+        return "search_complete"
+    return "max_turns" if result.turns >= max_turns else "search_complete"
+
+
+def search_cost(result: SearchResult, price: Price | None) -> SearchCost:
+    """Policy calls (every step the policy replied to: the one that read the first retrieval included; a step left
+    when the caller's deadline passed had no reply), tokens and dollars of one search."""
+    calls = sum(1 for s in result.steps if s.policy_text or s.policy_seconds > 0 or s.completion_tokens)
+    pt = sum(s.prompt_tokens for s in result.steps)
+    ct = sum(s.completion_tokens for s in result.steps)
+    return SearchCost(policy_calls=calls, prompt_tokens=pt, completion_tokens=ct,
+                      usd=None if price is None else round(price.cost(pt, ct), 9), seconds=round(result.seconds, 4))
+
+
+def summarize_result(
+    result: SearchResult, settings: SearchSettings | None = None, *, max_turns: int | None = None,
+    price: Price | None = None,
+) -> SearchResponse:
+    """SearchResult -> the typed answer (documents with their admission turn, trajectory summary, cost).
+
+    max_turns: the turn budget the search ran with (default: `settings`', else the turns it took), for the stop
+    reason; price: the policy model's (None: `cost.usd` is null)."""
     turns = document_turns(result)
     docs = [
         ServedDocument(id=d.id, title=d.title, text=d.text, score=d.score, turn=turns.get(d.id))
@@ -175,18 +244,29 @@ def summarize_result(result: SearchResult, settings: SearchSettings | None = Non
         )
         for s in result.steps
     ]
+    budget = max_turns if max_turns is not None else settings.max_turns if settings is not None else result.turns
     traj = TrajectorySummary(
         turns=result.turns,
         queries=[s.query for s in result.steps if s.query],
         steps=steps,
         seconds=round(result.seconds, 4),
+        stop=stop_reason(result, budget),
     )
-    error = getattr(result, "error", None)
     failure = None
-    if error is not None:
-        failure = SearchError(code=getattr(result, "error_code", None) or "upstream_error", message=redact(error))
-    return SearchResponse(question=result.question, documents=docs, trajectory=traj, settings=settings,
-                          answer=result.answer, degraded=failure is not None, error=failure)
+    if result.error is not None:
+        failure = SearchError(code=result.error_code or "upstream_error", message=redact(result.error))
+    return SearchResponse(question=result.question, documents=docs, trajectory=traj, cost=search_cost(result, price),
+                          settings=settings, answer=result.answer, degraded=failure is not None, error=failure)
+
+
+def policy_price(cfg: SearcherConfig) -> Price | None:
+    """The searcher model's price: 0 for a policy that runs here (transformers, an in-process vLLM, `local/`), the
+    section's prices, or litellm's cost map (s3core/pricing.py); None = unknown."""
+    from s3core.pricing import resolve_price
+
+    if cfg.policy != "litellm" and cfg.input_cost_per_mtok is None:
+        return Price(0.0, 0.0, "local")
+    return resolve_price(cfg.model, cfg.api_base, cfg.input_cost_per_mtok, cfg.output_cost_per_mtok)
 
 
 def default_settings(searcher_cfg: SearcherConfig) -> SearchSettings:
@@ -216,39 +296,20 @@ def check_request(req: SearchRequest, limits: ServiceConfig, searcher_cfg: Searc
     return SearchSettings(k=k, max_turns=max_turns)
 
 
-def with_settings(searcher: Any, settings: SearchSettings) -> Any:
-    """The searcher to run `settings` with: itself when they are its configured ones, else a shallow copy whose
-    [searcher] config has the requested per-turn k and turn budget."""
-    cfg = getattr(searcher, "cfg", None)
-    if not isinstance(cfg, SearcherConfig):
-        raise S3Error(f"{type(searcher).__name__} has no SearcherConfig .cfg: it cannot run per-request k / max_turns")
-    if (cfg.k, cfg.max_turns) == (settings.k, settings.max_turns):
-        return searcher
-    clone = copy.copy(searcher)
-    clone.cfg = cfg.model_copy(update={"k": settings.k, "max_turns": settings.max_turns})
-    return clone
-
-
 def run_search(
-    searcher: Any,
+    searcher: ServedSearcher,
     questions: Sequence[str],
     settings: SearchSettings | None = None,
     cancelled: Sequence[Callable[[], bool]] | None = None,
+    *,
+    cfg: SearcherConfig | None = None,
 ) -> list[SearchResult]:
-    """Run the searcher on a batch of questions with one setting (None = its configured one).
-
-    Per-call `k` / `max_turns` go in as keyword arguments when the searcher's `search` takes them; otherwise the
-    searcher runs as a copy configured with them (`with_settings`). `cancelled` (one callable per question: has its
-    caller gone?) is passed on when the searcher's `search` takes it (S3Searcher does)."""
-    params = inspect.signature(searcher.search).parameters
-    extra: dict[str, Any] = {"cancelled": list(cancelled)} if cancelled is not None and "cancelled" in params else {}
-    if settings is None:
-        results = searcher.search(list(questions), **extra)
-    elif "k" in params and "max_turns" in params:
-        results = searcher.search(list(questions), k=settings.k, max_turns=settings.max_turns, **extra)
-    else:
-        results = with_settings(searcher, settings).search(list(questions), **extra)
-    results = list(results)
+    """Run the searcher on a batch of questions with one setting: `cfg` (default: the searcher's own loop settings)
+    with the request's per-turn k and turn budget (`settings`; None = as configured). `cancelled`: one callable per
+    question, True once its caller has gone (the question then leaves the batch)."""
+    base = searcher.cfg if cfg is None else cfg
+    run_cfg = base if settings is None else settings.applied_to(base)
+    results = list(searcher.search(list(questions), cfg=run_cfg, cancelled=cancelled))
     if len(results) != len(questions):
         raise S3Error(f"searcher returned {len(results)} results for {len(questions)} questions")
     return results
@@ -260,44 +321,45 @@ def run_search(
 RECENT_BATCHES = 256
 
 
+def batch_workers(searcher: ServedSearcher, service_cfg: ServiceConfig) -> int:
+    """Batches that may run at once: service.batch_workers, capped by what the policy can take (its
+    `max_concurrent_batches`: 1 for one llama.cpp context, None = no cap; a policy that says nothing takes one)."""
+    policy = getattr(searcher, "policy", None)
+    if policy is None:  # a searcher without a policy of its own (a client, a scripted stand-in)
+        return service_cfg.batch_workers
+    cap = getattr(policy, "max_concurrent_batches", 1)
+    return max(1, min(service_cfg.batch_workers, cap)) if isinstance(cap, int) else service_cfg.batch_workers
+
+
 class SettingsBatcher:
-    """Gathers concurrent searches into lockstep batches, one micro-batcher per distinct SearchSettings.
+    """Gathers concurrent searches into lockstep batches, one micro-batcher per distinct SearchSettings: what /search
+    and MCP `gather_context` both submit to.
 
-    `run(questions, settings)` (or `run(questions, settings, cancelled)` when it takes a `cancelled` parameter: one
-    callable per question, True once its caller has gone) is called in a worker thread; at most `workers` batches run
-    at once over all settings (the policy and the CPU are shared), so with workers > 1 a slow batch does not hold the
-    others."""
+    A batch runs `run_search(searcher, questions, settings, cancelled, cfg=cfg)` in a worker thread (`cfg`: the loop
+    settings served, default the searcher's own); at most `batch_workers(searcher, service_cfg)` batches run at once
+    over all settings (the policy and the CPU are shared), so with several a slow batch does not hold the others. The
+    searcher keeps no per-call state, so concurrent batches share it."""
 
-    def __init__(
-        self,
-        run: Callable[..., list[SearchResult]],
-        window_ms: float,
-        max_batch: int,
-        workers: int = 1,
-    ) -> None:
-        self._run = run
-        self._pass_cancel = "cancelled" in inspect.signature(run).parameters
-        self._window_ms = window_ms
-        self._max_batch = max_batch
-        self.workers = workers
-        self._slots = threading.BoundedSemaphore(workers)
+    def __init__(self, searcher: ServedSearcher, service_cfg: ServiceConfig, *, cfg: SearcherConfig | None = None) -> None:
+        self.searcher = searcher
+        self.cfg = searcher.cfg if cfg is None else cfg
+        self._window_ms = service_cfg.batch_window_ms
+        self._max_batch = service_cfg.max_batch
+        self.workers = batch_workers(searcher, service_cfg)
+        self._slots = threading.BoundedSemaphore(self.workers)
         self._lock = threading.Lock()
-        self._batchers: dict[SearchSettings, Any] = {}
+        self._batchers: dict[SearchSettings, MicroBatcher[str, SearchResult]] = {}
         # (settings, size) of the most recent batches, for tests and stats: bounded, a server runs for months
         self.batches: deque[tuple[SearchSettings, int]] = deque(maxlen=RECENT_BATCHES)
         self.batches_run = 0
 
-    def _make(self, settings: SearchSettings) -> Any:
-        from searcher.batching import MicroBatcher
-
+    def _make(self, settings: SearchSettings) -> MicroBatcher[str, SearchResult]:
         def run_batch(questions: list[str], gone: list[Callable[[], bool]]) -> list[SearchResult]:
             with self._slots:
                 with self._lock:
                     self.batches.append((settings, len(questions)))
                     self.batches_run += 1
-                if self._pass_cancel:
-                    return self._run(list(questions), settings, cancelled=gone)
-                return self._run(list(questions), settings)
+                return run_search(self.searcher, questions, settings, gone, cfg=self.cfg)
 
         return MicroBatcher(
             run_batch, window_ms=self._window_ms, max_batch=self._max_batch,
@@ -308,14 +370,11 @@ class SettingsBatcher:
         batcher = self._batchers.get(settings)
         if batcher is None:
             batcher = self._batchers[settings] = self._make(settings)
-        result: SearchResult = await batcher.submit(question)
-        return result
+        return await batcher.submit(question)
 
     async def aclose(self) -> None:
         for b in self._batchers.values():
-            close = getattr(b, "aclose", None)
-            if close is not None:
-                await close()
+            await b.aclose()
         self._batchers.clear()
 
 
@@ -339,7 +398,7 @@ def _corpus_size(retriever: Any) -> int | None:
 
 
 def create_search_app(
-    searcher: Any,
+    searcher: ServedSearcher,
     retriever: Retriever,
     service_cfg: ServiceConfig,
     *,
@@ -350,11 +409,10 @@ def create_search_app(
 ) -> Any:
     """Build the FastAPI app (`/search`, `/retrieve`, `/health`).
 
-    searcher: an S3Searcher (per-request k / max_turns run on a reconfigured copy, see `with_settings`), or anything
-        with `search(questions, k=, max_turns=) -> list[SearchResult]`;
+    searcher: an S3Searcher, or anything with its `cfg` and `search(questions, *, cfg=, cancelled=)` (ServedSearcher);
     retriever: the searcher's retriever (for /retrieve and the corpus size); service_cfg: limits, timeouts, batching;
-    searcher_cfg: request defaults when the searcher has no SearcherConfig of its own; default_topk: /retrieve's topk;
-    model / index: names reported by /health (default: the searcher's model)."""
+    searcher_cfg: the loop settings requests run with (default: the searcher's own; a request's k / max_turns apply on
+    top); default_topk: /retrieve's topk; model / index: names reported by /health (default: the searcher's model)."""
     from contextlib import asynccontextmanager
     from pathlib import PurePath
 
@@ -362,28 +420,13 @@ def create_search_app(
 
     from searcher.serving import ERROR_RESPONSES, ApiError, app_kwargs, check_response_budget, protect
 
-    own_cfg = getattr(searcher, "cfg", None)
-    if isinstance(own_cfg, SearcherConfig):  # defaults and limits follow the searcher actually served
-        searcher_cfg = own_cfg
-    searcher_cfg = searcher_cfg or SearcherConfig()
+    searcher_cfg = searcher.cfg if searcher_cfg is None else searcher_cfg
     if model is None:
         model = searcher_cfg.policy_path or searcher_cfg.model
     if index is not None:
         index = PurePath(index).name  # /health names the index, never a path of the serving machine
-
-    # batches at once: the service's setting, capped by what the policy can take (one llama.cpp context: 1; a policy
-    # that says nothing is assumed to take one at a time)
-    policy = getattr(searcher, "policy", None)
-    cap = getattr(policy, "max_concurrent_batches", 1) if policy is not None else service_cfg.batch_workers
-    workers = max(1, min(service_cfg.batch_workers, cap if isinstance(cap, int) else service_cfg.batch_workers))
-
-    def run(questions: list[str], settings: SearchSettings, cancelled: list[Callable[[], bool]]) -> list[SearchResult]:
-        # a shallow copy per batch: batches may run at once, and the loop keeps per-batch state on the instance
-        own = copy.copy(searcher) if workers > 1 else searcher
-        return run_search(own, questions, settings, cancelled)
-
-    batcher = SettingsBatcher(run, window_ms=service_cfg.batch_window_ms, max_batch=service_cfg.max_batch,
-                              workers=workers)
+    price = policy_price(searcher_cfg)
+    batcher = SettingsBatcher(searcher, service_cfg, cfg=searcher_cfg)
 
     from searcher.retrieval.server import create_retrieve_app
 
@@ -417,7 +460,7 @@ def create_search_app(
                 f"search did not finish within service.request_timeout_s={service_cfg.request_timeout_s}"
             ) from None
         # S3Errors (retrieval failed, credentials refused, ...) go to the typed handler: 502 / 503 / 504 as fits
-        response = summarize_result(result, settings)
+        response = summarize_result(result, settings, price=price)
         check_response_budget(sum(len(d.text.encode()) + len(d.title.encode()) + len(d.id) + 64
                                   for d in response.documents), service_cfg, "this search")
         if response.trajectory.seconds == 0.0:

@@ -4,10 +4,13 @@ and the uvicorn configuration. Limits come from `[service]` (searcher/config.py 
     app = FastAPI(**app_kwargs(cfg)); ...routes...; protect(app, cfg)
     uvicorn.Server(uvicorn_config(app, cfg)).run(sockets=[sock])
 
-Every error a client sees is JSON `{"code": "...", "detail": ..., "retry_after_s"?: n}` with a stable `code`
+Every error a client sees is JSON `{"code": "...", "detail": "...", "retry_after_s"?: n}` with a stable `code`
 (ERROR_CODES for HTTP-level failures; `S3Error.code` for ours, e.g. `upstream_rate_limited`), the status from one
-mapping (`S3Error.http_status`: 502 / 503 / 504 as fits) and `Retry-After` where it is known. A bug is a typed 500
-`internal_error` whose traceback goes to the log (redacted), never to the client.
+mapping (`S3Error.http_status`: 502 / 503 / 504 as fits) and `Retry-After` where it is known; `detail` is always one
+string for people (a body that fails validation: its field errors, `describe_errors`, never the input echoed back or a
+library's help URL). A bug is a typed 500 `internal_error` whose traceback goes to the log (redacted), never to the
+client. The request limits of queries and questions are checked in one place each (`check_queries` here,
+searcher/service.py `check_request`) for HTTP and MCP alike.
 
 What stops a hostile or broken client, from the outside in:
 - uvicorn's own limits: open connections (`limit_concurrency` = max_connections), header size
@@ -30,7 +33,7 @@ import hmac
 import json
 import logging
 import traceback
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -45,7 +48,9 @@ __all__ = [
     "ApiError",
     "ErrorBody",
     "app_kwargs",
+    "check_queries",
     "check_response_budget",
+    "describe_errors",
     "protect",
     "uvicorn_config",
 ]
@@ -71,7 +76,8 @@ class ErrorBody(BaseModel):
     """The JSON body of every error response."""
 
     code: str = Field(description="Stable machine-readable error code, e.g. 'invalid_request', 'upstream_timeout'.")
-    detail: Any = Field(description="What went wrong, for people (a list of field errors for invalid requests).")
+    detail: str = Field(description="What went wrong, for people (for a body that fails validation: each field and "
+                        "what is wrong with it, '; '-separated).")
     retry_after_s: float | None = Field(default=None, description="When to retry, where known (also Retry-After).")
 
 
@@ -81,16 +87,57 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+def describe_errors(errors: Sequence[Mapping[str, Any]], *, skip: tuple[str, ...] = ("body",), most: int = 10) -> str:
+    """pydantic's error list (`ValidationError.errors()`, FastAPI's `RequestValidationError.errors()`) as one line
+    for people: `field: message` per error, the location's leading `skip` parts left out. Neither the input (a 4 MB
+    invalid body must not come back as a 4 MB error) nor pydantic's help URL is repeated.
+
+    >>> describe_errors([{"loc": ("body", "topk"), "msg": "Input should be a valid integer"},
+    ...                  {"loc": ("body", "extra"), "msg": "Extra inputs are not permitted"}])
+    'topk: Input should be a valid integer; extra: Extra inputs are not permitted'
+    """
+    parts = []
+    for e in errors[:most]:
+        loc = [str(x) for x in e.get("loc", ())]
+        while loc and loc[0] in skip:
+            loc = loc[1:]
+        msg = str(e.get("msg", "invalid"))
+        parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
+    more = f"; and {len(errors) - most} more" if len(errors) > most else ""
+    return "; ".join(parts) + more if parts else "invalid request"
+
+
+def check_queries(queries: Sequence[str], topk: int | None, cfg: ServiceConfig, *, topk_name: str = "topk") -> None:
+    """The limits of a batch of search queries (`/retrieve`, MCP `search`): at least one, at most
+    max_queries_per_request, none empty or longer than max_query_chars, topk (None = the default; called
+    `topk_name` in the request) within 1..max_topk. Raises ValueError naming the broken limit (a 422 over HTTP, a tool
+    error over MCP)."""
+    n = len(queries)
+    if n == 0:
+        raise ValueError("queries is empty: send at least one query")
+    if n > cfg.max_queries_per_request:
+        raise ValueError(f"too many queries: {n} > service.max_queries_per_request={cfg.max_queries_per_request}")
+    for i, q in enumerate(queries):
+        if not q.strip():
+            raise ValueError(f"query {i} is empty")
+        if len(q) > cfg.max_query_chars:
+            raise ValueError(f"query {i} is too long: {len(q)} chars > service.max_query_chars={cfg.max_query_chars}")
+    if topk is not None and topk < 1:
+        raise ValueError(f"{topk_name} must be positive, got {topk}")
+    if topk is not None and topk > cfg.max_topk:
+        raise ValueError(f"{topk_name} too large: {topk} > service.max_topk={cfg.max_topk}")
+
+
 class ApiError(Exception):
     """An HTTP error with its stable code, raised by route code (turned into the typed JSON body)."""
 
-    def __init__(self, status: int, code: str, detail: Any, retry_after_s: float | None = None) -> None:
-        super().__init__(str(detail))
+    def __init__(self, status: int, code: str, detail: str, retry_after_s: float | None = None) -> None:
+        super().__init__(detail)
         self.status, self.code, self.detail, self.retry_after_s = status, code, detail, retry_after_s
 
 
 def _error_parts(
-    status: int, code: str, detail: Any, retry_after_s: float | None = None
+    status: int, code: str, detail: str, retry_after_s: float | None = None
 ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
     body: dict[str, Any] = {"code": code, "detail": detail}
     headers = [(b"content-type", b"application/json")]
@@ -104,7 +151,7 @@ def _error_parts(
     return raw, headers
 
 
-def error_response(status: int, code: str, detail: Any, retry_after_s: float | None = None) -> Any:
+def error_response(status: int, code: str, detail: str, retry_after_s: float | None = None) -> Any:
     from starlette.responses import Response
 
     raw, headers = _error_parts(status, code, detail, retry_after_s)
@@ -112,7 +159,7 @@ def error_response(status: int, code: str, detail: Any, retry_after_s: float | N
                     media_type="application/json")
 
 
-async def send_error(send: Send, status: int, code: str, detail: Any, retry_after_s: float | None = None,
+async def send_error(send: Send, status: int, code: str, detail: str, retry_after_s: float | None = None,
                      close: bool = False) -> None:
     """A typed JSON error straight onto the ASGI channel (middlewares, before or instead of the app)."""
     raw, headers = _error_parts(status, code, detail, retry_after_s)
@@ -289,10 +336,7 @@ def protect(app: Any, cfg: ServiceConfig, *, open_paths: Iterable[str] = OPEN_PA
 
     async def on_validation(request: Any, exc: Exception) -> Any:
         assert isinstance(exc, RequestValidationError)
-        # never echo the input back: a 4 MB invalid body must not come back as a 4 MB error
-        errors = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
-                  for e in exc.errors()[:20]]
-        return error_response(422, "invalid_request", errors)
+        return error_response(422, "invalid_request", describe_errors(exc.errors()))
 
     async def on_s3(request: Any, exc: Exception) -> Any:
         assert isinstance(exc, S3Error)

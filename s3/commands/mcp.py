@@ -42,7 +42,7 @@ def _mcp(args: argparse.Namespace, cfg: S3Config) -> int:
     from s3.build import build_searcher, trained_config
     from s3.commands.serve import _run, bind
     from s3core.errors import S3Error
-    from searcher.mcp_server import MCPSearchServer, policy_price
+    from searcher.mcp_server import MCPSearchServer
 
     try:
         import mcp  # noqa: F401
@@ -62,18 +62,23 @@ def _mcp(args: argparse.Namespace, cfg: S3Config) -> int:
     port = cfg.service.port if args.port is None else args.port
     if not 0 <= port <= 65535:
         raise S3Error(f"--port must be in 0..65535, got {port}")
+    if not stdio:  # the bearer token's variable is read before the model loads, not after the URL is printed
+        from s3core.credentials import read_secret_env
+
+        read_secret_env(cfg.service.auth_token_env, setting="service.auth_token_env")
     index = args.index
     if args.policy is not None:  # the settings the policy was trained with (the loop it is served with)
         cfg, index = trained_config(cfg, args.policy, index)
     searcher, retriever, _ = build_searcher(cfg, index)
     server = MCPSearchServer(searcher, retriever, cfg.service.model_copy(update={"host": host, "port": port}),
-                             searcher_cfg=cfg.searcher, price=policy_price(cfg.searcher))
+                             searcher_cfg=cfg.searcher)
     if stdio:
         print(f"s3 mcp: stdio ({retriever!r})", file=sys.stderr, flush=True)
         asyncio.run(server.run_stdio(protocol_out))
         return 0
+    app = server.http_app()  # reads service.auth_token_env: an unset variable is an error before anything is served
     sock = bind(host, port)
     print(f"s3 mcp: http://{host}:{sock.getsockname()[1]}/mcp  (streamable HTTP; tools gather_context, search, "
           "get_document)", flush=True)
-    _run(server.http_app(), sock, cfg.service)
+    _run(app, sock, cfg.service)
     return 0

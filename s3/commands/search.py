@@ -43,7 +43,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="contexts jsonl to write (with --questions): " + CONTEXTS_HELP)
     p.add_argument("--limit", type=int, default=None, help="only the first N questions of the file")
     p.add_argument("--batch-size", type=int, default=8, help="questions advanced in lockstep per batch (default 8)")
-    p.add_argument("--json", action="store_true", help="print the single question's result as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print the single question's result as JSON: the record /search and MCP gather_context return")
     _add_searcher_args(p)
     p.set_defaults(handler=_search)
 
@@ -81,8 +82,11 @@ def _search(args: argparse.Namespace, cfg: S3Config) -> int:
         return _search_file(args, cfg)
     searcher, retriever, _ = build(cfg, args.index, args.policy)
     (result,) = searcher.search([args.question.strip()])
-    if args.json:
-        print(result.model_dump_json(indent=2, exclude={"trajectory"}))
+    if args.json:  # the record /search and MCP gather_context answer with (searcher/service.py SearchResponse)
+        from searcher.service import policy_price, summarize_result
+
+        loop = searcher.cfg
+        print(summarize_result(result, max_turns=loop.max_turns, price=policy_price(loop)).model_dump_json(indent=2))
     else:
         print_trajectory(result, retriever)
     return 0
@@ -189,4 +193,4 @@ def print_trajectory(result: Any, retriever: Any = None, file: Any = None) -> No
         console.print(f"  {i}. {escape(f'[{d.id}]')} {escape(d.title)}{score}")
     if result.answer is not None:
         console.print(f"\n[bold]Answer:[/bold] {escape(result.answer)}")
-    console.print(f"[dim]{result.turns} turns, {result.seconds:.2f}s[/dim]")
+    console.print(f"[dim]{result.turns} turn{'' if result.turns == 1 else 's'}, {result.seconds:.2f}s[/dim]")

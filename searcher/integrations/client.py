@@ -15,10 +15,19 @@ import threading
 from typing import Any, Protocol
 
 import httpx
+from pydantic import ValidationError
 
 from s3core.credentials import bearer_for, redact
 from s3core.errors import S3Error, ServiceError
-from searcher.service import SearchResponse, SearchSettings, run_search, summarize_result
+from searcher.service import (
+    SearchResponse,
+    SearchSettings,
+    ServedSearcher,
+    policy_price,
+    run_search,
+    summarize_result,
+)
+from searcher.serving import describe_errors
 
 __all__ = ["LocalSearch", "SearchBackend", "SearchClient", "as_backend"]
 
@@ -30,35 +39,26 @@ class SearchBackend(Protocol):
 
 
 class LocalSearch:
-    """The in-process backend over an S3Searcher (`search(questions, k=, max_turns=)`).
+    """The in-process backend over an S3Searcher (or any `ServedSearcher`: its `cfg` and `search(questions, *,
+    cfg=, cancelled=)`); per-call k / max_turns run as that call's settings.
 
-    Calls are serialised with a lock: one searcher, one batch at a time."""
+    Calls are serialised with a lock: one policy, one batch at a time."""
 
-    def __init__(self, searcher: Any) -> None:
+    def __init__(self, searcher: ServedSearcher) -> None:
         if not callable(getattr(searcher, "search", None)):
             raise TypeError(f"LocalSearch needs a searcher with .search(questions), got {type(searcher).__name__}")
         self.searcher = searcher
+        self.price = policy_price(searcher.cfg)
         self._lock = threading.Lock()
-
-    def _settings(self, k: int | None, max_turns: int | None) -> SearchSettings | None:
-        if k is None and max_turns is None:
-            return None
-        cfg = getattr(self.searcher, "cfg", None)
-        dk = getattr(cfg, "k", None)
-        dt = getattr(cfg, "max_turns", None)
-        k = k if k is not None else dk
-        max_turns = max_turns if max_turns is not None else dt
-        if k is None or max_turns is None:
-            raise S3Error("per-call k / max_turns need both values (the searcher has no .cfg to take defaults from)")
-        return SearchSettings(k=k, max_turns=max_turns)
 
     def search(self, question: str, k: int | None = None, max_turns: int | None = None) -> SearchResponse:
         if not question.strip():
             raise S3Error("question must not be empty")
-        settings = self._settings(k, max_turns)
+        cfg = self.searcher.cfg
+        settings = SearchSettings(k=cfg.k if k is None else k, max_turns=cfg.max_turns if max_turns is None else max_turns)
         with self._lock:
             (result,) = run_search(self.searcher, [question], settings)
-        return summarize_result(result, settings)
+        return summarize_result(result, settings, price=self.price)
 
     async def asearch(self, question: str, k: int | None = None, max_turns: int | None = None) -> SearchResponse:
         return await asyncio.to_thread(self.search, question, k, max_turns)
@@ -120,8 +120,11 @@ class SearchClient:
             raise S3Error(f"{self.search_url} rejected the request ({resp.status_code}): {_error_detail(resp)}")
         try:
             return SearchResponse.model_validate(resp.json())
-        except ValueError as e:
-            raise ServiceError(f"{self.search_url} returned a body that is not a /search response: {e}") from None
+        except ValidationError as e:
+            raise ServiceError(f"{self.search_url} returned a body that is not a /search response: "
+                               f"{describe_errors(e.errors(), skip=())}") from None
+        except ValueError:
+            raise ServiceError(f"{self.search_url} returned a body that is not JSON") from None
 
     def search(self, question: str, k: int | None = None, max_turns: int | None = None) -> SearchResponse:
         try:

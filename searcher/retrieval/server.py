@@ -34,7 +34,15 @@ from s3core.types import Document
 from searcher.batching import MicroBatcher
 from searcher.config import ServiceConfig
 from searcher.retrieval.base import Retriever
-from searcher.serving import ERROR_RESPONSES, ApiError, ErrorBody, app_kwargs, check_response_budget, protect
+from searcher.serving import (
+    ERROR_RESPONSES,
+    ApiError,
+    ErrorBody,
+    app_kwargs,
+    check_queries,
+    check_response_budget,
+    protect,
+)
 
 HIT_OVERHEAD_BYTES = 64  # JSON around one hit: {"document": {"id": , "contents": }, "score": }
 
@@ -81,23 +89,6 @@ class RetrieverHealth(BaseModel):
 
 def _invalid(detail: str) -> ApiError:
     return ApiError(422, "invalid_request", detail)
-
-
-def _check_limits(req: RetrieveRequest, cfg: ServiceConfig) -> None:
-    n = len(req.queries)
-    if n == 0:
-        raise _invalid("queries is empty: send at least one query")
-    if n > cfg.max_queries_per_request:
-        raise _invalid(f"too many queries: {n} > service.max_queries_per_request={cfg.max_queries_per_request}")
-    for i, q in enumerate(req.queries):
-        if not q.strip():
-            raise _invalid(f"query {i} is empty")
-        if len(q) > cfg.max_query_chars:
-            raise _invalid(f"query {i} is too long: {len(q)} chars > service.max_query_chars={cfg.max_query_chars}")
-    if req.topk is not None and req.topk <= 0:
-        raise _invalid(f"topk must be positive, got {req.topk}")
-    if req.topk is not None and req.topk > cfg.max_topk:
-        raise _invalid(f"topk too large: {req.topk} > service.max_topk={cfg.max_topk}")
 
 
 def mean_passage_bytes(retriever: Retriever) -> float | None:
@@ -153,7 +144,10 @@ def create_retrieve_app(retriever: Retriever, service_cfg: ServiceConfig | None 
 
     @app.post("/retrieve", responses={200: {"model": RetrieveResponse}, **ERROR_RESPONSES})
     async def retrieve(req: RetrieveRequest) -> Response:
-        _check_limits(req, cfg)
+        try:
+            check_queries(req.queries, req.topk, cfg)
+        except ValueError as e:
+            raise _invalid(str(e)) from None
         k = req.topk or min(default_topk, cfg.max_topk)
         if passage_bytes is not None:  # refuse before the work: queries x topk x passage bytes
             estimate = int(len(req.queries) * k * (passage_bytes + HIT_OVERHEAD_BYTES))

@@ -34,6 +34,7 @@ import numpy as np
 
 from s3core.errors import ConfigError, IndexDirError
 from s3core.io import ReadOnlyFile
+from searcher.config import DenseConfig
 
 INDEX_FILE = "dense.faiss"
 VECTORS_FILE = "dense.vectors.f32"
@@ -103,7 +104,7 @@ def index_factory_string(kind: str, d: int, n: int, nlist: int, pq_m: int, pq_nb
     raise ConfigError(f"unknown dense index type {kind!r}; choose one of: {', '.join(INDEX_TYPES)}")
 
 
-def new_index(kind: str, d: int, n: int, cfg: Any) -> tuple[Any, dict[str, Any]]:
+def new_index(kind: str, d: int, n: int, cfg: DenseConfig) -> tuple[Any, dict[str, Any]]:
     """An empty faiss index of `kind` for n vectors of dim d (inner product); `cfg` is a DenseConfig."""
     faiss = _faiss()
     if kind == "binary":
@@ -136,7 +137,7 @@ def train_sample(vectors: np.ndarray, want: int, seed: int = 0) -> np.ndarray:
     return np.ascontiguousarray(vectors[rows], dtype=np.float32)
 
 
-def build_faiss(kind: str, vectors: np.ndarray, cfg: Any, progress: bool = False) -> tuple[Any, dict[str, Any]]:
+def build_faiss(kind: str, vectors: np.ndarray, cfg: DenseConfig, progress: bool = False) -> tuple[Any, dict[str, Any]]:
     """Train (on a sample) and fill an index of `kind` from `vectors`, `ADD_CHUNK` rows at a time."""
     n, d = vectors.shape
     index, params = new_index(kind, d, n, cfg)
@@ -356,7 +357,7 @@ def tune_settings(
     return None, max(best[0], 0.0), best[1], tried, best[2]
 
 
-def estimate_bytes(kind: str, n: int, d: int, cfg: Any) -> int:
+def estimate_bytes(kind: str, n: int, d: int, cfg: DenseConfig) -> int:
     """Resident bytes an index of `kind` will need for n vectors of dim d (codes, ids, graph, centroids): lets the
     tuner skip types that cannot beat one already found."""
     nlist = max(1, min(int(cfg.ivf_nlist), n // 39))
@@ -377,7 +378,7 @@ def tune(
     vectors_file: Path,
     queries: np.ndarray,
     target: float,
-    cfg: Any,
+    cfg: DenseConfig,
     k: int = 10,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[list[TuneResult], dict[str, tuple[Any, dict[str, Any]]]]:

@@ -68,7 +68,8 @@ def server(index: Path) -> Any:
 
 async def exercise(session: Any) -> dict[str, Any]:
     """What every transport must do: list the tools, call each (valid under its output schema), refuse bad args."""
-    await session.initialize()
+    init = await session.initialize()
+    assert init.server_info.name == "s3-searcher" and init.server_info.version  # the package's version
     listed = {t.name: t for t in (await session.list_tools()).tools}
     assert set(listed) == TOOLS
     for t in listed.values():
@@ -100,13 +101,16 @@ async def exercise(session: Any) -> dict[str, Any]:
         assert "Traceback" not in text
         return text
 
-    assert "k must be within 1..service.max_topk" in await error("search", {"queries": ["x"], "k": 0})
-    assert "queries is empty" in await error("search", {"queries": []})
+    # the limits stated in the schemas are the ones enforced; the text names the field and what is wrong
+    assert "k: Input should be greater than or equal to 1" in await error("search", {"queries": ["x"], "k": 0})
+    assert "queries: List should have at least 1 item" in await error("search", {"queries": []})
     assert "query 0 is empty" in await error("search", {"queries": ["  "]})
     assert "no document with id 'no-such-id'" in await error("get_document", {"id": "no-such-id"})
     assert "question: must not be empty" in await error("gather_context", {"question": " "})
-    assert "max_documents must be >= 1" in await error("gather_context", {"question": QUESTION, "max_documents": 0})
-    assert "k" in await error("search", {"queries": ["x"], "k": "many"})  # a wrong type: the SDK's validation
+    assert "max_documents: Input should be greater than or equal to 1" in await error(
+        "gather_context", {"question": QUESTION, "max_documents": 0})
+    assert "k: Input should be a valid integer" in await error("search", {"queries": ["x"], "k": "many"})
+    assert "limit: Extra inputs are not permitted" in await error("search", {"queries": ["x"], "limit": 2})
     return ctx
 
 

@@ -166,6 +166,25 @@ def test_an_additive_searcher_needs_d0_and_room_for_it() -> None:
         SearchR1Agent(policy, TinyRetriever(), SearcherConfig(additive=True), k0=3)
 
 
+def test_per_call_settings_run_at_once_on_one_searcher_and_leave_it_unchanged() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def script(prompt: str, _: int) -> str:  # always searches on: each call uses its whole turn budget
+        return f'<important_info>[1]</important_info><search_complete>False</search_complete><query>{{"query": "t{turn_of(prompt)}"}}</query>'
+
+    searcher = S3Searcher(ScriptedPolicy(script, delay_s=0.02), TinyRetriever(), CFG)  # k=4, max_turns=2
+    one_turn = SearcherConfig(k=5, max_select=2, max_turns=1, doc_token_budget=8)
+    with ThreadPoolExecutor(2) as pool:  # two calls with different settings interleave on the same searcher
+        a = pool.submit(searcher.search, ["a?"], cfg=one_turn)
+        b = pool.submit(searcher.search, ["b?"])
+        (ra,), (rb,) = a.result(), b.result()
+    assert (ra.turns, len(ra.steps[1].retrieved_ids)) == (1, 5)
+    assert (rb.turns, len(rb.steps[1].retrieved_ids)) == (2, 4)
+    assert searcher.cfg is CFG and CFG.k == 4
+    with pytest.raises(ConfigError, match="context_cap >= 3"):  # a call's settings are checked like the searcher's
+        searcher.search(["c?"], cfg=SearcherConfig(max_select=1, max_turns=1, additive=True))
+
+
 def test_invalid_action_becomes_an_observation_and_uses_the_turn() -> None:
     seen: list[str] = []
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,6 @@ from searcher.service import (
     document_turns,
     run_search,
     summarize_result,
-    with_settings,
 )
 
 
@@ -56,9 +56,9 @@ class FakeSearcher:
         self.fail = fail
         self._lock = threading.Lock()
 
-    def search(self, questions: list[str], k: int | None = None, max_turns: int | None = None) -> list[SearchResult]:
-        k = self.cfg.k if k is None else k
-        max_turns = self.cfg.max_turns if max_turns is None else max_turns
+    def search(self, questions: Sequence[str], *, cfg: SearcherConfig | None = None,
+               cancelled: Sequence[Callable[[], bool]] | None = None) -> list[SearchResult]:
+        k, max_turns = (cfg or self.cfg).k, (cfg or self.cfg).max_turns
         with self._lock:
             self.calls.append((list(questions), k, max_turns))
         if self.delay_s:
@@ -142,38 +142,27 @@ def test_run_search_passes_settings_and_checks_result_count() -> None:
     assert len(results[0].steps) == 2 and len(results[0].steps[0].retrieved_ids) == 5
 
     class Short(FakeSearcher):
-        def search(self, questions: list[str], k: int | None = None, max_turns: int | None = None) -> list[SearchResult]:
-            return super().search(questions, k, max_turns)[:1]
+        def search(self, questions: Sequence[str], *, cfg: SearcherConfig | None = None,
+                   cancelled: Sequence[Callable[[], bool]] | None = None) -> list[SearchResult]:
+            return super().search(questions, cfg=cfg)[:1]
 
     with pytest.raises(S3Error, match="returned 1 results for 2 questions"):
         run_search(Short(), ["a", "b"], SearchSettings(k=5, max_turns=1))
 
 
-def test_run_search_runs_a_reconfigured_copy_of_a_searcher_without_per_call_settings() -> None:
-    class Configured:  # like S3Searcher: k and max_turns come from self.cfg
-        def __init__(self, cfg: SearcherConfig) -> None:
-            self.cfg = cfg
-
-        def search(self, questions: list[str]) -> list[SearchResult]:
-            steps = [SearchStep(turn=t, query=f"q{t}", retrieved_ids=["x"] * self.cfg.k)
-                     for t in range(self.cfg.max_turns + 1)]
-            return [SearchResult(question=q, steps=steps) for q in questions]
-
-    for cfg in (SearcherConfig(), SearcherConfig(k=4, max_turns=2, doc_token_budget=64)):
-        before = cfg.model_copy()
-        s = Configured(cfg)
-        (r,) = run_search(s, ["a"], SearchSettings(k=5, max_turns=1))
-        assert (r.turns, len(r.steps[0].retrieved_ids)) == (1, 5)
-        assert s.cfg is cfg and cfg == before  # the original searcher is untouched
-        assert with_settings(s, SearchSettings(k=cfg.k, max_turns=cfg.max_turns)) is s
-
-    class NoCfg:
-        def search(self, questions: list[str]) -> list[SearchResult]:
-            return [SearchResult(question=q) for q in questions]
-
-    assert len(run_search(NoCfg(), ["a"])) == 1
-    with pytest.raises(S3Error, match="cannot run per-request k / max_turns"):
-        run_search(NoCfg(), ["a"], SearchSettings(k=4, max_turns=3))
+def test_run_search_passes_the_served_settings_per_call_and_leaves_the_searcher_alone() -> None:
+    fake = FakeSearcher()
+    before = fake.cfg.model_copy()
+    served = SearcherConfig(k=4, max_turns=2, doc_token_budget=64)
+    (r,) = run_search(fake, ["a"], SearchSettings(k=5, max_turns=1), cfg=served)  # the request's k / turns on top
+    assert (r.turns, len(r.steps[0].retrieved_ids)) == (1, 5)
+    (r,) = run_search(fake, ["a"], cfg=served)  # no per-request settings: the served ones
+    assert (r.turns, len(r.steps[0].retrieved_ids)) == (2, 4)
+    (r,) = run_search(fake, ["a"])  # nothing given: the searcher's own
+    assert (r.turns, len(r.steps[0].retrieved_ids)) == (before.max_turns, before.k)
+    assert fake.cfg == before and served.k == 4  # nobody's config was changed
+    same = SearchSettings(k=served.k, max_turns=served.max_turns)
+    assert same.applied_to(served) is served
 
 
 # ------------------------------------------------------------------------------------------ batching by settings
@@ -181,7 +170,7 @@ def test_run_search_runs_a_reconfigured_copy_of_a_searcher_without_per_call_sett
 
 def test_settings_batcher_groups_concurrent_requests_by_settings() -> None:
     fake = FakeSearcher(delay_s=0.05)
-    batcher = SettingsBatcher(lambda qs, st: run_search(fake, qs, st), window_ms=50, max_batch=16)
+    batcher = SettingsBatcher(fake, ServiceConfig(batch_window_ms=50, max_batch=16))
     s1, s2 = SearchSettings(k=4, max_turns=1), SearchSettings(k=6, max_turns=2)
     plan = [("q0", s1), ("q1", s2), ("q2", s1), ("q3", s1), ("q4", s2)]
 
@@ -207,7 +196,7 @@ def test_settings_batcher_history_stays_bounded_in_a_long_running_server() -> No
     from searcher.service import RECENT_BATCHES
 
     fake = FakeSearcher()
-    batcher = SettingsBatcher(lambda qs, st: run_search(fake, qs, st), window_ms=0, max_batch=1)
+    batcher = SettingsBatcher(fake, ServiceConfig(batch_window_ms=0, max_batch=1))
     n = RECENT_BATCHES + 40
 
     async def go() -> None:
@@ -223,7 +212,7 @@ def test_settings_batcher_history_stays_bounded_in_a_long_running_server() -> No
 
 def test_settings_batcher_respects_max_batch() -> None:
     fake = FakeSearcher()
-    batcher = SettingsBatcher(lambda qs, st: run_search(fake, qs, st), window_ms=30, max_batch=2)
+    batcher = SettingsBatcher(fake, ServiceConfig(batch_window_ms=30, max_batch=2))
     s = SearchSettings(k=4, max_turns=0)
 
     async def go() -> list[SearchResult]:
@@ -240,7 +229,7 @@ def test_settings_batcher_respects_max_batch() -> None:
 
 def test_settings_batcher_propagates_errors_to_every_waiter() -> None:
     fake = FakeSearcher(fail=RetrievalError("index gone"))
-    batcher = SettingsBatcher(lambda qs, st: run_search(fake, qs, st), window_ms=20, max_batch=8)
+    batcher = SettingsBatcher(fake, ServiceConfig(batch_window_ms=20, max_batch=8))
     s = SearchSettings(k=4, max_turns=0)
 
     async def go() -> list[Any]:
@@ -454,3 +443,37 @@ def test_freeze_loaded_heap_moves_live_objects_out_of_the_gc_and_keeps_refcounti
     finally:
         gc.unfreeze()  # the test process builds and drops many searchers: give the GC its objects back
     assert gc.get_freeze_count() == 0
+
+
+def test_every_invalid_body_is_one_typed_error_whose_detail_is_a_line_of_text() -> None:
+    # it used to be a list of pydantic dicts for a body that failed validation and a string for a broken limit
+    cases = [("/retrieve", b"{not json", "JSON decode error"), ("/retrieve", b'{"queries": "x"}', "queries: "),
+             ("/retrieve", b'{"queries": []}', "queries is empty"), ("/search", b"[1]", "Input should be"),
+             ("/search", b'{"question": 3}', "question: Input should be a valid string"),
+             ("/retrieve", b'{"queries": ["a"], "topk": "5"}', "topk: Input should be a valid integer")]
+    with _client(FakeSearcher(), ServiceConfig(batch_window_ms=1)) as client:
+        for path, body, needle in cases:
+            r = client.post(path, content=body, headers={"content-type": "application/json"})
+            assert r.status_code == 422, (path, body)
+            err = r.json()
+            assert set(err) == {"code", "detail"} and err["code"] == "invalid_request", err
+            assert isinstance(err["detail"], str) and needle in err["detail"], err
+            assert "errors.pydantic.dev" not in err["detail"] and "\n" not in err["detail"]
+
+
+def test_search_json_prints_the_search_record_and_one_turn_is_singular(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import s3.build as build
+    from s3.cli import main
+    from searcher.service import SearchResponse
+
+    fake = FakeSearcher()
+    fake.cfg = SearcherConfig(max_turns=1)
+    monkeypatch.setattr(build, "build_searcher", lambda cfg, index=None, policy=None: (fake, FakeRetriever(), "idx"))
+    assert main(["search", "--json", "who?"]) == 0
+    record = SearchResponse.model_validate_json(capsys.readouterr().out)  # the record /search and MCP answer with
+    assert record.trajectory.turns == 1 and record.trajectory.stop == "max_turns" and record.cost is not None
+    assert [d.id for d in record.documents] == ["who?-0-0", "who?-1-0"]
+    assert main(["search", "who?"]) == 0
+    assert "1 turn," in capsys.readouterr().out
