@@ -234,10 +234,17 @@ class TrainingConfig(Section):
     )
     mode: Literal["s3", "search_r1"] = Field("s3", description="'s3' trains a searcher with a frozen generator; 'search_r1' end to end.")
     algorithm: Literal["grpo", "ppo"] = Field("grpo", description="Policy-gradient algorithm.")
-    reward: Literal["gbr", "acc_plus_gbr", "em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated"] = Field(
-        "gbr", description="Reward function (training/rewards.py)."
+    reward: Literal["gbr", "acc_plus_gbr", "em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated",
+                    "retrieval_gain"] = Field(
+        "gbr", description="Reward function (training/rewards.py). 'retrieval_gain': a retrieval-level gain beyond naive "
+        "RAG with no generator call (+1 per gold supporting paragraph added that naive RAG's top-k lacked, -1 per gold "
+        "paragraph of the top-k dropped, -retrieval_cost per non-gold paragraph added); needs supporting ids and "
+        "searcher.begin_with_search."
     )
     confidence_beta: float = Field(0.4, ge=0, le=1, description="Search Wisely's beta for the confidence-gated reward.")
+    retrieval_cost: float = Field(
+        0.25, ge=0, description="reward = 'retrieval_gain': the cost of each non-gold paragraph the searcher adds to naive "
+        "RAG's top-k (a gold one earns 1).")
     invalid_penalty: float = Field(
         0.0,
         ge=0,

@@ -12,6 +12,10 @@ the update. It is never turned into 0.
   then answer F1 + format penalty (0 / -2).
 - `confidence_gated` — Search Wisely's beta-GRPO: 1 only when the answer is correct AND the minimum token
   probability over search-query tokens exceeds beta.
+- `retrieval_gain` — a retrieval-level gain beyond naive RAG, no generator call (DeepRetrieval / StepSearch-style
+  dense reward; issue 45 step 3): +1 for each gold supporting paragraph the searcher added that naive RAG's top-k
+  (the begin-with-search turn) lacked, -1 for each gold paragraph of that top-k it dropped, -retrieval_cost for each
+  non-gold paragraph it added. Needs the questions' supporting ids (HotpotQA, MuSiQue, 2Wiki carry them).
 - `penalize_invalid` — an optional format term on top of any of them (`training.invalid_penalty`, off by default as
   in the s3 paper): minus penalty x the fraction of the rollout's turns whose action was invalid. Without it an
   invalid turn costs nothing, and a small policy can drift into replies that only select (no query, no stop) while
@@ -48,9 +52,11 @@ __all__ = [
     "query_token_logprobs",
     "r1_searcher_stage1",
     "r1_searcher_stage2",
+    "retrieval_gain",
+    "top_k_of",
 ]
 
-REWARDS = ("gbr", "acc_plus_gbr", "em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated")
+REWARDS = ("gbr", "acc_plus_gbr", "em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated", "retrieval_gain")
 
 
 def _check_lengths(name: str, *columns: Sequence[Any]) -> None:
@@ -177,6 +183,36 @@ def min_query_prob(logprobs: Sequence[float]) -> float | None:
     return math.exp(min(logprobs)) if logprobs else None
 
 
+def retrieval_gain(found: Sequence[Sequence[str]], top_k: Sequence[Sequence[str] | None],
+                   gold: Sequence[Sequence[str]], cost: float = 0.25) -> list[float | None]:
+    """Retrieval-level gain beyond naive RAG, no generator call: +1 for each gold supporting paragraph among the
+    searcher's documents (`found`) that naive RAG's top-k lacked, -1 for each gold paragraph of the top-k the searcher
+    dropped (0 for a searcher that only adds), -`cost` for each non-gold paragraph it added. None where a question has
+    no supporting ids or a rollout no top-k (it cannot be scored; never 0).
+
+    >>> retrieval_gain([["a", "g1", "x"], ["a", "b"], ["b"], ["g1"], ["a"]],
+    ...                [["a", "b"], ["a", "b"], ["g1", "b"], None, ["a"]],
+    ...                [["g1", "g2"], ["g1"], ["g1"], ["g1"], []])
+    [0.75, 0.0, -1.0, None, None]
+    """
+    _check_lengths("retrieval_gain", found, top_k, gold)
+    out: list[float | None] = []
+    for f, t, g in zip(found, top_k, gold, strict=True):
+        if t is None or not g:
+            out.append(None)
+            continue
+        fs, ts, gs = set(f), set(t), set(g)
+        added = fs - ts
+        out.append(float(len(added & gs)) - float(len((ts - fs) & gs)) - cost * len(added - gs))
+    return out
+
+
+def top_k_of(result: SearchResult) -> list[str] | None:
+    """Naive RAG's top-k for a rollout: what its begin-with-search turn (turn 0: the question itself, k0 = the naive-RAG
+    k) retrieved; None without that turn."""
+    return list(result.steps[0].retrieved_ids) if result.steps and result.steps[0].turn == 0 else None
+
+
 def format_ok(result: SearchResult, needs_answer: bool) -> bool:
     """A trajectory's format is correct when no turn had an invalid action (and, end to end, it answered)."""
     if any(s.invalid_reason for s in result.steps):
@@ -271,6 +307,7 @@ class RewardScorer:
         beta: float = 0.4,
         end_to_end: bool = False,
         invalid_penalty: float = 0.0,
+        retrieval_cost: float = 0.25,
     ) -> None:
         if reward not in REWARDS:
             raise ValueError(f"unknown reward {reward!r}; choose one of {', '.join(REWARDS)}")
@@ -286,6 +323,9 @@ class RewardScorer:
         if invalid_penalty < 0:
             raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty}")
         self.invalid_penalty = invalid_penalty
+        if retrieval_cost < 0:
+            raise ValueError(f"retrieval_cost must be >= 0, got {retrieval_cost}")
+        self.retrieval_cost = retrieval_cost
 
     def _baseline_for(self, examples: Sequence[QAExample]) -> list[float | None]:
         from s3core.errors import S3Error
@@ -329,6 +369,18 @@ class RewardScorer:
             acc = await self._acc_s3(results, examples)
             rewards = gbr(acc, rag) if r == "gbr" else acc_plus_gbr(acc, rag)
             return RewardBatch(rewards, acc_s3=acc, acc_rag=rag, generator_failures=sum(a is None for a in acc))
+        if r == "retrieval_gain":
+            from s3core.errors import S3Error
+
+            top = [top_k_of(x) for x in results]
+            if all(t is None for t in top):
+                raise S3Error("reward 'retrieval_gain' compares with naive RAG's top-k, the begin-with-search turn: set "
+                              "searcher.begin_with_search = true")
+            if not any(e.supporting_ids for e in examples):
+                raise S3Error("reward 'retrieval_gain' needs the questions' gold supporting paragraphs "
+                              "(metadata.supporting_ids); none of this batch's questions has them")
+            return RewardBatch(retrieval_gain([[d.id for d in x.documents] for x in results], top,
+                                              [e.supporting_ids for e in examples], self.retrieval_cost))
         if r == "em":
             if self.em is None:
                 raise ValueError("reward 'em' needs an exact-match function")
