@@ -39,8 +39,7 @@ def _mcp(args: argparse.Namespace, cfg: S3Config) -> int:
     import asyncio
     import logging
 
-    from s3.build import build_searcher, trained_config
-    from s3.commands.serve import _run, bind
+    from s3.commands.serve import _run, address, bind, served_searcher
     from s3core.errors import S3Error
     from searcher.mcp_server import MCPSearchServer
 
@@ -58,18 +57,12 @@ def _mcp(args: argparse.Namespace, cfg: S3Config) -> int:
         protocol_out = os.fdopen(os.dup(1), "wb", buffering=0)
         os.dup2(2, 1)
         sys.stdout = sys.stderr
-    host = args.host or cfg.service.host
-    port = cfg.service.port if args.port is None else args.port
-    if not 0 <= port <= 65535:
-        raise S3Error(f"--port must be in 0..65535, got {port}")
+    host, port = address(args, cfg)
     if not stdio:  # the bearer token's variable is read before the model loads, not after the URL is printed
         from s3core.credentials import read_secret_env
 
         read_secret_env(cfg.service.auth_token_env, setting="service.auth_token_env")
-    index = args.index
-    if args.policy is not None:  # the settings the policy was trained with (the loop it is served with)
-        cfg, index = trained_config(cfg, args.policy, index)
-    searcher, retriever, _ = build_searcher(cfg, index)
+    cfg, searcher, retriever, _ = served_searcher(args, cfg)
     server = MCPSearchServer(searcher, retriever, cfg.service.model_copy(update={"host": host, "port": port}),
                              searcher_cfg=cfg.searcher)
     if stdio:

@@ -84,18 +84,32 @@ def _run(app: Any, sock: socket.socket, service: Any = None) -> None:
     server.run(sockets=[sock])
 
 
-def _serve(args: argparse.Namespace, cfg: S3Config) -> int:
-    from s3.build import build_searcher, trained_config
-    from searcher.service import create_search_app
-
+def address(args: argparse.Namespace, cfg: S3Config) -> tuple[str, int]:
+    """--host / --port, else [service]'s; a port out of range is one clear error."""
     host = args.host or cfg.service.host
     port = cfg.service.port if args.port is None else args.port
     if not 0 <= port <= 65535:
         raise S3Error(f"--port must be in 0..65535, got {port}")
+    return host, port
+
+
+def served_searcher(args: argparse.Namespace, cfg: S3Config) -> tuple[S3Config, Any, Any, Path | None]:
+    """The searcher `s3 serve` and `s3 mcp` serve: a --policy with the settings and index it was trained with (an
+    explicit --index / --set wins), else the config's. Returns (config, searcher, retriever, index)."""
+    from s3.build import build_searcher, trained_config
+
     index = args.index
-    if args.policy is not None:  # the settings the policy was trained with (the loop it is served with)
+    if args.policy is not None:
         cfg, index = trained_config(cfg, args.policy, index)
     searcher, retriever, index = build_searcher(cfg, index)
+    return cfg, searcher, retriever, index
+
+
+def _serve(args: argparse.Namespace, cfg: S3Config) -> int:
+    from searcher.service import create_search_app
+
+    host, port = address(args, cfg)
+    cfg, searcher, retriever, index = served_searcher(args, cfg)
     app = create_search_app(
         searcher, retriever, cfg.service, searcher_cfg=cfg.searcher, default_topk=cfg.retriever.k,
         index=str(index) if index is not None else None,
@@ -111,10 +125,7 @@ def _serve_retriever(args: argparse.Namespace, cfg: S3Config) -> int:
     from searcher.build import build_retriever
     from searcher.retrieval.server import create_retrieve_app
 
-    host = args.host or cfg.service.host
-    port = cfg.service.port if args.port is None else args.port
-    if not 0 <= port <= 65535:
-        raise S3Error(f"--port must be in 0..65535, got {port}")
+    host, port = address(args, cfg)
     retriever = build_retriever(cfg.retriever, index_dir(cfg, args.index))
     app = create_retrieve_app(retriever, cfg.service, default_topk=cfg.retriever.k)
     sock = bind(host, port)

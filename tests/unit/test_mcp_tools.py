@@ -114,3 +114,18 @@ def test_tool_schemas_state_the_limits_and_unknown_arguments_are_refused_as_over
     with TestClient(create_search_app(_searcher(), Retr(), SERVICE)) as http:  # type: ignore[arg-type]
         r = http.post("/search", json={"question": "q", "topk": 3})
     assert r.status_code == 422 and r.json()["detail"] == "topk: Extra inputs are not permitted"
+
+
+def test_mcp_over_http_with_an_unset_token_variable_fails_before_it_says_it_serves(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import s3.build as build
+    from s3.cli import main
+
+    monkeypatch.delenv("S3_TEST_UNSET_TOKEN", raising=False)
+    monkeypatch.setattr(build, "build_searcher", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    assert main(["mcp", "--transport", "http", "--port", "0", "--set",
+                 "service.auth_token_env=S3_TEST_UNSET_TOKEN"]) == 2
+    out = capsys.readouterr()
+    assert "S3_TEST_UNSET_TOKEN" in out.err and "that environment variable is not set" in out.err
+    assert "http://" not in out.out  # it used to print its URL, then fail
