@@ -21,10 +21,8 @@ recomputation (as in verl), never the engine's; the engine's are compared with t
 (rollout/logprob_gap_mean_abs, rollout/logprob_gap_max) and the sync is timed (charts/weight_sync_s).
 
 Resume: `s3 train` on an existing run directory continues from `checkpoints/latest` (same data order: the order is a
-function of (seed, epoch), and the position is stored).
-
-The PPO critic is a value head on the policy's last hidden states (detached: it learns with
-training.update.critic_learning_rate without moving the actor) — a CPU-sized stand-in for the paper's separate critic model.
+function of (seed, epoch), and the position is stored). The PPO critic is a value head on the policy's last hidden
+states (detached: it learns with training.update.critic_learning_rate without moving the actor).
 """
 
 from __future__ import annotations
