@@ -7,7 +7,8 @@ reason must be given. What the test changes, and only this:
   - the fixed ports the README uses (8000 s3 serve, 8765 s3 mcp, 8011 the priced fake API) become free ports, so
     parallel test runs do not collide;
   - a python block that talks to a server it does not start (the MCP client) gets that server started on loopback
-    over the README's own index (indexes/mine), with a bearer token when the block reads S3_SERVICE_TOKEN;
+    over the README's own index (indexes/mine, the cpu preset), with a bearer token when the block reads
+    S3_SERVICE_TOKEN;
   - python blocks may use top-level `await` (compiled with PyCF_ALLOW_TOP_LEVEL_AWAIT), as in a notebook or
     `python -m asyncio`.
 A bash block runs with `bash -e -o pipefail` in its own process group (whatever it left running is stopped after
@@ -33,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 MARK = "# not run in CI:"
 PORTS = ("8000", "8765", "8011")  # s3 serve, s3 mcp, the priced fake API
-BLOCK_TIMEOUT_S = 300
+BLOCK_TIMEOUT_S = 600
 
 
 @dataclass
@@ -129,8 +130,8 @@ def run_block(block: Block, co: Path, ports: dict[str, int], env: dict[str, str]
         if block.lang == "python":
             mcp_port = ports["8765"]
             if f":{mcp_port}/mcp" in code and "s3 mcp" not in code:
-                cmd = [str(co / ".venv/bin/s3"), "mcp", "--index", "indexes/mine", "--transport", "http",
-                       "--port", str(mcp_port)]
+                cmd = [str(co / ".venv/bin/s3"), "mcp", "--config", "cpu", "--index", "indexes/mine", "--transport",
+                       "http", "--port", str(mcp_port)]
                 if "S3_SERVICE_TOKEN" in code:
                     cmd += ["--set", "service.auth_token_env=S3_SERVICE_TOKEN"]
                 server = subprocess.Popen(cmd, cwd=co, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
