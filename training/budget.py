@@ -30,7 +30,7 @@ from generator_adapters.budget import Budget, BudgetReached, require_known_price
 from s3core.types import QAExample, SearchResult
 from training.config import TrainSettings
 from training.executors import GAUGE_METRICS, StepExecutor
-from training.rewards import RewardBatch
+from training.rewards import NO_GENERATOR_REWARDS, RewardBatch
 from training.rundir import metrics_rows
 from training.schedule import DataOrder, HeldoutSchedule
 
@@ -47,7 +47,7 @@ def paid_reward(cfg: TrainSettings) -> bool:
     tc = cfg.training
     if tc.mode == "search_r1":
         return False
-    return tc.reward not in ("em", "r1_searcher_stage1")
+    return tc.reward not in ("em", *NO_GENERATOR_REWARDS)
 
 
 def projection_accuracy(cfg: TrainSettings) -> Accuracy | None:

@@ -48,6 +48,8 @@ def _key(cfg: TrainSettings, index_dir: Path) -> str:
     s = cfg.searcher
     loop = {"k": s.k, "max_turns": s.max_turns, "max_select": s.max_select, "doc_token_budget": s.doc_token_budget,
             "context_cap": s.context_cap}
+    if s.additive:  # only when set: the keys of caches written before the setting existed stay what they were
+        loop["additive"] = True
     key = {"baseline": baseline_key(cfg, _index_fingerprint(index_dir)), "loop": loop}
     return text_sha256(json.dumps(key, sort_keys=True, default=str))[:16]
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from generator_adapters.client import run_sync
 from s3core.types import QAExample, SearchResult
 from training.config import TrainSettings
-from training.rewards import RewardBatch, RewardScorer
+from training.rewards import NO_GENERATOR_REWARDS, RewardBatch, RewardScorer
 
 __all__ = ["GAUGE_METRICS", "USAGE_METRICS", "LocalExecutor", "StepExecutor", "make_scorer", "rollout_policy", "usage_row"]
 
@@ -84,7 +84,7 @@ def make_scorer(
 
     tc = cfg.training
     accuracy = None
-    if not end_to_end and tc.reward != "r1_searcher_stage1":
+    if not end_to_end and tc.reward not in NO_GENERATOR_REWARDS:
         gen = cfg.generator_resolved
         if generator_concurrency is not None:
             gen = gen.model_copy(update={"concurrency": generator_concurrency})
@@ -100,6 +100,7 @@ def make_scorer(
         beta=tc.confidence_beta,
         end_to_end=end_to_end,
         invalid_penalty=tc.invalid_penalty,
+        retrieval_cost=tc.retrieval_cost,
     )
 
 

@@ -420,8 +420,8 @@ class Learner:
     def sft_update(self, batches: list[Batch]) -> dict[str, float]:
         """One supervised step (the format warm-up, [training.sft]): the token-weighted masked NLL of the batches'
         policy tokens (prompts and retrieved windows masked out exactly as in RL), clipped, one optimizer step at
-        training.sft.learning_rate — the same optimizer (and AdamW moments) RL goes on with, its RL learning rate
-        restored after the step; the scheduler does not advance."""
+        training.sft.learning_rate (its RL learning rate restored after the step; the scheduler does not advance).
+        RL does not inherit these AdamW moments: end_warmup starts it from a fresh optimizer and scheduler."""
         import torch
 
         from training.algorithms import masked_mean

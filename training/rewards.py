@@ -57,6 +57,8 @@ __all__ = [
 ]
 
 REWARDS = ("gbr", "acc_plus_gbr", "em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated", "retrieval_gain")
+# rewards that never call the frozen generator or the judge in s3 mode (no Accuracy is built, nothing is priced)
+NO_GENERATOR_REWARDS = ("r1_searcher_stage1", "retrieval_gain")
 
 
 def _check_lengths(name: str, *columns: Sequence[Any]) -> None:

@@ -358,12 +358,14 @@ def update_rows(tc: TrainingConfig, results: list[SearchResult], rewards: list[f
     or with training.update.drop_flat_groups a group whose rewards are all equal) and rollouts without policy tokens
     leave the update; None when no row is left."""
     from training import algorithms as alg
+    from training.rewards import grpo_advantages
 
     group = tc.rollout.group_size
     stats: dict[str, float] = {}
     adv: list[float | None]
-    if tc.algorithm == "grpo":
-        adv = alg.group_advantages_missing(rewards, group)
+    if tc.algorithm == "grpo":  # the format term kept below the task reward (training.format_advantage)
+        adv, format_stats = grpo_advantages(rewards, results, group, tc.invalid_penalty, tc.format_advantage)
+        stats.update(format_stats)  # reward/format_only_groups
         if tc.update.drop_flat_groups:
             flat = alg.flat_groups(rewards, group)
             for g in flat:

@@ -221,13 +221,13 @@ def test_search_with_a_run_dir_applies_its_recorded_settings_and_index(trainer) 
     )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)
-    assert len(result["steps"]) <= 2  # D0 + at most one search turn (the defaults would allow three)
+    assert len(result["trajectory"]["steps"]) <= 2  # D0 + at most one search turn (the defaults would allow three)
     # k0 = k = 3, as trained (a turn whose reply was no valid action, as an untrained policy's often is, retrieves
     # nothing; which turn that is depends on the greedy reply, i.e. on the transformers release's numerics). A query of
     # stopwords only (a 1-step policy once asked for 'and') matches no bm25 document: it retrieves 0, never another k
-    searched = [s for s in result["steps"] if s["turn"] == 0 or s["query"] is not None]
-    assert searched and len(searched[0]["retrieved_ids"]) == 3, result["steps"]
-    assert all(len(s["retrieved_ids"]) in (0, 3) for s in searched), result["steps"]
+    searched = [s for s in result["trajectory"]["steps"] if s["turn"] == 0 or s["query"] is not None]
+    assert searched and len(searched[0]["retrieved_ids"]) == 3, result["trajectory"]["steps"]
+    assert all(len(s["retrieved_ids"]) in (0, 3) for s in searched), result["trajectory"]["steps"]
     assert result["documents"]
 
 
@@ -344,7 +344,7 @@ def test_a_lora_run_ships_its_adapter_as_a_complete_small_policy(tmp_path: Path)
     )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)
-    assert len(result["steps"]) <= 2 and result["documents"]  # the recorded loop settings (one search turn) applied
+    assert len(result["trajectory"]["steps"]) <= 2 and result["documents"]  # the recorded loop settings (one search turn) applied
     # what a vLLM engine is given for it: the adapter merged into its base, a plain HF dir with the same outputs
     # (lora_B made clearly non-zero first: one step at lr 1e-5 barely moves it from its zero init)
     from safetensors.torch import load_file, save_file

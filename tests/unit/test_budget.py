@@ -171,3 +171,14 @@ def test_budgeted_executor_stops_before_the_step_that_could_pass(tmp_path: Path)
     resumed.project = lambda results, examples: 0.30  # type: ignore[method-assign]
     resumed.score([], [])
     assert resumed.step_stats()["cost/usd_total"] == 1.0
+
+
+def test_a_reward_that_calls_no_generator_is_not_priced() -> None:
+    """retrieval_gain (like R1-Searcher's stage 1) scores documents only: no Accuracy to price, nothing paid."""
+    from s3.config import load_config
+    from training.budget import paid_reward, projection_accuracy
+
+    for reward in ("retrieval_gain", "r1_searcher_stage1"):
+        cfg = load_config(None, [f"training.reward={reward}"])
+        assert not paid_reward(cfg) and projection_accuracy(cfg) is None
+    assert paid_reward(load_config(None, ["training.reward=gbr"]))
