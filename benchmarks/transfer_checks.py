@@ -25,10 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from experiments import transfer_checks as tc
 
-from experiments import transfer_checks as tc  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 CONFIG = ROOT / "configs" / "transfer3.toml"
 RAW = ROOT.parent / "shared" / "data" / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl"
