@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from s3core.errors import S3Error
-from s3core.io import append_jsonl, read_log_jsonl, repair_tail
+from s3core.io import append_jsonl, read_log_jsonl, repair_tail, write_text_atomic
 
 __all__ = ["HELDOUT_FILE", "HELDOUT_QUESTIONS_FILE", "METRICS_FILE", "STATE_FILE", "MetricsWriter", "append_heldout",
            "best_checkpoint", "checkpoint_path", "checkpoint_step", "choose_heldout", "export_policy", "heldout_rows",
@@ -148,12 +148,6 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return run_dir / CHECKPOINTS / latest.read_text().strip() if latest.is_file() else None
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 @contextlib.contextmanager
 def writing_checkpoint(run_dir: Path, step: int, keep: int) -> Iterator[Path]:
     """The temporary folder checkpoint `step` is written into; once the block is done it is renamed into place,
@@ -169,10 +163,10 @@ def writing_checkpoint(run_dir: Path, step: int, keep: int) -> Iterator[Path]:
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _write_atomic(ckpts / "latest", final.name)
+    write_text_atomic(ckpts / "latest", final.name)
     best = best_checkpoint(run_dir, step)
     if best is not None and (ckpts / best).is_dir():
-        _write_atomic(ckpts / "best", best)
+        write_text_atomic(ckpts / "best", best)
     old = sorted(p for p in ckpts.glob("step_*") if p.is_dir())
     for p in old[:-keep]:
         if p.name != best:  # the held-out choice stays
