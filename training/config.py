@@ -125,6 +125,13 @@ class TrainingRollout(Section):
         description="vLLM rollouts: a trajectory whose mean |vLLM - learner| token log-prob gap exceeds this feeds the "
         "confidence-gated reward the learner's log-probs instead of vLLM's.",
     )
+    max_staleness: int = Field(
+        0, ge=0,
+        description="Asynchronous RL (training/pipeline.py): while the learner updates on batch k, batches up to k + "
+        "max_staleness are rolled out and scored with weights at most max_staleness updates old (admission control: "
+        "nothing generated is discarded; the data order stays a function of seed and step). 0 = the synchronous loop "
+        "(rollout -> reward -> update), unchanged. Stale samples are corrected by training.update.offpolicy.",
+    )
 
 
 class TrainingUpdate(Section):
@@ -147,6 +154,18 @@ class TrainingUpdate(Section):
         description="GRPO only (PPO's advantages come from its critic): leave out of the update the groups whose "
         "rewards are all equal (zero advantage, only the KL term would move them; DAPO's dynamic-sampling filter "
         "without refill). Saves their forward/backward passes.",
+    )
+    offpolicy: Literal["decoupled", "none"] = Field(
+        "decoupled",
+        description="Asynchronous RL only (training.rollout.max_staleness > 0): 'decoupled' = the decoupled PPO "
+        "objective (AReaL): the clipped ratio is taken against the learner's recomputed log-probs (the proximal "
+        "policy) and each token is weighted by the truncated importance weight min(pi_prox / pi_behaviour, is_cap) of "
+        "the behaviour policy that sampled it (the rollout's own log-probs); 'none' = no weight (an ablation).",
+    )
+    is_cap: float = Field(
+        2.0, gt=0,
+        description="Truncation of the behaviour importance weight (training.update.offpolicy = 'decoupled'; "
+        "losses/is_clipfrac counts the tokens it cut).",
     )
 
 
