@@ -14,12 +14,13 @@ contract `s3 eval --method searcher --contexts FILE` reads), so the real generat
 Titles are compared after `norm` (ASCII, lower case, punctuation to spaces), with or without a trailing
 parenthetical ("Kiss and Tell (1945 film)" is also "kiss and tell"). `cap_hit_shares` measures how often a generator's
 answers hit max_tokens; `paired_rows` builds the paired-bootstrap table (eval/stats.py) the report prints.
+`norm`, `title_variants`, `contains_phrase`, `first_words` and `VISIBLE_WORDS` are the copyable teacher's
+(training/oracle.py, imported from there): one definition of what a searcher can copy, for A1 here and the warm-up there.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,8 +28,8 @@ from typing import Any
 from eval.stats import mean_ci, paired_diff_ci
 from s3core.errors import DataFormatError
 from s3core.types import Document
+from training.oracle import VISIBLE_WORDS, contains_phrase, first_words, norm, title_variants
 
-VISIBLE_WORDS = 70  # words of each top-3 document the copyable teacher and the heuristic may read (after its title)
 HEURISTIC_K = 8  # documents retrieved per heuristic query (the searcher's k: the 8:3:3 loop)
 DOC_CAP = 5  # |D| cap of the additive searcher and the heuristic: naive RAG's 3 + 2 added
 MAX_TITLE_WORDS = 10  # longest index title (in words) a span is matched against
@@ -46,36 +47,6 @@ _CONNECTORS = frozenset({
 })
 _CLAUSE = re.compile(r"[,;:!?()\[\]{}\"“”]|\.(?:\s|$)|\s[-–—]\s")
 _QUOTED = re.compile(r"\"([^\"]{2,100})\"|“([^”]{2,100})”")
-_PAREN_TAIL = re.compile(r"\s*\([^()]*\)\s*$")
-
-
-def norm(text: str) -> str:
-    """ASCII, lower case, every run of non-alphanumerics one space.
-
-    >>> norm("Pirate's Cove (board game)!")
-    'pirate s cove board game'
-    """
-    spaced = "".join(" " if unicodedata.category(c)[0] in "PSZ" else c for c in unicodedata.normalize("NFKD", text))
-    ascii_ = spaced.encode("ascii", "ignore").decode("ascii")
-    return " ".join(re.sub(r"[^a-z0-9]+", " ", ascii_.lower()).split())
-
-
-def title_variants(title: str) -> set[str]:
-    """The normalised forms a title is recognised by: whole, and without a trailing parenthetical.
-
-    >>> sorted(title_variants("Kiss and Tell (1945 film)"))
-    ['kiss and tell', 'kiss and tell 1945 film']
-    """
-    return {v for v in (norm(title), norm(_PAREN_TAIL.sub("", title))) if v}
-
-
-def contains_phrase(haystack: str, phrase: str) -> bool:
-    """Whether normalised `phrase` occurs in normalised `haystack` on word boundaries."""
-    return bool(phrase) and f" {phrase} " in f" {haystack} "
-
-
-def first_words(text: str, n: int) -> str:
-    return " ".join(text.split()[:n])
 
 
 def visible_segments(question: str, top: Sequence[Document], words: int = VISIBLE_WORDS) -> list[str]:

@@ -4,27 +4,186 @@ A 135M searcher writes no valid s3 action at all when it starts (0 of 16 sampled
 every rollout of a group then gets the same context, the same reward and a zero GRPO advantage, and RL has nothing
 to learn from. The warm-up first teaches the tag grammar by supervised steps on oracle trajectories: the environment
 runs the real loop (real retriever, real windows, the student's own chat template and token masks) while the
-replies come from this script, which knows the question's gold supporting paragraphs:
+replies come from this script, which knows the question's gold supporting paragraphs. Two teachers
+(`oracle_script(..., teacher=...)`):
 
-- select the documents of the current window whose title is a gold supporting title (at most max_select);
-- stop when every gold title has been seen in some window (or the turn budget is spent);
-- otherwise ask for the first gold title not seen yet.
+- `"gold_title"` (attempts 1-2, the default, so their warm-ups stay reproducible): select the documents of the
+  current window whose title is a gold supporting title (at most max_select); stop when every gold title has been
+  seen in some window (or the turn budget is spent); otherwise ask for the first gold title not seen yet. That title
+  is in neither the question nor the retrieved text on 31% of hotpotqa_dev500's questions: the student cannot copy
+  such a query from what it sees (issue 45, cause 4).
+- `"copyable"` (issue 45, step 4): the same selection, but a missing gold title is queried only where it is VISIBLE:
+  in the question, or in a document shown so far (its title and first `VISIBLE_WORDS` words as the window renders
+  them; later turns see what earlier turns retrieved), whole or without a trailing parenthetical, compared after
+  `norm`; a title already asked is not asked again; with nothing copyable left, stop. Every query it writes is a
+  phrase of what the prompt showed (`visible_segments`, `query_is_visible`).
 
 The oracle never sees the answer, only which paragraphs support it (HotpotQA / MuSiQue training metadata).
+The title helpers (`norm`, `title_variants`, `contains_phrase`, `first_words`) are the ones experiments/transfer_checks.py
+uses for A1's copyable gold (it imports them from here: training may not import experiments).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Literal
 
 from s3core.types import QAExample
 
-__all__ = ["gold_titles", "oracle_script"]
+__all__ = [
+    "TEACHERS",
+    "VISIBLE_WORDS",
+    "Teacher",
+    "contains_phrase",
+    "first_words",
+    "gold_titles",
+    "norm",
+    "oracle_script",
+    "query_is_visible",
+    "title_variants",
+    "visible_segments",
+]
+
+Teacher = Literal["gold_title", "copyable"]
+TEACHERS: tuple[Teacher, ...] = ("gold_title", "copyable")
+VISIBLE_WORDS = 70  # words of a shown document (after its title) a copyable teacher may read: ~ the 96-token view
 
 _DOC_LINE = re.compile(r"^Doc (\d+) ?\(Title: ", re.M)
+_PAREN_TAIL = re.compile(r"\s*\([^()]*\)\s*$")
+_QUERY = re.compile(r"<query>(.*?)</query>", re.S)
+
+
+# ------------------------------------------------------------------------------------------------ titles in text
+
+
+def norm(text: str) -> str:
+    """ASCII, lower case, every run of non-alphanumerics one space.
+
+    >>> norm("Pirate's Cove (board game)!")
+    'pirate s cove board game'
+    """
+    spaced = "".join(" " if unicodedata.category(c)[0] in "PSZ" else c for c in unicodedata.normalize("NFKD", text))
+    ascii_ = spaced.encode("ascii", "ignore").decode("ascii")
+    return " ".join(re.sub(r"[^a-z0-9]+", " ", ascii_.lower()).split())
+
+
+def _title_forms(title: str) -> list[str]:
+    """A title as written, then without a trailing parenthetical (when that differs and is not empty)."""
+    short = _PAREN_TAIL.sub("", title).strip()
+    return [title.strip()] + ([short] if short and short != title.strip() else [])
+
+
+def title_variants(title: str) -> set[str]:
+    """The normalised forms a title is recognised by: whole, and without a trailing parenthetical.
+
+    >>> sorted(title_variants("Kiss and Tell (1945 film)"))
+    ['kiss and tell', 'kiss and tell 1945 film']
+    """
+    return {v for v in (norm(f) for f in _title_forms(title)) if v}
+
+
+def contains_phrase(haystack: str, phrase: str) -> bool:
+    """Whether normalised `phrase` occurs in normalised `haystack` on word boundaries.
+
+    >>> contains_phrase("the kiss and tell show", "kiss and tell"), contains_phrase("kissandtell", "kiss")
+    (True, False)
+    """
+    return bool(phrase) and f" {phrase} " in f" {haystack} "
+
+
+def first_words(text: str, n: int) -> str:
+    return " ".join(text.split()[:n])
+
+
+# ------------------------------------------------------------------------------------------------ reading the prompt
+
+
+def _question(prompt: str) -> str:
+    return prompt.rsplit("<question>", 1)[-1].split("</question>", 1)[0].strip()
+
+
+def _windows(prompt: str) -> list[str]:
+    """The <information> windows shown after the (last) <question>: D0 first, then one per search turn."""
+    body = prompt.rsplit("</question>", 1)[-1]
+    return [w.split("</information>", 1)[0] for w in body.split("<information>")[1:]]
+
+
+def _doc_lines(window: str) -> list[tuple[int, str, str]]:
+    """(1-based position, title, text) of each rendered document line `Doc i (Title: T) text` of a window. A title
+    holding ") " is cut at its first one: the visible text then starts earlier, never later."""
+    out = []
+    for line in window.splitlines():
+        m = _DOC_LINE.match(line)
+        if m:
+            rest = line[m.end() :]
+            title, _, text = rest.partition(") ")
+            out.append((int(m.group(1)), title.removesuffix(")"), text))
+    return out
+
+
+def _asked(prompt: str) -> list[str]:
+    """The queries the replies so far wrote (after the last <question>), their JSON unwrapped where it parses."""
+    out = []
+    for raw in _QUERY.findall(prompt.rsplit("</question>", 1)[-1]):
+        try:
+            q = json.loads(raw)
+            out.append(str(q.get("query", "")) if isinstance(q, dict) else str(q))
+        except json.JSONDecodeError:
+            out.append(raw)
+    return out
+
+
+def visible_segments(prompt: str, words: int = VISIBLE_WORDS) -> list[str]:
+    """What a searcher has seen at this prompt, as raw text: the question, then each shown document's title and its
+    first `words` words as the window rendered them (the windows in order: D0, then each search's)."""
+    segs = [_question(prompt)]
+    for w in _windows(prompt):
+        segs += [f"{title}. {first_words(text, words)}" for _, title, text in _doc_lines(w)]
+    return segs
+
+
+def query_is_visible(query: str, prompt: str, words: int = VISIBLE_WORDS) -> bool:
+    """Whether `query` (normalised) is a phrase of one segment the prompt showed (`visible_segments`): a copy of what
+    the searcher saw, not knowledge it lacks."""
+    q = norm(query)
+    return bool(q) and any(contains_phrase(norm(s), q) for s in visible_segments(prompt, words))
+
+
+def _titles_in(window: str, gold: list[str]) -> tuple[list[int], set[str]]:
+    """(1-based positions of gold documents in the window, gold titles present)."""
+    picked: list[int] = []
+    seen: set[str] = set()
+    for line in window.splitlines():
+        m = _DOC_LINE.match(line)
+        if not m:
+            continue
+        rest = line[m.end() :]
+        for t in gold:
+            if rest.startswith(t + ")"):
+                picked.append(int(m.group(1)))
+                seen.add(t)
+                break
+    return picked, seen
+
+
+def _copyable_query(prompt: str, missing: list[str], words: int) -> str | None:
+    """The first missing gold title visible in the prompt and not asked yet, in the form the prompt shows (whole, else
+    without its trailing parenthetical); None: nothing copyable is left."""
+    seen = [norm(s) for s in visible_segments(prompt, words)]
+    asked = {norm(q) for q in _asked(prompt)}
+    for title in missing:
+        for form in _title_forms(title):
+            key = norm(form)
+            if key and key not in asked and any(contains_phrase(s, key) for s in seen):
+                return form
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ the teachers
 
 
 def gold_titles(examples: Iterable[QAExample], corpus: Path) -> dict[str, list[str]]:
@@ -45,35 +204,15 @@ def gold_titles(examples: Iterable[QAExample], corpus: Path) -> dict[str, list[s
     return out
 
 
-def _windows(prompt: str) -> list[str]:
-    """The <information> windows shown after the (last) <question>: D0 first, then one per search turn."""
-    body = prompt.rsplit("</question>", 1)[-1]
-    return [w.split("</information>", 1)[0] for w in body.split("<information>")[1:]]
-
-
-def _titles_in(window: str, gold: list[str]) -> tuple[list[int], set[str]]:
-    """(1-based positions of gold documents in the window, gold titles present)."""
-    picked: list[int] = []
-    seen: set[str] = set()
-    for line in window.splitlines():
-        m = _DOC_LINE.match(line)
-        if not m:
-            continue
-        rest = line[m.end() :]
-        for t in gold:
-            if rest.startswith(t + ")"):
-                picked.append(int(m.group(1)))
-                seen.add(t)
-                break
-    return picked, seen
-
-
-def oracle_script(gold: dict[str, list[str]], max_select: int, max_turns: int) -> Callable[[str, int], str]:
-    """A `ScriptedPolicy` script: the oracle reply to an s3 searcher prompt (see the module docstring)."""
+def oracle_script(gold: dict[str, list[str]], max_select: int, max_turns: int, teacher: Teacher = "gold_title",
+                  visible_words: int = VISIBLE_WORDS) -> Callable[[str, int], str]:
+    """A `ScriptedPolicy` script: the oracle reply to an s3 searcher prompt (see the module docstring for the two
+    teachers; `visible_words` is what the copyable one reads of a shown document)."""
+    if teacher not in TEACHERS:
+        raise ValueError(f"unknown teacher {teacher!r}; choose one of {', '.join(TEACHERS)}")
 
     def script(prompt: str, _index: int) -> str:
-        question = prompt.rsplit("<question>", 1)[-1].split("</question>", 1)[0].strip()
-        titles = gold.get(question, [])
+        titles = gold.get(_question(prompt), [])
         windows = _windows(prompt)
         seen: set[str] = set()
         for w in windows:
@@ -82,9 +221,13 @@ def oracle_script(gold: dict[str, list[str]], max_select: int, max_turns: int) -
         reply = f"<important_info>[{', '.join(map(str, picked))}]</important_info>\n"
         missing = [t for t in titles if t not in seen]
         searches_done = max(len(windows) - 1, 0)  # the first window is begin-with-search's D0
+        stop = reply + "<search_complete>True</search_complete>"
         if not missing or searches_done >= max_turns:
-            return reply + "<search_complete>True</search_complete>"
-        query = json.dumps({"query": missing[0]}, ensure_ascii=False)
+            return stop
+        ask = missing[0] if teacher == "gold_title" else _copyable_query(prompt, missing, visible_words)
+        if ask is None:
+            return stop
+        query = json.dumps({"query": ask}, ensure_ascii=False)
         return reply + f"<search_complete>False</search_complete>\n<query>{query}</query>"
 
     return script
