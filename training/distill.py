@@ -15,6 +15,14 @@ side effect of building; `s3 train --dry-run` does not run it.
 
 The scores are cached in RUN_DIR/distill.jsonl (one row per question: acc, acc_rag, gbr, the oracle's documents, the
 cache key), so a resumed run makes no generator call; a change of generator, prompt, metric or loop recomputes.
+
+The retrieval check (issue 45, step 4; no generator call) accepts an oracle trajectory where its documents hold a
+gold supporting paragraph that naive RAG's top-k (the begin-with-search turn) lacked (`gold_added`):
+
+    pool = retrieval_sample(cfg, examples, oracle, run_dir)          # indices into `examples`; distill_summary.json
+
+With the copyable teacher (training/oracle.py) that is a trajectory whose every query the student could have copied
+from what it saw, and which found a gold paragraph beyond naive RAG.
 """
 
 from __future__ import annotations
@@ -28,14 +36,14 @@ from typing import TYPE_CHECKING, Any
 from generator_adapters.client import run_sync
 from s3core.errors import S3Error
 from s3core.io import append_jsonl, read_jsonl, repair_tail, text_sha256, write_json_atomic
-from s3core.types import QAExample
+from s3core.types import QAExample, SearchResult
 from training.config import TrainSettings
 from training.data import TrainingSet
 
 if TYPE_CHECKING:
     from searcher.agent import S3Searcher
 
-__all__ = ["DISTILL_FILE", "rejection_sample"]
+__all__ = ["DISTILL_FILE", "gold_added", "rejection_sample", "retrieval_sample"]
 
 DISTILL_FILE = "distill.jsonl"
 Log = Callable[[str], object]
@@ -123,4 +131,59 @@ def rejection_sample(cfg: TrainSettings, examples: list[QAExample], oracle: S3Se
     if not pool:
         raise S3Error("training.sft.keep = 'gbr_positive': no oracle trajectory beat naive RAG on the candidates "
                       f"({len(scored)} scored; {run_dir / 'distill_summary.json'}); use keep = 'all' or more candidates")
+    return pool
+
+
+def gold_added(result: SearchResult, gold_ids: list[str]) -> bool | None:
+    """Whether a trajectory's documents hold a gold supporting paragraph that naive RAG's top-k (its begin-with-search
+    turn, `training.rewards.top_k_of`) lacked; None where it cannot tell (no supporting ids, no begin-with-search).
+
+    >>> from s3core.types import Document, SearchStep
+    >>> r = SearchResult(question="q", documents=[Document(id=i, text="") for i in ("a", "b", "g2")],
+    ...                  steps=[SearchStep(turn=0, retrieved_ids=["a", "b"])])
+    >>> gold_added(r, ["g1", "g2"]), gold_added(r, ["a"]), gold_added(r, [])
+    (True, False, None)
+    """
+    from training.rewards import top_k_of
+
+    top = top_k_of(result)
+    if top is None or not gold_ids:
+        return None
+    return bool(({d.id for d in result.documents} - set(top)) & set(gold_ids))
+
+
+def retrieval_sample(cfg: TrainSettings, examples: list[QAExample], oracle: S3Searcher, run_dir: Path,
+                     log: Log = print, batch: int = 64) -> list[int]:
+    """Indices of `examples` whose oracle trajectory adds gold beyond naive RAG's top-k (`gold_added`): the retrieval
+    check, no generator call. Candidates as in `rejection_sample` (the first training.sft.candidates of the seeded
+    order, all when None). Writes RUN_DIR/distill_summary.json (candidates, kept, the trajectories that stopped without
+    a query, queries per question); nothing to cache: the oracle and the retriever are cheap and deterministic."""
+    sft = cfg.training.sft
+    order = candidate_order(len(examples), cfg.training.seed)
+    if sft.candidates is not None:
+        order = order[: sft.candidates]
+    log(f"train: distillation: the retrieval check on the oracle's trajectories of {len(order)} candidate questions "
+        "(kept where they add a gold paragraph naive RAG's top-k lacked; no generator call)")
+    verdicts: dict[int, bool | None] = {}
+    stopped = queries = 0
+    for start in range(0, len(order), batch):
+        part = order[start : start + batch]
+        for i, r in zip(part, oracle.search([examples[i] for i in part]), strict=True):
+            verdicts[i] = gold_added(r, examples[i].supporting_ids)
+            asked = sum(1 for s in r.steps if s.turn > 0 and s.query)
+            queries += asked
+            stopped += asked == 0
+    pool = [i for i in order if verdicts.get(i)]
+    checked = sum(v is not None for v in verdicts.values())
+    summary = {"check": "gold_added", "candidates": len(order), "checked": checked, "kept": len(pool),
+               "kept_share": len(pool) / max(1, checked), "stopped_without_query": stopped,
+               "queries_per_question": queries / max(1, len(order))}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "distill_summary.json", summary)
+    log(f"train: distillation: {len(pool)} of {checked} oracle trajectories add gold beyond naive RAG's top-k; the "
+        f"warm-up learns from those ({stopped} stopped without a query)")
+    if not pool:
+        raise S3Error("the retrieval check kept no oracle trajectory (none added a gold paragraph beyond naive RAG's "
+                      f"top-k on {checked} candidates; {run_dir / 'distill_summary.json'}): use keep = 'all' or more "
+                      "candidates")
     return pool

@@ -24,7 +24,10 @@ the update. It is never turned into 0.
   whose task rewards are all equal no longer gets full-size advantages from it) and counts those format-only groups.
 
 `RewardScorer` turns SearchResults into these rewards, calling the frozen generator (and judge, via the metric)
-batched and concurrently through the generator layer.
+batched and concurrently through the generator layer. Where a rollout's documents are naive RAG's top-k exactly (same
+ids, same order: an additive searcher that added nothing, or a selection that kept D0 as it came), the generator would
+see naive RAG's prompt: Acc(G(Q, D_s3)) is the cached baseline Acc(G(Q, D_RAG)) and no call is made (GBR = 0 by
+definition); `RewardBatch.reused_baseline` and `RewardScorer.counts()` count those rollouts (reward/reused_baseline).
 """
 
 from __future__ import annotations
@@ -281,6 +284,7 @@ class RewardBatch:
     acc_s3: list[float | None] | None = None
     acc_rag: list[float | None] | None = None
     generator_failures: int = 0
+    reused_baseline: int = 0  # rollouts whose Acc(G(Q, D_s3)) is the cached naive-RAG one: D_s3 = top-k, no call
 
 
 # Acc(G(Q, D)) of a batch: (questions, documents per question, golden answers) -> one value per question, None on a
@@ -328,6 +332,12 @@ class RewardScorer:
         if retrieval_cost < 0:
             raise ValueError(f"retrieval_cost must be >= 0, got {retrieval_cost}")
         self.retrieval_cost = retrieval_cost
+        self.reused_baseline = 0  # rollouts scored from the cached baseline so far (`counts`)
+
+    def counts(self) -> dict[str, float]:
+        """What the scorer has spared so far: `reused_baseline` = rollouts whose documents were naive RAG's top-k,
+        scored from the cached baseline without a generator call."""
+        return {"reused_baseline": float(self.reused_baseline)}
 
     def _baseline_for(self, examples: Sequence[QAExample]) -> list[float | None]:
         from s3core.errors import S3Error
@@ -346,15 +356,33 @@ class RewardScorer:
             if self.em is None:
                 raise ValueError("end-to-end rewards need an exact-match function")
             return exact_match_reward([r.answer for r in results], [e.golden_answers for e in examples], self.em)
-        return await self._acc_s3(results, examples)
+        return (await self._acc_s3(results, examples))[0]
 
-    async def _acc_s3(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> list[float | None]:
+    def _reusable(self, result: SearchResult, example: QAExample) -> bool:
+        """Whether the rollout's documents are naive RAG's top-k as it came (ids and order) and that question's
+        baseline is cached: the generator's prompt would be the baseline's, so its Acc is the baseline's."""
+        top = top_k_of(result)
+        return top is not None and example.id in self.baseline and [d.id for d in result.documents] == top
+
+    async def _acc_s3(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> tuple[list[float | None], int]:
+        """(Acc(G(Q, D_s3)) per rollout, how many came from the cached baseline without a call)."""
         if self.accuracy is None:
             raise ValueError(f"reward {self.reward!r} needs the generator (an accuracy function)")
-        acc = await self.accuracy(
-            [e.question for e in examples], [list(r.documents) for r in results], [e.golden_answers for e in examples]
-        )
-        return list(acc)
+        acc: list[float | None] = [None] * len(results)
+        todo: list[int] = []
+        for i, (r, e) in enumerate(zip(results, examples, strict=True)):
+            if self._reusable(r, e):
+                acc[i] = self.baseline[e.id]
+            else:
+                todo.append(i)
+        if todo:
+            called = await self.accuracy([examples[i].question for i in todo], [list(results[i].documents) for i in todo],
+                                         [examples[i].golden_answers for i in todo])
+            for i, a in zip(todo, called, strict=True):
+                acc[i] = a
+        reused = len(results) - len(todo)
+        self.reused_baseline += reused
+        return acc, reused
 
     async def score(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> RewardBatch:
         """The configured reward, minus `invalid_penalty` x each rollout's invalid-turn fraction when that is set."""
@@ -368,9 +396,10 @@ class RewardScorer:
         r = self.reward
         if r in ("gbr", "acc_plus_gbr"):
             rag = self._baseline_for(examples)  # a missing baseline is an error, checked before any call
-            acc = await self._acc_s3(results, examples)
+            acc, reused = await self._acc_s3(results, examples)
             rewards = gbr(acc, rag) if r == "gbr" else acc_plus_gbr(acc, rag)
-            return RewardBatch(rewards, acc_s3=acc, acc_rag=rag, generator_failures=sum(a is None for a in acc))
+            return RewardBatch(rewards, acc_s3=acc, acc_rag=rag, generator_failures=sum(a is None for a in acc),
+                               reused_baseline=reused)
         if r == "retrieval_gain":
             from s3core.errors import S3Error
 
@@ -401,8 +430,9 @@ class RewardScorer:
                     for x, e in zip(results, examples, strict=True)
                 ]
                 return RewardBatch(r1_searcher_stage2(f1s, fmt))
-            acc = await self._acc_s3(results, examples)  # s3 mode: F1 of the generator's answer, via `accuracy`
-            return RewardBatch(r1_searcher_stage2(acc, fmt), acc_s3=acc, generator_failures=sum(a is None for a in acc))
+            acc, reused = await self._acc_s3(results, examples)  # s3 mode: the generator's answer, via `accuracy`
+            return RewardBatch(r1_searcher_stage2(acc, fmt), acc_s3=acc, generator_failures=sum(a is None for a in acc),
+                               reused_baseline=reused)
         # confidence_gated
         if self.decode is None:
             raise ValueError("reward 'confidence_gated' needs the policy tokenizer's decode")

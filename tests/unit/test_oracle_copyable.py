@@ -134,3 +134,30 @@ def test_on_real_questions_every_copyable_query_names_what_the_searcher_saw(hotp
     # measured: 19 copyable queries, none unseen; the old teacher 8 of 25 unseen
     assert queries["copyable"] >= 15 and unseen["copyable"] == 0
     assert unseen["gold_title"] >= 5, "the old teacher names unseen titles on this slice: the check can fail"
+
+
+def test_the_retrieval_check_keeps_the_trajectories_that_add_gold(hotpot_slice: tuple, tmp_path: Path) -> None:
+    """training/distill.py's retrieval check (no generator call) on the copyable teacher's real trajectories."""
+    import json
+
+    from s3.config import load_config
+    from searcher.build import build_searcher
+    from searcher.policy.scripted import ScriptedPolicy
+    from searcher.retrieval import load_retriever
+    from training.distill import candidate_order, retrieval_sample
+    from training.oracle import gold_titles
+
+    examples, corpus, index = hotpot_slice
+    cfg = load_config(None, ["training.sft.candidates=30"])
+    loop = SearcherConfig(k=8, max_turns=3, max_select=3, additive=True, context_cap=5)
+    oracle = build_searcher(loop, load_retriever(RetrieverConfig(), index),
+                            ScriptedPolicy(oracle_script(gold_titles(examples, corpus), 3, 3, teacher="copyable")), k0=3)
+    pool = retrieval_sample(cfg, examples, oracle, tmp_path, log=lambda _m: None, batch=7)
+    # independently: the first 30 of the seeded order whose trajectory's documents hold gold the top-3 lacked
+    results = oracle.search(examples)
+    expected = [i for i in candidate_order(len(examples), cfg.training.seed)[:30]
+                if ({d.id for d in results[i].documents} - set(results[i].steps[0].retrieved_ids))
+                & set(examples[i].supporting_ids)]
+    assert pool == expected and 0 < len(pool) < 30
+    summary = json.loads((tmp_path / "distill_summary.json").read_text())
+    assert (summary["check"], summary["candidates"], summary["kept"]) == ("gold_added", 30, len(pool))
