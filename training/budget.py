@@ -8,7 +8,7 @@
 The step's reward calls (the frozen generator on each rollout's documents, and a judge call on each answer) are
 projected on the trainer's side before they are made, wherever they then run (here or on Ray reward workers): prompts
 measured, completions at max_tokens, answers in the response cache free. A step that could pass the cap is not
-started: the trainer stops with the checkpoint of the step before (`S3Trainer.train`), and the same command with a
+started (with asynchronous RL, the batch being admitted for scoring, whatever steps are in flight): the trainer stops with the checkpoint of the step before (`S3Trainer.train`), and the same command with a
 higher cap resumes it from there. `cost/usd_total` is carried over a resume from metrics.jsonl (read through
 training/rundir.py).
 
@@ -107,11 +107,16 @@ class BudgetedExecutor:
         self._step = step
         return self.inner.rollout(examples, step, greedy)
 
-    def score(self, results: list[SearchResult], examples: list[QAExample]) -> RewardBatch:
+    def score(self, results: list[SearchResult], examples: list[QAExample], step: int | None = None) -> RewardBatch:
+        """The inner executor's scoring of the rollouts of `step` (default: the last rollout's), started only when
+        what is spent, plus what every batch being scored has reserved, plus these calls' projection fits the cap;
+        their projection is held until they are settled. Asynchronous RL scores the batches in flight one after the
+        other, on one thread (training/pipeline.py), so the check before each is exact."""
         self._load()
         self.budget.spend(self._collect())  # anything spent outside score (nothing today) is counted too
         projected = self.project(results, examples)
-        self.budget.check(projected, f"step {self._step + 1} ({len(results)} rollouts to score)")
+        which = self._step if step is None else step
+        self.budget.check(projected, f"step {which + 1} ({len(results)} rollouts to score)")
         self.budget.reserve(projected)
         spent = 0.0
         try:

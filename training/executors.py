@@ -1,10 +1,14 @@
 """Where a training step's rollouts and rewards run: the trainer calls a `StepExecutor`, never the engines directly.
 
     results = executor.rollout(examples, step)      # B x group_size SearchResults, in the order of `examples`
-    scored = executor.score(results, examples)      # RewardBatch (training/rewards.py), same order
+    scored = executor.score(results, examples, step=step)  # RewardBatch (training/rewards.py), same order
     ... the masked PPO / GRPO update is the learner's (training/learner_api.py) ...
     sync_s = executor.sync()                        # the learner's new weights into every rollout engine (or None)
     row.update(executor.step_stats())               # reward/ usage and, on Ray, ray/ worker losses since the last call
+
+Asynchronous RL (training.rollout.max_staleness > 0, training/pipeline.py) calls `rollout` on one thread and `score`
+and `step_stats` on another, while the learner updates: `rollout` and `sync` never run at once (the pipeline's engine
+lock), scoring jobs run one at a time, and the executors keep their counters under a lock of their own.
 
 `LocalExecutor` is what the trainer always did, in this process (training.backend = "local"); `RayExecutor`
 (training/ray_backend.py) runs the same two calls on Ray actors (training.backend = "ray"). Both build their pieces
@@ -43,7 +47,7 @@ class StepExecutor(Protocol):
     """What a training step asks of its executor (see the module docstring)."""
 
     def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]: ...
-    def score(self, results: list[SearchResult], examples: list[QAExample]) -> RewardBatch: ...
+    def score(self, results: list[SearchResult], examples: list[QAExample], step: int | None = None) -> RewardBatch: ...
     def sync(self) -> float | None: ...
     def step_stats(self) -> dict[str, float]: ...
     def close(self) -> None: ...
@@ -145,13 +149,14 @@ class LocalExecutor:
 
         from training.learner import autocast
 
-        self.model.eval()
+        if self.engine is None:  # the learner samples itself; a vLLM engine leaves the learner's model alone (it may be
+            self.model.eval()    # updating in another thread: training/pipeline.py)
         agent = self.greedy_agent if greedy else self.agent
         # autocast is the learner's; the vLLM engine computes in its own dtype (searcher.vllm.dtype)
         with torch.no_grad(), autocast(self.autocast, self.model) if self.engine is None else contextlib.nullcontext():
             return list(agent.search([e.question for e in examples]))
 
-    def score(self, results: list[SearchResult], examples: list[QAExample]) -> RewardBatch:
+    def score(self, results: list[SearchResult], examples: list[QAExample], step: int | None = None) -> RewardBatch:
         return run_sync(self.scorer.score(results, examples))
 
     def sync(self) -> float | None:

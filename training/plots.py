@@ -1,5 +1,7 @@
 """`s3 plot RUN_DIR`: training curves (reward, losses, search behaviour) as one PNG, a search collapse marked at the
-step it began (training/collapse.py), and whether the RL reward rose beyond its step-to-step noise (`reward_trend`)."""
+step it began (training/collapse.py), and whether the RL reward rose beyond its step-to-step noise (`reward_trend`);
+`plot_timeline`: what ran when in each RL step (RUN_DIR/timeline.jsonl: rollout, scoring, update; asynchronous RL
+overlaps them, docs/async-rl.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 
 from s3core.errors import S3Error
 
-__all__ = ["format_trend", "plot_run", "reward_trend"]
+__all__ = ["TIMELINE_COLOURS", "format_trend", "plot_run", "plot_timeline", "reward_trend"]
 
 PANELS = [
     ("reward", ["reward/mean", "reward/acc_s3", "reward/acc_rag"]),
@@ -76,6 +78,47 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, smooth: int = 5
     fig.suptitle(title, color="red" if collapses else "black")
     fig.tight_layout()
     path = Path(out) if out else Path(run_dir) / "curves.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+TIMELINE_COLOURS = {"rollout": "tab:blue", "reward": "tab:orange", "update": "tab:green"}
+
+
+def plot_timeline(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Write RUN_DIR/timeline.png (or `out`) from timeline.jsonl: one bar row per RL step, its batch's rollout, reward
+    scoring and update as coloured spans on one time axis (seconds from the first), labelled with the batch's
+    staleness; returns the path. With training.rollout.max_staleness > 0 a step's rollout and scoring sit under the
+    update of an earlier step: the overlap."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from training.rundir import read_timeline
+
+    rows = read_timeline(run_dir)
+    if not rows:
+        raise S3Error(f"{run_dir}/timeline.jsonl has no rows yet (an RL step writes one)")
+    t0 = min(min(r[k][0] for k in TIMELINE_COLOURS) for r in rows)
+    fig, ax = plt.subplots(figsize=(10, 0.6 + 0.35 * len(rows)))
+    for r in rows:
+        y = int(r["step"])
+        for k, colour in TIMELINE_COLOURS.items():
+            a, b = r[k]
+            ax.broken_barh([(a - t0, max(b - a, 1e-3))], (y - 0.4, 0.8), color=colour)
+        ax.annotate(f"s={int(r['staleness'])}", (r["update"][1] - t0, y), xytext=(3, 0), textcoords="offset points",
+                    va="center", fontsize=7)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("step")
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in TIMELINE_COLOURS.items()], fontsize=8, loc="lower right")
+    ax.set_title(f"{Path(run_dir).name}: what ran when (s = staleness of the step's batch)")
+    fig.tight_layout()
+    path = Path(out) if out else Path(run_dir) / "timeline.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

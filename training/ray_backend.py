@@ -27,6 +27,7 @@ the local trainer (same data order): the trainer, its checkpoints and its data o
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -217,6 +218,7 @@ class RayExecutor:
         self._usage: dict[str, float] = {}
         self._seen = {"rollout": (0, 0), "reward": (0, 0)}
         self._redone = {"rollout": 0, "reward": 0}
+        self._stats_lock = threading.Lock()
         log(f"train: Ray backend: {rc.rollout_workers} rollout + {rc.reward_workers} reward workers ready in "
             f"{time.perf_counter() - t0:.1f}s")
 
@@ -226,21 +228,23 @@ class RayExecutor:
         shards = [([e.question for e in examples[lo:hi]], shard_seed(self.tc.seed, step, j), greedy)
                   for j, (lo, hi) in enumerate(bounds)]
         outs = self.rollouts.map("rollout", shards, first=list(range(len(shards))))
-        self._redone["rollout"] += sum(bounds[j][1] - bounds[j][0] for j in self.rollouts.last_redone)
+        with self._stats_lock:  # step_stats may be read by the scoring thread meanwhile (training/pipeline.py)
+            self._redone["rollout"] += sum(bounds[j][1] - bounds[j][0] for j in self.rollouts.last_redone)
         results = [r for out in outs for r in out]
         if len(results) != len(examples):
             raise RuntimeError(f"rollout workers returned {len(results)} results for {len(examples)} questions")
         return results
 
-    def score(self, results: list[SearchResult], examples: list[QAExample]) -> RewardBatch:
+    def score(self, results: list[SearchResult], examples: list[QAExample], step: int | None = None) -> RewardBatch:
         sent = results if self.needs_trajectories else [r.model_copy(update={"trajectory": None}) for r in results]
         bounds = shard_bounds(len(results), len(self.rewards))
         outs = self.rewards.map("score", [(sent[lo:hi], examples[lo:hi]) for lo, hi in bounds],
                                 first=list(range(len(bounds))))
-        self._redone["reward"] += sum(bounds[j][1] - bounds[j][0] for j in self.rewards.last_redone)
-        for _, usage in outs:
-            for k, v in usage.items():
-                self._usage[k] = self._usage.get(k, 0.0) + v
+        with self._stats_lock:
+            self._redone["reward"] += sum(bounds[j][1] - bounds[j][0] for j in self.rewards.last_redone)
+            for _, usage in outs:
+                for k, v in usage.items():
+                    self._usage[k] = self._usage.get(k, 0.0) + v
         merged = _merge([b for b, _ in outs])
         if len(merged.rewards) != len(results):
             raise RuntimeError(f"reward workers returned {len(merged.rewards)} rewards for {len(results)} rollouts")
@@ -269,14 +273,16 @@ class RayExecutor:
             self.ray.get(self.rollouts.actors[w].load_weights.remote(self._weights_ref, self._version))
 
     def step_stats(self) -> dict[str, float]:
-        row = dict(self._usage)
-        self._usage = {}
-        for kind, pool in (("rollout", self.rollouts), ("reward", self.rewards)):
-            lost0, _ = self._seen[kind]
-            row[f"ray/lost_{kind}_workers"] = float(pool.lost - lost0)
-            row[f"ray/redone_{kind}s"] = float(self._redone[kind])
-            self._seen[kind] = (pool.lost, 0)
-            self._redone[kind] = 0
+        with self._stats_lock:
+            row = dict(self._usage)
+            self._usage = {}
+            for kind, pool in (("rollout", self.rollouts), ("reward", self.rewards)):
+                lost0, _ = self._seen[kind]
+                lost = pool.lost
+                row[f"ray/lost_{kind}_workers"] = float(lost - lost0)
+                row[f"ray/redone_{kind}s"] = float(self._redone[kind])
+                self._seen[kind] = (lost, 0)
+                self._redone[kind] = 0
         row["ray/rollout_workers"] = float(len(self.rollouts))
         row["ray/reward_workers"] = float(len(self.rewards))
         return row

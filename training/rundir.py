@@ -7,6 +7,10 @@
     heldout_questions.jsonl     one row per question and held-out evaluation (what the searcher did, how it scored);
                                 written before its heldout.jsonl row: a row there means all of them were written
     checkpoints/step_000010/    policy/ (+ adapter/), trainer_state.pt; written to a temporary dir and renamed
+    checkpoints/step_N/inflight.pt  the batches rolled out ahead of step N (training.rollout.max_staleness > 0):
+                                rollouts, rewards, the weights version of each; absent when none
+    timeline.jsonl              one row per RL step: when its batch's rollout, scoring, the wait, the update and the
+                                sync began and ended (time.time()), its weights version and staleness (`s3 plot`)
     checkpoints/latest          the name of the newest complete checkpoint (what a resume starts from)
     checkpoints/best            the name of the checkpoint with the best held-out score so far
     config.json, searcher.json  written by the trainer (the run's configuration; searcher/trained.py's record)
@@ -29,13 +33,16 @@ from s3core.errors import S3Error
 from s3core.io import append_jsonl, read_log_jsonl, repair_tail, write_text_atomic
 
 __all__ = ["HELDOUT_FILE", "HELDOUT_QUESTIONS_FILE", "METRICS_FILE", "STATE_FILE", "MetricsWriter", "append_heldout",
-           "best_checkpoint", "checkpoint_path", "checkpoint_step", "choose_heldout", "export_policy", "heldout_rows",
-           "latest_checkpoint", "metrics_rows", "read_metrics", "read_state", "step_times", "writing_checkpoint"]
+           "append_timeline", "best_checkpoint", "checkpoint_path", "checkpoint_step", "choose_heldout", "export_policy",
+           "heldout_rows", "latest_checkpoint", "metrics_rows", "read_inflight", "read_metrics", "read_state",
+           "read_timeline", "step_times", "write_inflight", "writing_checkpoint"]
 
 METRICS_FILE = "metrics.jsonl"
 STATE_FILE = "trainer_state.pt"  # optimizer, scheduler, RNG, data order, value head
 HELDOUT_FILE = "heldout.jsonl"
 HELDOUT_QUESTIONS_FILE = "heldout_questions.jsonl"
+INFLIGHT_FILE = "inflight.pt"  # the batches in flight at a checkpoint (asynchronous RL)
+TIMELINE_FILE = "timeline.jsonl"
 CHECKPOINTS = "checkpoints"
 
 
@@ -94,6 +101,18 @@ class MetricsWriter:
         if self.tb is not None:
             self.tb.close()
             self.tb = None
+
+
+def append_timeline(run_dir: Path, row: dict[str, Any]) -> None:
+    """One RL step's timeline row (a line torn by a kill is cut first)."""
+    repair_tail(run_dir / TIMELINE_FILE)
+    append_jsonl(run_dir / TIMELINE_FILE, [row])
+
+
+def read_timeline(run_dir: str | Path) -> list[dict[str, Any]]:
+    """timeline.jsonl's rows, the last per step (a resumed run may repeat one), by step."""
+    rows = {int(r["step"]): r for r in read_log_jsonl(Path(run_dir) / TIMELINE_FILE) if "step" in r}
+    return [rows[k] for k in sorted(rows)]
 
 
 # ---------------------------------------------------------------------------------------------------- held-out rows
@@ -177,6 +196,21 @@ def write_state(folder: Path, state: dict[str, Any]) -> None:
     import torch
 
     torch.save(state, folder / STATE_FILE)
+
+
+def write_inflight(folder: Path, batches: list[dict[str, Any]]) -> None:
+    """The batches in flight at a checkpoint (training/pipeline.py `RolloutPipeline.state`)."""
+    import torch
+
+    torch.save(batches, folder / INFLIGHT_FILE)
+
+
+def read_inflight(ckpt: Path) -> list[dict[str, Any]]:
+    """A checkpoint's batches in flight ([] when it has none: a synchronous run's)."""
+    import torch
+
+    path = ckpt / INFLIGHT_FILE
+    return list(torch.load(path, map_location="cpu", weights_only=False)) if path.is_file() else []
 
 
 def read_state(ckpt: Path) -> dict[str, Any]:

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eval.behavior import rollout_row
+from s3core.errors import S3Error
 from s3core.types import QAExample, SearchResult
 from searcher.trained import TrainedSearcherRecord, make_record, write_record
 from training import rundir
@@ -43,15 +45,39 @@ from training.config import TrainingConfig, TrainSettings
 from training.evaluate import evaluate_heldout
 from training.learner import Batch, MicroBatch, pad_rollouts
 from training.learner_api import UpdateRows
+from training.pipeline import RolloutPipeline
+from training.rewards import RewardBatch
 from training.rng import capture_rng, restore_rng
 from training.schedule import DataOrder, HeldoutSchedule
 
-__all__ = ["S3Trainer", "make_trainer", "update_rows"]
+__all__ = ["RolloutBatch", "S3Trainer", "ScoredBatch", "make_trainer", "update_rows"]
+
+
+@dataclass
+class RolloutBatch:
+    """One step's rollouts, as the pipeline carries (and a checkpoint keeps) them: the data order's question indices,
+    the group_size rollouts of each, and what was measured of them when they were made."""
+
+    idx: list[int]
+    results: list[SearchResult]
+    behaviour: dict[str, float]  # eval/behavior.py's rollout_row (search/ keys), probed with the retriever then
+    conf_stats: dict[str, float]  # rollout/confidence_from_learner (confidence-gated reward on vLLM rollouts)
+
+
+@dataclass
+class ScoredBatch:
+    """One step's rewards and the generator usage its reward calls made (executor.step_stats() right after them)."""
+
+    reward: RewardBatch
+    usage: dict[str, float]
 
 
 class S3Trainer:
     """The training loop over the parts training/build.py built: rollout -> reward -> update -> log -> checkpoint
     (GRPO / PPO; s3 searchers with a frozen generator, or Search-R1 end to end: parts.agent_kind)."""
+
+    pipeline: RolloutPipeline | None = None  # the batches in flight (training/pipeline.py), from the first RL step
+    _inflight: list[dict[str, Any]] | None = None  # a checkpoint's batches in flight, until the pipeline takes them
 
     def __init__(self, parts: TrainingParts, log: Callable[[str], None] = print) -> None:
         self.parts = parts
@@ -69,6 +95,11 @@ class S3Trainer:
         self.last_batches: list[Batch] = []  # the last update's padded micro-batches
         self.metrics = rundir.MetricsWriter(self.run_dir)
         try:
+            tc = self.tc
+            if tc.rollout.max_staleness and tc.reward == "confidence_gated" and tc.rollout.engine == "vllm":
+                raise S3Error("training.reward = 'confidence_gated' on vLLM rollouts needs the learner's log-probs of "
+                              "each rollout before it is scored, at the weights it was rolled out with: set "
+                              "training.rollout.max_staleness = 0 (or the transformers engine)")
             (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
             write_record(self._searcher_record(self.run_dir), self.run_dir)
             if parts.resume_dir is not None:
@@ -82,7 +113,10 @@ class S3Trainer:
             self.log(f"train: rollout engine(s) ready; weights synced in {sync_s:.2f}s")
 
     def close(self) -> None:
-        """Stop the executor's workers and the learner group (Ray actors) and close the metrics writer."""
+        """Stop the pipeline's threads, the executor's workers and the learner group (Ray actors) and close the metrics
+        writer."""
+        if self.pipeline is not None:
+            self.pipeline.close()
         self.parts.close()
         self.metrics.close()
 
@@ -124,31 +158,79 @@ class S3Trainer:
                 replaced += 1
         return {"rollout/confidence_from_learner": float(replaced)}
 
+    # ------------------------------------------------------------------ the batches in flight
+    def _pipeline(self) -> RolloutPipeline:
+        """The batches in flight (training/pipeline.py), made at the first RL step: rollouts in the background when
+        the rollout engine is not the learner's own model (Ray rollout workers, a vLLM engine)."""
+        if self.pipeline is None:
+            apart = self.tc.backend == "ray" or self.tc.rollout.engine == "vllm"
+            self.pipeline = RolloutPipeline(self._rollout_batch, self._score_batch,
+                                            max_staleness=self.tc.rollout.max_staleness, background_rollouts=apart,
+                                            version=self.step)
+            if self._inflight:
+                self.pipeline.restore(self._inflight, self.step)
+            self._inflight = None
+        return self.pipeline
+
+    def _release_pipeline(self) -> None:
+        """Keep what is in flight (for the checkpoint that follows) and stop the pipeline: a stopped one (budget
+        reached) starts nothing; the next RL step makes a new one from what was kept."""
+        if self.pipeline is not None:
+            self._inflight = self.pipeline.state()
+            self.pipeline.close()
+            self.pipeline = None
+
+    def _examples(self, idx: list[int]) -> list[QAExample]:
+        return [self.examples[i] for i in idx for _ in range(self.tc.rollout.group_size)]
+
+    def _rollout_batch(self, step: int) -> RolloutBatch:
+        """The rollouts of data-order step `step` (the pipeline's rollout job: this thread when the learner samples
+        itself, else the rollout thread, holding the engine)."""
+        idx = self.order.batch_indices(step)
+        examples = self._examples(idx)
+        results = self.rollout(examples, step)
+        vllm = self.tc.rollout.engine == "vllm"
+        conf = self._confidence_logprobs(results) if self.tc.reward == "confidence_gated" and vllm else {}
+        k = self.cfg.retriever.k
+        behaviour = rollout_row(results, [e.supporting_ids for e in examples], self.loop_cfg.max_turns,  # eval/behavior.py
+                                probe=lambda qs: [[d.id for d in ds] for ds in self.retriever.search(qs, k)])
+        return RolloutBatch(idx, results, behaviour, conf)
+
+    def _score_batch(self, step: int, batch: RolloutBatch) -> ScoredBatch:
+        """The rewards of a step's rollouts and the generator usage they cost (the pipeline's scoring job: one at a
+        time, in order, so the usage since the last report is this batch's)."""
+        scored = self.executor.score(batch.results, self._examples(batch.idx), step=step)
+        return ScoredBatch(scored, self.executor.step_stats())
+
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, float]:
-        """One RL step: rollouts -> rewards -> update -> weights into the rollout engines -> metrics."""
+        """One RL step: its batch (rolled out and scored, possibly ahead: training.rollout.max_staleness) -> update
+        -> weights into the rollout engines -> metrics. With max_staleness 0 this is rollout -> rewards -> update ->
+        sync, in that order, in this thread."""
         tc = self.tc
-        t0 = time.perf_counter()
-        idx = self.order.batch_indices(self.step)
-        examples = [self.examples[i] for i in idx for _ in range(tc.rollout.group_size)]
-        results = self.rollout(examples)
-        t1 = time.perf_counter()
-        vllm = tc.rollout.engine == "vllm"
-        conf_stats = self._confidence_logprobs(results) if tc.reward == "confidence_gated" and vllm else {}
-        scored = self.executor.score(results, examples)
-        t2 = time.perf_counter()
+        t0, w0 = time.perf_counter(), time.time()
+        pipe = self._pipeline()
+        pipe.admit(tc.total_steps, start=self.step)  # batches up to step + max_staleness (rolled out here, or queued)
+        ta = time.perf_counter()
+        flight = pipe.take(self.step)
+        t2, w2 = time.perf_counter(), time.time()
+        batch, sb = flight.rollout, flight.scored
+        assert isinstance(batch, RolloutBatch) and isinstance(sb, ScoredBatch)
+        idx, results, scored = batch.idx, batch.results, sb.reward
         rewards = scored.rewards
 
         stats, rows, total_tokens = self.update(results, rewards)
         learning_rate = self.learner.step_scheduler()
-        t3 = time.perf_counter()
-        sync_s = self.executor.sync()
-        t4 = time.perf_counter()
+        t3, w3 = time.perf_counter(), time.time()
+        sync_s = pipe.sync(self.executor.sync, self.step + 1)  # after any rollout running on the engine
+        t4, w4 = time.perf_counter(), time.time()
 
+        staleness = float(flight.staleness(self.step))
         scored_r = [r for r in rewards if r is not None]
         turns = [r.turns for r in results]
         steps_n = sum(len([s for s in r.steps if s.turn > 0]) for r in results)
         invalid = sum(1 for r in results for s in r.steps if s.turn > 0 and s.invalid_reason)
+        times = flight.times
         row: dict[str, float] = {
             "reward/mean": sum(scored_r) / len(scored_r) if scored_r else float("nan"),
             "reward/max": max(scored_r) if scored_r else float("nan"),
@@ -161,23 +243,32 @@ class S3Trainer:
             "data/rl_coverage": self.order.rl_coverage(self.step),
             "charts/learning_rate": learning_rate,
             "charts/policy_tokens": total_tokens,
-            "charts/rollout_seconds": t1 - t0,
-            "charts/reward_seconds": t2 - t1,
+            # this batch's rollout and scoring, wherever and whenever they ran (ahead of the step when overlapped)
+            "charts/rollout_seconds": times["rollout_end"] - times["rollout_start"],
+            "charts/reward_seconds": times["reward_end"] - times["reward_start"],
             "charts/update_seconds": t3 - t2,
-            "charts/step_seconds": t4 - t0,
+            "charts/step_seconds": t4 - t0,  # this thread's wall time of the step: what throughput is made of
+            "charts/wait_seconds": t2 - t0,  # before the update: rollouts done here, and waiting for the batch
+            "charts/overlap_seconds": max(0.0, flight.background - (t2 - ta)),  # its background work not waited for
+            "rollout/staleness": staleness,  # updates between the weights that sampled the batch and this update
+            "rollout/staleness_max": staleness,  # every row of a batch was sampled with the same weights
         }
         row.update(_sync_row(sync_s, t4 - t0))
-        row.update(conf_stats)
-        k = self.cfg.retriever.k
-        row.update(rollout_row(results, [e.supporting_ids for e in examples], self.loop_cfg.max_turns,  # eval/behavior.py
-                               probe=lambda qs: [[d.id for d in ds] for ds in self.retriever.search(qs, k)]))
-        row.update(self.executor.step_stats())
+        row.update(batch.conf_stats)
+        row.update(batch.behaviour)
+        row.update(sb.usage)
         if scored.acc_s3 is not None:
             a = [x for x in scored.acc_s3 if x is not None]
             row["reward/acc_s3"] = sum(a) / len(a) if a else float("nan")
         if scored.acc_rag is not None:
             row["reward/acc_rag"] = sum(x for x in scored.acc_rag if x is not None) / max(1, len(scored.acc_rag))
         row.update(stats)
+        rundir.append_timeline(self.run_dir, {
+            "step": self.step + 1, "batch": flight.step, "version": flight.version, "staleness": staleness,
+            "rollout": [times["rollout_start"], times["rollout_end"]],
+            "reward": [times["reward_start"], times["reward_end"]],
+            "wait": [w0, w2], "update": [w2, w3], "sync": [w3, w4],
+        })
         return self._finish_step(row, idx)
 
     def sft_step(self) -> dict[str, float]:
@@ -215,6 +306,8 @@ class S3Trainer:
         """The step is done: count it, evaluate on the held-out questions when due, write its metrics row."""
         self.step += 1
         if self.schedule.due(self.step):
+            if self.pipeline is not None:
+                self.pipeline.drain()  # the engine is free and the generator usage so far is the batches' own
             row.update(self.heldout_eval())
         self.metrics.write(self.step, {**row, "data/question_ids": [self.examples[i].id for i in idx]})
         return row
@@ -269,6 +362,10 @@ class S3Trainer:
                 "rng": capture_rng(),  # CPU and every device's generators (training/rng.py)
                 "data_order": self.order.record(self.step),
             })
+            # the batches rolled out ahead (max_staleness > 0), their scoring done first: a resumed run updates on them
+            inflight = self.pipeline.state() if self.pipeline is not None else self._inflight
+            if inflight:
+                rundir.write_inflight(tmp, inflight)
         self.log(f"train: checkpoint {final}")
         return final
 
@@ -285,6 +382,7 @@ class S3Trainer:
         state = rundir.read_state(ckpt)
         self.order.check(state["data_order"], int(state["step"]), ckpt)
         self.step = int(state["step"])
+        self._inflight = rundir.read_inflight(ckpt)  # the batches in flight at the checkpoint (none when synchronous)
         self.learner.load_state({k: state[k] for k in ("optimizer", "scheduler", "value_head")})
         note = restore_rng(state["rng"])
         if note:
@@ -325,6 +423,7 @@ class S3Trainer:
                     try:  # a step whose reward calls could pass training.budget_usd is not started
                         last = self.train_step()
                     except BudgetReached as e:  # stop with the checkpoint of the step before; resumable
+                        self._release_pipeline()  # the refused batch is kept, unscored, with any rolled out after it
                         self.stopped = str(e)
                         self.log(f"train: {e}")
                         break
@@ -344,7 +443,13 @@ class S3Trainer:
                     saved_at = self.step
             if (self.step > start and saved_at != self.step) or rundir.latest_checkpoint(self.run_dir) is None:
                 self.save_checkpoint()
+        except BaseException:
+            if self.pipeline is not None:
+                self.pipeline.halt()  # start nothing more; what runs finishes below
+            raise
         finally:
+            if self.pipeline is not None:
+                self.pipeline.drain()  # nothing of this call runs on after it (a later train() continues it)
             self.metrics.close()
         return {"steps": self.step, "started_at": start, "last": last, "run_dir": str(self.run_dir),
                 "stopped": self.stopped}  # "budget reached: ..." or None
