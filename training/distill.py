@@ -54,10 +54,13 @@ def _key(cfg: TrainSettings, index_dir: Path) -> str:
     from training.data import _index_fingerprint, baseline_key
 
     s = cfg.searcher
-    loop = {"k": s.k, "max_turns": s.max_turns, "max_select": s.max_select, "doc_token_budget": s.doc_token_budget,
+    loop: dict[str, Any] = {"k": s.k, "max_turns": s.max_turns, "max_select": s.max_select, "doc_token_budget": s.doc_token_budget,
             "context_cap": s.context_cap}
     if s.additive:  # only when set: the keys of caches written before the setting existed stay what they were
         loop["additive"] = True
+    teacher = getattr(cfg.training.sft, "teacher", "gold_title")  # training.sft.teacher, once it exists
+    if teacher != "gold_title":  # the same: attempts 1-2's keys unchanged
+        loop["teacher"] = teacher
     key = {"baseline": baseline_key(cfg, _index_fingerprint(index_dir)), "loop": loop}
     return text_sha256(json.dumps(key, sort_keys=True, default=str))[:16]
 
