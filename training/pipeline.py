@@ -78,10 +78,6 @@ class RolloutPipeline:
         step, on a pipeline that has admitted nothing yet); returns the steps started."""
         if self.next_step is None:
             self.next_step = self.version if start is None else start
-        if self._scorer is not None and self._halted is None:  # restored batches never scored: first, in order
-            for f in sorted(self.flights.values(), key=lambda f: f.step):
-                if f.rollout is not None and f.scored is None and f.error is None and f._score_job is None:
-                    self._queue_score(f)
         started: list[int] = []
         while self.next_step < end and self.next_step <= self.version + self.max_staleness and self._halted is None:
             j = self.next_step
@@ -101,7 +97,8 @@ class RolloutPipeline:
     def take(self, step: int) -> Flight:
         """Batch `step`, rolled out and scored: waits for its jobs; a job's error (or the one that halted the
         pipeline before this batch started) is raised here. The batch leaves the pipeline unless it failed."""
-        self.admit(step + 1, start=step)  # a restored batch never scored is queued (nothing past `step` is admitted)
+        if step not in self.flights:
+            self.admit(step + 1, start=step)
         if step not in self.flights:
             raise RuntimeError(f"batch {step} was not admitted (version {self.version}, "
                                f"max_staleness {self.max_staleness})" + (f": {self._halted}" if self._halted else ""))
@@ -148,17 +145,19 @@ class RolloutPipeline:
         return out
 
     def restore(self, saved: list[dict[str, Any]], start: int) -> None:
-        """A checkpoint's batches in flight (`state`) back into a fresh pipeline whose next batch is `start`;
-        the unscored ones are scored when taken."""
+        """A checkpoint's batches in flight (`state`) back into a fresh pipeline whose next batch is `start`; the
+        unscored ones are queued for scoring now, in order (or scored when taken, with max_staleness 0)."""
         self.flights = {}
         self.next_step = start
         for s in saved:
             step = int(s["step"])
             if step != self.next_step:
                 raise ValueError(f"the checkpoint's batches in flight do not follow step {start}: {step}")
-            self.flights[step] = Flight(step, version=int(s["version"]), rollout=s["rollout"], scored=s["scored"],
-                                        times=dict(s.get("times", {})))
+            self.flights[step] = flight = Flight(step, version=int(s["version"]), rollout=s["rollout"],
+                                                 scored=s["scored"], times=dict(s.get("times", {})))
             self.next_step = step + 1
+            if flight.scored is None and self._scorer is not None:  # never scored (the budget stopped it): first
+                self._queue_score(flight)
 
     def halt(self, why: BaseException | None = None) -> None:
         """Start no job from now on (queued ones are skipped); `why` is raised by `take` of a batch not done."""

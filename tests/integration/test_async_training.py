@@ -70,7 +70,11 @@ def _trainer(root: Path, name: str, *extra: str) -> Any:
     torch.manual_seed(0)  # the local learner samples from torch's global generator: each run from the same state
     t = make_trainer(cfg, log=lambda s: None)
     if cfg.training.backend == "local":
-        t.executor.inner.scorer = LengthReward()
+        from training.budget import BudgetedExecutor
+        from training.executors import LocalExecutor
+
+        assert isinstance(t.executor, BudgetedExecutor) and isinstance(t.executor.inner, LocalExecutor)
+        t.executor.inner.scorer = LengthReward()  # type: ignore[assignment]
     return t
 
 
@@ -109,11 +113,11 @@ def _equal_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(root: Path) -> dict[str, Any]:
+def runs(root: Path) -> dict[int, Any]:
     """Uninterrupted runs at max_staleness 0, 1 and 2: their metrics rows and final weights."""
     from training.rundir import read_metrics
 
-    out: dict[str, Any] = {}
+    out: dict[int, Any] = {}
     for s in (0, 1, 2):
         t = _trainer(root, f"s{s}", f"training.rollout.max_staleness={s}")
         try:
@@ -124,7 +128,7 @@ def runs(root: Path) -> dict[str, Any]:
     return out
 
 
-def test_staleness_0_is_the_synchronous_loop_bit_for_bit(root: Path, runs: dict[str, Any]) -> None:
+def test_staleness_0_is_the_synchronous_loop_bit_for_bit(root: Path, runs: dict[int, Any]) -> None:
     from training.rundir import latest_checkpoint
     from training.trainer import update_rows
 
@@ -158,7 +162,7 @@ def test_staleness_0_is_the_synchronous_loop_bit_for_bit(root: Path, runs: dict[
 
 
 @pytest.mark.parametrize("s", [1, 2])
-def test_staleness_s_updates_every_batch_once_in_order_within_the_bound(runs: dict[str, Any], s: int) -> None:
+def test_staleness_s_updates_every_batch_once_in_order_within_the_bound(runs: dict[int, Any], s: int) -> None:
     from training.plots import plot_timeline
     from training.rundir import read_timeline
 
@@ -179,7 +183,7 @@ def test_staleness_s_updates_every_batch_once_in_order_within_the_bound(runs: di
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_a_resumed_staleness_1_run_is_the_uninterrupted_one(root: Path, runs: dict[str, Any]) -> None:
+def test_a_resumed_staleness_1_run_is_the_uninterrupted_one(root: Path, runs: dict[int, Any]) -> None:
     from training.rundir import latest_checkpoint, read_inflight, read_metrics
 
     t = _trainer(root, "resumed", "training.rollout.max_staleness=1")
