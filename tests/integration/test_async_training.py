@@ -10,6 +10,9 @@ no generator, and uneven, so the updates move the weights; Ray's reward workers 
   min(step, s); the timeline has a row per step and plots;
 - a staleness-1 run stopped after its step-2 checkpoint (batch 2 in flight, saved) and resumed by a new trainer gives
   the uninterrupted run's metrics and weights (to the generating policy's log-prob noise, `_same`);
+- against the priced loopback API (acc_plus_gbr: one generator call per rollout) at staleness 1, a budget stops the
+  run before the step whose scoring could pass it, with a step in flight; the refused batch is kept unscored and the
+  resumed run with a higher budget scores it and finishes; the spend is the server's own token count at the prices;
 - on Ray (1 rollout worker, 1 reward worker) at staleness 1 the rollouts run on the rollout thread while the learner
   updates, and the worker ends holding the learner's weights.
 """
@@ -61,7 +64,7 @@ class LengthReward:
         return RewardBatch(rewards=[float(sum(r.trajectory.response_ids) % 2) for r in results])
 
 
-def _trainer(root: Path, name: str, *extra: str) -> Any:
+def _trainer(root: Path, name: str, *extra: str, reward: bool = False) -> Any:
     from s3.config import load_config
     from training.trainer import make_trainer
 
@@ -69,7 +72,7 @@ def _trainer(root: Path, name: str, *extra: str) -> Any:
                               f"training.output_dir={root / name}", *extra])
     torch.manual_seed(0)  # the local learner samples from torch's global generator: each run from the same state
     t = make_trainer(cfg, log=lambda s: None)
-    if cfg.training.backend == "local":
+    if cfg.training.backend == "local" and not reward:
         from training.budget import BudgetedExecutor
         from training.executors import LocalExecutor
 
@@ -228,3 +231,56 @@ def test_ray_rollouts_and_rewards_run_while_the_learner_updates(ray_cluster, roo
     for k in range(2):  # batch k+1 is rolled out with the weights of k updates: after sync k-1, before sync k ends
         assert tl[k + 1]["version"] == k
         assert tl[k + 1]["rollout"][1] <= tl[k]["sync"][1]
+
+
+def test_the_budget_stops_an_overlapped_run_before_the_step_that_could_pass_it_and_it_resumes(root: Path) -> None:
+    from generator_adapters.testing import FakeLLMServer
+    from training.rundir import latest_checkpoint, read_inflight, read_metrics
+
+    in_price, out_price = 2.5, 10.0
+
+    def priced(srv: FakeLLMServer, name: str, budget: float) -> Any:
+        return _trainer(root, name, "training.rollout.max_staleness=1", "training.reward=acc_plus_gbr",
+                        f"training.data.dir={root / 'data_priced'}", "generator.model=openai/fake",
+                        f"generator.api_base={srv.api_base}", "generator.cache_path=none", "generator.max_tokens=12",
+                        f"generator.input_cost_per_mtok={in_price}", f"generator.output_cost_per_mtok={out_price}",
+                        f"training.budget_usd={budget}", reward=True)
+
+    with FakeLLMServer(reply="varied", usage="tiktoken") as srv:
+        t = priced(srv, "budget", 10.0)  # its preparation paid for the naive-RAG baseline
+        tokens0 = dict(srv.usage_totals)
+        try:
+            assert t.train(max_steps=1)["stopped"] is None
+            ex = t.executor
+            spent = ex.budget.spent_usd  # step 1, and batch 2 scored ahead of its step
+            (row1,) = read_metrics(t.run_dir)
+            assert 0 < row1["cost/usd_step"] < spent and row1["rollout/staleness"] == 0.0
+            calls = srv.stats()["answered"]
+            ex.budget.limit_usd = cap = spent + 0.5 * row1["cost/usd_step"]  # batch 3's bound cannot fit
+            out = t.train()
+        finally:
+            t.close()
+        assert out["stopped"] is not None and "budget reached: step 3" in out["stopped"] and out["steps"] == 2
+        assert srv.stats()["answered"] == calls, "the refused batch made a call"
+        rows = read_metrics(root / "budget")
+        assert [r["step"] for r in rows] == [1, 2] and rows[-1]["cost/usd_total"] == pytest.approx(spent)
+        assert spent <= cap
+        ckpt = latest_checkpoint(root / "budget")
+        assert ckpt is not None and ckpt.name == "step_000002"
+        (kept,) = read_inflight(ckpt)
+        assert kept["step"] == 2 and kept["scored"] is None  # rolled out, never scored: kept for the resume
+
+        t = priced(srv, "budget", 10.0)
+        try:
+            assert t.step == 2
+            assert t.train()["steps"] == STEPS
+        finally:
+            t.close()
+        rows = read_metrics(root / "budget")
+        assert [r["step"] for r in rows] == [1, 2, 3, 4]
+        assert [r["rollout/staleness"] for r in rows] == [0.0, 1.0, 1.0, 1.0]
+        total = sum(r["cost/usd_step"] for r in rows)
+        assert rows[-1]["cost/usd_total"] == pytest.approx(total, rel=1e-9)
+        pt = srv.usage_totals["prompt_tokens"] - tokens0.get("prompt_tokens", 0)
+        ct = srv.usage_totals["completion_tokens"] - tokens0.get("completion_tokens", 0)
+        assert total == pytest.approx((pt * in_price + ct * out_price) / 1e6, rel=1e-9)  # every call counted once
