@@ -20,6 +20,11 @@ nothing else is placed by hand. With training.rollout.engine = "vllm" the ratio'
 recomputation (as in verl), never the engine's; the engine's are compared with them every step
 (rollout/logprob_gap_mean_abs, rollout/logprob_gap_max) and the sync is timed (charts/weight_sync_s).
 
+Asynchronous RL (training.rollout.max_staleness = s > 0; docs/async-rl.md): a step's batch comes from
+training/pipeline.py's RolloutPipeline, which rolls out and scores batches up to s steps ahead (scoring on a background
+thread, rollouts too when the engine is not the learner's own model) with weights at most s updates old; a checkpoint
+keeps the batches in flight. s = 0 is the synchronous loop, call for call.
+
 Resume: `s3 train` on an existing run directory continues from `checkpoints/latest` (same data order: the order is a
 function of (seed, epoch), and the position is stored). The PPO critic is a value head on the policy's last hidden
 states (detached: it learns with training.update.critic_learning_rate without moving the actor).
