@@ -93,7 +93,9 @@ def train_sets(cond: Condition, run_dir: Path, data_dir: Path, steps: int, api_b
         if api_base is None:
             raise ValueError(f"{cond.name}: the fake API's address is needed")
         sets += priced_generator(api_base)
-    elif cond.part != "local":
+    elif cond.part == "local":
+        sets += ["generator.cache_path=none"]  # every launch generates its answers (the same seed: the same prompts)
+    else:
         raise ValueError(f"unknown part {cond.part!r}: fake, local or ray")
     if cond.part == "ray":
         sets += ["training.backend=ray", f"ray.rollout_workers={rollout_workers}", "ray.reward_workers=1"]
@@ -247,19 +249,20 @@ def tiny_policy(out: Path, layers: int = 2, hidden: int = 128, seed: int = 0) ->
 
 
 def cost_check(rows: Sequence[dict[str, Any]], server: dict[str, float], rel: float = 1e-9) -> dict[str, Any]:
-    """The run's own accounting against the fake API's: the sum over steps of reward/cost_usd and of
-    reward/generator_calls vs the server's answered calls and token counts x the prices during the launch; `exact`
-    when both agree (cost to `rel`, calls exactly) and the last row's cost/usd_total is the sum.
+    """The run's own accounting against the fake API's: the sum over steps of reward/cost_usd and of the paid calls
+    (cost/paid_calls: a step's identical prompts are asked once, the rest are cache hits) vs the server's answered
+    calls and token counts x the prices during the launch; `exact` when both agree (cost to `rel`, calls exactly)
+    and the last row's cost/usd_total is the sum.
 
-    >>> rows = [{"reward/cost_usd": 1e-4, "reward/generator_calls": 2.0, "cost/usd_total": 1e-4},
-    ...         {"reward/cost_usd": 2e-4, "reward/generator_calls": 1.0, "cost/usd_total": 3e-4}]
+    >>> rows = [{"reward/cost_usd": 1e-4, "cost/paid_calls": 2.0, "cost/usd_total": 1e-4},
+    ...         {"reward/cost_usd": 2e-4, "cost/paid_calls": 1.0, "cost/usd_total": 3e-4}]
     >>> cost_check(rows, {"answered": 3, "prompt_tokens": 100, "completion_tokens": 5})["exact"]
     True
     >>> cost_check(rows, {"answered": 4, "prompt_tokens": 100, "completion_tokens": 5})["exact"]
     False
     """
     run_usd = sum(float(r.get("reward/cost_usd", 0.0)) for r in rows)
-    run_calls = sum(float(r.get("reward/generator_calls", 0.0)) for r in rows)
+    run_calls = sum(float(r.get("cost/paid_calls", r.get("reward/generator_calls", 0.0))) for r in rows)
     api_usd = (server.get("prompt_tokens", 0) * IN_PRICE + server.get("completion_tokens", 0) * OUT_PRICE) / 1e6
     total = float(rows[-1].get("cost/usd_total", run_usd)) if rows else 0.0
     ok_usd = math.isclose(run_usd, api_usd, rel_tol=rel, abs_tol=1e-15)
@@ -443,13 +446,45 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--work", default="/tmp/s3-async-rl", help="run directories, the policy and the training data")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "async_rl"))
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per launch")
+    ap.add_argument("--rebuild", nargs="+", default=None, metavar="RESULTS_JSON",
+                    help="launch nothing: the summary, cost checks, table and plot again from the launches recorded "
+                         "in these results.json files (their run dirs still on disk), into OUT")
     return ap.parse_args(argv)
+
+
+def rebuild(files: Sequence[str | Path], out: Path) -> dict[str, Any]:
+    """OUT/results.json, table.md and the timeline plot from earlier results.json files (e.g. one invocation per
+    part): their launches merged in order, summarized and checked again; the first file's settings kept."""
+    first: dict[str, Any] = {}
+    launches: list[Launch] = []
+    for f in files:
+        d = json.loads(Path(f).read_text(encoding="utf-8"))
+        first = first or d
+        launches += [Launch(**x) for x in d["launches"]]
+    for x in launches:
+        x.step_at = {int(k): float(v) for k, v in x.step_at.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarize(launches)
+    latency = float(first.get("latency_s", 0.0))
+    fake = [x for x in launches if x.part_of("fake") and x.rc == 0]
+    pair = {x.condition: x.run_dir for x in sorted(fake, key=lambda x: x.index, reverse=True)}
+    plots = [str(plot_timelines({f"{k} (API latency {latency:.2f}s a call)": v for k, v in pair.items()},
+                                out / "timeline_fake.png"))] if len(pair) >= 2 else []
+    result = {**first, "sources": [str(f) for f in files], "summary": summary, "ratios": ratios(summary),
+              "costs": cost_rows(launches), "plots": plots, "launches": [asdict(x) for x in launches]}
+    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (out / "table.md").write_text(table(summary) + "\n", encoding="utf-8")
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from generator_adapters.testing import FakeLLMServer
 
     args = _args(argv)
+    if args.rebuild:
+        r = rebuild(args.rebuild, Path(args.out))
+        print(table(r["summary"]))
+        return 0
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,8 @@ def test_train_sets_per_part() -> None:
     assert "generator.cache_path=none" in fake and "training.backend=ray" not in fake
     assert f"generator.input_cost_per_mtok={A.IN_PRICE}" in fake and "training.total_steps=4" in fake
     local = A.train_sets(A.Condition("local", 2), Path("/r"), Path("/d"), 4, None)
-    assert "training.rollout.max_staleness=2" in local and not any(s.startswith("generator.") for s in local)
+    assert "training.rollout.max_staleness=2" in local and "generator.cache_path=none" in local
+    assert not any(s.startswith(("generator.model", "generator.api_base")) for s in local)
     ray = A.train_sets(A.Condition("ray", 1), Path("/r"), Path("/d"), 4, api, rollout_workers=2)
     assert {"training.backend=ray", "ray.rollout_workers=2"} <= set(ray)
     with pytest.raises(ValueError, match="address"):
@@ -79,8 +80,8 @@ def test_summary_ratio_and_table(tmp_path: Path) -> None:
 
 
 def test_cost_check_against_the_server() -> None:
-    rows = [{"step": 1, "reward/cost_usd": 2.5e-4, "reward/generator_calls": 3.0, "cost/usd_total": 2.5e-4},
-            {"step": 2, "reward/cost_usd": 1.0e-5, "reward/generator_calls": 1.0, "cost/usd_total": 2.6e-4}]
+    rows = [{"step": 1, "reward/cost_usd": 2.5e-4, "cost/paid_calls": 3.0, "cost/usd_total": 2.5e-4},
+            {"step": 2, "reward/cost_usd": 1.0e-5, "cost/paid_calls": 1.0, "cost/usd_total": 2.6e-4}]
     api = {"answered": 4.0, "prompt_tokens": 100.0, "completion_tokens": 0.0}  # 100 x 2.5 / 1e6 = 2.5e-4
     bad = A.cost_check(rows, api)
     assert bad["api_usd"] == pytest.approx(2.5e-4) and bad["run_usd"] == pytest.approx(2.6e-4) and not bad["exact"]
