@@ -25,6 +25,7 @@ from torch import Tensor
 __all__ = [
     "GRPOLossOutput",
     "PPOLossOutput",
+    "behaviour_weight",
     "flat_groups",
     "format_only_groups",
     "gae_advantages",
@@ -248,6 +249,26 @@ def gae_advantages(
     return advantages, returns
 
 
+def behaviour_weight(prox_logprobs: Tensor, behaviour_logprobs: Tensor, cap: float) -> tuple[Tensor, Tensor]:
+    """The decoupled PPO objective's behaviour weight, truncated: w = min(pi_prox / pi_behaviour, cap) per token,
+    detached, and whether the cap cut it. prox_logprobs (the learner's own log-probs before the update),
+    behaviour_logprobs (the policy that sampled the tokens, e.g. s updates old): (B, T). Returns (w, truncated), (B, T).
+
+    Token-level, as the ratio is: AReaL's `ppo_actor_loss_fn` and verl's token TIS weight each token by its own
+    pi_prox / pi_behaviour; a sequence-level weight (the product over a rollout's tokens) has a variance that grows
+    with the length, and our rollouts are hundreds of policy tokens. Truncated, not dropped: AReaL zeroes the tokens
+    above its `behav_imp_weight_cap` (they leave the loss), verl's TIS clamps them to the cap (IMPALA / V-trace style);
+    clamping keeps every stale token's (bounded) signal, and what the cap cut is counted (losses/is_clipfrac).
+
+    >>> w, cut = behaviour_weight(torch.tensor([[0.0, -1.0]]), torch.tensor([[-0.5, 0.0]]), 1.5)
+    >>> [round(v, 4) for v in w[0].tolist()], cut[0].tolist()
+    ([1.5, 0.3679], [True, False])
+    """
+    with torch.no_grad():
+        raw = torch.exp(prox_logprobs.detach() - behaviour_logprobs.detach())  # (B, T)
+        return torch.clamp(raw, max=cap), raw > cap
+
+
 @dataclass
 class PGStats:
     clipfrac: Tensor
@@ -255,17 +276,23 @@ class PGStats:
 
 
 def policy_gradient_loss(
-    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, clip_coef: float
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, clip_coef: float,
+    is_weight: Tensor | None = None,
 ) -> tuple[Tensor, PGStats]:
     """The clipped surrogate shared by PPO and GRPO: masked_mean(max(-A r, -A clip(r, 1-eps, 1+eps))).
 
-    logprobs (current policy, with grad), old_logprobs (rollout policy), advantages, mask: (B, T).
+    logprobs (current policy, with grad), old_logprobs (the proximal policy: the learner's own log-probs before the
+    update), advantages, mask: (B, T). `is_weight` (B, T), detached (`behaviour_weight`): the decoupled PPO objective,
+    each token's surrogate times its behaviour weight; None (synchronous training) leaves the expression untouched.
     """
     log_ratio = logprobs - old_logprobs  # (B, T)
     ratio = torch.exp(log_ratio)  # (B, T)
     pg_losses1 = -advantages * ratio  # (B, T)
     pg_losses2 = -advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)  # (B, T)
-    loss = masked_mean(torch.maximum(pg_losses1, pg_losses2), mask)
+    pg_losses = torch.maximum(pg_losses1, pg_losses2)  # (B, T)
+    if is_weight is not None:
+        pg_losses = pg_losses * is_weight.detach()
+    loss = masked_mean(pg_losses, mask)
     with torch.no_grad():
         clipfrac = masked_mean(((ratio - 1.0).abs() > clip_coef).to(logprobs.dtype), mask)
         approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask)
@@ -296,13 +323,16 @@ def grpo_loss(
     mask: Tensor,
     clip_coef: float = 0.2,
     kl_coef: float = 0.001,
+    is_weight: Tensor | None = None,
 ) -> GRPOLossOutput:
     """GRPO: clipped surrogate with sequence advantages broadcast over tokens, plus kl_coef * k3 KL to pi_ref.
 
     logprobs, old_logprobs, ref_logprobs, mask: (B, T); advantages: (B,) (from `group_advantages_missing`).
+    is_weight (B, T): the decoupled PPO behaviour weight of the surrogate (`policy_gradient_loss`); the KL term is
+    not weighted (see `masked_update`'s note in training/learner.py).
     """
     adv = advantages.unsqueeze(1).expand_as(logprobs)  # (B, T)
-    pg, stats = policy_gradient_loss(logprobs, old_logprobs, adv, mask, clip_coef)
+    pg, stats = policy_gradient_loss(logprobs, old_logprobs, adv, mask, clip_coef, is_weight)
     if ref_logprobs is not None and kl_coef > 0:
         kl = masked_mean(kl_k3(logprobs, ref_logprobs), mask)
     else:
@@ -333,11 +363,13 @@ def ppo_loss(
     value_clip_coef: float = 0.2,
     kl_coef: float = 0.001,
     vf_coef: float = 1.0,
+    is_weight: Tensor | None = None,
 ) -> PPOLossOutput:
     """PPO: the same clipped surrogate with token advantages (from `gae_advantages`), a clipped value loss and the
     k3 KL penalty to the reference policy (as a loss term, like GRPO; verl's `use_kl_loss`). All tensors (B, T).
+    is_weight: the decoupled PPO behaviour weight of the surrogate only (neither the value loss nor the KL term).
     """
-    pg, stats = policy_gradient_loss(logprobs, old_logprobs, advantages, mask, clip_coef)
+    pg, stats = policy_gradient_loss(logprobs, old_logprobs, advantages, mask, clip_coef, is_weight)
     v_loss = value_loss(values, old_values, returns, mask, value_clip_coef)
     if ref_logprobs is not None and kl_coef > 0:
         kl = masked_mean(kl_k3(logprobs, ref_logprobs), mask)

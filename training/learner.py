@@ -238,6 +238,17 @@ def masked_update(core: UpdateCore, mbs: list[MicroBatch], weights: list[float],
                 old[j] = lp
                 if core.value_head is not None:
                     old_values[j] = core.value_head(hid.float()).squeeze(-1)  # (B, T)
+    # Asynchronous RL (training.rollout.max_staleness > 0): the decoupled PPO objective (AReaL). The clipped ratio is
+    # pi_theta / pi_prox, pi_prox = old_lp below (the learner's own log-probs before this update), and each policy
+    # token's surrogate is multiplied by the detached behaviour weight min(pi_prox / pi_behaviour, is_cap), pi_behaviour
+    # = the rollout's log-probs (Batch.rollout_lp: the weights up to s updates old that sampled it). Token-level weights
+    # (algorithms.behaviour_weight says why). The KL-to-reference term is NOT weighted: it is a penalty on pi_theta's
+    # own distance from pi_ref, not an estimate of the return under the behaviour policy; the k3 estimate at tokens
+    # drawn from a slightly older policy is biased by O(staleness) at a coefficient of 0.001, while weighting it would
+    # add the weights' variance to the one term meant to stabilise the update (verl's rollout correction and TIS
+    # likewise weight only the policy-gradient loss; AReaL puts its KL in the reward, before any weighting).
+    # Synchronous (s = 0) or offpolicy = "none": no weight at all, the loss and stats as before, bit for bit.
+    decoupled = tc.rollout.max_staleness > 0 and tc.update.offpolicy == "decoupled"
     acc: dict[str, float] = {}
     gaps = GapSums()
     params = [q for g in core.optimizer.param_groups for q in g["params"]]
@@ -251,10 +262,16 @@ def masked_update(core: UpdateCore, mbs: list[MicroBatch], weights: list[float],
             if epoch == 0 and weight != 0:
                 gap = ((old_lp - p.rollout_lp).abs() * p.loss_mask).detach()
                 gaps = gaps.add(GapSums(float(gap.sum()), float(p.loss_mask.sum()), float(gap.max())))
+            w, w_stats = None, {}
+            if decoupled:
+                w, cut = alg.behaviour_weight(old_lp, p.rollout_lp, tc.update.is_cap)  # (B, T) each
+                w_stats = {"losses/is_weight_mean": alg.masked_mean(w, p.loss_mask),
+                           "losses/is_clipfrac": alg.masked_mean(cut.to(w.dtype), p.loss_mask)}
             if not ppo:
                 assert mb.adv is not None
                 adv = torch.tensor(mb.adv, dtype=lp.dtype, device=lp.device)  # (B,)
-                out = alg.grpo_loss(lp, old_lp, refs[j], adv, p.loss_mask, tc.update.clip_coef, tc.update.kl_coef)
+                out = alg.grpo_loss(lp, old_lp, refs[j], adv, p.loss_mask, tc.update.clip_coef, tc.update.kl_coef,
+                                    is_weight=w)
                 parts = {"losses/policy": out.pg_loss, "losses/kl": out.kl, "losses/total": out.loss,
                          "losses/clipfrac": out.clipfrac, "losses/approx_kl": out.approx_kl}
             else:
@@ -265,12 +282,13 @@ def masked_update(core: UpdateCore, mbs: list[MicroBatch], weights: list[float],
                 with torch.no_grad():
                     adv_t, ret = alg.gae_advantages(tok_r, old_values[j], p.loss_mask, tc.update.gamma, tc.update.gae_lambda)
                 pout = alg.ppo_loss(lp, old_lp, refs[j], adv_t, values, old_values[j], ret, p.loss_mask,
-                                    tc.update.clip_coef, tc.update.value_clip_coef, tc.update.kl_coef, tc.update.vf_coef)
+                                    tc.update.clip_coef, tc.update.value_clip_coef, tc.update.kl_coef, tc.update.vf_coef,
+                                    is_weight=w)
                 out = pout  # type: ignore[assignment]
                 parts = {"losses/policy": pout.pg_loss, "losses/kl": pout.kl, "losses/value": pout.value_loss,
                          "losses/total": pout.loss, "losses/clipfrac": pout.clipfrac, "losses/approx_kl": pout.approx_kl}
             (out.loss * weight).backward()
-            for k, v in parts.items():
+            for k, v in {**parts, **w_stats}.items():
                 acc[k] = acc.get(k, 0.0) + float(v.detach()) * weight
         if reduce_grads is not None:
             reduce_grads(params)

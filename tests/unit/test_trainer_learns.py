@@ -14,10 +14,17 @@ fed to the learner negated, which negates GRPO's group-normalised advantages exa
 `S3_PLANTED_DEFECT=sign` (or `mask`) plants the defect in the learning test itself, to watch it fail:
 
     S3_PLANTED_DEFECT=sign .venv/bin/python -m pytest tests/unit/test_trainer_learns.py -k trainer_learns_the
+
+Asynchronous RL (issue 47): `test_trainer_learns_from_stale_rollouts` samples each step's rollouts from a copy of the
+policy as it was s = 1 or 2 updates earlier (as training/pipeline.py does at training.rollout.max_staleness = s: batch k
+rolled out by weights version max(0, k - s)), their log-probs the behaviour log-probs, and updates the current learner
+with the decoupled PPO correction; it must reach the synchronous threshold in the same step budget (the same number of
+samples). `S3_PLANTED_DEFECT=sign` fails it too. The reward per step is printed (pytest -s).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -76,11 +83,12 @@ def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _config(base: Path, algorithm: str, lora: bool) -> TrainingConfig:
+def _config(base: Path, algorithm: str, lora: bool, staleness: int = 0, offpolicy: str = "decoupled") -> TrainingConfig:
     return TrainingConfig(
         algorithm=algorithm, base_model=str(base), seed=0,
-        rollout={"group_size": GROUP, "batch_size": len(PROMPTS), "temperature": 1.0},
-        update={"learning_rate": 1e-2, "critic_learning_rate": 1e-2, "kl_coef": 0.001, "clip_coef": 0.2},
+        rollout={"group_size": GROUP, "batch_size": len(PROMPTS), "temperature": 1.0, "max_staleness": staleness},
+        update={"learning_rate": 1e-2, "critic_learning_rate": 1e-2, "kl_coef": 0.001, "clip_coef": 0.2,
+                "offpolicy": offpolicy},
         learner={"lora": lora, "lora_r": 8, "lora_alpha": 16, "micro_batch_size": 16},
     )
 
@@ -131,15 +139,25 @@ def _update(learner: Learner, results: list[SearchResult], fed: list[float]) -> 
     learner.step_scheduler()
 
 
-def _train(base: Path, run_dir: Path, algorithm: str, lora: bool, defect: str | None) -> tuple[float, float]:
-    """STEPS steps of the real update; the fresh-sample mean reward before and after."""
+def _train(base: Path, run_dir: Path, algorithm: str, lora: bool, defect: str | None, staleness: int = 0,
+           offpolicy: str = "decoupled", curve: list[float] | None = None) -> tuple[float, float]:
+    """STEPS steps of the real update; the fresh-sample mean reward before and after. staleness s > 0: step k's
+    rollouts are sampled by the policy's copy after max(0, k - s) updates (the lagged weights are kept), their
+    log-probs the behaviour's, and the learner runs with training.rollout.max_staleness = s. `curve` (if given)
+    receives the fresh-sample reward after every step."""
     torch.manual_seed(0)
-    learner = Learner(_config(base, algorithm, lora), "cpu", run_dir)
+    learner = Learner(_config(base, algorithm, lora, staleness, offpolicy), "cpu", run_dir)
     before = _mean_reward(learner, seed=1000)
     gen = torch.Generator().manual_seed(0)
-    for _ in range(STEPS):
-        results, rewards = _rollouts(learner.model, GROUP, gen, invert_mask=defect == "mask")
+    versions = [copy.deepcopy(learner.model)] if staleness else []  # versions[v]: the policy after v updates
+    for k in range(STEPS):
+        sampler = versions[max(0, k - staleness)] if staleness else learner.model
+        results, rewards = _rollouts(sampler, GROUP, gen, invert_mask=defect == "mask")
         _update(learner, results, [-r for r in rewards] if defect == "sign" else rewards)
+        if staleness:
+            versions.append(copy.deepcopy(learner.model))  # a 1-layer model: keeping all 13 costs nothing
+        if curve is not None:
+            curve.append(_mean_reward(learner, seed=3000 + k))
     return before, _mean_reward(learner, seed=2000)
 
 
@@ -164,3 +182,22 @@ def test_trainer_learns_nothing_with_a_planted_defect(tiny_lm_dir: Path, tmp_pat
     before, after = _train(tiny_lm_dir, tmp_path, algorithm, lora, defect)
     assert after <= DEFECT_CEILING, f"{defect} defect, {algorithm} ({'LoRA' if lora else 'full'}): " \
         f"reward {before:.3f} -> {after:.3f} (should not learn)"
+
+
+STALE_CASES = [pytest.param("grpo", True, s, id=f"grpo-lora-s{s}") for s in (1, 2)] + \
+    [pytest.param("ppo", False, s, id=f"ppo-full-s{s}") for s in (1, 2)]
+
+
+@pytest.mark.parametrize(("algorithm", "lora", "staleness"), STALE_CASES)
+def test_trainer_learns_from_stale_rollouts(tiny_lm_dir: Path, tmp_path: Path, algorithm: str, lora: bool,
+                                            staleness: int) -> None:
+    """Rollouts s updates stale, corrected by the decoupled PPO objective: the synchronous threshold within the same
+    STEPS steps, i.e. the same number of samples (GROUP x len(PROMPTS) a step either way)."""
+    defect = os.environ.get("S3_PLANTED_DEFECT") or None
+    curve: list[float] = []
+    before, after = _train(tiny_lm_dir, tmp_path, algorithm, lora, defect, staleness=staleness, curve=curve)
+    print(f"{algorithm} {'lora' if lora else 'full'} s={staleness}: reward per step",
+          " ".join(f"{r:.3f}" for r in curve))
+    assert before < 0.3, f"the untrained policy should be near 1/{len(VOCAB)}: {before:.3f}"
+    assert after >= THRESHOLD, f"{algorithm} ({'LoRA' if lora else 'full'}) at staleness {staleness}: reward " \
+        f"{before:.3f} -> {after:.3f} after {STEPS} steps, below {THRESHOLD} (optimum {OPTIMUM})"
