@@ -197,6 +197,8 @@ def launch(condition: str, index: int, sets: Sequence[str], run_dir: Path, *, co
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
     out.wall_s = time.monotonic() - t0
     out.tail = "\n".join(lines[-30:])
     return out
@@ -543,9 +545,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cost_rows(launches: Sequence[Launch]) -> list[dict[str, Any]]:
-    """The cost check of every finished launch that called the fake API (parts fake and ray)."""
+    """The cost check of every finished launch that called the fake API (parts fake and ray) and recorded the
+    server's counts."""
     return [{"condition": x.condition, "launch": x.index, **cost_check(_rows_or_empty(x.run_dir), x.server)}
-            for x in launches if not x.part_of("local") and x.rc == 0]
+            for x in launches if not x.part_of("local") and x.rc == 0 and x.server]
 
 
 def write_results(out: Path, launches: Sequence[Launch], args: argparse.Namespace, argv: Sequence[str] | None,
