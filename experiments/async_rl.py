@@ -4,8 +4,9 @@
         [--latency auto] [--parts fake,local,ray] [--out benchmarks/results/async_rl]
 
 Each condition is a separate `s3 train` launch (a fresh process) of the smallest training config the integration
-tests use (configs/smoke.toml: SmolLM2-135M transformers searcher, bm25, one search turn; 1 question x group 2 a
-step), launched 3 times, conditions interleaved (sync, async, sync, async, ...) so that they share the machine's
+tests use (configs/smoke.toml + TINY: bm25, one search turn, 1 question x group 2 a step unless --set says
+otherwise; the policy a small random Llama with SmolLM2's tokenizer, `tiny_policy`, so that a step is seconds),
+launched 3 times, conditions interleaved (sync, async, sync, async, ...) so that they share the machine's
 noise. Throughput = timed steps / their wall time, read from the launch's own log lines as they arrive ("step k/N"):
 the first step (the pipeline filling, the first calls of every library) is the warm-up and is not timed. The table:
 median and range per condition, the ratio of the medians.
