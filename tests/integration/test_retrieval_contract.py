@@ -63,13 +63,17 @@ def bm25_server(corpus_file: Path, index_dirs: dict[str, Path], tmp_path_factory
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def retriever(request: pytest.FixtureRequest, corpus_file: Path, index_dirs: dict[str, Path],
-              tmp_path_factory: pytest.TempPathFactory) -> object:
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     backend = request.param
     if backend == "remote":
         url = request.getfixturevalue("bm25_server")
         cfg = RetrieverConfig.model_validate({"backend": "remote", "remote": {"url": url, "max_retries": 0}})
-        return load_retriever(cfg)
-    return load_retriever(RetrieverConfig(), _build(backend, corpus_file, index_dirs, tmp_path_factory))
+        # closed here, not left to the collector: its pooled loopback socket was reaped (ResourceWarning) in
+        # whichever later test happened to be running (test_service_faults in CI)
+        with load_retriever(cfg) as remote:
+            yield remote
+        return
+    yield load_retriever(RetrieverConfig(), _build(backend, corpus_file, index_dirs, tmp_path_factory))
 
 
 def ids(docs: list) -> list[str]:  # type: ignore[type-arg]
@@ -129,7 +133,12 @@ def test_save_and_load_round_trip(retriever, tmp_path: Path) -> None:  # type: i
     saved = retriever.save(tmp_path / "copy")
     again = load_retriever(RetrieverConfig(), saved)  # no flag: the manifest says what it is
     assert again.backend == retriever.backend
-    after = again.search(queries, 4)
+    try:
+        after = again.search(queries, 4)
+    finally:
+        close = getattr(again, "close", None)  # the remote copy holds a pooled loopback connection
+        if close is not None:
+            close()
     assert [ids(r) for r in after] == [ids(r) for r in before]
     for a, b in zip(after, before, strict=True):
         assert [d.score for d in a] == pytest.approx([d.score for d in b], rel=1e-5)
