@@ -88,7 +88,7 @@ class TrainingParts:
 @dataclass
 class Prepared:
     """What the preparation stage (`prepare_run`) leaves for `build_training`: the prepared training set and, with
-    training.sft.keep = 'gbr_positive', the questions the warm-up learns from (indices into the training questions)."""
+    training.sft.keep = 'gbr_positive' or 'gold_added', the questions the warm-up learns from (indices into the training questions)."""
 
     data: TrainingSet
     sft_pool: list[int] | None = None
@@ -97,8 +97,8 @@ class Prepared:
 def prepare_run(cfg: TrainSettings, log: Log = print) -> Prepared:
     """The preparation stage of a run, logged, before anything is built: every data write and paid call a run's start
     makes. The training set ([training.data]; training/data.py: prepared where it is not, the work of
-    `s3 prepare-training`) and, for a warm-up with training.sft.keep = 'gbr_positive' still to run, the questions
-    whose oracle trajectory beats naive RAG (training/distill.py; cached in RUN_DIR/distill.jsonl)."""
+    `s3 prepare-training`) and, for a warm-up with training.sft.keep = 'gbr_positive' (or 'gold_added') still to run, the questions
+    whose oracle trajectory beats naive RAG (or adds gold beyond its top-k) (training/distill.py; cached in RUN_DIR/distill.jsonl)."""
     from training.data import prepared_training_set
 
     tc = cfg.training
@@ -107,7 +107,7 @@ def prepare_run(cfg: TrainSettings, log: Log = print) -> Prepared:
     run_dir = _run_dir(cfg)
     resume_dir = resume_point(run_dir)
     done = int(resume_dir.name.removeprefix("step_")) if resume_dir is not None else 0
-    if not tc.sft.steps or tc.sft.keep != "gbr_positive" or done >= tc.sft.steps:
+    if not tc.sft.steps or tc.sft.keep == "all" or done >= tc.sft.steps:
         return Prepared(data)
     return Prepared(data, _distill(cfg, data, run_dir, resume_dir, log))
 
@@ -122,7 +122,7 @@ class _StudentTokens(ChatTokenizerMixin):
 def _distill(cfg: TrainSettings, data: TrainingSet, run_dir: Path, resume_dir: Path | None, log: Log) -> list[int]:
     """The warm-up's questions: those whose trajectory of the oracle the warm-up imitates (the same loop, retriever and
     tokenizer) beats naive RAG with the frozen generator (training/distill.py)."""
-    from training.distill import rejection_sample
+    from training.distill import rejection_sample, retrieval_sample
     from training.learner import load_tokenizer
 
     examples, _ = split_heldout(cfg, data.examples)
@@ -130,6 +130,8 @@ def _distill(cfg: TrainSettings, data: TrainingSet, run_dir: Path, resume_dir: P
     tokens = _StudentTokens(load_tokenizer(cfg.training, resume_dir))
     oracle = oracle_agent(cfg, examples, data, retriever, loop_config(cfg), tokens)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.training.sft.keep == "gold_added":  # the retrieval check: no generator call
+        return retrieval_sample(cfg, examples, oracle, run_dir, log)
     return rejection_sample(cfg, examples, oracle, data, run_dir, log=log)
 
 
@@ -232,7 +234,7 @@ def oracle_agent(cfg: TrainSettings, examples: list[QAExample], data: TrainingSe
     if not any(gold.values()):
         raise S3Error("training.sft.steps needs gold supporting paragraphs (metadata.supporting_ids or "
                       "supporting_titles) in the training questions; these have none")
-    script = oracle_script(gold, loop_cfg.max_select, loop_cfg.max_turns)
+    script = oracle_script(gold, loop_cfg.max_select, loop_cfg.max_turns, teacher=cfg.training.sft.teacher)
     oracle = ScriptedPolicy(script, name="oracle", tokenizer=tokenizer_policy)
     return build_searcher(loop_cfg, retriever, oracle, k0=cfg.retriever.k)
 

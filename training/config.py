@@ -179,17 +179,26 @@ class TrainingSft(Section):
         "reference policy is then the warmed policy.",
     )
     learning_rate: float = Field(1e-4, gt=0, description="Learning rate of the warm-up steps.")
-    keep: Literal["all", "gbr_positive"] = Field(
+    keep: Literal["all", "gbr_positive", "gold_added"] = Field(
         "all",
         description="Which oracle trajectories the warm-up learns from. 'all': every training question's. "
         "'gbr_positive': distillation by rejection sampling - only the trajectories whose documents beat naive RAG "
         "with the frozen generator (GBR > 0; one generator call each, cached in the run directory's distill.jsonl "
-        "before the first step), so the warmed policy imitates what earns the reward, not just the format.",
+        "before the first step), so the warmed policy imitates what earns the reward, not just the format. "
+        "'gold_added': the retrieval check - only the trajectories that add a gold supporting paragraph naive RAG's "
+        "top-k lacked (no generator call; training/distill.py retrieval_sample).",
+    )
+    teacher: Literal["gold_title", "copyable"] = Field(
+        "gold_title",
+        description="The warm-up's oracle (training/oracle.py). 'gold_title': queries the missing gold title (attempts "
+        "1-2; the title is in neither the question nor the retrieved text on ~31% of HotpotQA questions, so the "
+        "student cannot copy it). 'copyable': queries a missing gold title only where the question or a document shown "
+        "so far shows it, otherwise stops - only actions the student could take from what it sees.",
     )
     candidates: int | None = Field(
         None, ge=1,
-        description="With keep = 'gbr_positive': the oracle is tried on the first this-many training questions (in a "
-        "seeded order) - each try is a generator call. None = every training question.",
+        description="With keep = 'gbr_positive' or 'gold_added': the oracle is tried on the first this-many training "
+        "questions (in a seeded order; with 'gbr_positive' each try is a generator call). None = every training question.",
     )
 
 

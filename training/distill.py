@@ -58,7 +58,7 @@ def _key(cfg: TrainSettings, index_dir: Path) -> str:
             "context_cap": s.context_cap}
     if s.additive:  # only when set: the keys of caches written before the setting existed stay what they were
         loop["additive"] = True
-    teacher = getattr(cfg.training.sft, "teacher", "gold_title")  # training.sft.teacher, once it exists
+    teacher = cfg.training.sft.teacher
     if teacher != "gold_title":  # the same: attempts 1-2's keys unchanged
         loop["teacher"] = teacher
     key = {"baseline": baseline_key(cfg, _index_fingerprint(index_dir)), "loop": loop}

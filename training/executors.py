@@ -40,6 +40,7 @@ USAGE_METRICS = {
     "unknown_cost_calls": "cost/unknown_price_calls",
     "cache_hits": "cost/cache_hits",
     "saved_usd": "cost/saved_usd",
+    "reused_baseline": "reward/reused_baseline",  # RewardScorer.counts(): scored from the cached naive-RAG baseline
 }
 
 
@@ -109,9 +110,9 @@ def make_scorer(
 
 
 def accuracy_usage(scorer: RewardScorer) -> dict[str, float]:
-    """The scorer's generator usage so far ({} when the reward calls no generator)."""
+    """The scorer's generator usage so far (none when the reward calls no generator) and the calls it spared."""
     usage = getattr(scorer.accuracy, "usage", None)
-    return dict(usage()) if callable(usage) else {}
+    return {**(dict(usage()) if callable(usage) else {}), **scorer.counts()}
 
 
 def rollout_policy(cfg: TrainSettings, device: str, *, seed_offset: int = 0) -> Any:
