@@ -111,8 +111,8 @@ def make_scorer(
 
 def accuracy_usage(scorer: RewardScorer) -> dict[str, float]:
     """The scorer's generator usage so far (none when the reward calls no generator) and the calls it spared."""
-    usage = getattr(scorer.accuracy, "usage", None)
-    return {**(dict(usage()) if callable(usage) else {}), **scorer.counts()}
+    usage, counts = getattr(scorer.accuracy, "usage", None), getattr(scorer, "counts", None)
+    return {**(dict(usage()) if callable(usage) else {}), **(dict(counts()) if callable(counts) else {})}
 
 
 def rollout_policy(cfg: TrainSettings, device: str, *, seed_offset: int = 0) -> Any:

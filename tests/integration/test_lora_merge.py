@@ -41,7 +41,12 @@ def test_inference_load_merges_the_adapter_and_answers_the_same(tmp_path: Path) 
     with torch.no_grad():
         a = trained.model(input_ids=x).logits
         b = served.model(input_ids=x).logits  # type: ignore[attr-defined]
-    assert torch.allclose(a, b, atol=1e-4), (a - b).abs().max()
+        with trained.model.disable_adapter():
+            base = trained.model(input_ids=x).logits
+    # merged weights sum in another order: fp32 rounding reached 2e-4 on logits of ~28 (a CI run); the adapter itself
+    # moves the logits by orders of magnitude more, so the tolerance still tells a merged adapter from a lost one
+    assert (a - base).abs().max() > 1e-2
+    assert torch.allclose(a, b, atol=1e-3), (a - b).abs().max()
     (t1,) = trained.generate([TokenPrompt(ids)], max_new_tokens=8)
     (t2,) = served.generate([TokenPrompt(ids)], max_new_tokens=8)  # type: ignore[call-arg]
     assert t1.token_ids == t2.token_ids
