@@ -333,6 +333,10 @@ class TrainingConfig(Section):
                 "moved in three steps). Use training.learner.dtype = 'float32' with training.learner.autocast = 'bf16' "
                 "(float32 master weights, bf16 compute: 16 bytes a parameter), or training.learner.lora = true (bf16 "
                 "base weights are fine when only the float32 adapters train)")
+        if self.rollout.max_staleness and self.reward == "confidence_gated" and self.rollout.engine == "vllm":
+            raise ValueError("training.reward = 'confidence_gated' on vLLM rollouts needs the learner's log-probs of "
+                             "each rollout before it is scored, at the weights it was rolled out with: set "
+                             "training.rollout.max_staleness = 0 (or the transformers engine)")
         if self.mode == "search_r1" and self.reward not in ("em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated"):
             raise ValueError(f"search_r1 mode answers itself: training.reward={self.reward!r} needs a generator; use 'em'")
         return self

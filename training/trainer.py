@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from eval.behavior import rollout_row
-from s3core.errors import S3Error
 from s3core.types import QAExample, SearchResult
 from searcher.trained import TrainedSearcherRecord, make_record, write_record
 from training import rundir
@@ -100,11 +99,6 @@ class S3Trainer:
         self.last_batches: list[Batch] = []  # the last update's padded micro-batches
         self.metrics = rundir.MetricsWriter(self.run_dir)
         try:
-            tc = self.tc
-            if tc.rollout.max_staleness and tc.reward == "confidence_gated" and tc.rollout.engine == "vllm":
-                raise S3Error("training.reward = 'confidence_gated' on vLLM rollouts needs the learner's log-probs of "
-                              "each rollout before it is scored, at the weights it was rolled out with: set "
-                              "training.rollout.max_staleness = 0 (or the transformers engine)")
             (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
             write_record(self._searcher_record(self.run_dir), self.run_dir)
             if parts.resume_dir is not None:

@@ -56,6 +56,16 @@ def test_cross_field_check_message_says_how_to_fix() -> None:
         load_config(None, ["searcher.max_select=9", "searcher.k=8"])
 
 
+def test_confidence_gated_vllm_rollouts_cannot_run_ahead() -> None:
+    """The confidence-gated reward on vLLM rollouts reads the learner's log-probs at the rollouts' own weights before
+    scoring: asynchronous RL is refused at load time, the synchronous loop and the transformers engine are not."""
+    sets = ["training.mode=search_r1", "training.reward=confidence_gated", "training.rollout.engine=vllm"]
+    with pytest.raises(ConfigError, match="max_staleness = 0"):
+        load_config(None, [*sets, "training.rollout.max_staleness=1"])
+    load_config(None, sets)
+    load_config(None, [*sets[:2], "training.rollout.max_staleness=1"])
+
+
 def test_relative_paths_resolve_against_config_file(tmp_path: Path) -> None:
     cfgfile = tmp_path / "sub" / "my.toml"
     cfgfile.parent.mkdir()
