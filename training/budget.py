@@ -17,7 +17,8 @@ cost its measured steps had. A fresh run rolls out its first RL step (the policy
 prices what those rollouts would ask the generator — the documents the searcher really gathered, a group's identical
 contexts once (the second is the response cache's), answers already in the cache free — and projects every RL step at
 that price; the held-out evaluations are priced with naive RAG's top-k. Completions are counted at max_tokens, so a
-projection stays an upper estimate of the answers' length.
+projection stays an upper estimate of the answers' length. A reward that calls no generator (training/rewards.py
+NO_GENERATOR_REWARDS; search_r1 mode) counts 0 generator calls and says why (`dry_run_message`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from training.schedule import DataOrder, HeldoutSchedule
 if TYPE_CHECKING:
     from training.build import TrainingParts
 
-__all__ = ["BudgetReached", "BudgetedExecutor", "dry_run", "paid_reward", "spent_before"]
+__all__ = ["BudgetReached", "BudgetedExecutor", "dry_run", "dry_run_message", "no_generator_reason", "paid_reward",
+           "projection_accuracy", "spent_before"]
 
 COST_METRICS = ("cost/usd_step", "cost/usd_total")
 
@@ -50,10 +52,25 @@ def paid_reward(cfg: TrainSettings) -> bool:
     return tc.reward not in ("em", *NO_GENERATOR_REWARDS)
 
 
-def projection_accuracy(cfg: TrainSettings) -> Accuracy | None:
-    """An Accuracy built like the reward's, used only for its prompts and prices here: it makes no call."""
+def no_generator_reason(cfg: TrainSettings) -> str | None:
+    """Why the configured reward makes no generator (or judge) call, in words; None when it does (`paid_reward`)."""
+    tc = cfg.training
+    if tc.mode == "search_r1":
+        return f"in search_r1 mode the reward '{tc.reward}' scores the policy's own answers and calls no generator"
+    if not paid_reward(cfg):
+        return f"the reward '{tc.reward}' calls no generator"
+    return None
+
+
+def projection_accuracy(cfg: TrainSettings, inner: Any = None) -> Accuracy | None:
+    """The Accuracy whose prompts and prices project the reward calls (it makes no call here): the reward's own when
+    `inner` (the executor scoring in this process) holds one, so a run builds it once; else one built like it (Ray's
+    reward workers hold theirs in other processes). None when the reward calls no generator."""
     if not paid_reward(cfg):
         return None
+    own = getattr(getattr(inner, "scorer", None), "accuracy", None)
+    if isinstance(own, Accuracy):
+        return own
     from eval.build import build_accuracy
 
     gen = cfg.generator_resolved.model_copy(update={"processes": 1})
@@ -76,7 +93,7 @@ class BudgetedExecutor:
         self.run_dir = run_dir
         self.start_step = start_step  # a resumed run's step: what it had spent by then is in metrics.jsonl
         self._step = start_step  # the step of the last rollout (0-based): the one its reward calls belong to
-        self.accuracy = projection_accuracy(cfg)
+        self.accuracy = projection_accuracy(cfg, inner)
         if budget_usd is not None and self.accuracy is not None:
             require_known_prices(self.accuracy.clients(), setting)
         self.budget = Budget(budget_usd, setting=setting)
@@ -142,9 +159,11 @@ class BudgetedExecutor:
         return row
 
     def close(self) -> None:
-        if self.accuracy is not None:
-            self.accuracy.close()
-        self.inner.close()
+        try:
+            self.inner.close()
+        finally:  # after the inner executor's work: it may be the reward's own Accuracy (closing twice is harmless)
+            if self.accuracy is not None:
+                self.accuracy.close()
 
     def __getattr__(self, name: str) -> Any:  # executor-specific extras (Ray worker stats, ...)
         if name == "inner":  # not set yet (a half-built object): no recursion
@@ -156,7 +175,7 @@ def dry_run(parts: TrainingParts, start: int) -> dict[str, Any]:
     """The projected spend of the run's steps from `start` on (see the module docstring), without a paid call: its
     executor (priced, when a BudgetedExecutor), retriever, questions and run directory; no trainer."""
     ex, cfg, run_dir = parts.executor, parts.cfg, Path(parts.run_dir)
-    acc: Accuracy | None = ex.accuracy if isinstance(ex, BudgetedExecutor) else projection_accuracy(cfg)
+    acc: Accuracy | None = ex.accuracy if isinstance(ex, BudgetedExecutor) else projection_accuracy(cfg, ex)
     tc = cfg.training
     k = cfg.retriever.k
     spent = spent_before(run_dir, start)
@@ -178,14 +197,30 @@ def dry_run(parts: TrainingParts, start: int) -> dict[str, Any]:
                  "contexts priced once)")
     else:
         per_step, basis = 0.0, "no paid reward call"
-    total, calls = per_step * len(rl_steps), len(rl_steps) * tc.rollout.batch_size * tc.rollout.group_size
+    no_generator = no_generator_reason(cfg)
+    per_rollout = 0 if no_generator is not None else 1  # a reward that calls no generator asks nothing of it
+    total, calls = per_step * len(rl_steps), per_rollout * len(rl_steps) * tc.rollout.batch_size * tc.rollout.group_size
     schedule = HeldoutSchedule.of(tc, len(parts.heldout))
     for step in range(start, tc.total_steps):
         if schedule.due(step + 1):
             total += price(list(parts.heldout))
-            calls += len(parts.heldout)
+            calls += per_rollout * len(parts.heldout)
     return {"steps": len(rl_steps), "reward_calls": calls, "projected_usd": total, "spent_usd": spent, "basis": basis,
-            "per_step_usd": per_step, "budget_usd": ex.budget.limit_usd if isinstance(ex, BudgetedExecutor) else None}
+            "per_step_usd": per_step, "no_generator": no_generator,
+            "budget_usd": ex.budget.limit_usd if isinstance(ex, BudgetedExecutor) else None}
+
+
+def dry_run_message(d: dict[str, Any]) -> str:
+    """`s3 train --dry-run`'s line for `dry_run`'s answer: the generator calls and their projected price, or why the
+    reward makes none."""
+    budget = d["budget_usd"]
+    tail = f"${d['spent_usd']:.6f} already spent" + (f"; budget ${budget:.6f}" if budget is not None else "")
+    if d.get("no_generator"):
+        return (f"dry run: {d['steps']} RL steps to run, 0 generator calls: {d['no_generator']} (nothing to pay); "
+                f"{tail}; no paid API was called")
+    return (f"dry run: {d['steps']} RL steps to run, {d['reward_calls']} reward calls: projected "
+            f"${d['projected_usd']:.6f} (from {d['basis']}; prompts measured, completions at max_tokens); "
+            f"{tail}; no paid API was called")
 
 
 def _unique_contexts(parts: TrainingParts, step: int) -> tuple[list[QAExample], list[list[Any]]]:

@@ -116,7 +116,7 @@ def _train(args: argparse.Namespace, cfg: S3Config) -> int:
 
 def _train_dry_run(cfg: S3Config) -> int:
     from s3core.errors import S3Error
-    from training.budget import dry_run
+    from training.budget import dry_run, dry_run_message
     from training.build import Prepared, build_training
     from training.data import load_training_set, training_dir
     from training.rundir import checkpoint_step
@@ -132,11 +132,7 @@ def _train_dry_run(cfg: S3Config) -> int:
         d = dry_run(parts, checkpoint_step(parts.resume_dir) if parts.resume_dir is not None else 0)
     finally:
         parts.close()
-    budget = d["budget_usd"]
-    left = f"; budget ${budget:.6f}" if budget is not None else ""
-    print(f"dry run: {d['steps']} RL steps to run, {d['reward_calls']} reward calls: projected "
-          f"${d['projected_usd']:.6f} (from {d['basis']}; prompts measured, completions at max_tokens); "
-          f"${d['spent_usd']:.6f} already spent{left}; no paid API was called")
+    print(dry_run_message(d))
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,7 +153,8 @@ def test_budgeted_executor_stops_before_the_step_that_could_pass(tmp_path: Path)
 
     cfg = load_config(None, ["training.mode=search_r1", "training.reward=em"])  # no generator to build here
     step = [0]
-    ex = BudgetedExecutor(Inner(), cfg, tmp_path, budget_usd=1.0)
+    inner = Inner()
+    ex = BudgetedExecutor(inner, cfg, tmp_path, budget_usd=1.0)  # type: ignore[arg-type]
     ex.project = lambda results, examples: 0.30  # type: ignore[method-assign]
     rows = []
     for _ in range(3):
@@ -164,10 +166,10 @@ def test_budgeted_executor_stops_before_the_step_that_could_pass(tmp_path: Path)
     ex.rollout([], step[0])
     with pytest.raises(BudgetReached, match="budget reached: step 4"):
         ex.score([], [])
-    assert ex.inner.scored == 3
+    assert inner.scored == 3
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "cost/us')
     assert spent_before(tmp_path, 2) == 0.5 and spent_before(tmp_path, 3) == 0.75  # a torn last line is skipped
-    resumed = BudgetedExecutor(Inner(), cfg, tmp_path, start_step=3, budget_usd=2.0)
+    resumed = BudgetedExecutor(Inner(), cfg, tmp_path, start_step=3, budget_usd=2.0)  # type: ignore[arg-type]
     resumed.project = lambda results, examples: 0.30  # type: ignore[method-assign]
     resumed.score([], [])
     assert resumed.step_stats()["cost/usd_total"] == 1.0
@@ -182,3 +184,107 @@ def test_a_reward_that_calls_no_generator_is_not_priced() -> None:
         cfg = load_config(None, [f"training.reward={reward}"])
         assert not paid_reward(cfg) and projection_accuracy(cfg) is None
     assert paid_reward(load_config(None, ["training.reward=gbr"]))
+
+
+PRICED = ["generator.model=openai/fake", "generator.api_base=http://127.0.0.1:9/v1", "generator.max_tokens=10",
+          "generator.input_cost_per_mtok=1.0", "generator.output_cost_per_mtok=3.0", "generator.cache_path=",
+          "eval.metric=span", "eval.use_judge=false"]
+
+
+class _Scoring:
+    """A local executor's shape as the budget reads it: the reward's scorer (with its Accuracy), nothing run."""
+
+    def __init__(self, accuracy: object) -> None:
+        self.scorer = type("Scorer", (), {"accuracy": accuracy})()
+        self.closed = 0
+
+    def step_stats(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_the_projection_reuses_the_rewards_accuracy_and_prices_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local run builds its Accuracy once: the budget projects with the reward scorer's own (no second generator
+    client); without one in this process (Ray's reward workers) it builds its own. Same figure either way: the
+    generator's measured prompt at $1/M plus max_tokens at $3/M, per (question, documents)."""
+    import eval.build
+    from eval.build import build_accuracy
+    from s3.config import load_config
+    from s3core.types import Document, QAExample, SearchResult
+    from training.budget import BudgetedExecutor, projection_accuracy
+
+    cfg = load_config(None, PRICED)
+    scorer_acc = build_accuracy(cfg.generator_resolved, cfg.judge_resolved, cfg.eval)
+    builds: list[object] = []
+    real = eval.build.build_accuracy
+
+    def counted(*a: Any, **kw: Any) -> Any:
+        builds.append(a)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(eval.build, "build_accuracy", counted)
+
+    inner = _Scoring(scorer_acc)
+    ex = BudgetedExecutor(inner, cfg, Path("."), budget_usd=1.0)  # type: ignore[arg-type]
+    assert ex.accuracy is scorer_acc and builds == []  # built once: the reward's
+    alone = projection_accuracy(cfg)  # no local scorer: one built like it
+    assert alone is not None and alone is not scorer_acc and len(builds) == 1
+
+    examples = [QAExample(id="q1", question="Who wrote Hamlet?", golden_answers=["Shakespeare"])] * 2
+    docs = [Document(id="d1", title="Hamlet", text="Hamlet is a tragedy by William Shakespeare."),
+            Document(id="d2", title="Elsinore", text="Elsinore is a castle in Denmark.")]
+    results = [SearchResult(question=e.question, documents=docs[: i + 1]) for i, e in enumerate(examples)]
+    projected = ex.project(results, examples)
+    per_call = alone.project([e.question for e in examples], [r.documents for r in results],
+                             [e.golden_answers for e in examples])
+    assert projected == pytest.approx(sum(per_call)) and len(per_call) == 2 and all(c > 30 / 1e6 for c in per_call)
+    ex.close()
+    alone.close()
+    assert inner.closed == 1
+
+
+def _dry_run_parts(cfg: object, executor: object, run_dir: Path, heldout: int) -> object:
+    from types import SimpleNamespace
+
+    from s3core.types import QAExample
+
+    qs = [QAExample(id=f"q{i}", question=f"question {i}?", golden_answers=["x"]) for i in range(16)]
+    return SimpleNamespace(executor=executor, cfg=cfg, run_dir=run_dir, examples=qs, sft_pool=None, retriever=None,
+                           heldout=[QAExample(id=f"h{i}", question=f"held {i}?", golden_answers=["y"])
+                                    for i in range(heldout)])
+
+
+def test_dry_run_of_a_reward_that_calls_no_generator_says_so(tmp_path: Path) -> None:
+    """configs/transfer3.toml's shape (retrieval_gain, 60 RL steps of 8 x 8, held-out questions): the dry run counts 0
+    generator calls and says why, instead of counting each rollout (and held-out question) as a reward call. A paid
+    reward, priced from measured steps, still counts one call per rollout and per held-out question."""
+    import json
+
+    from s3.config import load_config
+    from training.budget import BudgetedExecutor, dry_run, dry_run_message
+
+    shape = ["training.total_steps=6", "training.rollout.batch_size=2", "training.rollout.group_size=4",
+             "training.heldout.every=2", "training.heldout.questions=5"]
+    cfg = load_config(None, ["training.reward=retrieval_gain", *shape])
+    ex = BudgetedExecutor(_Scoring(None), cfg, tmp_path)  # type: ignore[arg-type]
+    assert ex.accuracy is None
+    d = dry_run(_dry_run_parts(cfg, ex, tmp_path, heldout=5), 0)  # type: ignore[arg-type]
+    assert d["steps"] == 6 and d["reward_calls"] == 0 and d["projected_usd"] == 0
+    msg = dry_run_message(d)
+    assert msg.startswith("dry run: 6 RL steps to run, 0 generator calls: the reward 'retrieval_gain' calls no "
+                          "generator"), msg
+    assert "reward calls" not in msg and "no paid API was called" in msg
+    r1 = dry_run_message(dry_run(_dry_run_parts(load_config(None, ["training.mode=search_r1", "training.reward=em",
+                                                                    *shape]), ex, tmp_path, 5), 0))  # type: ignore[arg-type]
+    assert "0 generator calls: in search_r1 mode the reward 'em' scores the policy's own answers" in r1, r1
+
+    paid = load_config(None, [*PRICED, "training.reward=gbr", *shape])
+    run = tmp_path / "paid"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5, "cost/usd_step": 0.01}) + "\n")
+    d = dry_run(_dry_run_parts(paid, BudgetedExecutor(_Scoring(None), paid, run), run, heldout=0), 1)  # type: ignore[arg-type]
+    # steps 2..6 at the measured $0.01; 5 x 2 x 4 rollouts to score
+    assert d["steps"] == 5 and d["reward_calls"] == 40 and d["projected_usd"] == pytest.approx(0.05)
+    assert d["no_generator"] is None and "40 reward calls: projected $0.050000" in dry_run_message(d)
