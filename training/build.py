@@ -37,7 +37,7 @@ from s3core.types import QAExample
 from searcher.build import AgentKind, build_retriever, build_searcher
 from searcher.config import SearcherConfig
 from searcher.policy.base import ChatTokenizerMixin
-from training.config import TrainSettings
+from training.config import TrainingConfig, TrainSettings
 from training.data import TrainingSet
 from training.executors import StepExecutor
 
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from training.learner_api import PolicyLearner
     from training.learner_group import LearnerGroup
 
-__all__ = ["Prepared", "TrainingParts", "build_training", "loop_config", "prepare_run", "resume_point"]
+__all__ = ["Prepared", "TrainingParts", "build_training", "loop_config", "new_learner", "prepare_run",
+           "resume_point"]
 
 Log = Callable[[str], None]
 
@@ -176,19 +177,31 @@ def _learner_group(cfg: TrainSettings, run_dir: Path, resume_dir: Path | None, l
     """ray.learners Learner actors in one torch.distributed group (training/learner_group.py), each built from
     [training] and the checkpoint to resume from; on a GPU each when ray.learner_gpus > 0, else on the CPU."""
     from s3runtime.raycluster import connect
-    from training.learner import Learner
     from training.learner_group import LearnerGroup
 
     rc = cfg.ray
     connect(rc)
     device = "cuda" if rc.learner_gpus > 0 else "cpu"  # a rank sees only the GPUs Ray gave it
     t0 = time.perf_counter()
-    build = functools.partial(Learner, cfg.training, device, run_dir, resume_dir)
+    build = functools.partial(new_learner, cfg.training, device, run_dir, resume_dir)  # each rank seeds its own
     group = LearnerGroup(rc, rc.learners, build, device=device, cpus=rc.learner_cpus, gpus=rc.learner_gpus,
                          resources=rc.learner_resources)
     log(f"train: {rc.learners} learners ({'nccl' if device.startswith('cuda') else 'gloo'}) ready in "
         f"{time.perf_counter() - t0:.1f}s")
     return group
+
+
+def new_learner(tc: TrainingConfig, device: str, run_dir: Path, resume_dir: Path | None) -> Learner:
+    """The learner of a run (training/learner.py), built from the checkpoint `resume_dir` (whose RNG state the trainer
+    restores), or, on a fresh run, after torch.manual_seed(training.seed): two fresh runs of one config start from
+    the same LoRA adapters and critic (their random initialisation)."""
+    import torch
+
+    from training.learner import Learner
+
+    if resume_dir is None:
+        torch.manual_seed(tc.seed)
+    return Learner(tc, device, run_dir, resume_dir)
 
 
 def build_executor(cfg: TrainSettings, *, data: TrainingSet, retriever: Retriever, loop_cfg: SearcherConfig,
@@ -248,7 +261,7 @@ def build_training(cfg: TrainSettings, prepared: Prepared, log: Log = print) -> 
 
     from s3core.devices import auto_cpu_threads, resolve_device
     from training.budget import BudgetedExecutor
-    from training.learner import Learner, load_tokenizer
+    from training.learner import load_tokenizer
 
     tc = cfg.training
     device = resolve_device(tc.learner.device)
@@ -268,7 +281,7 @@ def build_training(cfg: TrainSettings, prepared: Prepared, log: Log = print) -> 
         learners = _learner_group(cfg, run_dir, resume_dir, log)
         chosen: PolicyLearner = learners
     else:
-        learner = Learner(tc, device, run_dir, resume_dir)
+        learner = new_learner(tc, device, run_dir, resume_dir)  # seeded when fresh
         learner.policy.gen_batch = cfg.searcher.generate_batch  # the learner generates its own rollouts
         tokenizer = learner.tokenizer
         chosen = learner

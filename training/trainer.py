@@ -13,7 +13,8 @@ What the loop drives, each behind one interface: rollouts, rewards and the weigh
 checkpoint's model folders and the warm-up's end through the learner (training/learner_api.py `PolicyLearner`: this
 process's Learner, or a LearnerGroup of ray.learners Ray actors). The data order and the held-out schedule are
 training/schedule.py's; every file of the run directory (metrics.jsonl, checkpoints/, heldout.jsonl, ...) is
-training/rundir.py's; the held-out evaluation is training/evaluate.py's.
+training/rundir.py's; the held-out evaluation is training/evaluate.py's; how a step's batch is measured, turned into
+update rows (`update_rows`) and into its metrics row is training/step.py's.
 
 Devices: the learner, the reference policy and the critic live on training.learner.device ('auto' = cuda when available);
 nothing else is placed by hand. With training.rollout.engine = "vllm" the ratio's old log-probs are the learner's own
@@ -34,46 +35,34 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.behavior import rollout_row
 from s3core.types import QAExample, SearchResult
 from searcher.trained import TrainedSearcherRecord, make_record, write_record
 from training import rundir
 from training.budget import BudgetReached
 from training.build import TrainingParts, build_training, prepare_run
 from training.collapse import CollapseWatch
-from training.config import TrainingConfig, TrainSettings
+from training.config import TrainSettings
 from training.evaluate import evaluate_heldout
-from training.learner import Batch, MicroBatch, pad_rollouts
-from training.learner_api import UpdateRows
+from training.learner import Batch, pad_rollouts
 from training.pipeline import RolloutPipeline
-from training.rewards import RewardBatch
 from training.rng import capture_rng, restore_rng
 from training.schedule import DataOrder, HeldoutSchedule
+from training.step import (
+    RolloutBatch,
+    ScoredBatch,
+    measured_batch,
+    rl_row,
+    sync_row,
+    timeline_row,
+    update_rows,
+)
 
+# RolloutBatch, ScoredBatch and update_rows are training/step.py's, importable from here too (the tests, and the
+# pickled batches in flight of checkpoints written before they moved)
 __all__ = ["RolloutBatch", "S3Trainer", "ScoredBatch", "make_trainer", "update_rows"]
-
-
-@dataclass
-class RolloutBatch:
-    """One step's rollouts, as the pipeline carries (and a checkpoint keeps) them: the data order's question indices,
-    the group_size rollouts of each, and what was measured of them when they were made."""
-
-    idx: list[int]
-    results: list[SearchResult]
-    behaviour: dict[str, float]  # eval/behavior.py's rollout_row (search/ keys), probed with the retriever then
-    conf_stats: dict[str, float]  # rollout/confidence_from_learner (confidence-gated reward on vLLM rollouts)
-
-
-@dataclass
-class ScoredBatch:
-    """One step's rewards and the generator usage its reward calls made (executor.step_stats() right after them)."""
-
-    reward: RewardBatch
-    usage: dict[str, float]
 
 
 class S3Trainer:
@@ -132,31 +121,6 @@ class S3Trainer:
         return pad_rollouts(results, rows, self.tokenizer.pad_token_id, device=self.learner.batch_device,
                             share_prefix=lc.share_prefix and not lc.gradient_checkpointing)
 
-    def _confidence_logprobs(self, results: list[SearchResult]) -> dict[str, float]:
-        """vLLM rollouts under the confidence-gated reward: a trajectory whose vLLM log-probs are further than
-        training.rollout.logprob_gap_tolerance (mean |gap| per policy token) from the learner's recomputation feeds the
-        confidence C(T) the learner's log-probs instead (written into its trajectory)."""
-        rows = [i for i, r in enumerate(results) if r.trajectory is not None and any(r.trajectory.mask)]
-        replaced = 0
-        mb = self.tc.learner.micro_batch_size
-        for lo in range(0, len(rows), mb):
-            chunk = rows[lo : lo + mb]
-            batch = self._pad(results, chunk)
-            lp = self.learner.logprobs(batch).float()
-            for j, i in enumerate(chunk):
-                tr = results[i].trajectory
-                assert tr is not None
-                m = batch.loss_mask[j]
-                gap = float(((lp[j] - batch.rollout_lp[j]).abs() * m).sum() / m.sum().clamp(min=1))
-                if gap <= self.tc.rollout.logprob_gap_tolerance:
-                    continue
-                # response token k sits at shifted position len(prompt) - 1 + k, i.e. column that - start
-                off = len(tr.prompt_ids) - 1 - batch.start
-                own = lp[j, off : off + len(tr.response_ids)].tolist()
-                tr.logprobs = [lj if mk else old for lj, mk, old in zip(own, tr.mask, tr.logprobs, strict=True)]
-                replaced += 1
-        return {"rollout/confidence_from_learner": float(replaced)}
-
     # ------------------------------------------------------------------ the batches in flight
     def _pipeline(self) -> RolloutPipeline:
         """The batches in flight (training/pipeline.py), made at the first RL step: rollouts in the background when
@@ -183,17 +147,13 @@ class S3Trainer:
         return [self.examples[i] for i in idx for _ in range(self.tc.rollout.group_size)]
 
     def _rollout_batch(self, step: int) -> RolloutBatch:
-        """The rollouts of data-order step `step` (the pipeline's rollout job: this thread when the learner samples
-        itself, else the rollout thread, holding the engine)."""
+        """The rollouts of data-order step `step` and what is measured of them (training/step.py): the pipeline's
+        rollout job (this thread when the learner samples itself, else the rollout thread, holding the engine)."""
         idx = self.order.batch_indices(step)
-        examples = self._examples(idx)
-        results = self.rollout(examples, step)
-        vllm = self.tc.rollout.engine == "vllm"
-        conf = self._confidence_logprobs(results) if self.tc.reward == "confidence_gated" and vllm else {}
-        k = self.cfg.retriever.k
-        behaviour = rollout_row(results, [e.supporting_ids for e in examples], self.loop_cfg.max_turns,  # eval/behavior.py
-                                probe=lambda qs: [[d.id for d in ds] for ds in self.retriever.search(qs, k)])
-        return RolloutBatch(idx, results, behaviour, conf)
+        examples, k = self._examples(idx), self.cfg.retriever.k
+        return measured_batch(self.tc, idx, examples, self.rollout(examples, step), max_turns=self.loop_cfg.max_turns,
+                              probe=lambda qs: [[d.id for d in ds] for ds in self.retriever.search(qs, k)],
+                              pad=self._pad, logprobs=self.learner.logprobs)
 
     def _score_batch(self, step: int, batch: RolloutBatch) -> ScoredBatch:
         """The rewards of a step's rollouts and the generator usage they cost (the pipeline's scoring job: one at a
@@ -215,30 +175,15 @@ class S3Trainer:
         t2, w2 = time.perf_counter(), time.time()
         batch, sb = flight.rollout, flight.scored
         assert isinstance(batch, RolloutBatch) and isinstance(sb, ScoredBatch)
-        idx, results, scored = batch.idx, batch.results, sb.reward
-        rewards = scored.rewards
-
-        stats, rows, total_tokens = self.update(results, rewards)
+        stats, rows, total_tokens = self.update(batch.results, sb.reward.rewards)
         learning_rate = self.learner.step_scheduler()
         t3, w3 = time.perf_counter(), time.time()
         sync_s = pipe.sync(self.executor.sync, self.step + 1)  # after any rollout running on the engine
         t4, w4 = time.perf_counter(), time.time()
 
         staleness = float(flight.staleness(self.step))
-        scored_r = [r for r in rewards if r is not None]
-        turns = [r.turns for r in results]
-        steps_n = sum(len([s for s in r.steps if s.turn > 0]) for r in results)
-        invalid = sum(1 for r in results for s in r.steps if s.turn > 0 and s.invalid_reason)
         times = flight.times
-        row: dict[str, float] = {
-            "reward/mean": sum(scored_r) / len(scored_r) if scored_r else float("nan"),
-            "reward/max": max(scored_r) if scored_r else float("nan"),
-            "reward/min": min(scored_r) if scored_r else float("nan"),
-            "reward/missing": float(len(rewards) - len(scored_r)),
-            "reward/samples_in_update": float(len(rows)),
-            "search/turns": sum(turns) / len(turns),
-            "search/invalid_action_rate": invalid / steps_n if steps_n else 0.0,
-            "search/docs": sum(len(r.documents) for r in results) / len(results),
+        loop: dict[str, float] = {
             "data/rl_coverage": self.order.rl_coverage(self.step),
             "charts/learning_rate": learning_rate,
             "charts/policy_tokens": total_tokens,
@@ -252,23 +197,10 @@ class S3Trainer:
             "rollout/staleness": staleness,  # updates between the weights that sampled the batch and this update
             "rollout/staleness_max": staleness,  # every row of a batch was sampled with the same weights
         }
-        row.update(_sync_row(sync_s, t4 - t0))
-        row.update(batch.conf_stats)
-        row.update(batch.behaviour)
-        row.update(sb.usage)
-        if scored.acc_s3 is not None:
-            a = [x for x in scored.acc_s3 if x is not None]
-            row["reward/acc_s3"] = sum(a) / len(a) if a else float("nan")
-        if scored.acc_rag is not None:
-            row["reward/acc_rag"] = sum(x for x in scored.acc_rag if x is not None) / max(1, len(scored.acc_rag))
-        row.update(stats)
-        rundir.append_timeline(self.run_dir, {
-            "step": self.step + 1, "batch": flight.step, "version": flight.version, "staleness": staleness,
-            "rollout": [times["rollout_start"], times["rollout_end"]],
-            "reward": [times["reward_start"], times["reward_end"]],
-            "wait": [w0, w2], "update": [w2, w3], "sync": [w3, w4],
-        })
-        return self._finish_step(row, idx)
+        row = rl_row(batch, sb, samples_in_update=len(rows), loop=loop, sync=sync_row(sync_s, t4 - t0), stats=stats)
+        rundir.append_timeline(self.run_dir, timeline_row(self.step + 1, flight.step, flight.version, staleness, times,
+                                                          (w0, w2, w3, w4)))
+        return self._finish_step(row, batch.idx)
 
     def sft_step(self) -> dict[str, float]:
         """One supervised warm-up step on the oracle's trajectories (the learner's sft_update; training.sft)."""
@@ -297,7 +229,7 @@ class S3Trainer:
             "charts/rollout_seconds": t1 - t0,
             "charts/update_seconds": t2 - t1,
             "charts/step_seconds": t2 - t0,
-            **_sync_row(sync_s, t2 - t0),
+            **sync_row(sync_s, t2 - t0),
         }
         return self._finish_step(row, idx)
 
@@ -452,49 +384,6 @@ class S3Trainer:
             self.metrics.close()
         return {"steps": self.step, "started_at": start, "last": last, "run_dir": str(self.run_dir),
                 "stopped": self.stopped}  # "budget reached: ..." or None
-
-
-def update_rows(tc: TrainingConfig, results: list[SearchResult], rewards: list[float | None],
-                pad: Callable[[list[SearchResult], list[int]], Batch]) -> tuple[UpdateRows | None, dict[str, float]]:
-    """The rows of scored rollouts that enter an update (consecutive group_size rows = one question) with their GRPO
-    advantages (or PPO's rewards: the learner's critic turns them into advantages), padded by `pad`; and the stats of
-    the choice (reward/flat_groups). Samples whose reward is None (or, in GRPO, whose group has < 2 scored members,
-    or with training.update.drop_flat_groups a group whose rewards are all equal) and rollouts without policy tokens
-    leave the update; None when no row is left."""
-    from training import algorithms as alg
-    from training.rewards import grpo_advantages
-
-    group = tc.rollout.group_size
-    stats: dict[str, float] = {}
-    adv: list[float | None]
-    if tc.algorithm == "grpo":  # the format term kept below the task reward (training.format_advantage)
-        adv, format_stats = grpo_advantages(rewards, results, group, tc.invalid_penalty, tc.format_advantage)
-        stats.update(format_stats)  # reward/format_only_groups
-        if tc.update.drop_flat_groups:
-            flat = alg.flat_groups(rewards, group)
-            for g in flat:
-                adv[g : g + group] = [None] * group
-            stats["reward/flat_groups"] = float(len(flat))
-    else:
-        adv = [None if r is None else 0.0 for r in rewards]  # PPO: advantages come from GAE in the learner
-    tokens = {i: float(sum(r.trajectory.mask)) for i, r in enumerate(results) if r.trajectory is not None}
-    rows = [i for i in range(len(results)) if adv[i] is not None and tokens.get(i, 0.0) > 0]
-    if not rows:
-        return None, stats
-
-    def micro(b: list[int]) -> MicroBatch:
-        if tc.algorithm == "grpo":
-            return MicroBatch(pad(results, b), adv=[float(adv[i] or 0.0) for i in b])
-        return MicroBatch(pad(results, b), rewards=[float(rewards[i] or 0.0) for i in b])
-
-    return UpdateRows(rows, [tokens[i] for i in rows], micro, tc.learner.micro_batch_size), stats
-
-
-def _sync_row(sync_s: float | None, step_s: float) -> dict[str, float]:
-    """charts/weight_sync_* of a step (nothing when no rollout engine needs the weights)."""
-    if sync_s is None:
-        return {}
-    return {"charts/weight_sync_s": sync_s, "charts/weight_sync_share": sync_s / max(step_s, 1e-9)}
 
 
 def make_trainer(cfg: TrainSettings, log: Callable[[str], None] = print) -> S3Trainer:

@@ -1,6 +1,6 @@
-"""Trainer pieces that need no (or a tiny) model: the rows of an update, the loop's time budget, a refused resume,
-training-set loading rules, plots, CLI. The data order and held-out schedule: test_schedule.py; the run directory:
-test_rundir.py."""
+"""Trainer pieces that need no (or a tiny) model: the rows of an update, a step's metrics row, the loop's time
+budget, a refused resume, training-set loading rules, plots, CLI. The data order and held-out schedule:
+test_schedule.py; the run directory: test_rundir.py."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_cli_registers_training_commands() -> None:
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for name in ("prepare-training", "train", "plot", "export-policy", "train-eval"):
-        assert name in sub.choices  # type: ignore[attr-defined]
+        assert name in sub.choices  # type: ignore[attr-defined,operator]
 
 
 def test_config_checks() -> None:
@@ -149,7 +149,7 @@ def test_shared_prefix_forward_equals_the_plain_forward_in_values_and_gradients(
     lp1, h1, g1, p1 = run(True)
     assert p0 == 0 and p1 == 40  # the whole shared prompt part (below the first response position)
     m = torch.ones_like(lp0, dtype=torch.bool)
-    assert torch.allclose(lp0[m], lp1[m], atol=1e-5)
+    assert torch.allclose(lp0[m], lp1[m], atol=1e-5)  # type: ignore[index]
     if want_hidden:
         assert torch.allclose(h0, h1, atol=1e-5)
     assert g0.keys() == g1.keys()
@@ -165,7 +165,7 @@ def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool, tiny_policy
     from s3.config import load_config
     from s3core.types import SearchResult, Trajectory
     from training.learner import Learner, pad_rollouts
-    from training.trainer import update_rows
+    from training.step import update_rows
 
     tc = load_config(None, [f"training.base_model={tiny_policy_dir}", "training.algorithm=grpo",
                             "training.rollout.group_size=2", "training.rollout.temperature=1.0",
@@ -188,6 +188,37 @@ def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool, tiny_policy
     assert report.stats["losses/grad_norm"] > 0 and report.tokens == 2.0 * len(rows.rows)
     assert [b.ids.shape[0] for b in report.batches] == [len(rows.rows)]  # one micro-batch of 8 rows at most
     assert update_rows(tc, results, [None, 1.0, None, 0.0], pad)[0] is None  # no group has 2 scored members
+
+
+def test_an_rl_steps_metrics_row_is_the_batchs_then_the_loops_then_the_updates() -> None:
+    """training/step.py `rl_row` (no model): reward/ and search/ from the batch (None rewards counted as missing,
+    turn 0 not a turn), then the loop's keys, the sync row, the batch's measures and usage, the accuracies and the
+    update's stats, in that order (a later key wins); `timeline_row` spans; the old import path still works."""
+    from s3core.types import Document, SearchResult, SearchStep
+    from training.rewards import RewardBatch
+    from training.step import RolloutBatch, ScoredBatch, rl_row, sync_row, timeline_row
+    from training.trainer import RolloutBatch as Reexported
+
+    assert Reexported is RolloutBatch  # checkpoints' pickled batches in flight name training.trainer's
+    steps = [SearchStep(turn=0), SearchStep(turn=1), SearchStep(turn=2, invalid_reason="no query")]
+    results = [SearchResult(question="q", steps=steps, documents=[Document(id="d1"), Document(id="d2")]),
+               SearchResult(question="q", steps=steps[:1])]
+    batch = RolloutBatch([0], results, {"search/gold_recall": 0.5}, {"rollout/confidence_from_learner": 1.0})
+    scored = ScoredBatch(RewardBatch([1.0, None], acc_s3=[1.0, None], acc_rag=[0.0, None]), {"reward/generator_calls": 2.0})
+    row = rl_row(batch, scored, samples_in_update=1, loop={"charts/step_seconds": 3.0, "search/docs": -1.0},
+                 sync=sync_row(1.5, 3.0), stats={"losses/policy": 0.25, "reward/mean": 9.0})
+    assert list(row)[:8] == ["reward/mean", "reward/max", "reward/min", "reward/missing", "reward/samples_in_update",
+                             "search/turns", "search/invalid_action_rate", "search/docs"]
+    assert row["reward/max"] == row["reward/min"] == 1.0 and row["reward/missing"] == 1.0
+    assert row["search/turns"] == 1.0 and row["search/invalid_action_rate"] == 0.5
+    assert row["search/docs"] == -1.0 and row["charts/weight_sync_share"] == 0.5  # the loop's key wins over the batch's
+    assert row["reward/acc_s3"] == 1.0 and row["reward/acc_rag"] == 0.0  # acc_rag: None counted in the denominator
+    assert row["reward/mean"] == 9.0 and row["search/gold_recall"] == 0.5 and row["reward/generator_calls"] == 2.0
+    assert sync_row(None, 3.0) == {}
+    times = {"rollout_start": 1.0, "rollout_end": 2.0, "reward_start": 2.0, "reward_end": 4.0}
+    tl = timeline_row(3, 2, 1, 1.0, times, (5.0, 6.0, 7.0, 8.0))
+    assert tl == {"step": 3, "batch": 2, "version": 1, "staleness": 1.0, "rollout": [1.0, 2.0], "reward": [2.0, 4.0],
+                  "wait": [5.0, 6.0], "update": [6.0, 7.0], "sync": [7.0, 8.0]}
 
 
 def test_reward_trend_separates_a_rise_from_noise_and_skips_the_warm_up() -> None:
@@ -378,8 +409,8 @@ def test_a_checkpoint_of_another_data_order_is_refused_and_the_parts_are_closed(
     examples = [QAExample(id=f"q{i}", question="?", golden_answers=["a"]) for i in range(3)]
     data = TrainingSet(directory=tmp_path, examples=examples, baseline={}, index_dir=tmp_path / "index", manifest={})
     parts = TrainingParts(cfg=cfg, run_dir=tmp_path / "run", device="cpu", data=data, examples=examples, heldout=[],
-                          retriever=Closes("retriever"), loop_cfg=cfg.searcher, learner=Closes("learner"),
-                          tokenizer=None, executor=Closes("executor"), resume_dir=ckpt)
+                          retriever=Closes("retriever"), loop_cfg=cfg.searcher, learner=Closes("learner"),  # type: ignore[arg-type]
+                          tokenizer=None, executor=Closes("executor"), resume_dir=ckpt)  # type: ignore[arg-type]
     with pytest.raises(S3Error, match="data order changed"):
         S3Trainer(parts, log=lambda s: None)
     assert closed == ["executor", "learner"]

@@ -1,0 +1,190 @@
+"""One RL step's batch, from its rollouts to its update rows and its metrics row: the pieces S3Trainer's loop
+(training/trainer.py) calls, each a function of its inputs (no trainer inside, so a test calls them without models):
+
+    RolloutBatch / ScoredBatch     a step's rollouts and its rewards, as training/pipeline.py carries them (and a
+                                   checkpoint keeps them)
+    measured_batch(...)            a step's rollouts and what is measured of them then: search/ behaviour and, for
+                                   vLLM rollouts under the confidence-gated reward, the learner's log-probs where the
+                                   engine's are too far from them (confidence_logprobs)
+    update_rows(tc, results, ...)  the rows of scored rollouts that enter the update, with their GRPO advantages
+    rl_row(batch, scored, ...)     the step's metrics row (reward/, search/, rollout/, the loop's charts/)
+    timeline_row(...) / sync_row   RUN_DIR/timeline.jsonl's row of a step; charts/weight_sync_*
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from eval.behavior import rollout_row
+from s3core.types import QAExample, SearchResult
+from training.config import TrainingConfig
+from training.learner import Batch, MicroBatch
+from training.learner_api import UpdateRows
+from training.rewards import RewardBatch
+
+__all__ = [
+    "RolloutBatch",
+    "ScoredBatch",
+    "confidence_logprobs",
+    "measured_batch",
+    "rl_row",
+    "sync_row",
+    "timeline_row",
+    "update_rows",
+]
+
+Pad = Callable[[list[SearchResult], list[int]], Batch]  # (results, rows) -> their padded batch (S3Trainer._pad)
+
+
+@dataclass
+class RolloutBatch:
+    """One step's rollouts, as the pipeline carries (and a checkpoint keeps) them: the data order's question indices,
+    the group_size rollouts of each, and what was measured of them when they were made."""
+
+    idx: list[int]
+    results: list[SearchResult]
+    behaviour: dict[str, float]  # eval/behavior.py's rollout_row (search/ keys), probed with the retriever then
+    conf_stats: dict[str, float]  # rollout/confidence_from_learner (confidence-gated reward on vLLM rollouts)
+
+
+@dataclass
+class ScoredBatch:
+    """One step's rewards and the generator usage its reward calls made (executor.step_stats() right after them)."""
+
+    reward: RewardBatch
+    usage: dict[str, float]
+
+
+def measured_batch(tc: TrainingConfig, idx: list[int], examples: list[QAExample], results: list[SearchResult], *,
+                   max_turns: int, probe: Callable[[list[str]], list[list[str]]], pad: Pad,
+                   logprobs: Callable[[Batch], Any]) -> RolloutBatch:
+    """A step's rollouts (`results`, of `examples`: the questions `idx`, group_size times each) with what is measured
+    of them when they are made: under the confidence-gated reward on vLLM rollouts the learner's log-probs where the
+    engine's are too far (`confidence_logprobs`), then eval/behavior.py's search/ row (`probe`: the retriever's ids
+    for one more search of each query)."""
+    conf: dict[str, float] = {}
+    if tc.reward == "confidence_gated" and tc.rollout.engine == "vllm":
+        conf = confidence_logprobs(tc, results, pad, logprobs)
+    behaviour = rollout_row(results, [e.supporting_ids for e in examples], max_turns, probe=probe)
+    return RolloutBatch(idx, results, behaviour, conf)
+
+
+def confidence_logprobs(tc: TrainingConfig, results: list[SearchResult], pad: Pad,
+                        logprobs: Callable[[Batch], Any]) -> dict[str, float]:
+    """vLLM rollouts under the confidence-gated reward: a trajectory whose vLLM log-probs are further than
+    training.rollout.logprob_gap_tolerance (mean |gap| per policy token) from the learner's recomputation (`logprobs`,
+    the learner's) feeds the confidence C(T) the learner's log-probs instead (written into its trajectory)."""
+    rows = [i for i, r in enumerate(results) if r.trajectory is not None and any(r.trajectory.mask)]
+    replaced = 0
+    mb = tc.learner.micro_batch_size
+    for lo in range(0, len(rows), mb):
+        chunk = rows[lo : lo + mb]
+        batch = pad(results, chunk)
+        lp = logprobs(batch).float()  # (B, T) over the shifted positions from batch.start
+        for j, i in enumerate(chunk):
+            tr = results[i].trajectory
+            assert tr is not None
+            m = batch.loss_mask[j]
+            gap = float(((lp[j] - batch.rollout_lp[j]).abs() * m).sum() / m.sum().clamp(min=1))
+            if gap <= tc.rollout.logprob_gap_tolerance:
+                continue
+            # response token k sits at shifted position len(prompt) - 1 + k, i.e. column that - start
+            off = len(tr.prompt_ids) - 1 - batch.start
+            own = lp[j, off : off + len(tr.response_ids)].tolist()
+            tr.logprobs = [lj if mk else old for lj, mk, old in zip(own, tr.mask, tr.logprobs, strict=True)]
+            replaced += 1
+    return {"rollout/confidence_from_learner": float(replaced)}
+
+
+def update_rows(tc: TrainingConfig, results: list[SearchResult], rewards: list[float | None],
+                pad: Pad) -> tuple[UpdateRows | None, dict[str, float]]:
+    """The rows of scored rollouts that enter an update (consecutive group_size rows = one question) with their GRPO
+    advantages (or PPO's rewards: the learner's critic turns them into advantages), padded by `pad`; and the stats of
+    the choice (reward/flat_groups). Samples whose reward is None (or, in GRPO, whose group has < 2 scored members,
+    or with training.update.drop_flat_groups a group whose rewards are all equal) and rollouts without policy tokens
+    leave the update; None when no row is left."""
+    from training import algorithms as alg
+    from training.rewards import grpo_advantages
+
+    group = tc.rollout.group_size
+    stats: dict[str, float] = {}
+    adv: list[float | None]
+    if tc.algorithm == "grpo":  # the format term kept below the task reward (training.format_advantage)
+        adv, format_stats = grpo_advantages(rewards, results, group, tc.invalid_penalty, tc.format_advantage)
+        stats.update(format_stats)  # reward/format_only_groups
+        if tc.update.drop_flat_groups:
+            flat = alg.flat_groups(rewards, group)
+            for g in flat:
+                adv[g : g + group] = [None] * group
+            stats["reward/flat_groups"] = float(len(flat))
+    else:
+        adv = [None if r is None else 0.0 for r in rewards]  # PPO: advantages come from GAE in the learner
+    tokens = {i: float(sum(r.trajectory.mask)) for i, r in enumerate(results) if r.trajectory is not None}
+    rows = [i for i in range(len(results)) if adv[i] is not None and tokens.get(i, 0.0) > 0]
+    if not rows:
+        return None, stats
+
+    def micro(b: list[int]) -> MicroBatch:
+        if tc.algorithm == "grpo":
+            return MicroBatch(pad(results, b), adv=[float(adv[i] or 0.0) for i in b])
+        return MicroBatch(pad(results, b), rewards=[float(rewards[i] or 0.0) for i in b])
+
+    return UpdateRows(rows, [tokens[i] for i in rows], micro, tc.learner.micro_batch_size), stats
+
+
+def rl_row(batch: RolloutBatch, scored: ScoredBatch, *, samples_in_update: int, loop: dict[str, float],
+           sync: dict[str, float], stats: dict[str, float]) -> dict[str, float]:
+    """The metrics row of an RL step: the batch's reward/ and search/ keys, then the loop's own (`loop`: data/ and
+    charts/ keys, staleness; `sync`: sync_row's), the batch's rollout/ and search/ behaviour keys and generator usage,
+    the accuracies, and the update's `stats`, in that order (a later key wins)."""
+    results, rewards = batch.results, scored.reward.rewards
+    scored_r = [r for r in rewards if r is not None]
+    turns = [r.turns for r in results]
+    steps_n = sum(len([s for s in r.steps if s.turn > 0]) for r in results)
+    invalid = sum(1 for r in results for s in r.steps if s.turn > 0 and s.invalid_reason)
+    row: dict[str, float] = {
+        "reward/mean": sum(scored_r) / len(scored_r) if scored_r else float("nan"),
+        "reward/max": max(scored_r) if scored_r else float("nan"),
+        "reward/min": min(scored_r) if scored_r else float("nan"),
+        "reward/missing": float(len(rewards) - len(scored_r)),
+        "reward/samples_in_update": float(samples_in_update),
+        "search/turns": sum(turns) / len(turns),
+        "search/invalid_action_rate": invalid / steps_n if steps_n else 0.0,
+        "search/docs": sum(len(r.documents) for r in results) / len(results),
+        **loop,
+    }
+    row.update(sync)
+    row.update(batch.conf_stats)
+    row.update(batch.behaviour)
+    row.update(scored.usage)
+    rb = scored.reward
+    if rb.acc_s3 is not None:
+        a = [x for x in rb.acc_s3 if x is not None]
+        row["reward/acc_s3"] = sum(a) / len(a) if a else float("nan")
+    if rb.acc_rag is not None:
+        row["reward/acc_rag"] = sum(x for x in rb.acc_rag if x is not None) / max(1, len(rb.acc_rag))
+    row.update(stats)
+    return row
+
+
+def timeline_row(step: int, batch_step: int, version: int, staleness: float, times: dict[str, float],
+                 marks: tuple[float, float, float, float]) -> dict[str, Any]:
+    """RUN_DIR/timeline.jsonl's row of update `step` (1-based) on batch `batch_step`, rolled out with the weights of
+    `version` updates: its rollout and reward spans (`times`: the pipeline's Flight.times) and the loop's wait, update
+    and sync spans (`marks`: the wall clock at the step's start, the update's start, its end, the sync's end)."""
+    w0, w2, w3, w4 = marks
+    return {
+        "step": step, "batch": batch_step, "version": version, "staleness": staleness,
+        "rollout": [times["rollout_start"], times["rollout_end"]],
+        "reward": [times["reward_start"], times["reward_end"]],
+        "wait": [w0, w2], "update": [w2, w3], "sync": [w3, w4],
+    }
+
+
+def sync_row(sync_s: float | None, step_s: float) -> dict[str, float]:
+    """charts/weight_sync_* of a step (nothing when no rollout engine needs the weights)."""
+    if sync_s is None:
+        return {}
+    return {"charts/weight_sync_s": sync_s, "charts/weight_sync_share": sync_s / max(step_s, 1e-9)}
