@@ -96,6 +96,7 @@ def rollout_stats(result: SearchResult, gold: Sequence[str]) -> dict[str, Any]:
         "turns": result.turns,
         "searches": sum(1 for s in result.steps if s.turn > 0 and s.query is not None),
         "queries": [s.query for s in result.steps if s.turn > 0 and s.query is not None],
+        "first_reply": result.steps[0].policy_text[:160] if result.steps else None,
         "error": result.error,
     }
 
@@ -564,12 +565,12 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
             "seed": args.seed, "reward": tc.reward, "retrieval_cost": tc.retrieval_cost,
             "invalid_penalty": tc.invalid_penalty, "cpus": os.cpu_count(),
             "load": [round(x, 2) for x in os.getloadavg()]}
-    real = RealRollouts(cfg, data, args.policy, log=lambda s: print(s, file=sys.stderr))
     rows_path = out / ROWS_FILE
     from s3core.io import read_log_jsonl
 
     have = done_keys(read_log_jsonl(rows_path)) if rows_path.is_file() else set()
     todo = sum((_tkey(t), e.id) not in have for t in temps for e in examples)
+    real = RealRollouts(cfg, data, args.policy, log=lambda s: print(s, file=sys.stderr)) if todo else None
     bar = tqdm(total=todo, desc="groups", unit="group", file=sys.stderr)
     t_start = time.perf_counter()
 
@@ -592,8 +593,11 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
                       f"gold added {_fmt(v['gold_added'], True)}, {v['seconds']:.0f}s")
 
     try:
-        rows = measure(examples, temps, group, rollout=real.rollout, score=real.score, rows_path=rows_path,
-                       seed=args.seed, chunk=args.chunk, progress=progress, on_temperature=done_temperature)
+        if real is None:  # everything asked for is measured: the report again, no model loaded
+            rows = [dict(r) for r in read_log_jsonl(rows_path)]
+        else:
+            rows = measure(examples, temps, group, rollout=real.rollout, score=real.score, rows_path=rows_path,
+                           seed=args.seed, chunk=args.chunk, progress=progress, on_temperature=done_temperature)
     finally:
         bar.close()
     want = {e.id for e in examples}
