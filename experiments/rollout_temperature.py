@@ -198,12 +198,14 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def best_temperature(summary: dict[str, dict[str, Any]]) -> str | None:
     """The temperature whose groups are most often informative in their TASK reward (ties: the lower temperature,
-    which also keeps more valid replies); None when nothing was measured.
+    which also keeps more valid replies); None when no temperature made any group informative in it.
 
     >>> best_temperature({"0.6": {"task_informative": 0.5}, "1.0": {"task_informative": 0.5}, "1.2": {"task_informative": 0.25}})
     '0.6'
+    >>> best_temperature({"0.6": {"task_informative": 0.0}}) is None
+    True
     """
-    scored = [(v.get("task_informative"), -float(t), t) for t, v in summary.items() if v.get("task_informative") is not None]
+    scored = [(v["task_informative"], -float(t), t) for t, v in summary.items() if v.get("task_informative")]
     return max(scored)[2] if scored else None
 
 
@@ -519,7 +521,7 @@ def write_results(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -
             f"{meta.get('cpus')} CPUs, load {meta.get('load')}.", ""]
     notes = ["", "informative = any reward difference in the group (kept by drop_flat_groups); task-informative = the "
              "task reward differs (not only the format term); format-only = only the format term differs.",
-             f"Most task-informative: {best}." if best is not None else ""]
+             f"Most task-informative: {best}." if best is not None else "No group was task-informative."]
     write_text_atomic(out / REPORT_FILE, "\n".join([*head, table(summary), *notes]) + "\n")
     if summary:
         plot(summary, out / PLOT_FILE, title=f"{meta.get('policy')}: G = {meta.get('group_size')}, "
