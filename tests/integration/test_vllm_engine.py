@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -114,7 +114,7 @@ def test_weight_sync_in_place_matches_the_learner(vllm_policy: Any) -> None:
         for param in model.parameters():
             if param.dim() == 2:
                 param.add_(torch.randn(param.shape, generator=gen) * 0.01)
-    replies = [o.token_ids for o in learner.generate([TokenPrompt(q) for q in prompts], max_new_tokens=12)]
+    replies = [o.token_ids or [] for o in learner.generate([TokenPrompt(q) for q in prompts], max_new_tokens=12)]
     mine = _learner_logprobs(model, prompts, replies)
     before = _gap(_engine_logprobs(p, prompts, replies), mine)
 
@@ -133,32 +133,42 @@ def test_weight_sync_in_place_matches_the_learner(vllm_policy: Any) -> None:
     assert before >= 10 * after, (before, after)
 
 
-def test_trainer_rolls_out_with_vllm_and_syncs_after_every_step(vllm_policy: Any, tmp_path: Any,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """configs/smoke.toml with training.rollout.engine = vllm on the session's engine: two real GRPO steps (rollouts by
-    vLLM, rewards from the offline generator, updates by the learner), a timed in-place sync after each, the engine's
-    log-probs within the tolerance of the learner's recomputation; same engine process throughout."""
+def _smoke_on_engine(vllm_policy: Any, run: Any, monkeypatch: pytest.MonkeyPatch, *sets: str) -> Any:
+    """configs/smoke.toml with training.rollout.engine = vllm on the session's engine, its smallest shape (8 questions,
+    one question x 2 rollouts a step, 24 new tokens a turn)."""
     from pathlib import Path
 
     import training.executors
     from s3.config import load_config
-    from training.rundir import read_metrics
-    from training.trainer import make_trainer
-    from training.weight_sync import learner_weights
 
     root = Path(__file__).resolve().parents[2]
     if not (root.parent / "shared" / "data" / "train_hotpotqa_musique100").is_dir():
         pytest.skip("shared training data not found")
     monkeypatch.setattr(training.executors, "rollout_policy", lambda cfg, device, **kw: vllm_policy)  # one engine a session
-    cfg = load_config(root / "configs" / "smoke.toml", [
-        "training.rollout.engine=vllm", f"training.output_dir={tmp_path / 'run'}", "training.total_steps=2",
-        "training.data.max_questions=8", "training.rollout.batch_size=1", "training.rollout.group_size=2", "searcher.max_new_tokens=24",
-        "searcher.doc_token_budget=24",
+    return load_config(root / "configs" / "smoke.toml", [
+        "training.rollout.engine=vllm", f"training.output_dir={run}", "training.data.max_questions=8",
+        "training.rollout.batch_size=1", "training.rollout.group_size=2", "searcher.max_new_tokens=24",
+        "searcher.doc_token_budget=24", *sets,
     ])
+
+
+def test_trainer_rolls_out_with_vllm_and_syncs_after_every_step(vllm_policy: Any, tmp_path: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """configs/smoke.toml with training.rollout.engine = vllm on the session's engine: two real GRPO steps (rollouts by
+    vLLM, rewards from the offline generator, updates by the learner), a timed in-place sync after each, the engine's
+    log-probs within the tolerance of the learner's recomputation; same engine process throughout."""
+    from training.learner import Learner
+    from training.rundir import read_metrics
+    from training.trainer import make_trainer
+    from training.weight_sync import learner_weights
+
+    cfg = _smoke_on_engine(vllm_policy, tmp_path / "run", monkeypatch, "training.total_steps=2")
     pids, syncs = vllm_policy.engine_pids(), vllm_policy.weight_syncs
     t = make_trainer(cfg, log=lambda s: None)
+    learner = t.learner
+    assert isinstance(learner, Learner)  # one learner in this process (not a Ray group)
     try:
-        assert t.executor.agent.policy is vllm_policy and vllm_policy.weight_syncs == syncs + 1  # synced at start
+        assert cast(Any, t.executor).agent.policy is vllm_policy and vllm_policy.weight_syncs == syncs + 1  # at start
         t.train()
         rows = read_metrics(tmp_path / "run")
         assert [r["step"] for r in rows] == [1, 2]
@@ -169,4 +179,142 @@ def test_trainer_rolls_out_with_vllm_and_syncs_after_every_step(vllm_policy: Any
             assert r["rollout/logprob_gap_mean_abs"] < 1e-2, r
         assert vllm_policy.weight_syncs == syncs + 3 and vllm_policy.engine_pids() == pids
     finally:
-        vllm_policy.load_weights(learner_weights(t.learner.ref_model))  # the base weights back for the session
+        vllm_policy.load_weights(learner_weights(learner.ref_model))  # the base weights back for the session
+
+
+def test_trainer_at_max_staleness_1_rolls_out_ahead_on_vllm_and_syncs_between_batches(
+        vllm_policy: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asynchronous RL (training.rollout.max_staleness = 1, docs/async-rl.md) on the session's engine: three real
+    steps; batch k+1 is rolled out on the pipeline's rollout thread with version k's weights while batch k is scored and
+    updated, and the learner's new weights go into the engine between two rollouts.
+
+    A real GRPO step at lr 1e-5 on two rollouts moves the log-probs less than the engine's float tolerance (not at all
+    when the two rewards are equal), so each sync first moves every weight matrix of the learner by a seeded
+    0.01 N(0, 1), as test_weight_sync_in_place_matches_the_learner does: consecutive versions are then far apart.
+    Checked: staleness [0, 1, 1]; after every load the engine's log-probs of a fixed reply are the learner's (within
+    SYNCED_TOL); every generation ran on the engine version its batch records (timeline.jsonl); the batches admitted
+    ahead (1 and 2) were produced with the previous version's weights: their sampled log-probs are within SYNCED_TOL
+    of that version's learner and >= 10x further from the next one's; no generation overlapped a weight load."""
+    import threading
+    import time
+
+    from searcher.policy.transformers_policy import TransformersPolicy
+    from training.learner import Learner
+    from training.rundir import read_metrics, read_timeline
+    from training.trainer import make_trainer
+    from training.weight_sync import learner_weights
+
+    cfg = _smoke_on_engine(vllm_policy, tmp_path / "run", monkeypatch, "training.total_steps=3",
+                           "training.rollout.max_staleness=1")
+    temperature = cfg.training.rollout.temperature
+    pids, syncs = vllm_policy.engine_pids(), vllm_policy.weight_syncs
+    generate, load = vllm_policy.generate, vllm_policy.load_weights
+    scratch = TransformersPolicy.load("smollm2-135m-instruct").model  # the learner's weights of the version before
+    gens: list[dict[str, Any]] = []  # every generation: engine version, thread, times, tokens, log-probs
+    loads: list[tuple[float, float]] = []
+    busy = {"generating": 0, "loading": 0}
+    clashes: list[str] = []  # a generation and a weight load at the same time
+    version_gaps: list[tuple[int, float, float]] = []  # (V, gap to V - 1's weights, gap to V's): batch V, sampled ahead
+    loaded_gaps: list[float] = []  # after each load: the engine's log-probs of a fixed reply vs the learner's
+    probe_q = vllm_policy.encode_chat([{"role": "user", "content": "Name one river."}])
+    probe_r = list(vllm_policy.tokenizer.encode("The Danube flows into the Black Sea.", add_special_tokens=False))
+
+    def version() -> int:  # weights loaded since the trainer started, less its initial sync: the engine's version
+        return vllm_policy.weight_syncs - syncs - 1
+
+    def recording_generate(prompts: Any, **kw: Any) -> Any:
+        v, t0 = version(), time.time()
+        busy["generating"] += 1
+        if busy["loading"]:
+            clashes.append(f"a generation started during a load (version {v})")
+        try:
+            outs = generate(prompts, **kw)
+        finally:
+            busy["generating"] -= 1
+        if busy["loading"] or version() != v:
+            clashes.append(f"a load ran during a generation (version {v})")
+        gens.append({"version": v, "thread": threading.current_thread().name, "t": (t0, time.time()),
+                     "temperature": kw.get("temperature"), "prompts": [list(p.ids) for p in prompts],
+                     "replies": [o.token_ids for o in outs], "logprobs": [o.logprobs for o in outs]})
+        return outs
+
+    def recording_load(weights: Any) -> None:
+        weights = list(weights)
+        new = version() + 1
+        busy["loading"] += 1
+        t0 = time.time()
+        if busy["generating"]:
+            clashes.append(f"load {new} started during a generation")
+        try:
+            if new >= 1:  # after update `new`: the learner's weight matrices move (each tensor once: tied ones share)
+                gen, seen = torch.Generator().manual_seed(new), set()
+                with torch.no_grad():
+                    for _, w in weights:
+                        if w.dim() == 2 and w.data_ptr() not in seen:
+                            seen.add(w.data_ptr())
+                            w.add_(torch.randn(w.shape, generator=gen) * 0.01)
+                # the last generation before this load: batch `new`'s, rolled out ahead with version new - 1
+                mine = [g for g in gens if g["version"] == new - 1 and g["temperature"] == temperature][-1:]
+                pairs = [(q, r, lp) for g in mine for q, r, lp in zip(g["prompts"], g["replies"], g["logprobs"],
+                                                                       strict=True) if r]
+                qs, rs, lps = [p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs]
+                before = _gap(lps, _learner_logprobs(scratch, qs, rs)) if pairs else 0.0  # the weights that sampled them
+                scratch.load_state_dict(dict(weights))
+                if pairs:
+                    version_gaps.append((new, before, _gap(lps, _learner_logprobs(scratch, qs, rs))))
+            else:
+                scratch.load_state_dict(dict(weights))
+            load(weights)
+            loaded_gaps.append(_gap(_engine_logprobs(vllm_policy, [probe_q], [probe_r]),
+                                    _learner_logprobs(scratch, [probe_q], [probe_r])))  # scratch = what was loaded
+        finally:
+            busy["loading"] -= 1
+            loads.append((t0, time.time()))
+
+    monkeypatch.setattr(vllm_policy, "generate", recording_generate)
+    monkeypatch.setattr(vllm_policy, "load_weights", recording_load)
+    t_start = time.perf_counter()
+    t = make_trainer(cfg, log=lambda s: None)
+    learner = t.learner
+    assert isinstance(learner, Learner)
+    try:
+        t_built = time.perf_counter()
+        t.train()
+        t_trained = time.perf_counter()
+    finally:
+        t.close()
+        synced = vllm_policy.weight_syncs
+        load(learner_weights(learner.ref_model))  # the base weights back for the session (not perturbed)
+    run = tmp_path / "run"
+    rows, timeline = read_metrics(run), read_timeline(run)
+    print(f"async vLLM run: trainer built in {t_built - t_start:.1f}s, 3 steps in {t_trained - t_built:.1f}s; "
+          f"version gaps {version_gaps}; after-load gaps {loaded_gaps}; {len(gens)} generations")
+
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["rollout/staleness"] for r in rows] == [0, 1, 1] == [r["rollout/staleness_max"] for r in rows]
+    assert [r["version"] for r in timeline] == [0, 0, 1] and [r["batch"] for r in timeline] == [0, 1, 2]
+    # the trainer sees it too: batch 0 is the learner's own distribution, the later ones are one version old
+    assert rows[0]["rollout/logprob_gap_mean_abs"] < 1e-2, rows[0]
+    assert all(r["rollout/logprob_gap_mean_abs"] > 10 * rows[0]["rollout/logprob_gap_mean_abs"] for r in rows[1:])
+    # loads: the initial sync, then one after each update (inside its step's sync), the engine = the learner's tensors
+    assert synced == syncs + 4 and len(loads) == 4 and max(loaded_gaps) <= SYNCED_TOL, loaded_gaps
+    assert vllm_policy.engine_pids() == pids
+    for r, (l0, l1) in zip(timeline, loads[1:], strict=True):
+        assert r["sync"][0] <= l0 <= l1 <= r["sync"][1] + 1e-3, (r["sync"], l0, l1)
+    # every generation (all rollouts, on the pipeline's rollout thread) ran on the version its batch records
+    assert gens and all(g["temperature"] == temperature for g in gens)
+    assert all(g["thread"].startswith("s3-pipeline-rollout") for g in gens), {g["thread"] for g in gens}
+    for r in timeline:
+        inside = [g for g in gens if r["rollout"][0] <= g["t"][0] and g["t"][1] <= r["rollout"][1]]
+        assert inside and all(g["version"] == r["version"] for g in inside), (r, [g["version"] for g in inside])
+    assert sum(1 for r in timeline for g in gens if r["rollout"][0] <= g["t"][0] and g["t"][1] <= r["rollout"][1]) \
+        == len(gens)
+    # batches 1 and 2 were admitted ahead: rolled out before the update of the step before them ended
+    assert timeline[1]["rollout"][0] < timeline[0]["update"][1] and timeline[2]["rollout"][0] < timeline[1]["update"][1]
+    # the sampled log-probs are those of the version that sampled them, not the next one's (versions 0 and 1)
+    assert [v for v, _, _ in version_gaps] == [1, 2]  # (nothing was sampled with version 2: 3 steps)
+    for v, then, after in version_gaps:
+        assert then <= SYNCED_TOL and after >= 10 * then, (v, then, after)
+    # the engine lock: no generation overlapped a weight load
+    assert not clashes, clashes
+    assert not any(g["t"][0] < l1 and l0 < g["t"][1] for g in gens for l0, l1 in loads)
