@@ -1,13 +1,33 @@
 """The generator leaderboard: one table from many `s3 eval` runs, in the s3 paper's style.
 
-Rows = generator x method, columns = datasets, cells = GenAcc with EM in brackets ("62.4 (11.1)"), then the mean
-over datasets, total $ cost and mean latency per question. For every generator with both a `searcher` and a
-`naive_rag` run, a GBR row gives searcher - naive RAG (GenAcc points) per dataset and on the mean.
+Rows = generator x label, columns = datasets, cells = GenAcc with EM in brackets ("62.4 (11.1)"), then the mean
+over datasets, total $ cost and mean latency per question. A run's *label* is its method unless it is given one
+(`labels`, `s3 leaderboard --label RUN_DIR=NAME`; nothing a run writes names it, so the label comes from the command
+line): two runs of one method sit side by side under two labels (`naive_rag_top4`, `searcher_trained`).
 
-Runs of the same method must share retriever backend, k and the generator prompt, and (on the same dataset) the
-corpus; otherwise the board is refused with a message naming each difference. Two runs for one cell are refused too.
+GBR rows give a label's GenAcc minus a baseline label's (points, EM in brackets), per dataset and on the mean:
+
+- without `baseline` (the paper's GBR, today's default): every label of a `searcher` run minus `naive_rag`, so with
+  no labels given the one row is searcher - naive RAG, as it always was;
+- with `baseline=LABEL` (`--baseline LABEL`): every other label of the generator minus LABEL.
+
+Where both runs kept results.jsonl, a GBR cell is the paired difference over the questions both runs scored, with
+a paired-bootstrap 95% interval that resamples those questions (eval/stats.py `paired_diff_ci`: 2,000 resamples,
+`seed`): "+11.0 [+4.0, +20.0] (+9.0)". When the runs scored the same questions this is the difference of their
+summaries' means; a run without results.jsonl falls back to that difference, with no interval. The mean column's
+interval pools the paired questions of every dataset, so it is given only when each dataset has the same number
+(then the pooled mean is the mean over datasets). A generator without the baseline gets no GBR row and a one-line
+note; an unknown `baseline` is refused, naming the labels present.
+
+Runs of one method must share retriever backend and generator prompt, and (on the same dataset) the corpus; runs
+of one label must also share k (naive RAG top-4 may sit beside top-3 under its own label). Otherwise the board is
+refused with a message naming each difference. Two runs for one cell (generator, label, dataset) are refused too.
+
+The CSV appends label, baseline and, per dataset and the mean, the GBR interval and its paired-question count after
+the columns it always had (their names and order are unchanged); the PNG adds a panel of the GBR rows when any.
 
     board = build_leaderboard([Path("runs/eval/qwen05-hotpot-rag"), ...])
+    board = build_leaderboard(paths, labels={Path("runs/top4"): "naive_rag_top4"}, baseline="naive_rag")
     write_leaderboard(board, Path("runs/leaderboard"))   # leaderboard.md / .csv / .html / .png
                                                          # + reports/*/index.html: each searcher run's trajectory
                                                          # browser (eval/browser.py), linked from the .html
@@ -18,11 +38,15 @@ from __future__ import annotations
 import csv
 import html
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eval.methods import METHODS
+from eval.rundir import RESULTS_FILE, read_results, row_failed
+from eval.stats import paired_diff_ci
 from s3core.errors import DataFormatError, S3Error
 
 METHOD_LABELS = {
@@ -33,6 +57,10 @@ METHOD_LABELS = {
     "search_r1_ret": "Search-R1 (Ret)",
 }
 GBR = "gbr"
+DEFAULT_BASELINE = "naive_rag"  # the paper's GBR: searcher - naive RAG
+GBR_RESAMPLES = 2000  # paired_diff_ci's resamples (benchmarks/transfer_checks.py's report uses the same)
+_GBR_NAMES = {"naive_rag": "naive RAG"}
+_LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
 class LeaderboardError(S3Error):
@@ -61,6 +89,14 @@ class RunInfo:
     correct: float | None = None  # sum of GenAcc over scored rows (the denominator of cost per correct answer)
     saved_usd: float = 0.0  # what the response cache's hits saved
     cache_hits: int = 0
+    label: str = ""  # the row this run fills; "" = its method
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.method
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path if self.path.is_dir() else self.path.parent
 
 
 def _metric(summary: dict[str, Any], key: str) -> tuple[float | None, list[float] | None]:
@@ -68,8 +104,8 @@ def _metric(summary: dict[str, Any], key: str) -> tuple[float | None, list[float
     return m.get("mean"), m.get("ci95")
 
 
-def load_run(path: Path) -> RunInfo:
-    """Read RUN_DIR/summary.json (or a summary.json path) into a RunInfo."""
+def load_run(path: Path, label: str | None = None) -> RunInfo:
+    """Read RUN_DIR/summary.json (or a summary.json path) into a RunInfo; `label` names its row (default: method)."""
     f = path / "summary.json" if path.is_dir() else path
     if not f.is_file():
         raise DataFormatError(f"{path}: no summary.json (is this an `s3 eval --out` folder? has the run finished once?)")
@@ -107,22 +143,49 @@ def load_run(path: Path) -> RunInfo:
         correct=totals.get("correct"),
         saved_usd=float(totals.get("saved_usd") or 0.0),
         cache_hits=int(totals.get("cache_hits") or 0),
+        label=label or method,
     )
 
 
+def parse_label(spec: str) -> tuple[Path, str]:
+    """`RUN_DIR=NAME` (s3 leaderboard --label) -> (RUN_DIR, NAME).
+
+    >>> parse_label("runs/top4=naive_rag_top4")
+    (PosixPath('runs/top4'), 'naive_rag_top4')
+    """
+    run, sep, name = spec.rpartition("=")
+    if not sep or not run:
+        raise LeaderboardError(f"label {spec!r}: give it as RUN_DIR=NAME, e.g. runs/qwen/top4=naive_rag_top4")
+    check_label(name)
+    return Path(run), name
+
+
+def check_label(name: str) -> None:
+    """A label is letters, digits and _ . + - (it names a row, a CSV cell and a file), starting with a letter/digit."""
+    if not _LABEL_RE.fullmatch(name):
+        raise LeaderboardError(f"label {name!r}: use letters, digits and _ . + - only (e.g. naive_rag_top4)")
+    if name == GBR:
+        raise LeaderboardError(f"label {name!r} is the GBR rows' own; choose another")
+
+
 def check_comparable(runs: list[RunInfo]) -> None:
-    """Refuse runs of the same method that differ in retriever backend, k, corpus (same dataset) or prompt."""
+    """Refuse runs of one method that differ in retriever backend, corpus (same dataset) or generator prompt, runs of
+    one label that differ in k or in method, and two runs for one (generator, label, dataset) cell.
+
+    k is compared only among runs with the same label: naive RAG's top-4 under its own label is a different row from
+    top-3, not a broken copy of it. With no labels given the label is the method, and the checks are the old ones."""
     problems: list[str] = []
     by_method: dict[str, list[RunInfo]] = {}
+    by_label: dict[str, list[RunInfo]] = {}
     for r in runs:
         by_method.setdefault(r.method, []).append(r)
+        by_label.setdefault(r.label, []).append(r)
     for method, group in by_method.items():
         ref = group[0]
         for r in group[1:]:
-            for key in ("backend", "k"):
-                a, b = ref.retriever.get(key), r.retriever.get(key)
-                if a != b:
-                    problems.append(f"{method}: retriever {key} {a!r} ({ref.path}) != {b!r} ({r.path})")
+            a, b = ref.retriever.get("backend"), r.retriever.get("backend")
+            if a != b:
+                problems.append(f"{method}: retriever backend {a!r} ({ref.path}) != {b!r} ({r.path})")
             if ref.prompt_sha256 != r.prompt_sha256:
                 problems.append(
                     f"{method}: generator prompt sha256 {str(ref.prompt_sha256)[:12]} ({ref.path}) != "
@@ -136,11 +199,22 @@ def check_comparable(runs: list[RunInfo]) -> None:
                 problems.append(
                     f"{method} on {r.dataset}: corpus sha256 {str(a)[:12]} ({first.path}) != {str(b)[:12]} ({r.path})"
                 )
+    for label, group in by_label.items():
+        ref = group[0]
+        for r in group[1:]:
+            if r.method != ref.method:
+                problems.append(f"label {label}: runs of two methods, {ref.method} ({ref.path}) and {r.method} "
+                                f"({r.path})")
+                continue
+            a, b = ref.retriever.get("k"), r.retriever.get("k")
+            if a != b:
+                problems.append(f"{label}: retriever k {a!r} ({ref.path}) != {b!r} ({r.path})")
     cells: dict[tuple[str, str, str], RunInfo] = {}
     for r in runs:
-        cell_key = (r.generator, r.method, r.dataset)
+        cell_key = (r.generator, r.label, r.dataset)
         if cell_key in cells:
-            problems.append(f"two runs for {r.generator} / {r.method} / {r.dataset}: {cells[cell_key].path} and {r.path}")
+            problems.append(f"two runs for {r.generator} / {r.label} / {r.dataset}: {cells[cell_key].path} and "
+                            f"{r.path} (give one its own label: --label RUN_DIR=NAME)")
         cells[cell_key] = r
     if problems:
         raise LeaderboardError("runs are not comparable:\n  " + "\n  ".join(problems))
@@ -157,10 +231,21 @@ class Row:
     n_failed: int = 0
     cost_per_correct_usd: float | None = None
     saved_usd: float | None = None
+    name: str = ""  # the runs' label ("" = the method); a GBR row: the label compared with `baseline`
+    baseline: str | None = None  # GBR rows: the baseline label
+    ci: dict[str, list[float] | None] = field(default_factory=dict)  # GBR rows: dataset -> paired-bootstrap 95%
+    n_paired: dict[str, int] = field(default_factory=dict)  # GBR rows: dataset -> questions both runs scored
+    mean_ci: list[float] | None = None  # GBR rows: the mean column's interval (see the module docstring)
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.method
 
     @property
     def label(self) -> str:
-        return "GBR (searcher - naive RAG)" if self.method == GBR else METHOD_LABELS.get(self.method, self.method)
+        if self.method == GBR:
+            base = self.baseline or DEFAULT_BASELINE
+            return f"GBR ({_GBR_NAMES.get(self.name, self.name)} - {_GBR_NAMES.get(base, base)})"
+        return METHOD_LABELS.get(self.method, self.method) if self.name == self.method else self.name
 
 
 def _mean(xs: list[float | None]) -> float | None:
@@ -168,21 +253,31 @@ def _mean(xs: list[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _pct(x: float | None, signed: bool) -> str:
+    return "" if x is None else f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
+
+
 @dataclass
 class Leaderboard:
     datasets: list[str]
     rows: list[Row]
     runs: list[RunInfo]
+    baseline: str | None = None  # None: the paper's GBR (searcher labels - naive_rag)
+    notes: list[str] = field(default_factory=list)  # one line each: generators left without a GBR row
+    n_resamples: int = GBR_RESAMPLES
+    seed: int = 0
 
     # ---- formatting
     @staticmethod
-    def fmt_cell(cell: tuple[float | None, float | None], signed: bool = False) -> str:
+    def fmt_cell(cell: tuple[float | None, float | None], signed: bool = False,
+                 ci: list[float] | None = None) -> str:
         g, e = cell
         if g is None:
             return "-"
-        if signed:
-            return f"{100 * g:+.1f} ({100 * e:+.1f})" if e is not None else f"{100 * g:+.1f}"
-        return f"{100 * g:.1f} ({100 * e:.1f})" if e is not None else f"{100 * g:.1f}"
+        out = _pct(g, signed)
+        if ci:
+            out += f" [{_pct(ci[0], signed)}, {_pct(ci[1], signed)}]"
+        return f"{out} ({_pct(e, signed)})" if e is not None else out
 
     def header(self) -> list[str]:
         return ["Generator", "Method", *self.datasets, "Mean", "Cost ($)", "$ / correct", "Cache saved ($)",
@@ -192,24 +287,36 @@ class Leaderboard:
         out = []
         for r in self.rows:
             signed = r.method == GBR
-            cells = [self.fmt_cell(r.cells.get(d, (None, None)), signed) for d in self.datasets]
+            cells = [self.fmt_cell(r.cells.get(d, (None, None)), signed, r.ci.get(d)) for d in self.datasets]
             cost = ("unknown" if r.method != GBR else "-") if r.cost_usd is None else f"{r.cost_usd:.4f}"
             per = "-" if r.cost_per_correct_usd is None else f"{r.cost_per_correct_usd:.5f}"
             saved = "-" if r.saved_usd is None else f"{r.saved_usd:.4f}"
             lat = "-" if r.mean_latency_s is None else f"{r.mean_latency_s:.2f}"
-            out.append([r.generator, r.label, *cells, self.fmt_cell(r.mean, signed), cost, per, saved, lat])
+            out.append([r.generator, r.label, *cells, self.fmt_cell(r.mean, signed, r.mean_ci), cost, per, saved,
+                        lat])
         return out
+
+    def footnotes(self) -> list[str]:
+        """The lines under the table (markdown and HTML): what cells and GBR rows are, intervals, notes."""
+        gbr = "searcher - naive RAG" if self.baseline is None else f"each label - {self.baseline}"
+        lines = [f"Cells: GenAcc (EM in brackets), % over scored questions; GBR rows: {gbr}, points."]
+        if any(r.ci.get(d) for r in self.rows for d in self.datasets):
+            lines.append(f"GBR [interval]: paired-bootstrap 95% over the questions both runs scored "
+                         f"({self.n_resamples} resamples, seed {self.seed}; eval/stats.py paired_diff_ci).")
+        return lines + self.notes
 
     def markdown(self) -> str:
         head = self.header()
         lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|"]
         lines += ["| " + " | ".join(row) + " |" for row in self.table()]
         lines.append("")
-        lines.append("Cells: GenAcc (EM in brackets), % over scored questions; GBR rows: searcher - naive RAG, points.")
+        foot = self.footnotes()
+        lines.append(foot[0])
         lines.append("Cost: dollars spent on generator and judge calls over every dataset (unknown = a model without a "
                      "price); $ / correct: cost over the correct answers (GenAcc summed); cache saved: what answers "
                      "served from the response cache would have cost.")
-        failed = [f"{r.generator}/{r.method}/{r.dataset}: {r.n_failed}" for r in self.runs if r.n_failed]
+        lines += foot[1:]
+        failed = [f"{r.generator}/{r.label}/{r.dataset}: {r.n_failed}" for r in self.runs if r.n_failed]
         if failed:
             lines.append("Failed (unscored, excluded from means) questions: " + "; ".join(failed) + ".")
         ns = sorted({r.n_scored for r in self.runs})
@@ -225,51 +332,155 @@ class Leaderboard:
         body = "".join(
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.table()
         )
+        foot = "".join(f"<p>{html.escape(line)}</p>" for line in self.footnotes())
         return (
             "<!doctype html><html><head><meta charset='utf-8'><title>s3 leaderboard</title>"
             "<style>table{border-collapse:collapse;font-family:sans-serif}td,th{border:1px solid #bbb;"
             "padding:4px 8px;text-align:right}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}</style>"
             f"</head><body><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-            "<p>Cells: GenAcc (EM in brackets), % over scored questions; GBR rows: searcher - naive RAG, points.</p>"
-            f"{links}</body></html>\n"
+            f"{foot}{links}</body></html>\n"
         )
 
     def csv_rows(self) -> list[list[Any]]:
+        """The table as CSV rows (GenAcc / EM in %): the columns it always had, then label, baseline and each GBR
+        row's interval (lo, hi) and paired-question count per dataset and on the mean (empty elsewhere)."""
         head: list[Any] = ["generator", "method"]
         for d in self.datasets:
             head += [f"{d}_genacc", f"{d}_em"]
         head += ["mean_genacc", "mean_em", "cost_usd", "cost_per_correct_usd", "cache_saved_usd", "mean_latency_s",
-                 "n_failed"]
+                 "n_failed", "label", "baseline"]
+        for d in [*self.datasets, "mean"]:
+            head += [f"{d}_gbr_ci95_lo", f"{d}_gbr_ci95_hi", f"{d}_gbr_n"]
         rows: list[list[Any]] = [head]
+
+        def pct(x: float | None) -> Any:
+            return "" if x is None else round(100 * x, 2)
+
         for r in self.rows:
             vals: list[Any] = [r.generator, r.method]
             for d in self.datasets:
                 g, e = r.cells.get(d, (None, None))
-                vals += ["" if g is None else round(100 * g, 2), "" if e is None else round(100 * e, 2)]
+                vals += [pct(g), pct(e)]
             g, e = r.mean
-            vals += ["" if g is None else round(100 * g, 2), "" if e is None else round(100 * e, 2),
+            vals += [pct(g), pct(e),
                      "" if r.cost_usd is None else r.cost_usd,
                      "" if r.cost_per_correct_usd is None else r.cost_per_correct_usd,
                      "" if r.saved_usd is None else r.saved_usd,
-                     "" if r.mean_latency_s is None else round(r.mean_latency_s, 4), r.n_failed]
+                     "" if r.mean_latency_s is None else round(r.mean_latency_s, 4), r.n_failed,
+                     r.name, r.baseline or ""]
+            n_mean = sum(r.n_paired.values()) if r.mean_ci else None
+            for ci, n in [*((r.ci.get(d), r.n_paired.get(d)) for d in self.datasets), (r.mean_ci, n_mean)]:
+                vals += [pct(ci[0]) if ci else "", pct(ci[1]) if ci else "", "" if n is None else n]
             rows.append(vals)
         return rows
 
 
-def build_leaderboard(paths: list[Path]) -> Leaderboard:
-    """Load the runs, check they are comparable, and assemble the rows (plus GBR rows)."""
+def _scores(run: RunInfo, cache: dict[Path, dict[str, tuple[float | None, float | None]] | None]
+            ) -> dict[str, tuple[float | None, float | None]] | None:
+    """question id -> (GenAcc, EM) of a run's results.jsonl (None: not scored); None when the run kept no rows."""
+    key = run.run_dir.resolve()
+    if key not in cache:
+        f = run.run_dir / RESULTS_FILE
+        if not f.is_file():
+            cache[key] = None
+        else:
+            out: dict[str, tuple[float | None, float | None]] = {}
+            for qid, row in read_results(f).items():
+                m = row.get("metrics") or {}
+                em = m.get("em")
+                out[qid] = (None, None) if row_failed(row) else (float(m["genacc"]), None if em is None else float(em))
+            cache[key] = out
+    return cache[key]
+
+
+def gbr_row(g: str, row: Row, base: Row, cell: dict[tuple[str, str, str], RunInfo], datasets: list[str], *,
+            n_resamples: int = GBR_RESAMPLES, seed: int = 0,
+            cache: dict[Path, dict[str, tuple[float | None, float | None]] | None] | None = None) -> Row:
+    """`row` - `base` for generator `g`: per dataset both have, the paired difference over the questions both runs
+    scored with its paired-bootstrap interval (`paired_diff_ci`), or the summaries' difference when a run has no
+    results.jsonl; the mean column as the module docstring says."""
+    cache = {} if cache is None else cache
+    cells: dict[str, tuple[float | None, float | None]] = {}
+    ci: dict[str, list[float] | None] = {}
+    n_paired: dict[str, int] = {}
+    pooled_a: dict[str, float | None] = {}
+    pooled_b: dict[str, float | None] = {}
+    for d in datasets:
+        if d not in row.cells or d not in base.cells:
+            continue
+        ra, rb = cell[(g, row.name, d)], cell[(g, base.name, d)]
+        sa, sb = _scores(ra, cache), _scores(rb, cache)
+        if sa is None or sb is None:
+            (ag, ae), (bg, be) = row.cells[d], base.cells[d]
+            cells[d] = (None if ag is None or bg is None else ag - bg, None if ae is None or be is None else ae - be)
+            continue
+        ga = {i: v[0] for i, v in sa.items()}
+        gb = {i: v[0] for i, v in sb.items()}
+        p = paired_diff_ci(ga, gb, n_resamples=n_resamples, seed=seed)
+        ids = [i for i in ga.keys() & gb.keys() if ga[i] is not None and gb[i] is not None]
+        ems = [(sa[i][1], sb[i][1]) for i in ids]
+        em_d = [a - b for a, b in ems if a is not None and b is not None]
+        cells[d] = (p["diff"], sum(em_d) / len(em_d) if em_d and len(em_d) == len(ids) else None)
+        ci[d] = p["ci95"]
+        n_paired[d] = p["n"]
+        pooled_a.update({f"{d}\x00{i}": ga[i] for i in ids})
+        pooled_b.update({f"{d}\x00{i}": gb[i] for i in ids})
+    mean_ci: list[float] | None = None
+    if cells and len(ci) == len(cells) and all(ci.values()) and len(set(n_paired.values())) == 1:
+        only = next(iter(ci.values())) if len(ci) == 1 else None
+        mean_ci = only or paired_diff_ci(pooled_a, pooled_b, n_resamples=n_resamples, seed=seed)["ci95"]
+    return Row(
+        generator=g, method=GBR, cells=cells,
+        mean=(_mean([c[0] for c in cells.values()]), _mean([c[1] for c in cells.values()])),
+        cost_usd=None, mean_latency_s=None, name=row.name, baseline=base.name, ci=ci, n_paired=n_paired,
+        mean_ci=mean_ci,
+    )
+
+
+def _attach_labels(paths: list[Path], labels: Mapping[Path, str] | None) -> list[str | None]:
+    """Each path's label from `labels` (keys compared as resolved run folders); a label for no given run is an error."""
+    def key(p: Path) -> Path:
+        return (p if p.is_dir() or p.suffix != ".json" else p.parent).resolve()
+
+    want = {key(p): name for p, name in (labels or {}).items()}
+    for name in want.values():
+        check_label(name)
+    keys = [key(p) for p in paths]
+    stray = [str(p) for p in (labels or {}) if key(p) not in keys]
+    if stray:
+        raise LeaderboardError(f"a label for {', '.join(stray)}, which is not one of the runs given")
+    return [want.get(k) for k in keys]
+
+
+def build_leaderboard(paths: list[Path], labels: Mapping[Path, str] | None = None, baseline: str | None = None, *,
+                      n_resamples: int = GBR_RESAMPLES, seed: int = 0) -> Leaderboard:
+    """Load the runs, check they are comparable, and assemble the rows (plus GBR rows).
+
+    `labels`: run folder -> its row's label (default: its method). `baseline`: the label every other label is
+    compared with in the GBR rows (default: the paper's GBR, each searcher label - naive_rag; module docstring)."""
     if not paths:
         raise LeaderboardError("no runs given")
-    runs = [load_run(p) for p in paths]
+    runs = [load_run(p, label) for p, label in zip(paths, _attach_labels(paths, labels), strict=True)]
     check_comparable(runs)
+    present = sorted({r.label for r in runs})
+    if baseline is not None and baseline not in present:
+        raise LeaderboardError(f"baseline {baseline!r} is not a label of the runs given; labels present: "
+                               f"{', '.join(present)}")
     datasets = sorted({r.dataset for r in runs})
     generators = sorted({r.generator for r in runs})
-    cell = {(r.generator, r.method, r.dataset): r for r in runs}
+    cell = {(r.generator, r.label, r.dataset): r for r in runs}
+    method_of = {r.label: r.method for r in runs}
+    order = (*METHODS,)
     rows: list[Row] = []
+    notes: list[str] = []
+    cache: dict[Path, dict[str, tuple[float | None, float | None]] | None] = {}
+    base_label = DEFAULT_BASELINE if baseline is None else baseline
     for g in generators:
-        by_method: dict[str, Row] = {}
-        for m in sorted({r.method for r in runs if r.generator == g}, key=lambda x: (*METHODS, x).index(x)):
-            mine = [cell[(g, m, d)] for d in datasets if (g, m, d) in cell]
+        by_label: dict[str, Row] = {}
+        mine_labels = {r.label for r in runs if r.generator == g}
+        for lab in sorted(mine_labels, key=lambda x: (order.index(method_of[x]) if method_of[x] in order
+                                                      else len(order), method_of[x], x != method_of[x], x)):
+            mine = [cell[(g, lab, d)] for d in datasets if (g, lab, d) in cell]
             cells = {r.dataset: (r.genacc, r.em) for r in mine}
             lat_w = [(r.mean_latency_s, r.n_scored) for r in mine if r.mean_latency_s is not None and r.n_scored]
             lat = sum(x * n for x, n in lat_w) / sum(n for _, n in lat_w) if lat_w else None
@@ -278,31 +489,31 @@ def build_leaderboard(paths: list[Path]) -> Leaderboard:
             corrects = [r.correct for r in mine]
             correct = None if any(c is None for c in corrects) else sum(c for c in corrects if c is not None)
             row = Row(
-                generator=g, method=m, cells=cells,
+                generator=g, method=method_of[lab], cells=cells,
                 mean=(_mean([c[0] for c in cells.values()]), _mean([c[1] for c in cells.values()])),
                 cost_usd=cost, mean_latency_s=lat, n_failed=sum(r.n_failed for r in mine),
                 cost_per_correct_usd=cost / correct if cost is not None and correct else None,
-                saved_usd=sum(r.saved_usd for r in mine),
+                saved_usd=sum(r.saved_usd for r in mine), name=lab,
             )
-            by_method[m] = row
+            by_label[lab] = row
             rows.append(row)
-        if "searcher" in by_method and "naive_rag" in by_method:
-            s, b = by_method["searcher"], by_method["naive_rag"]
-            both = [d for d in datasets if d in s.cells and d in b.cells]
-            gbr: dict[str, tuple[float | None, float | None]] = {}
-            for d in both:
-                (sg, se), (bg, be) = s.cells[d], b.cells[d]
-                gbr[d] = (None if sg is None or bg is None else sg - bg, None if se is None or be is None else se - be)
-            rows.append(Row(
-                generator=g, method=GBR, cells=gbr,
-                mean=(_mean([c[0] for c in gbr.values()]), _mean([c[1] for c in gbr.values()])),
-                cost_usd=None, mean_latency_s=None,
-            ))
-    return Leaderboard(datasets=datasets, rows=rows, runs=runs)
+        compared = [lab for lab, r in by_label.items()
+                    if lab != base_label and (baseline is not None or r.method == "searcher")]
+        if not compared:
+            continue
+        if base_label not in by_label:
+            notes.append(f"{g}: no {base_label} run, so no GBR row for {', '.join(compared)}.")
+            continue
+        for lab in compared:
+            rows.append(gbr_row(g, by_label[lab], by_label[base_label], cell, datasets, n_resamples=n_resamples,
+                                seed=seed, cache=cache))
+    return Leaderboard(datasets=datasets, rows=rows, runs=runs, baseline=baseline, notes=notes,
+                       n_resamples=n_resamples, seed=seed)
 
 
 def plot_leaderboard(board: Leaderboard, path: Path) -> None:
-    """Grouped bars: one group per dataset (+ mean), one bar per generator x method, GenAcc with 95% CI."""
+    """Grouped bars: one group per dataset (+ mean), one bar per generator x label, GenAcc with 95% CI; with GBR
+    rows, a second panel of their differences (points) with their paired-bootstrap intervals."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -310,28 +521,44 @@ def plot_leaderboard(board: Leaderboard, path: Path) -> None:
     import numpy as np
 
     rows = [r for r in board.rows if r.method != GBR]
+    gbrs = [r for r in board.rows if r.method == GBR]
     groups = [*board.datasets, "mean"]
-    ci = {(r.generator, r.method, r.dataset): r.genacc_ci for r in board.runs}
-    width = 0.8 / max(len(rows), 1)
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.8 * len(groups) + 0.5 * len(rows)), 4.8))
+    ci = {(r.generator, r.label, r.dataset): r.genacc_ci for r in board.runs}
+    w = max(7.0, 1.8 * len(groups) + 0.5 * len(rows))
+    if gbrs:
+        fig, axes = plt.subplots(2, 1, figsize=(w, 9.6))
+        ax, gax = axes[0], axes[1]
+    else:
+        fig, ax = plt.subplots(figsize=(w, 4.8))
     x = np.arange(len(groups))
-    for i, r in enumerate(rows):
-        vals, lo, hi = [], [], []
-        for d in groups:
-            g = r.mean[0] if d == "mean" else r.cells.get(d, (None, None))[0]
-            v = 100 * g if g is not None else np.nan
-            vals.append(v)
-            c = ci.get((r.generator, r.method, d)) if d != "mean" else None
-            lo.append(v - 100 * c[0] if c and g is not None else 0.0)
-            hi.append(100 * c[1] - v if c and g is not None else 0.0)
-        ax.bar(x + (i - (len(rows) - 1) / 2) * width, vals, width, yerr=[lo, hi], capsize=2,
-               label=f"{r.generator} · {r.label}")
-    ax.set_xticks(x)
-    ax.set_xticklabels(groups)
+
+    def bars(axis: Any, these: list[Row], interval: Any, scale: float) -> None:
+        bw = 0.8 / max(len(these), 1)
+        for i, r in enumerate(these):
+            vals, lo, hi = [], [], []
+            for d in groups:
+                g = r.mean[0] if d == "mean" else r.cells.get(d, (None, None))[0]
+                v = scale * g if g is not None else np.nan
+                vals.append(v)
+                c = interval(r, d)
+                lo.append(v - scale * c[0] if c and g is not None else 0.0)
+                hi.append(scale * c[1] - v if c and g is not None else 0.0)
+            axis.bar(x + (i - (len(these) - 1) / 2) * bw, vals, bw, yerr=[lo, hi], capsize=2,
+                     label=f"{r.generator} · {r.label}")
+        axis.set_xticks(x)
+        axis.set_xticklabels(groups)
+        axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+        axis.grid(axis="y", alpha=0.3)
+
+    bars(ax, rows, lambda r, d: ci.get((r.generator, r.name, d)) if d != "mean" else None, 100.0)
     ax.set_ylabel("GenAcc (%)")
     ax.set_title("GenAcc by dataset (bars: 95% bootstrap CI)")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
-    ax.grid(axis="y", alpha=0.3)
+    if gbrs:
+        bars(gax, gbrs, lambda r, d: r.mean_ci if d == "mean" else r.ci.get(d), 100.0)
+        gax.axhline(0.0, color="black", linewidth=0.8)
+        gax.set_ylabel("GenAcc difference (points)")
+        gax.set_title("GBR rows (bars: paired-bootstrap 95% CI over the questions both runs scored)")
+        fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
@@ -344,9 +571,10 @@ def _trajectory_reports(board: Leaderboard, out: Path) -> dict[str, str]:
     links: dict[str, str] = {}
     for i, r in enumerate(board.runs):
         if r.path.is_dir() and (r.path / "contexts.jsonl").is_file():
-            name = f"{r.generator} · {METHOD_LABELS.get(r.method, r.method)} · {r.dataset}"
+            shown = METHOD_LABELS.get(r.method, r.method) if r.label == r.method else r.label
+            name = f"{r.generator} · {shown} · {r.dataset}"
             try:
-                page = build_report(r.path, out / "reports" / f"{i:02d}_{r.method}_{r.dataset}").path
+                page = build_report(r.path, out / "reports" / f"{i:02d}_{r.label}_{r.dataset}").path
             except S3Error as e:  # a run whose trajectories cannot be read still has its row in the table
                 print(f"warning: no trajectory browser for {r.path}: {e}")
                 continue

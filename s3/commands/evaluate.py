@@ -47,9 +47,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "leaderboard",
         parents=[common],
         help="one table (markdown, CSV, HTML, PNG) from many eval runs",
-        description="Rows = generator x method, columns = datasets, cells = GenAcc (EM), plus mean, "
-        "GBR (searcher - naive RAG), cost and latency. Refuses runs of the same method that differ in "
-        "retriever, k, corpus or prompt. With --grid GRID.toml it first runs every generator x dataset x method "
+        description="Rows = generator x label (a run's label is its method unless --label gives it one), "
+        "columns = datasets, cells = GenAcc (EM), plus mean, cost, latency and GBR rows (searcher - naive RAG; "
+        "with --baseline LABEL: every other label - LABEL) with paired-bootstrap 95% intervals over the questions "
+        "both runs scored. Refuses runs of one method that differ in retriever, corpus or prompt, and runs of one label "
+        "that differ in k. With --grid GRID.toml it first runs every generator x dataset x method "
         "cell as its own `s3 eval` run directory under DIR/runs (resumable; a re-run skips finished cells), "
         "one after the other or, with --ray, as Ray tasks (eval/grid.py documents the grid file).",
     )
@@ -58,6 +60,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                     help="run the grid's cells first (generators x datasets x methods) into DIR/runs, then the table")
     lb.add_argument("--ray", action="store_true",
                     help="with --grid: the cells run as Ray tasks ([ray]; same as eval.backend = 'ray')")
+    lb.add_argument("--label", action="append", default=[], metavar="RUN_DIR=NAME",
+                    help="the row RUN_DIR fills (default: its method), so two runs of one method sit side by side, "
+                    "e.g. runs/top4=naive_rag_top4 (repeatable)")
+    lb.add_argument("--baseline", default=None, metavar="LABEL",
+                    help="GBR rows for every other label minus LABEL's GenAcc, per dataset and on the mean (default: "
+                    "the paper's GBR, searcher - naive_rag)")
     lb.add_argument("--out", required=True, metavar="DIR", help="where leaderboard.{md,csv,html,png} go")
     lb.set_defaults(handler=_leaderboard)
 
@@ -172,9 +180,10 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
 
 
 def _leaderboard(args: argparse.Namespace, cfg: S3Config) -> int:
-    from eval.leaderboard import build_leaderboard, write_leaderboard
+    from eval.leaderboard import build_leaderboard, parse_label, write_leaderboard
     from s3core.errors import ConfigError
 
+    labels = dict(parse_label(spec) for spec in args.label)
     rc = 0
     if args.grid is not None:
         if args.runs:
@@ -189,7 +198,7 @@ def _leaderboard(args: argparse.Namespace, cfg: S3Config) -> int:
     if not runs:
         print("error: no cell finished; no leaderboard written", file=sys.stderr)
         return 1
-    board = build_leaderboard(runs)
+    board = build_leaderboard(runs, labels=labels, baseline=args.baseline, seed=cfg.eval.seed)
     paths = write_leaderboard(board, Path(args.out))
     print(board.markdown())
     for p in paths:
