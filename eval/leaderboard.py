@@ -25,6 +25,10 @@ refused with a message naming each difference. Two runs for one cell (generator,
 
 The CSV appends label, baseline and, per dataset and the mean, the GBR interval and its paired-question count after
 the columns it always had (their names and order are unchanged); the PNG adds a panel of the GBR rows when any.
+With no labels and no baseline the rows and their order are what they were before labels existed; what changed:
+a GBR cell of runs with results.jsonl is the paired difference with its interval (it differs from the old
+difference of summaries only where one run scored a question the other did not), the CSV's appended columns, the
+PNG's GBR panel, and a note where a generator has a searcher run but no naive_rag one.
 
     board = build_leaderboard([Path("runs/eval/qwen05-hotpot-rag"), ...])
     board = build_leaderboard(paths, labels={Path("runs/top4"): "naive_rag_top4"}, baseline="naive_rag")
