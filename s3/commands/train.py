@@ -34,8 +34,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    "could pass it; the run stops with a checkpoint, exit status 3 'budget reached', and resumes with a "
                    "higher cap")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the projected cost of the rest of the run (measured prompts, prices; the naive-RAG "
-                   "top-k stands in for the searcher's documents), calling no paid API, and exit")
+                   help="print the projected cost of the rest of the run (measured prompts, prices; a fresh run "
+                   "prices its first RL step's own rollouts, a resumed one its measured steps; a reward that calls no "
+                   "generator counts 0 calls and says so), calling no paid API, and exit")
     p.set_defaults(handler=_train)
 
     p = sub.add_parser("plot", help="training curves of a run directory -> PNG, and whether the reward rose beyond noise", parents=[common])
