@@ -27,7 +27,8 @@ def test_cpu_preset_is_a_file_and_layers_under_the_users_config(tmp_path: Path) 
     # the preset's values, then mine.toml over them, then --set
     assert (cfg.searcher.k, cfg.searcher.max_turns, cfg.searcher.doc_token_budget) == (5, 1, 64)
     assert cfg.base_dir == tmp_path and cfg.resolve(cfg.retriever.index) == tmp_path / "idx"
-    assert cfg.explicit_keys == {"searcher.k", "searcher.max_turns", "searcher.doc_token_budget", "retriever.index"}
+    assert cfg.explicit_keys == {"searcher.k", "searcher.max_turns", "searcher.doc_token_budget", "retriever.index",
+                                 "service.request_timeout_s"}
     # by path, the same file
     assert load_config([PRESET_DIR / "cpu.toml"]).searcher == load_config(["cpu"]).searcher
     # the paper profile stays the defaults
