@@ -110,15 +110,25 @@ def masked_logprobs(
     return out.index_put((rows, cols), torch.cat(parts))
 
 
-def group_advantages_missing(rewards: list[float | None], group_size: int, eps: float = 1e-6) -> list[float | None]:
+def group_advantages_missing(rewards: list[float | None], group_size: int, eps: float = 1e-6,
+                             scale: str = "group_std") -> list[float | None]:
     """GRPO outcome advantages: (r - mean_group) / (std_group + eps), std the unbiased sample std (as in TRL / verl);
     consecutive `group_size` entries share a question, and a group of identical rewards gets advantage 0. Missing
     rewards (None = a failed generator call): each group is normalised over its scored members only; a missing sample,
     and every member of a group with fewer than two scored members, gets None and leaves the update.
+    `scale` (training.update.advantage_scale): 'group_std' as above; 'none' = r - mean_group, not divided by the
+    group's std (Dr. GRPO, Liu et al. 2025): a group whose rewards differ by 0.25 then moves the policy a quarter as
+    far as one whose rewards differ by 1, where the std makes both full size.
 
     >>> group_advantages_missing([1.0, 0.0, None, 2.0, None, None], 3, eps=0.0)
     [0.7071067811865475, -0.7071067811865475, None, None, None, None]
+    >>> group_advantages_missing([0.0, -0.25, 1.0, -0.25], 2, scale="none")  # a 0.25 gap stays 0.25
+    [0.125, -0.125, 0.625, -0.625]
+    >>> group_advantages_missing([0.0, -0.25, 1.0, -0.25], 2, eps=0.0)  # normalised: both groups full size
+    [0.7071067811865475, -0.7071067811865475, 0.7071067811865475, -0.7071067811865475]
     """
+    if scale not in ("group_std", "none"):
+        raise ValueError(f"advantage scale must be 'group_std' or 'none', got {scale!r}")
     if len(rewards) % group_size != 0:
         raise ValueError(f"{len(rewards)} rewards is not a multiple of group_size={group_size}")
     out: list[float | None] = [None] * len(rewards)
@@ -127,14 +137,16 @@ def group_advantages_missing(rewards: list[float | None], group_size: int, eps: 
         if len(idx) < 2:
             continue
         vals = torch.tensor([float(rewards[i]) for i in idx], dtype=torch.float64)  # type: ignore[arg-type]
-        adv = (vals - vals.mean()) / (vals.std() + eps)
+        adv = vals - vals.mean()
+        if scale == "group_std":
+            adv = adv / (vals.std() + eps)
         for i, a in zip(idx, adv.tolist(), strict=True):
             out[i] = a
     return out
 
 
 def group_advantages_format_centred(rewards: list[float | None], format_terms: list[float], group_size: int,
-                                    eps: float = 1e-6) -> list[float | None]:
+                                    eps: float = 1e-6, scale: str = "group_std") -> list[float | None]:
     """GRPO advantages where a format term (`rewards` = task reward + format term, e.g. training.invalid_penalty's
     minus penalty x invalid-turn fraction) keeps its own scale: the task reward (reward - format term) is
     group-normalised as in `group_advantages_missing`, the format term is only centred on its group's mean, never
@@ -156,7 +168,7 @@ def group_advantages_format_centred(rewards: list[float | None], format_terms: l
         raise ValueError(f"{len(format_terms)} format terms for {len(rewards)} rewards")
     # rounded: reward - term recovers the task reward up to float error, and a flat task group must stay exactly flat
     task: list[float | None] = [None if r is None else round(float(r) - f, 9) for r, f in zip(rewards, format_terms, strict=True)]
-    out = group_advantages_missing(task, group_size, eps)
+    out = group_advantages_missing(task, group_size, eps, scale)
     for g in range(0, len(rewards), group_size):
         idx = [i for i in range(g, g + group_size) if out[i] is not None]
         if not idx:

@@ -155,6 +155,14 @@ class TrainingUpdate(Section):
         "rewards are all equal (zero advantage, only the KL term would move them; DAPO's dynamic-sampling filter "
         "without refill). Saves their forward/backward passes.",
     )
+    advantage_scale: Literal["group_std", "none"] = Field(
+        "group_std",
+        description="GRPO only: 'group_std' = (r - group mean) / group std (the s3 paper, TRL, verl); 'none' = "
+        "r - group mean (Dr. GRPO, Liu et al. 2025). With a reward whose small differences come from a cheap, safe "
+        "action (retrieval_gain: stopping at once scores 0, a non-gold paragraph -retrieval_cost), the std makes a "
+        "0.25 gap as strong a push as a gold paragraph's 1.25; the third transfer attempt's phase 1 collapsed into "
+        "stopping at once that way (docs/transfer.md).",
+    )
     offpolicy: Literal["decoupled", "none"] = Field(
         "decoupled",
         description="Asynchronous RL only (training.rollout.max_staleness > 0): 'decoupled' = the decoupled PPO "

@@ -248,12 +248,14 @@ def format_terms(results: Sequence[SearchResult], penalty: float) -> list[float]
 
 
 def grpo_advantages(rewards: list[float | None], results: Sequence[SearchResult], group_size: int,
-                    invalid_penalty: float, format_advantage: str = "centred") -> tuple[list[float | None], dict[str, float]]:
+                    invalid_penalty: float, format_advantage: str = "centred",
+                    scale: str = "group_std") -> tuple[list[float | None], dict[str, float]]:
     """GRPO's sequence advantages of scored rollouts (consecutive `group_size` rows = one question), and the count
     of format-only groups (task rewards all equal, rewards not: reward/format_only_groups, logged when a format term
     is on). `format_advantage` (training.format_advantage): 'centred' keeps the format term (`invalid_penalty`) at its
     own scale, so it can never outweigh the task reward (training/algorithms.py
     `group_advantages_format_centred`); 'normalised' normalises reward + format term together (attempts 1-2).
+    `scale` (training.update.advantage_scale): 'group_std' divides by the group's std, 'none' does not (Dr. GRPO).
 
     >>> from s3core.types import SearchStep
     >>> ok, bad = SearchStep(turn=1), SearchStep(turn=1, invalid_reason="no action")
@@ -268,12 +270,12 @@ def grpo_advantages(rewards: list[float | None], results: Sequence[SearchResult]
     if format_advantage not in ("centred", "normalised"):
         raise ValueError(f"format_advantage must be 'centred' or 'normalised', got {format_advantage!r}")
     if not invalid_penalty:
-        return alg.group_advantages_missing(rewards, group_size), {}
+        return alg.group_advantages_missing(rewards, group_size, scale=scale), {}
     terms = format_terms(results, invalid_penalty)
     stats = {"reward/format_only_groups": float(len(alg.format_only_groups(rewards, terms, group_size)))}
     if format_advantage == "normalised":
-        return alg.group_advantages_missing(rewards, group_size), stats
-    return alg.group_advantages_format_centred(rewards, terms, group_size), stats
+        return alg.group_advantages_missing(rewards, group_size, scale=scale), stats
+    return alg.group_advantages_format_centred(rewards, terms, group_size, scale=scale), stats
 
 
 @dataclass

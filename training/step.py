@@ -112,7 +112,8 @@ def update_rows(tc: TrainingConfig, results: list[SearchResult], rewards: list[f
     stats: dict[str, float] = {}
     adv: list[float | None]
     if tc.algorithm == "grpo":  # the format term kept below the task reward (training.format_advantage)
-        adv, format_stats = grpo_advantages(rewards, results, group, tc.invalid_penalty, tc.format_advantage)
+        adv, format_stats = grpo_advantages(rewards, results, group, tc.invalid_penalty, tc.format_advantage,
+                                            tc.update.advantage_scale)
         stats.update(format_stats)  # reward/format_only_groups
         if tc.update.drop_flat_groups:
             flat = alg.flat_groups(rewards, group)

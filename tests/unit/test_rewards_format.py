@@ -115,3 +115,33 @@ def test_the_loop_feeds_the_learner_these_advantages_and_logs_the_format_only_gr
     assert fed == pytest.approx(rw.grpo_advantages(rewards, results, 4, 0.5, mode)[0])  # type: ignore[arg-type]
     biggest = max(abs(a) for a in fed[4:])  # the format-only group's
     assert biggest < 0.2 if mode == "centred" else biggest > 1.0
+
+
+def test_unscaled_advantages_keep_the_reward_gaps_and_reach_the_learner() -> None:
+    """training.update.advantage_scale = 'none' (Dr. GRPO): r - group mean. The phase-1 shape of the third transfer
+    attempt: stopping at once scores 0, a non-gold paragraph -0.25, a gold one +1. Std-normalised, the group that only
+    trades a non-gold paragraph for stopping gets advantages as large as the group where a gold paragraph was found;
+    unscaled, a fifth as large (a gap of 0.25 against one of 1.25)."""
+    from s3.config import load_config
+    from s3core.errors import ConfigError
+    from s3core.types import Trajectory
+    from training.config import TrainingConfig
+    from training.trainer import update_rows
+
+    rewards: list[float | None] = [0.0, -0.25, -0.25, -0.25, 1.0, -0.25, -0.25, -0.25]
+    results = [_res(0) for _ in rewards]
+    for r in results:
+        r.trajectory = Trajectory(prompt_ids=[1, 2])
+        r.trajectory.append([3], True)
+    fed = {}
+    for scale in ("group_std", "none"):
+        tc = TrainingConfig(rollout={"group_size": 4}, update={"advantage_scale": scale})
+        rows, _ = update_rows(tc, results, rewards, lambda res, b: b)  # type: ignore[arg-type,return-value]
+        assert rows is not None
+        fed[scale] = [a for b in rows.chunks() for a in rows.micro(b).adv or []]
+    assert fed["group_std"][0] == pytest.approx(fed["group_std"][4], rel=1e-4)  # the safe stop pushed as hard as the gold
+    assert fed["none"] == pytest.approx([0.1875, -0.0625, -0.0625, -0.0625, 0.9375, -0.3125, -0.3125, -0.3125])
+    assert fed["none"][4] == pytest.approx(5 * fed["none"][0])
+    assert load_config(None, ["training.update.advantage_scale=none"]).training.update.advantage_scale == "none"
+    with pytest.raises(ConfigError, match="advantage_scale"):
+        load_config(None, ["training.update.advantage_scale=mad"])

@@ -83,12 +83,13 @@ def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _config(base: Path, algorithm: str, lora: bool, staleness: int = 0, offpolicy: str = "decoupled") -> TrainingConfig:
+def _config(base: Path, algorithm: str, lora: bool, staleness: int = 0, offpolicy: str = "decoupled",
+            scale: str = "group_std") -> TrainingConfig:
     return TrainingConfig(
         algorithm=algorithm, base_model=str(base), seed=0,
         rollout={"group_size": GROUP, "batch_size": len(PROMPTS), "temperature": 1.0, "max_staleness": staleness},
         update={"learning_rate": 1e-2, "critic_learning_rate": 1e-2, "kl_coef": 0.001, "clip_coef": 0.2,
-                "offpolicy": offpolicy},
+                "offpolicy": offpolicy, "advantage_scale": scale},
         learner={"lora": lora, "lora_r": 8, "lora_alpha": 16, "micro_batch_size": 16},
     )
 
@@ -125,7 +126,7 @@ def _update(learner: Learner, results: list[SearchResult], fed: list[float]) -> 
     """One update through the interface the training loop drives (training/learner_api.py `UpdateRows`): every
     rollout enters, GRPO with the group-normalised advantages of `fed`, PPO with `fed` as the sequence rewards."""
     tc = learner.tc
-    adv = group_advantages_missing(list(fed), GROUP) if tc.algorithm == "grpo" else None
+    adv = group_advantages_missing(list(fed), GROUP, scale=tc.update.advantage_scale) if tc.algorithm == "grpo" else None
 
     def micro(b: list[int]) -> MicroBatch:
         batch = pad_rollouts(results, b, 0, share_prefix=tc.learner.share_prefix)
@@ -140,13 +141,13 @@ def _update(learner: Learner, results: list[SearchResult], fed: list[float]) -> 
 
 
 def _train(base: Path, run_dir: Path, algorithm: str, lora: bool, defect: str | None, staleness: int = 0,
-           offpolicy: str = "decoupled", curve: list[float] | None = None) -> tuple[float, float]:
+           offpolicy: str = "decoupled", curve: list[float] | None = None, scale: str = "group_std") -> tuple[float, float]:
     """STEPS steps of the real update; the fresh-sample mean reward before and after. staleness s > 0: step k's
     rollouts are sampled by the policy's copy after max(0, k - s) updates (the lagged weights are kept), their
     log-probs the behaviour's, and the learner runs with training.rollout.max_staleness = s. `curve` (if given)
     receives the fresh-sample reward after every step."""
     torch.manual_seed(0)
-    learner = Learner(_config(base, algorithm, lora, staleness, offpolicy), "cpu", run_dir)
+    learner = Learner(_config(base, algorithm, lora, staleness, offpolicy, scale), "cpu", run_dir)
     before = _mean_reward(learner, seed=1000)
     gen = torch.Generator().manual_seed(0)
     versions = [copy.deepcopy(learner.model)] if staleness else []  # versions[v]: the policy after v updates
@@ -182,6 +183,18 @@ def test_trainer_learns_nothing_with_a_planted_defect(tiny_lm_dir: Path, tmp_pat
     before, after = _train(tiny_lm_dir, tmp_path, algorithm, lora, defect)
     assert after <= DEFECT_CEILING, f"{defect} defect, {algorithm} ({'LoRA' if lora else 'full'}): " \
         f"reward {before:.3f} -> {after:.3f} (should not learn)"
+
+
+@pytest.mark.parametrize("defect", [None, "sign"])
+def test_trainer_learns_with_unscaled_advantages(tiny_lm_dir: Path, tmp_path: Path, defect: str | None) -> None:
+    """training.update.advantage_scale = 'none' (Dr. GRPO: r - group mean, no division by the group's std; the
+    third transfer attempt's phase 1b): the real LoRA GRPO update still reaches the threshold in the same budget, and
+    the flipped sign still learns nothing."""
+    before, after = _train(tiny_lm_dir, tmp_path, "grpo", True, defect, scale="none")
+    if defect is None:
+        assert after >= THRESHOLD, f"unscaled GRPO (LoRA): reward {before:.3f} -> {after:.3f} below {THRESHOLD}"
+    else:
+        assert after <= DEFECT_CEILING, f"unscaled GRPO, sign defect: reward {before:.3f} -> {after:.3f}"
 
 
 STALE_CASES = [pytest.param("grpo", True, s, id=f"grpo-lora-s{s}") for s in (1, 2)] + \
