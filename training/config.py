@@ -160,8 +160,9 @@ class TrainingUpdate(Section):
         description="GRPO only: 'group_std' = (r - group mean) / group std (the s3 paper, TRL, verl); 'none' = "
         "r - group mean (Dr. GRPO, Liu et al. 2025). With a reward whose small differences come from a cheap, safe "
         "action (retrieval_gain: stopping at once scores 0, a non-gold paragraph -retrieval_cost), the std makes a "
-        "0.25 gap as strong a push as a gold paragraph's 1.25; the third transfer attempt's phase 1 collapsed into "
-        "stopping at once that way (docs/transfer.md).",
+        "0.25 gap as strong a push as a gold paragraph's 1.25. Unscaled, the format term's bound (training.format_advantage "
+        "= 'centred') no longer sits below every task-reward gap: keep invalid_penalty below the smallest gap. In the "
+        "third transfer attempt 'none' alone did not stop the collapse into stopping at once (docs/transfer.md).",
     )
     offpolicy: Literal["decoupled", "none"] = Field(
         "decoupled",
