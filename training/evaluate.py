@@ -47,20 +47,32 @@ class HeldoutScore:
     acc_rag: float | None
     turns: float
     docs: float
+    # retrieval_gain's terms (the reward's counts, whatever cost weighs them): gold paragraphs added beyond naive
+    # RAG's top-k and other paragraphs added, a question; None for the other rewards (their rows leave the keys out)
+    gold_added: float | None = None
+    other_added: float | None = None
 
     def metrics(self) -> dict[str, float]:
         """The training loop's keys (metrics.jsonl, heldout.jsonl): NaN where nothing was scored."""
         nan = float("nan")
-        return {"heldout/reward": nan if self.reward is None else self.reward,
-                "heldout/acc_s3": nan if self.acc_s3 is None else self.acc_s3,
-                "heldout/acc_rag": nan if self.acc_rag is None else self.acc_rag,
-                "heldout/scored": float(self.scored), "heldout/turns": self.turns, "heldout/docs": self.docs}
+        row = {"heldout/reward": nan if self.reward is None else self.reward,
+               "heldout/acc_s3": nan if self.acc_s3 is None else self.acc_s3,
+               "heldout/acc_rag": nan if self.acc_rag is None else self.acc_rag,
+               "heldout/scored": float(self.scored), "heldout/turns": self.turns, "heldout/docs": self.docs}
+        if self.gold_added is not None:
+            row["heldout/gold_added"] = self.gold_added
+        if self.other_added is not None:
+            row["heldout/other_added"] = self.other_added
+        return row
 
     def summary(self) -> dict[str, Any]:
         """`s3 train-eval`'s keys: None where nothing was scored."""
-        return {"questions": self.questions, "scored": self.scored, "reward_mean": self.reward,
-                "acc_s3_mean": self.acc_s3, "acc_rag_mean": self.acc_rag, "turns_mean": self.turns,
-                "docs_mean": self.docs}
+        out = {"questions": self.questions, "scored": self.scored, "reward_mean": self.reward,
+               "acc_s3_mean": self.acc_s3, "acc_rag_mean": self.acc_rag, "turns_mean": self.turns,
+               "docs_mean": self.docs}
+        if self.gold_added is not None or self.other_added is not None:
+            out.update(gold_added_mean=self.gold_added, other_added_mean=self.other_added)
+        return out
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> HeldoutScore:
@@ -81,7 +93,8 @@ class HeldoutScore:
             get = lambda k: row.get(f"{k}_mean", row.get(k))  # noqa: E731
         return cls(questions=int(row.get("questions", 0)), scored=int(get("scored") or 0), reward=num(get("reward")),
                    acc_s3=num(get("acc_s3")), acc_rag=num(get("acc_rag")), turns=float(get("turns") or 0.0),
-                   docs=float(get("docs") or 0.0))
+                   docs=float(get("docs") or 0.0), gold_added=num(get("gold_added")),
+                   other_added=num(get("other_added")))
 
 
 @dataclass(frozen=True)
@@ -98,10 +111,13 @@ def evaluate_heldout(examples: list[QAExample], results: list[SearchResult], sco
     n = len(results)
     score = HeldoutScore(questions=len(examples), scored=sum(r is not None for r in scored.rewards),
                          reward=_mean(list(scored.rewards)), acc_s3=_mean(scored.acc_s3), acc_rag=_mean(scored.acc_rag),
-                         turns=sum(r.turns for r in results) / n, docs=sum(len(r.documents) for r in results) / n)
+                         turns=sum(r.turns for r in results) / n, docs=sum(len(r.documents) for r in results) / n,
+                         gold_added=_mean(scored.gold_added), other_added=_mean(scored.other_added))
     rows = [{"id": ex.id, "reward": scored.rewards[i],
              "acc_s3": scored.acc_s3[i] if scored.acc_s3 is not None else None,
              "acc_rag": scored.acc_rag[i] if scored.acc_rag is not None else None, "turns": r.turns,
+             **({"gold_added": scored.gold_added[i]} if scored.gold_added is not None else {}),
+             **({"other_added": scored.other_added[i]} if scored.other_added is not None else {}),
              "doc_ids": [d.id for d in r.documents], "queries": [st.query for st in r.steps if st.turn > 0]}
             for i, (ex, r) in enumerate(zip(examples, results, strict=True))]
     return HeldoutEval(score=score, questions=rows)

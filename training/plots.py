@@ -14,7 +14,7 @@ from s3core.errors import S3Error
 __all__ = ["TIMELINE_COLOURS", "format_trend", "plot_run", "plot_timeline", "reward_trend"]
 
 PANELS = [
-    ("reward", ["reward/mean", "reward/acc_s3", "reward/acc_rag"]),
+    ("reward", ["reward/mean", "reward/acc_s3", "reward/acc_rag", "reward/gold_added", "reward/other_added"]),
     ("losses", ["losses/policy", "losses/value", "losses/kl", "losses/sft_nll"]),
     ("search", ["search/turns", "search/invalid_action_rate", "search/docs", "search/queries_per_question",
                 "search/redundant_turn_rate", "search/premature_stop_rate", "search/support_recall"]),

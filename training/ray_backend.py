@@ -168,6 +168,9 @@ def _merge(batches: list[RewardBatch]) -> RewardBatch:
         acc_s3=cat("acc_s3"),
         acc_rag=cat("acc_rag"),
         generator_failures=sum(b.generator_failures for b in batches),
+        reused_baseline=sum(b.reused_baseline for b in batches),
+        gold_added=cat("gold_added"),
+        other_added=cat("other_added"),
     )
 
 

@@ -212,6 +212,28 @@ def retrieval_gain(found: Sequence[Sequence[str]], top_k: Sequence[Sequence[str]
     return out
 
 
+def added_counts(found: Sequence[Sequence[str]], top_k: Sequence[Sequence[str] | None],
+                 gold: Sequence[Sequence[str]]) -> tuple[list[float | None], list[float | None]]:
+    """retrieval_gain's two counts per rollout: gold paragraphs among `found` that naive RAG's top-k lacked, and the
+    other paragraphs added (None where retrieval_gain is None).
+
+    >>> added_counts([["a", "g1", "x"], ["a", "b"], ["g1"]], [["a", "b"], ["a", "b"], None], [["g1", "g2"], ["g1"], ["g1"]])
+    ([1.0, 0.0, None], [1.0, 0.0, None])
+    """
+    _check_lengths("added_counts", found, top_k, gold)
+    golds: list[float | None] = []
+    others: list[float | None] = []
+    for f, t, g in zip(found, top_k, gold, strict=True):
+        if t is None or not g:
+            golds.append(None)
+            others.append(None)
+            continue
+        added = set(f) - set(t)
+        golds.append(float(len(added & set(g))))
+        others.append(float(len(added - set(g))))
+    return golds, others
+
+
 def top_k_of(result: SearchResult) -> list[str] | None:
     """Naive RAG's top-k for a rollout: what its begin-with-search turn (turn 0: the question itself, k0 = the naive-RAG
     k) retrieved; None without that turn."""
@@ -287,6 +309,10 @@ class RewardBatch:
     acc_rag: list[float | None] | None = None
     generator_failures: int = 0
     reused_baseline: int = 0  # rollouts whose Acc(G(Q, D_s3)) is the cached naive-RAG one: D_s3 = top-k, no call
+    # retrieval_gain's terms, per rollout (None where it could not be scored): gold paragraphs added beyond naive
+    # RAG's top-k and other paragraphs added. What the searcher found, whatever the cost the reward weighs it at.
+    gold_added: list[float | None] | None = None
+    other_added: list[float | None] | None = None
 
 
 # Acc(G(Q, D)) of a batch: (questions, documents per question, golden answers) -> one value per question, None on a
@@ -412,8 +438,11 @@ class RewardScorer:
             if not any(e.supporting_ids for e in examples):
                 raise S3Error("reward 'retrieval_gain' needs the questions' gold supporting paragraphs "
                               "(metadata.supporting_ids); none of this batch's questions has them")
-            return RewardBatch(retrieval_gain([[d.id for d in x.documents] for x in results], top,
-                                              [e.supporting_ids for e in examples], self.retrieval_cost))
+            found = [[d.id for d in x.documents] for x in results]
+            gold = [e.supporting_ids for e in examples]
+            golds, others = added_counts(found, top, gold)
+            return RewardBatch(retrieval_gain(found, top, gold, self.retrieval_cost), gold_added=golds,
+                               other_added=others)
         if r == "em":
             if self.em is None:
                 raise ValueError("reward 'em' needs an exact-match function")

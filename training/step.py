@@ -166,6 +166,10 @@ def rl_row(batch: RolloutBatch, scored: ScoredBatch, *, samples_in_update: int, 
         row["reward/acc_s3"] = sum(a) / len(a) if a else float("nan")
     if rb.acc_rag is not None:
         row["reward/acc_rag"] = sum(x for x in rb.acc_rag if x is not None) / max(1, len(rb.acc_rag))
+    for key, col in (("reward/gold_added", rb.gold_added), ("reward/other_added", rb.other_added)):
+        if col is not None:
+            vals = [x for x in col if x is not None]
+            row[key] = sum(vals) / len(vals) if vals else float("nan")
     row.update(stats)
     return row
 

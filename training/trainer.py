@@ -258,8 +258,13 @@ class S3Trainer:
         rundir.append_heldout(self.run_dir, {"step": self.step, "checkpoint": f"step_{self.step:06d}",
                                              "questions": len(self.heldout), **row},
                               [{"step": self.step, **q} for q in ev.questions])
-        self.log(f"held-out after step {self.step}: Acc(searcher docs) {row['heldout/acc_s3']:.3f} vs naive RAG "
-                 f"{row['heldout/acc_rag']:.3f}, reward {row['heldout/reward']:.3f} "
+        s = ev.score
+        parts = [f"reward {row['heldout/reward']:.3f}"]
+        if s.acc_s3 is not None or s.acc_rag is not None:  # the generator-scored rewards
+            parts.insert(0, f"Acc(searcher docs) {row['heldout/acc_s3']:.3f} vs naive RAG {row['heldout/acc_rag']:.3f}")
+        if s.gold_added is not None and s.other_added is not None:  # retrieval_gain: what the reward counted
+            parts.append(f"gold added {s.gold_added:.2f}, other added {s.other_added:.2f} a question")
+        self.log(f"held-out after step {self.step}: {', '.join(parts)} "
                  f"({len(self.heldout)} questions, {row['charts/heldout_seconds']:.0f}s)")
         return row
 

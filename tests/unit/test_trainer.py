@@ -214,6 +214,10 @@ def test_an_rl_steps_metrics_row_is_the_batchs_then_the_loops_then_the_updates()
     assert row["search/docs"] == -1.0 and row["charts/weight_sync_share"] == 0.5  # the loop's key wins over the batch's
     assert row["reward/acc_s3"] == 1.0 and row["reward/acc_rag"] == 0.0  # acc_rag: None counted in the denominator
     assert row["reward/mean"] == 9.0 and row["search/gold_recall"] == 0.5 and row["reward/generator_calls"] == 2.0
+    assert "reward/gold_added" not in row  # a reward without retrieval_gain's counts leaves their keys out
+    counted = ScoredBatch(RewardBatch([1.0, None], gold_added=[2.0, None], other_added=[1.0, None]), {})
+    row2 = rl_row(batch, counted, samples_in_update=1, loop={}, sync={}, stats={})
+    assert row2["reward/gold_added"] == 2.0 and row2["reward/other_added"] == 1.0
     assert sync_row(None, 3.0) == {}
     times = {"rollout_start": 1.0, "rollout_end": 2.0, "reward_start": 2.0, "reward_end": 4.0}
     tl = timeline_row(3, 2, 1, 1.0, times, (5.0, 6.0, 7.0, 8.0))
