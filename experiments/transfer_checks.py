@@ -28,7 +28,17 @@ from typing import Any
 from eval.stats import mean_ci, paired_diff_ci
 from s3core.errors import DataFormatError
 from s3core.types import Document
-from training.oracle import VISIBLE_WORDS, contains_phrase, first_words, norm, title_variants
+
+# the copyable teacher's definitions, one for A1 here and the warm-up and training.data.keep_copyable there
+from training.oracle import (  # noqa: F401  (re-exported: this module's API)
+    VISIBLE_WORDS,
+    contains_phrase,
+    copyable_gold,
+    first_words,
+    norm,
+    title_variants,
+)
+from training.oracle import document_segments as visible_segments
 
 HEURISTIC_K = 8  # documents retrieved per heuristic query (the searcher's k: the 8:3:3 loop)
 DOC_CAP = 5  # |D| cap of the additive searcher and the heuristic: naive RAG's 3 + 2 added
@@ -49,30 +59,37 @@ _CLAUSE = re.compile(r"[,;:!?()\[\]{}\"“”]|\.(?:\s|$)|\s[-–—]\s")
 _QUOTED = re.compile(r"\"([^\"]{2,100})\"|“([^”]{2,100})”")
 
 
-def visible_segments(question: str, top: Sequence[Document], words: int = VISIBLE_WORDS) -> list[str]:
-    """What a searcher sees before its first query, as raw text: the question, then each top document's title and
-    its first `words` words (in rank order)."""
-    return [question, *(f"{d.title}. {first_words(d.text, words)}" for d in top)]
-
-
-# ------------------------------------------------------------------------------------------------ A1: copyable gold
-
-
-def copyable_gold(
-    question: str, top: Sequence[Document], gold: Sequence[Document], words: int = VISIBLE_WORDS
-) -> list[Document]:
-    """The gold paragraphs missing from `top` that a copyable teacher would add: those whose title (a variant) is
-    visible in the question or in a top document's title and first `words` words. Gold order is kept."""
-    have = {d.id for d in top}
-    seen = [norm(s) for s in visible_segments(question, top, words)]
-    return [g for g in gold if g.id not in have
-            and any(contains_phrase(s, v) for v in title_variants(g.title) for s in seen)]
-
-
 def a1_documents(question: str, top: Sequence[Document], gold: Sequence[Document],
                  words: int = VISIBLE_WORDS) -> list[Document]:
     """A1's context: the top documents, then the copyable missing gold paragraphs."""
     return [*top, *copyable_gold(question, top, gold, words)]
+
+
+QUERY_KINDS = ("stop", "top3_title", "copyable_gold", "other_visible", "unseen")
+
+
+def query_kind(query: str | None, question: str, top: Sequence[Document], copyable: Sequence[Document],
+               words: int = VISIBLE_WORDS) -> str:
+    """What a searcher's first query asked for, against what it could see (the question and naive RAG's `top`):
+    `stop` (no query); `top3_title` (a title naive RAG already has: it cannot add gold); `copyable_gold` (the title
+    of a missing gold paragraph `copyable` holds: the copyable teacher's query); `other_visible` (another phrase it
+    saw: a wrong guess at the bridge entity); `unseen` (text it did not see).
+
+    >>> top = [Document(id="a", title="Veldor", text="Veldor's capital is Ostmark.")]
+    >>> gold = [Document(id="g", title="Ostmark", text="")]
+    >>> [query_kind(q, "Which river?", top, gold) for q in (None, "Veldor", "ostmark", "capital", "Sarn")]
+    ['stop', 'top3_title', 'copyable_gold', 'other_visible', 'unseen']
+    """
+    if not query or not norm(query):
+        return "stop"
+    q = norm(query)
+    if any(q in title_variants(d.title) for d in top):
+        return "top3_title"
+    if any(q in title_variants(d.title) for d in copyable):
+        return "copyable_gold"
+    if any(contains_phrase(norm(s), q) for s in visible_segments(question, top, words)):
+        return "other_visible"
+    return "unseen"
 
 
 # ------------------------------------------------------------------------------------------------ the heuristic

@@ -86,6 +86,13 @@ class TrainingData(Section):
         "(metadata.supporting_ids; cached like the baseline): on the others every rollout gets the same reward whatever "
         "the searcher finds. The held-out questions are not filtered.",
     )
+    keep_copyable: bool = Field(
+        False,
+        description="Keep only training questions whose naive-RAG top-k lacks a gold supporting paragraph whose title "
+        "is visible in the question or a top-k document (title and first words: what the copyable teacher could ask "
+        "for, training/oracle.py `copyable_gold`; no generator call): a curriculum where asking for the right visible "
+        "title is the only way to a positive retrieval_gain. The held-out questions are not filtered.",
+    )
 
 
 class TrainingHeldout(Section):

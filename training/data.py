@@ -299,6 +299,9 @@ def prepare_training(cfg: TrainSettings, out_dir: Path | None = None, log: Log =
     if d.keep_answerable:  # in a dry run every question is projected (which ones naive RAG fails is not known yet)
         questions, manifest["answerable"] = _keep_answerable(cfg, out, questions, index_dir, key, log, spend)
         counts["after_keep_answerable"] = len(questions)
+    if d.keep_copyable:
+        questions, manifest["copyable"] = _keep_copyable(cfg, questions, index_dir)
+        counts["after_keep_copyable"] = len(questions)
     manifest |= {"index": _index_ref(index_dir, out), "sources": sources, "filters": data_filters(cfg)}
     if spend is not None and spend.dry_run:
         return manifest
@@ -396,7 +399,10 @@ def _baseline(
 def data_filters(cfg: TrainSettings) -> dict[str, bool]:
     """The training.data filters a prepared directory was filtered with (its manifest's "filters")."""
     d = cfg.training.data
-    return {"drop_yes_no": d.drop_yes_no, "keep_baseline_zero": d.keep_baseline_zero, "keep_answerable": d.keep_answerable}
+    out = {"drop_yes_no": d.drop_yes_no, "keep_baseline_zero": d.keep_baseline_zero, "keep_answerable": d.keep_answerable}
+    if d.keep_copyable:  # only when on: directories prepared before the filter existed stay prepared
+        out["keep_copyable"] = True
+    return out
 
 
 def _pool_and_heldout(cfg: TrainSettings, questions: list[QAExample]) -> tuple[list[QAExample], list[QAExample]]:
@@ -487,6 +493,24 @@ def _keep_answerable(
         "heldout_unfiltered": len(kept_out),
     }
     return kept + kept_out, stats
+
+
+def _keep_copyable(cfg: TrainSettings, questions: list[QAExample], index_dir: Path) -> tuple[list[QAExample], dict[str, Any]]:
+    """Step 5, training.data.keep_copyable: keep the training questions whose naive-RAG top-k lacks a gold paragraph
+    the copyable teacher could ask for (its title visible in the question or a top-k document: training/oracle.py
+    `copyable_gold`). On the others no visible title adds gold, and a searcher's search there can only cost. The last
+    training.heldout.questions are never filtered; no generator call."""
+    from training.oracle import copyable_gold
+
+    pool, kept_out = _pool_and_heldout(cfg, questions)
+    retriever = build_retriever(cfg.retriever, index_dir)
+    tops = retriever.search([q.question for q in pool], cfg.retriever.k)
+    kept: list[QAExample] = []
+    for q, top in zip(pool, tops, strict=True):
+        gold = [g for g in retriever.get(list(q.supporting_ids)) if g is not None]
+        if copyable_gold(q.question, top, gold):
+            kept.append(q)
+    return kept + kept_out, {"pool": len(pool), "kept": len(kept), "heldout_unfiltered": len(kept_out)}
 
 
 def prepared_training_set(cfg: TrainSettings, log: Log = print) -> TrainingSet:

@@ -28,17 +28,19 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from s3core.types import QAExample
+from s3core.types import Document, QAExample
 
 __all__ = [
     "TEACHERS",
     "VISIBLE_WORDS",
     "Teacher",
     "contains_phrase",
+    "copyable_gold",
+    "document_segments",
     "first_words",
     "gold_titles",
     "norm",
@@ -97,6 +99,27 @@ def contains_phrase(haystack: str, phrase: str) -> bool:
 
 def first_words(text: str, n: int) -> str:
     return " ".join(text.split()[:n])
+
+
+# ------------------------------------------------------------------------------------------------ copyable gold
+
+
+def document_segments(question: str, top: Sequence[Document], words: int = VISIBLE_WORDS) -> list[str]:
+    """What a searcher sees before its first query, as raw text: the question, then each top document's title and
+    its first `words` words (in rank order). `visible_segments` is the same read from a rendered prompt."""
+    return [question, *(f"{d.title}. {first_words(d.text, words)}" for d in top)]
+
+
+def copyable_gold(
+    question: str, top: Sequence[Document], gold: Sequence[Document], words: int = VISIBLE_WORDS
+) -> list[Document]:
+    """The gold paragraphs missing from `top` that the copyable teacher could ask for at its first query: those whose
+    title (a variant) is visible in the question or in a top document's title and first `words` words. Gold order is
+    kept. A1's added paragraphs (experiments/transfer_checks.py) and training.data.keep_copyable's filter."""
+    have = {d.id for d in top}
+    seen = [norm(s) for s in document_segments(question, top, words)]
+    return [g for g in gold if g.id not in have
+            and any(contains_phrase(s, v) for v in title_variants(g.title) for s in seen)]
 
 
 # ------------------------------------------------------------------------------------------------ reading the prompt

@@ -222,3 +222,36 @@ def test_the_preparation_stage_prepares_what_is_missing_once_and_logs_it(tmp_pat
         assert "filters" in logs[0] and srv.stats()["requests"] == 2  # the gold context of t1 and t3, asked once
         assert [e.id for e in strict.examples] == ["t1"]
         assert strict.manifest["counts"]["after_keep_answerable"] == 1 and strict.manifest["answerable"]["judged"] == 2
+
+
+def test_keep_copyable_keeps_the_questions_whose_missing_gold_title_is_visible(tmp_path: Path) -> None:
+    """training.data.keep_copyable (issue 45's curriculum) on a real bm25 index, no generator: a training question is
+    kept where naive RAG's top-k lacks a gold paragraph whose title the question or a top-k document shows; the
+    held-out questions stay; the filter is recorded, and a directory prepared without it is not re-prepared."""
+    from s3.config import load_config
+    from training.data import data_filters, prepare_training
+
+    train = [  # retriever.k = 1: the question's top-1 is its first paragraph (the words it shares)
+        _hotpot("t1", "Which river flows through the capital of Veldor?", "Sarn",
+                [("Veldor", "Veldor is a country whose capital is Ostmark."), ("Ostmark", "Ostmark lies on the Sarn.")],
+                ["Veldor", "Ostmark"]),  # Ostmark missing from the top-1 and named in it: copyable
+        _hotpot("t2", "Which river flows through the capital of Quill?", "Tarn",
+                [("Quill", "Quill is a country in the north."), ("Brede", "Brede lies on the Tarn.")],
+                ["Quill", "Brede"]),  # Brede missing and named nowhere it can see: not copyable
+        _hotpot("t3", "Where is the lighthouse of Harrow?", "Harrow Point",
+                [("Harrow lighthouse", "The lighthouse of Harrow is on Harrow Point.")], ["Harrow lighthouse"]),
+        _hotpot("t4", "Which river flows through the capital of Mirel?", "Lune",
+                [("Mirel", "Mirel is a country."), ("Pell", "Pell lies on the Lune.")], ["Mirel", "Pell"]),  # held out
+    ]
+    train_file = tmp_path / "train.json"
+    train_file.write_text(json.dumps(train))
+    over = [f"training.data.sources={json.dumps([f'hotpotqa:{train_file}'])}", f"training.data.dir={tmp_path / 'd'}",
+            "training.reward=retrieval_gain", "training.data.keep_baseline_zero=false", "training.heldout.questions=1",
+            "training.data.drop_yes_no=false", "retriever.k=1", "training.data.keep_copyable=true"]
+    cfg = load_config(None, over)
+    manifest = prepare_training(cfg, log=lambda s: None)
+    kept = [json.loads(line)["id"] for line in (tmp_path / "d" / "train.jsonl").read_text().splitlines()]
+    assert kept == ["t1", "t4"]  # t1 copyable; t2 not; t3's top-1 holds its gold; t4 held out, untouched
+    assert manifest["copyable"] == {"pool": 3, "kept": 1, "heldout_unfiltered": 1}
+    assert manifest["counts"]["after_keep_copyable"] == 2 and manifest["filters"]["keep_copyable"] is True
+    assert "keep_copyable" not in data_filters(load_config(None, over[:-1]))  # old directories' filters still match
