@@ -163,3 +163,21 @@ def test_paired_rows_over_the_given_questions() -> None:
     d = a1["vs"]["naive_rag_top3"]
     assert (d["n"], d["diff"], d["wins"], d["losses"]) == (3, pytest.approx(1 / 3), 1, 0)
     assert d["ci95"][0] <= d["diff"] <= d["ci95"][1]
+
+
+def test_query_kinds_and_the_module_doctests() -> None:
+    """`query_kind` (benchmarks/transfer3_heldout_modes.py's classes) and the doctests of this module, training/oracle.py
+    (the copyable teacher's helpers) and training/evaluate.py."""
+    import doctest
+
+    import training.evaluate
+    import training.oracle
+
+    for mod in (tc, training.oracle, training.evaluate):
+        res = doctest.testmod(mod, raise_on_error=False)
+        assert res.failed == 0, mod.__name__
+    top = [Document(id="a", title="Harrow (town)", text="Harrow lies near Ostmark.")]
+    gold = [Document(id="g", title="Ostmark", text="")]
+    assert tc.query_kind("Harrow", "Where?", top, gold) == "top3_title"  # a title without its parenthetical
+    assert tc.query_kind("  ", "Where?", top, gold) == "stop"
+    assert tc.query_kind("Ostmark", "Where?", top, []) == "other_visible"  # visible, but not a missing gold title
