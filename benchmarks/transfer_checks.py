@@ -7,7 +7,9 @@
     .venv/bin/python benchmarks/transfer_checks.py report     # report.md, report.json, checks.png
 
 METHOD: naive_rag_top3 | naive_rag_topN (N = 4, 5, ...: the retriever's top-N) | a1 | heuristic | a0 (attempt 2's
-policy made additive: needs --policy DIR and the searcher's additive setting). Each is one resumable `s3 eval` run
+policy made additive: needs --policy DIR and the searcher's additive setting) | policy_NAME (a searcher trained under
+configs/transfer3.toml: --policy DIR; e.g. `run policy_warmed60 --policy runs/transfer3/warmed60_policy
+--additive searcher.policy=vllm`, the vLLM engine for the searcher's greedy rollouts). Each is one resumable `s3 eval` run
 (configs/transfer3.toml; GenAcc = span check, else the 0.5B judge) in
 benchmarks/results/transfer3/checks/runs/<generator>/<METHOD>/: run the same command again and it resumes; a larger
 --limit extends it. The contexts files (contexts/a1.jsonl, contexts/heuristic.jsonl) cover all 500 questions, so
@@ -124,8 +126,14 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
                              "additive setting, e.g. searcher.<field>=true)")
         margs = ["searcher"]
         sets += [f"searcher.policy_path={policy}", *additive]
+    elif method.startswith("policy_") and len(method) > len("policy_"):
+        # a searcher trained under configs/transfer3.toml (its [searcher] loop: additive, cap 5, 8:3:3), greedy
+        if policy is None:
+            raise SystemExit(f"{method} needs --policy DIR (a checkpoint's policy/ folder or an exported policy)")
+        margs = ["searcher"]
+        sets += [f"searcher.policy_path={policy}", *additive]
     else:
-        raise SystemExit(f"unknown method {method!r}: naive_rag_topN, a1, heuristic or a0")
+        raise SystemExit(f"unknown method {method!r}: naive_rag_topN, a1, heuristic, a0 or policy_NAME")
     name = method if max_tokens in (None, _cfg().generator.max_tokens) else f"{method}_mt{max_tokens}"
     summary = _run_dir(gen, name) / "summary.json"
     done = json.loads(summary.read_text()) if summary.is_file() else {}
@@ -308,9 +316,9 @@ def main() -> int:
     r.add_argument("--generator", choices=GENERATORS, default="qwen15")
     r.add_argument("--limit", type=int, default=300)
     r.add_argument("--max-tokens", type=int, default=None, help="override configs/transfer3.toml's max_tokens")
-    r.add_argument("--policy", default=None, help="a0: the policy directory (attempt 2's)")
+    r.add_argument("--policy", default=None, help="a0 / policy_NAME: the policy directory")
     r.add_argument("--additive", action="append", default=[], metavar="KEY=VALUE",
-                   help="a0: the --set that makes the searcher additive (repeatable)")
+                   help="a0: the --set that makes the searcher additive; policy_NAME: any extra --set (repeatable)")
     m = sub.add_parser("max-tokens", help="cap-hit shares of naive-RAG answers at 16 / 32 / 48")
     m.add_argument("--generator", choices=GENERATORS, default="qwen15")
     m.add_argument("--limit", type=int, default=100)
