@@ -507,8 +507,7 @@ def _keep_copyable(cfg: TrainSettings, questions: list[QAExample], index_dir: Pa
     tops = retriever.search([q.question for q in pool], cfg.retriever.k)
     kept: list[QAExample] = []
     for q, top in zip(pool, tops, strict=True):
-        gold = [g for g in retriever.get(list(q.supporting_ids)) if g is not None]
-        if copyable_gold(q.question, top, gold):
+        if copyable_gold(q.question, top, retriever.get(q.supporting_ids)):
             kept.append(q)
     return kept + kept_out, {"pool": len(pool), "kept": len(kept), "heldout_unfiltered": len(kept_out)}
 

@@ -203,13 +203,19 @@ def retrieval_gain(found: Sequence[Sequence[str]], top_k: Sequence[Sequence[str]
     _check_lengths("retrieval_gain", found, top_k, gold)
     out: list[float | None] = []
     for f, t, g in zip(found, top_k, gold, strict=True):
-        if t is None or not g:
-            out.append(None)
-            continue
-        fs, ts, gs = set(f), set(t), set(g)
-        added = fs - ts
-        out.append(float(len(added & gs)) - float(len((ts - fs) & gs)) - cost * len(added - gs))
+        terms = _gain_terms(f, t, g)
+        out.append(None if terms is None else terms[0] - terms[1] - cost * terms[2])
     return out
+
+
+def _gain_terms(found: Sequence[str], top_k: Sequence[str] | None, gold: Sequence[str]) -> tuple[float, float, float] | None:
+    """One rollout's retrieval_gain terms: (gold paragraphs added beyond the top-k, gold paragraphs of the top-k
+    dropped, other paragraphs added); None where it cannot be scored (no top-k, no supporting ids)."""
+    if top_k is None or not gold:
+        return None
+    fs, ts, gs = set(found), set(top_k), set(gold)
+    added = fs - ts
+    return float(len(added & gs)), float(len((ts - fs) & gs)), float(len(added - gs))
 
 
 def added_counts(found: Sequence[Sequence[str]], top_k: Sequence[Sequence[str] | None],
@@ -221,17 +227,8 @@ def added_counts(found: Sequence[Sequence[str]], top_k: Sequence[Sequence[str] |
     ([1.0, 0.0, None], [1.0, 0.0, None])
     """
     _check_lengths("added_counts", found, top_k, gold)
-    golds: list[float | None] = []
-    others: list[float | None] = []
-    for f, t, g in zip(found, top_k, gold, strict=True):
-        if t is None or not g:
-            golds.append(None)
-            others.append(None)
-            continue
-        added = set(f) - set(t)
-        golds.append(float(len(added & set(g))))
-        others.append(float(len(added - set(g))))
-    return golds, others
+    terms = [_gain_terms(f, t, g) for f, t, g in zip(found, top_k, gold, strict=True)]
+    return [None if x is None else x[0] for x in terms], [None if x is None else x[2] for x in terms]
 
 
 def top_k_of(result: SearchResult) -> list[str] | None:
