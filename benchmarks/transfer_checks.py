@@ -226,11 +226,23 @@ def report() -> dict[str, Any]:
             continue
         names = sorted(runs, key=lambda m: (ORDER.index(m) if m in ORDER else len(ORDER), m))
         runs = {m: runs[m] for m in names}
-        ids = _common_ids(runs)
-        baselines = ["naive_rag_top3", *[m for m in names if m.startswith("naive_rag_top") and m != "naive_rag_top3"]]
-        table = tc.paired_rows(runs, baselines, ids)
-        out["generators"][gen] = {"model": model, "questions": len(ids), "methods": table}
-        lines += _table_lines(model, len(ids), table, baselines)
+        # one table per finished length (a run in progress is listed, not allowed to shrink every table)
+        tiers, running = tc.report_tiers({m: (len(runs[m]), _asked(base / m)) for m in names})
+        tables = []
+        for n, members in tiers:
+            sub = {m: runs[m] for m in members}
+            ids = _common_ids(sub)[:n]
+            baselines = ["naive_rag_top3",
+                         *[m for m in members if m.startswith("naive_rag_top") and m != "naive_rag_top3"]]
+            table = tc.paired_rows(sub, baselines, ids)
+            tables.append({"questions": len(ids), "methods": table})
+            lines += _table_lines(model, len(ids), table, baselines)
+        if running:
+            lines += ["Still running (in the tables of the questions they already scored): " + ", ".join(
+                f"{m} ({s} of {a} questions)" for m, (s, a) in running.items()), ""]
+        if tables:  # the longest table first; "questions" / "methods" are that table's
+            out["generators"][gen] = {"model": model, **tables[0], "tables": tables,
+                                      "in_progress": {m: {"scored": s, "asked": a} for m, (s, a) in running.items()}}
     if out["generators"]:
         _plot(out["generators"], RESULTS / "checks.png")
         lines += ["![GenAcc and paired differences](checks.png)", ""]
@@ -238,6 +250,14 @@ def report() -> dict[str, Any]:
     (RESULTS / "report.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return out
+
+
+def _asked(run_dir: Path) -> int:
+    """How many questions the run was asked for (its run.json's dataset.n_questions; 0 when it has none yet)."""
+    path = run_dir / "run.json"
+    if not path.is_file():
+        return 0
+    return int(json.loads(path.read_text())["config"]["dataset"].get("n_questions") or 0)
 
 
 def _common_ids(runs: dict[str, dict[str, dict[str, Any]]]) -> list[str]:

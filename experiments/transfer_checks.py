@@ -302,3 +302,25 @@ def paired_rows(
                 entry["vs"][b] = paired_diff_ci(acc, genacc_by_id(runs[b], ids), n_resamples=n_resamples, seed=seed)
         out.append(entry)
     return out
+
+
+def report_tiers(
+    progress: dict[str, tuple[int, int]], baseline: str = "naive_rag_top3",
+) -> tuple[list[tuple[int, list[str]]], dict[str, tuple[int, int]]]:
+    """Which methods each report table compares, from each run's (questions scored, questions asked): one table per
+    finished length, longest first, over every run that has scored at least that many (runs extend as prefixes of the
+    same question order, so a 500-question run also answers the first 100), kept only where `baseline` is among them
+    with one other method; the runs still short of their length are also returned apart: one run in progress joins the
+    tables it already covers and never shrinks every table to its prefix.
+
+    >>> report_tiers({"naive_rag_top3": (500, 500), "heuristic": (500, 500), "a1": (100, 100), "a0": (32, 100)})
+    ([(500, ['naive_rag_top3', 'heuristic']), (100, ['naive_rag_top3', 'heuristic', 'a1'])], {'a0': (32, 100)})
+    """
+    done = {m: asked for m, (scored, asked) in progress.items() if asked > 0 and scored >= asked}
+    running = {m: p for m, p in progress.items() if m not in done}
+    tiers = []
+    for n in sorted(set(done.values()), reverse=True):
+        names = [m for m, (scored, _) in progress.items() if scored >= n]
+        if baseline in names and len(names) > 1:
+            tiers.append((n, names))
+    return tiers, running

@@ -181,3 +181,17 @@ def test_query_kinds_and_the_module_doctests() -> None:
     assert tc.query_kind("Harrow", "Where?", top, gold) == "top3_title"  # a title without its parenthetical
     assert tc.query_kind("  ", "Where?", top, gold) == "stop"
     assert tc.query_kind("Ostmark", "Where?", top, []) == "other_visible"  # visible, but not a missing gold title
+
+
+def test_report_tiers_keep_a_run_in_progress_out_of_the_tables() -> None:
+    """The report's tables: one per finished length, longest first; a run short of its length is listed apart and joins
+    only the tables it already covers, instead of cutting every table to its prefix (the 1.5B's table fell from 100 to 32 questions while A0 was running)."""
+    tiers, running = tc.report_tiers({
+        "naive_rag_top3": (300, 300), "policy_x": (300, 300), "heuristic": (200, 300), "a1": (100, 100)})
+    # the heuristic, extended from 200 to 300 and 200 in, is in the table of the first 100 but defines none itself
+    assert tiers == [(300, ["naive_rag_top3", "policy_x"]),
+                     (100, ["naive_rag_top3", "policy_x", "heuristic", "a1"])]
+    assert running == {"heuristic": (200, 300)}
+    # no table without the baseline finished that long, nor with the baseline alone; a run asked for nothing is running
+    assert tc.report_tiers({"naive_rag_top3": (50, 100), "a1": (100, 100)}) == ([], {"naive_rag_top3": (50, 100)})
+    assert tc.report_tiers({"naive_rag_top3": (100, 100), "a0": (0, 0)}) == ([], {"a0": (0, 0)})
