@@ -280,15 +280,18 @@ def _fmt(m: dict[str, Any] | None, sign: bool = False) -> str:
 
 def _table_lines(model: str, n: int, table: list[dict[str, Any]], baselines: list[str]) -> list[str]:
     present = [b for b in baselines if any(e["method"] == b for e in table)]
-    head = "| method | mean docs | GenAcc [95% CI] | " + " | ".join(f"- {b} [95% CI] (wins / losses)" for b in present)
+    head = ("| method | mean docs | support recall | GenAcc [95% CI] | "
+            + " | ".join(f"- {b} [95% CI] (wins / losses)" for b in present))
     lines = [f"## Generator {model}: the first {n} questions", "", head + " |",
-             "| --- | ---: | --- | " + " | ".join("---" for _ in present) + " |"]
+             "| --- | ---: | ---: | --- | " + " | ".join("---" for _ in present) + " |"]
     for e in table:
         cells = []
         for b in present:
             d = e["vs"].get(b)
             cells.append(f"{_fmt(d, sign=True)} ({d['wins']} / {d['losses']})" if d else "")
-        lines.append(f"| {e['method']} | {e['mean_docs']:.2f} | {_fmt(e['genacc'])} | " + " | ".join(cells) + " |")
+        rec = "" if e.get("support_recall") is None else f"{e['support_recall']:.3f}"
+        lines.append(f"| {e['method']} | {e['mean_docs']:.2f} | {rec} | {_fmt(e['genacc'])} | " + " | ".join(cells)
+                     + " |")
     return [*lines, ""]
 
 

@@ -288,14 +288,18 @@ def paired_rows(
     n_resamples: int = 2000, seed: int = 0,
 ) -> list[dict[str, Any]]:
     """One entry per run in `runs` (name -> eval rows by id) over the question ids `ids`: GenAcc with its bootstrap
-    interval, mean documents, and the paired difference to each baseline run present in `runs` (`paired_diff_ci`)."""
+    interval, mean documents, mean support recall (the share of the question's gold paragraphs in its context, where
+    the rows record it), and the paired difference to each baseline run present in `runs` (`paired_diff_ci`)."""
     out = []
     for name, rows in runs.items():
         acc = genacc_by_id(rows, ids)
         docs = [len(rows[i].get("context_ids") or []) for i in ids if i in rows]
+        recall = [float(rows[i]["support_recall"]) for i in ids
+                  if i in rows and rows[i].get("support_recall") is not None]
         entry: dict[str, Any] = {
             "method": name, "genacc": mean_ci(list(acc.values()), seed=seed),
-            "mean_docs": sum(docs) / len(docs) if docs else None, "vs": {},
+            "mean_docs": sum(docs) / len(docs) if docs else None,
+            "support_recall": sum(recall) / len(recall) if recall else None, "vs": {},
         }
         for b in baselines:
             if b != name and b in runs:

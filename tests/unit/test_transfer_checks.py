@@ -144,15 +144,17 @@ def test_cap_hits_from_one_longer_run() -> None:
         tc.cap_hit_shares([], [16])
 
 
-def row(acc: float | None, n_docs: int, error: str | None = None) -> dict[str, object]:
-    return {"metrics": {"genacc": acc}, "context_ids": [f"d{i}" for i in range(n_docs)], "error": error}
+def row(acc: float | None, n_docs: int, error: str | None = None, recall: float | None = None) -> dict[str, object]:
+    return {"metrics": {"genacc": acc}, "context_ids": [f"d{i}" for i in range(n_docs)], "error": error,
+            **({"support_recall": recall} if recall is not None else {})}
 
 
 def test_paired_rows_over_the_given_questions() -> None:
     ids = ["q1", "q2", "q3", "q4"]
     runs = {
-        "naive_rag_top3": {"q1": row(0.0, 3), "q2": row(1.0, 3), "q3": row(0.0, 3), "q4": row(1.0, 3),
-                           "q5": row(1.0, 3)},  # q5 is not among the questions compared
+        "naive_rag_top3": {"q1": row(0.0, 3, recall=0.0), "q2": row(1.0, 3, recall=0.5),
+                           "q3": row(0.0, 3, recall=0.5), "q4": row(1.0, 3, recall=1.0),
+                           "q5": row(1.0, 3, recall=0.0)},  # q5 is not among the questions compared
         "a1": {"q1": row(1.0, 4), "q2": row(1.0, 3), "q3": row(0.0, 4), "q4": row(0.0, 3, error="judge failed")},
     }
     table = {e["method"]: e for e in tc.paired_rows(runs, ["naive_rag_top3"], ids, n_resamples=200)}
@@ -160,6 +162,7 @@ def test_paired_rows_over_the_given_questions() -> None:
     a1 = table["a1"]
     assert a1["genacc"]["mean"] == pytest.approx(2 / 3) and a1["genacc"]["n"] == 3  # q4 failed: left out
     assert a1["mean_docs"] == 3.5
+    assert table["naive_rag_top3"]["support_recall"] == 0.5 and a1["support_recall"] is None  # rows without it
     d = a1["vs"]["naive_rag_top3"]
     assert (d["n"], d["diff"], d["wins"], d["losses"]) == (3, pytest.approx(1 / 3), 1, 0)
     assert d["ci95"][0] <= d["diff"] <= d["ci95"][1]
