@@ -6,7 +6,8 @@
     .venv/bin/python benchmarks/transfer_checks.py max-tokens --generator qwen15 --limit 100 --measure-at 48
     .venv/bin/python benchmarks/transfer_checks.py report     # report.md, report.json, checks.png
 
-METHOD: naive_rag_top3 | naive_rag_topN (N = 4, 5, ...: the retriever's top-N) | a1 | heuristic | a0 (attempt 2's
+METHOD: naive_rag_top3 | naive_rag_topN (N = 4, 5, ...: the retriever's top-N) | no_retrieval | untrained (the base
+searcher model, smollm2-135m-instruct, in the same additive loop; --additive searcher.policy=vllm) | a1 | heuristic | a0 (attempt 2's
 policy made additive: needs --policy DIR and the searcher's additive setting) | policy_NAME (a searcher trained under
 configs/transfer3.toml: --policy DIR; e.g. `run policy_warmed60 --policy runs/transfer3/warmed60_policy
 --additive searcher.policy=vllm`, the vLLM engine for the searcher's greedy rollouts). Each is one resumable `s3 eval` run
@@ -118,6 +119,11 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
         if not n.isdigit() or int(n) < 1:
             raise SystemExit(f"naive_rag_topN takes N >= 1, got {method!r}")
         margs, sets = ["naive_rag"], [*sets, f"retriever.k={n}"]
+    elif method == "no_retrieval":
+        margs = ["no_retrieval"]
+    elif method == "untrained":
+        # the base searcher model with the same additive loop (configs/transfer3.toml [searcher]), greedy
+        margs, sets = ["searcher"], [*sets, *additive]
     elif method in ("a1", "heuristic"):
         margs = ["searcher", "--contexts", str(RESULTS / "contexts" / f"{method}.jsonl")]
     elif method == "a0":
@@ -133,7 +139,8 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
         margs = ["searcher"]
         sets += [f"searcher.policy_path={policy}", *additive]
     else:
-        raise SystemExit(f"unknown method {method!r}: naive_rag_topN, a1, heuristic, a0 or policy_NAME")
+        raise SystemExit(f"unknown method {method!r}: naive_rag_topN, no_retrieval, untrained, a1, heuristic, a0 or "
+                         "policy_NAME")
     name = method if max_tokens in (None, _cfg().generator.max_tokens) else f"{method}_mt{max_tokens}"
     summary = _run_dir(gen, name) / "summary.json"
     done = json.loads(summary.read_text()) if summary.is_file() else {}
@@ -174,7 +181,7 @@ def max_tokens(gen: str, limit: int, measure_at: int) -> dict[str, Any]:
     return out
 
 
-ORDER = ("naive_rag_top3", "a1", "heuristic", "a0")
+ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "heuristic", "a0")
 
 
 def report() -> dict[str, Any]:
