@@ -13,7 +13,8 @@ configs/transfer3.toml: --policy DIR; e.g. `run policy_warmed60 --policy runs/tr
 --additive searcher.policy=vllm`, the vLLM engine for the searcher's greedy rollouts). Each is one resumable `s3 eval` run
 (configs/transfer3.toml; GenAcc = span check, else the 0.5B judge) in
 benchmarks/results/transfer3/checks/runs/<generator>/<METHOD>/: run the same command again and it resumes; a larger
---limit extends it. The contexts files (contexts/a1.jsonl, contexts/heuristic.jsonl) cover all 500 questions, so
+--limit extends it. The contexts files (contexts/a1.jsonl, contexts/heuristic.jsonl; contexts/places.jsonl: where each
+question's missing gold title was visible, the report's diagnosis table) cover all 500 questions, so
 their runs' identity does not change with --limit. The logic (copyable gold, title-like spans, the paired table) is
 experiments/transfer_checks.py.
 """
@@ -69,20 +70,22 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
     tops = retriever.search([q.question for q in qs], cfg.retriever.k)
     out = RESULTS / "contexts"
     out.mkdir(parents=True, exist_ok=True)
-    a1_rows, h_rows = [], []
+    a1_rows, h_rows, place_rows = [], [], []
     lacking = copyable = 0
     n_added_h = []
     for q, top in zip(qs, tops, strict=True):
         gold = [d for d in retriever.get(list(q.supporting_ids)) if d is not None]
         missing = [g for g in gold if g.id not in {d.id for d in top}]
         add = tc.copyable_gold(q.question, top, gold, words)
+        place_rows.append({"id": q.id, "place": tc.missing_gold_place(q.question, top, gold, words),
+                           "missing": [g.id for g in missing]})
         lacking += bool(missing)
         copyable += bool(add)
         a1_rows.append(tc.contexts_row(q.id, [*top, *add], added=[d.id for d in add], missing_gold=len(missing)))
         h = tc.heuristic_documents(q.question, top, retriever.search, titles, cap=cap, k=k, words=words)
         n_added_h.append(len(h.documents) - len(top))
         h_rows.append(tc.contexts_row(q.id, h.documents, n_queries=len(h.queries), added_by=h.added_by))
-    for name, rows in (("a1", a1_rows), ("heuristic", h_rows)):
+    for name, rows in (("a1", a1_rows), ("heuristic", h_rows), ("places", place_rows)):
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     gold_ids = {q.id: set(q.supporting_ids) for q in qs}
     h_gold_added = sum(bool(set(r["added_by"]) & gold_ids[r["id"]]) for r in h_rows)
@@ -94,6 +97,7 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
         "heuristic_mean_queries": statistics.fmean(r["n_queries"] for r in h_rows),
         "heuristic_questions_with_additions": sum(x > 0 for x in n_added_h),
         "heuristic_questions_adding_gold": h_gold_added,
+        "missing_gold_places": {p: sum(r["place"] == p for r in place_rows) for p in tc.GOLD_PLACES},
         "heuristic_added_docs_gold_share": (
             sum(len(set(r["added_by"]) & gold_ids[r["id"]]) for r in h_rows) / max(sum(n_added_h), 1)),
     }
@@ -223,6 +227,8 @@ def report() -> dict[str, Any]:
             cells = " | ".join(f"{m['hit_share'][str(c)]:.3f}" if str(c) in m["hit_share"] else "" for c in CAPS)
             lines.append(f"| {m['generator']} | {m['questions']} | {cells} | {m['smallest_below_5pct']} |")
         lines.append("")
+    places = _places()
+    st_words = json.loads(stats_path.read_text())["visible_words"] if stats_path.is_file() else tc.VISIBLE_WORDS
     for gen, model in GENERATORS.items():
         base = RESULTS / "runs" / gen
         if not base.is_dir():
@@ -235,15 +241,19 @@ def report() -> dict[str, Any]:
         runs = {m: runs[m] for m in names}
         # one table per finished length (a run in progress is listed, not allowed to shrink every table)
         tiers, running = tc.report_tiers({m: (len(runs[m]), _asked(base / m)) for m in names})
-        tables = []
+        tables: list[dict[str, Any]] = []
         for n, members in tiers:
             sub = {m: runs[m] for m in members}
             ids = _common_ids(sub)[:n]
             baselines = ["naive_rag_top3",
                          *[m for m in members if m.startswith("naive_rag_top") and m != "naive_rag_top3"]]
             table = tc.paired_rows(sub, baselines, ids)
-            tables.append({"questions": len(ids), "methods": table})
+            entry: dict[str, Any] = {"questions": len(ids), "methods": table}
             lines += _table_lines(model, len(ids), table, baselines)
+            if places and not tables:  # the diagnosis of the longest table
+                entry["places"] = tc.place_rows(sub, places[0], places[1], ids)
+                lines += _place_lines(len(ids), entry["places"], st_words)
+            tables.append(entry)
         if running:
             lines += ["Still running (in the tables of the questions they already scored): " + ", ".join(
                 f"{m} ({s} of {a} questions)" for m, (s, a) in running.items()), ""]
@@ -257,6 +267,36 @@ def report() -> dict[str, Any]:
     (RESULTS / "report.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return out
+
+
+def _places() -> tuple[dict[str, str], dict[str, set[str]]] | None:
+    """contexts/places.jsonl (written by `prepare`): question id -> where its missing gold title was visible, and
+    question id -> the gold ids naive RAG's top-3 lacks."""
+    path = RESULTS / "contexts" / "places.jsonl"
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {r["id"]: r["place"] for r in rows}, {r["id"]: set(r["missing"]) for r in rows}
+
+
+def _place_lines(n: int, rows: list[dict[str, Any]], words: int) -> list[str]:
+    if not rows:
+        return []
+    methods = list(rows[0]["methods"])
+    lines = [f"Where the gold paragraphs naive RAG's top-3 lacks were visible (the same {n} questions): in the question, "
+             f"only in a top-3 document's title and first {words} words (mostly the bridge to the second hop), or "
+             "nowhere. Per method: questions where it got a missing gold paragraph into the context / its GenAcc "
+             "there.", "",
+             "| missing gold title visible | questions | " + " | ".join(methods) + " |",
+             "| --- | ---: | " + " | ".join("---" for _ in methods) + " |"]
+    for r in rows:
+        cells = []
+        for m in methods:
+            e = r["methods"][m]
+            acc = "n/a" if e["genacc"] is None else f"{e['genacc']:.3f}"
+            cells.append(acc if r["place"] == "none missing" else f"{e['found']} / {acc}")
+        lines.append(f"| {r['place']} | {r['questions']} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def _asked(run_dir: Path) -> int:

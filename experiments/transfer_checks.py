@@ -328,3 +328,55 @@ def report_tiers(
         if baseline in names and len(names) > 1:
             tiers.append((n, names))
     return tiers, running
+
+
+# ------------------------------------------------------------------------------ where the missing gold could be read
+
+GOLD_PLACES = ("none missing", "question", "documents", "unseen")
+
+
+def missing_gold_place(
+    question: str, top: Sequence[Document], gold: Sequence[Document], words: int = VISIBLE_WORDS
+) -> str:
+    """Where a searcher that reads the question and the top documents could find the title of a gold paragraph the
+    top lacks: "none missing"; "question" (a missing gold title is in the question); "documents" (only in a top
+    document's title and first `words` words: in HotpotQA, mostly the bridge to the second hop); "unseen" (neither:
+    the copyable teacher has nothing to copy).
+
+    >>> top = [Document(id="t", title="Kiss and Tell (1945 film)", text="It stars Shirley Temple as Corliss.")]
+    >>> gold = [Document(id="t", title="Kiss and Tell (1945 film)", text=""),
+    ...         Document(id="g", title="Shirley Temple", text="")]
+    >>> missing_gold_place("Who starred in Kiss and Tell?", top, gold)
+    'documents'
+    >>> missing_gold_place("Where was Shirley Temple born?", top, gold), missing_gold_place("Who?", top, gold[:1])
+    ('question', 'none missing')
+    """
+    have = {d.id for d in top}
+    if all(g.id in have for g in gold):
+        return "none missing"
+    copyable = copyable_gold(question, top, gold, words)
+    if not copyable:
+        return "unseen"
+    q = norm(question)
+    return "question" if any(contains_phrase(q, v) for g in copyable for v in title_variants(g.title)) else "documents"
+
+
+def place_rows(
+    runs: dict[str, dict[str, dict[str, Any]]], places: dict[str, str], missing: dict[str, set[str]],
+    ids: Sequence[str],
+) -> list[dict[str, Any]]:
+    """Per place (`GOLD_PLACES`, those with questions): how many of `ids` are there, and per run how many of them got a
+    missing gold paragraph (`missing`: question id -> the gold ids naive RAG's top lacks) into the context and its
+    GenAcc there (failed rows left out, as everywhere)."""
+    out = []
+    for place in GOLD_PLACES:
+        qids = [i for i in ids if places.get(i) == place]
+        if not qids:
+            continue
+        entry: dict[str, Any] = {"place": place, "questions": len(qids), "methods": {}}
+        for name, rows in runs.items():
+            acc = [a for a in genacc_by_id(rows, qids).values() if a is not None]
+            found = sum(bool(missing.get(i, set()) & set(rows[i].get("context_ids") or [])) for i in qids if i in rows)
+            entry["methods"][name] = {"found": found, "genacc": sum(acc) / len(acc) if acc else None, "n": len(acc)}
+        out.append(entry)
+    return out

@@ -198,3 +198,21 @@ def test_report_tiers_keep_a_run_in_progress_out_of_the_tables() -> None:
     # no table without the baseline finished that long, nor with the baseline alone; a run asked for nothing is running
     assert tc.report_tiers({"naive_rag_top3": (50, 100), "a1": (100, 100)}) == ([], {"naive_rag_top3": (50, 100)})
     assert tc.report_tiers({"naive_rag_top3": (100, 100), "a0": (0, 0)}) == ([], {"a0": (0, 0)})
+
+
+def test_place_rows_split_the_questions_by_where_the_missing_gold_was_visible() -> None:
+    """The report's diagnosis table: per place, how often each run got a missing gold paragraph in, and its GenAcc."""
+    ids = ["q1", "q2", "q3"]
+    places = {"q1": "documents", "q2": "documents", "q3": "none missing"}
+    missing = {"q1": {"g1"}, "q2": {"g2"}, "q3": set()}
+    runs = {
+        "naive_rag_top3": {"q1": row(0.0, 3), "q2": row(1.0, 3), "q3": row(1.0, 3)},
+        "heuristic": {"q1": {**row(1.0, 4), "context_ids": ["d0", "g1"]}, "q2": row(None, 3, error="timeout"),
+                      "q3": row(1.0, 4)},
+    }
+    table = {e["place"]: e for e in tc.place_rows(runs, places, missing, ids)}
+    assert list(table) == ["none missing", "documents"]  # GOLD_PLACES order, empty places left out
+    docs = table["documents"]
+    assert docs["questions"] == 2 and docs["methods"]["naive_rag_top3"] == {"found": 0, "genacc": 0.5, "n": 2}
+    assert docs["methods"]["heuristic"] == {"found": 1, "genacc": 1.0, "n": 1}  # q2 failed: not scored, not wrong
+    assert table["none missing"]["methods"]["heuristic"]["found"] == 0
