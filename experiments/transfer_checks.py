@@ -31,10 +31,12 @@ from s3core.types import Document
 
 # the copyable teacher's definitions, one for A1 here and the warm-up and training.data.keep_copyable there
 from training.oracle import (  # noqa: F401  (re-exported: this module's API)
+    GOLD_PLACES,
     VISIBLE_WORDS,
     contains_phrase,
     copyable_gold,
     first_words,
+    missing_gold_place,
     norm,
     title_variants,
 )
@@ -331,35 +333,6 @@ def report_tiers(
 
 
 # ------------------------------------------------------------------------------ where the missing gold could be read
-
-GOLD_PLACES = ("none missing", "question", "documents", "unseen")
-
-
-def missing_gold_place(
-    question: str, top: Sequence[Document], gold: Sequence[Document], words: int = VISIBLE_WORDS
-) -> str:
-    """Where a searcher that reads the question and the top documents could find the title of a gold paragraph the
-    top lacks: "none missing"; "question" (a missing gold title is in the question); "documents" (only in a top
-    document's title and first `words` words: in HotpotQA, mostly the bridge to the second hop); "unseen" (neither:
-    the copyable teacher has nothing to copy).
-
-    >>> top = [Document(id="t", title="Kiss and Tell (1945 film)", text="It stars Shirley Temple as Corliss.")]
-    >>> gold = [Document(id="t", title="Kiss and Tell (1945 film)", text=""),
-    ...         Document(id="g", title="Shirley Temple", text="")]
-    >>> missing_gold_place("Who starred in Kiss and Tell?", top, gold)
-    'documents'
-    >>> missing_gold_place("Where was Shirley Temple born?", top, gold), missing_gold_place("Who?", top, gold[:1])
-    ('question', 'none missing')
-    """
-    have = {d.id for d in top}
-    if all(g.id in have for g in gold):
-        return "none missing"
-    copyable = copyable_gold(question, top, gold, words)
-    if not copyable:
-        return "unseen"
-    q = norm(question)
-    return "question" if any(contains_phrase(q, v) for g in copyable for v in title_variants(g.title)) else "documents"
-
 
 def place_rows(
     runs: dict[str, dict[str, dict[str, Any]]], places: dict[str, str], missing: dict[str, set[str]],

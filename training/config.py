@@ -93,6 +93,14 @@ class TrainingData(Section):
         "for, training/oracle.py `copyable_gold`; no generator call): a curriculum where asking for the right visible "
         "title is the only way to a positive retrieval_gain. The held-out questions are not filtered.",
     )
+    copyable_places: list[Literal["question", "documents"]] = Field(
+        ["question", "documents"], min_length=1,
+        description="With keep_copyable: where the missing gold title may be visible for a question to be kept "
+        "(training/oracle.py `missing_gold_place`; a question whose missing title is in the question counts as "
+        "'question'). [\"documents\"] keeps only the questions whose missing title shows in a retrieved document's "
+        "text alone, in HotpotQA mostly the bridge to the second hop: where the documents' gain to the generator was "
+        "found (docs/transfer.md, the diagnosis table of the dev evaluation).",
+    )
 
 
 class TrainingHeldout(Section):

@@ -396,12 +396,15 @@ def _baseline(
     return questions, entries
 
 
-def data_filters(cfg: TrainSettings) -> dict[str, bool]:
+def data_filters(cfg: TrainSettings) -> dict[str, bool | list[str]]:
     """The training.data filters a prepared directory was filtered with (its manifest's "filters")."""
     d = cfg.training.data
-    out = {"drop_yes_no": d.drop_yes_no, "keep_baseline_zero": d.keep_baseline_zero, "keep_answerable": d.keep_answerable}
+    out: dict[str, bool | list[str]] = {
+        "drop_yes_no": d.drop_yes_no, "keep_baseline_zero": d.keep_baseline_zero, "keep_answerable": d.keep_answerable}
     if d.keep_copyable:  # only when on: directories prepared before the filter existed stay prepared
         out["keep_copyable"] = True
+        if set(d.copyable_places) != {"question", "documents"}:  # likewise: only when narrowed
+            out["copyable_places"] = sorted(d.copyable_places)
     return out
 
 
@@ -498,18 +501,24 @@ def _keep_answerable(
 def _keep_copyable(cfg: TrainSettings, questions: list[QAExample], index_dir: Path) -> tuple[list[QAExample], dict[str, Any]]:
     """Step 5, training.data.keep_copyable: keep the training questions whose naive-RAG top-k lacks a gold paragraph
     the copyable teacher could ask for (its title visible in the question or a top-k document: training/oracle.py
-    `copyable_gold`). On the others no visible title adds gold, and a searcher's search there can only cost. The last
-    training.heldout.questions are never filtered; no generator call."""
-    from training.oracle import copyable_gold
+    `copyable_gold`), where it is visible in one of training.data.copyable_places (`missing_gold_place`). On the others
+    no visible title adds gold, and a searcher's search there can only cost. The last training.heldout.questions are
+    never filtered; no generator call."""
+    from training.oracle import GOLD_PLACES, missing_gold_place
 
     pool, kept_out = _pool_and_heldout(cfg, questions)
     retriever = build_retriever(cfg.retriever, index_dir)
     tops = retriever.search([q.question for q in pool], cfg.retriever.k)
+    keep = set(cfg.training.data.copyable_places)
     kept: list[QAExample] = []
+    places = dict.fromkeys(GOLD_PLACES, 0)
     for q, top in zip(pool, tops, strict=True):
-        if copyable_gold(q.question, top, retriever.get(q.supporting_ids)):
+        place = missing_gold_place(q.question, top, retriever.get(q.supporting_ids))
+        places[place] += 1
+        if place in keep:
             kept.append(q)
-    return kept + kept_out, {"pool": len(pool), "kept": len(kept), "heldout_unfiltered": len(kept_out)}
+    return kept + kept_out, {"pool": len(pool), "kept": len(kept), "heldout_unfiltered": len(kept_out),
+                             "places": places}
 
 
 def prepared_training_set(cfg: TrainSettings, log: Log = print) -> TrainingSet:

@@ -122,6 +122,37 @@ def copyable_gold(
             and any(contains_phrase(s, v) for v in title_variants(g.title) for s in seen)]
 
 
+# where a searcher could read the title of the gold naive RAG's top lacks (the question first)
+GOLD_PLACES = ("none missing", "question", "documents", "unseen")
+
+
+def missing_gold_place(
+    question: str, top: Sequence[Document], gold: Sequence[Document], words: int = VISIBLE_WORDS
+) -> str:
+    """Where a searcher that reads the question and the top documents could find the title of a gold paragraph the
+    top lacks: "none missing"; "question" (a missing gold title is in the question); "documents" (only in a top
+    document's title and first `words` words: in HotpotQA, mostly the bridge to the second hop); "unseen" (neither:
+    the copyable teacher has nothing to copy). The transfer report's diagnosis (experiments/transfer_checks.py
+    `place_rows`) and training.data.copyable_places.
+
+    >>> top = [Document(id="t", title="Kiss and Tell (1945 film)", text="It stars Shirley Temple as Corliss.")]
+    >>> gold = [Document(id="t", title="Kiss and Tell (1945 film)", text=""),
+    ...         Document(id="g", title="Shirley Temple", text="")]
+    >>> missing_gold_place("Who starred in Kiss and Tell?", top, gold)
+    'documents'
+    >>> missing_gold_place("Where was Shirley Temple born?", top, gold), missing_gold_place("Who?", top, gold[:1])
+    ('question', 'none missing')
+    """
+    have = {d.id for d in top}
+    if all(g.id in have for g in gold):
+        return "none missing"
+    copyable = copyable_gold(question, top, gold, words)
+    if not copyable:
+        return "unseen"
+    q = norm(question)
+    return "question" if any(contains_phrase(q, v) for g in copyable for v in title_variants(g.title)) else "documents"
+
+
 # ------------------------------------------------------------------------------------------------ reading the prompt
 
 

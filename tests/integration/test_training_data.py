@@ -240,6 +240,9 @@ def test_keep_copyable_keeps_the_questions_whose_missing_gold_title_is_visible(t
                 ["Quill", "Brede"]),  # Brede missing and named nowhere it can see: not copyable
         _hotpot("t3", "Where is the lighthouse of Harrow?", "Harrow Point",
                 [("Harrow lighthouse", "The lighthouse of Harrow is on Harrow Point.")], ["Harrow lighthouse"]),
+        _hotpot("t5", "Which river flows through Dunmore, the capital of Arlen?", "Wye",
+                [("Arlen", "Arlen is a country whose capital is Dunmore."), ("Dunmore", "Dunmore lies on the Wye.")],
+                ["Arlen", "Dunmore"]),  # Dunmore missing from the top-1 and named in the question: copyable
         _hotpot("t4", "Which river flows through the capital of Mirel?", "Lune",
                 [("Mirel", "Mirel is a country."), ("Pell", "Pell lies on the Lune.")], ["Mirel", "Pell"]),  # held out
     ]
@@ -251,7 +254,15 @@ def test_keep_copyable_keeps_the_questions_whose_missing_gold_title_is_visible(t
     cfg = load_config(None, over)
     manifest = prepare_training(cfg, log=lambda s: None)
     kept = [json.loads(line)["id"] for line in (tmp_path / "d" / "train.jsonl").read_text().splitlines()]
-    assert kept == ["t1", "t4"]  # t1 copyable; t2 not; t3's top-1 holds its gold; t4 held out, untouched
-    assert manifest["copyable"] == {"pool": 3, "kept": 1, "heldout_unfiltered": 1}
-    assert manifest["counts"]["after_keep_copyable"] == 2 and manifest["filters"]["keep_copyable"] is True
+    assert kept == ["t1", "t5", "t4"]  # t1, t5 copyable; t2 not; t3's top-1 holds its gold; t4 held out, untouched
+    assert manifest["copyable"] == {"pool": 4, "kept": 2, "heldout_unfiltered": 1, "places": {
+        "none missing": 1, "question": 1, "documents": 1, "unseen": 1}}
+    assert manifest["counts"]["after_keep_copyable"] == 3 and manifest["filters"]["keep_copyable"] is True
     assert "keep_copyable" not in data_filters(load_config(None, over[:-1]))  # old directories' filters still match
+    assert "copyable_places" not in manifest["filters"]  # the default is not recorded: phase 1d's directory matches
+    # copyable_places = ["documents"]: only the title a retrieved document shows (the bridge), not the question's
+    narrow = [f"training.data.dir={tmp_path / 'd2'}" if o.startswith("training.data.dir=") else o for o in over]
+    narrow.append('training.data.copyable_places=["documents"]')
+    manifest = prepare_training(load_config(None, narrow), log=lambda s: None)
+    kept = [json.loads(line)["id"] for line in (tmp_path / "d2" / "train.jsonl").read_text().splitlines()]
+    assert kept == ["t1", "t4"] and manifest["filters"]["copyable_places"] == ["documents"]
