@@ -102,6 +102,13 @@ class TrainingData(Section):
         "found (docs/transfer.md, the diagnosis table of the dev evaluation).",
     )
 
+    @model_validator(mode="after")
+    def _places_need_the_filter(self) -> TrainingData:
+        if set(self.copyable_places) != {"question", "documents"} and not self.keep_copyable:
+            raise ValueError("copyable_places narrows training.data.keep_copyable, which is off: set keep_copyable = "
+                             "true (or leave copyable_places at its default)")
+        return self
+
 
 class TrainingHeldout(Section):
     """[training.heldout]: questions kept out of training, for checkpoint choice and `s3 train-eval`."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from generator_adapters.testing import FakeLLMServer
+from s3core.errors import ConfigError
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("training_data")]
 
@@ -266,3 +267,5 @@ def test_keep_copyable_keeps_the_questions_whose_missing_gold_title_is_visible(t
     manifest = prepare_training(load_config(None, narrow), log=lambda s: None)
     kept = [json.loads(line)["id"] for line in (tmp_path / "d2" / "train.jsonl").read_text().splitlines()]
     assert kept == ["t1", "t4"] and manifest["filters"]["copyable_places"] == ["documents"]
+    with pytest.raises(ConfigError, match=r"copyable_places narrows training\.data\.keep_copyable, which is off"):
+        load_config(None, [*over[:-1], 'training.data.copyable_places=["documents"]'])  # no effect: an error
