@@ -300,11 +300,14 @@ def _place_lines(n: int, rows: list[dict[str, Any]], words: int) -> list[str]:
 
 
 def _asked(run_dir: Path) -> int:
-    """How many questions the run was asked for (its run.json's dataset.n_questions; 0 when it has none yet)."""
-    path = run_dir / "run.json"
-    if not path.is_file():
-        return 0
-    return int(json.loads(path.read_text())["config"]["dataset"].get("n_questions") or 0)
+    """How many questions the run was last asked for and finished: its summary.json's dataset.n_questions (written
+    when an invocation ends; run.json keeps the first invocation's, the run's identity), else run.json's for a first
+    invocation still going; 0 when it has neither."""
+    for name in ("summary.json", "run.json"):
+        path = run_dir / name
+        if path.is_file():
+            return int(json.loads(path.read_text())["config"]["dataset"].get("n_questions") or 0)
+    return 0
 
 
 def _common_ids(runs: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
