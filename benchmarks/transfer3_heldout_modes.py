@@ -64,11 +64,12 @@ def main(specs: list[str]) -> dict[str, Any]:
             if copyable:
                 copyable_n += 1
                 right = kind == "copyable_gold"
+                kept = any(d.id in row["doc_ids"] for d in copyable)
                 asked_right += right
-                kept_right += right and any(d.id in row["doc_ids"] for d in copyable)
+                kept_right += right and kept
                 place = missing_gold_place(q["question"], top, gold)
                 by_place[place] += 1
-                kept_by_place[place] += any(d.id in row["doc_ids"] for d in copyable)
+                kept_by_place[place] += kept
         n = len(rows)
         out["policies"][spec] = {
             "questions": n, "gold_added": gold_total / n, "other_added": other_total / n,

@@ -228,7 +228,7 @@ def report() -> dict[str, Any]:
             lines.append(f"| {m['generator']} | {m['questions']} | {cells} | {m['smallest_below_5pct']} |")
         lines.append("")
     places = _places()
-    st_words = json.loads(stats_path.read_text())["visible_words"] if stats_path.is_file() else tc.VISIBLE_WORDS
+    st_words = out.get("contexts", {}).get("visible_words", tc.VISIBLE_WORDS)
     for gen, model in GENERATORS.items():
         base = RESULTS / "runs" / gen
         if not base.is_dir():

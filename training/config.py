@@ -51,6 +51,11 @@ MOVED_KEYS = {
 }
 
 
+# where a missing gold title may be visible for training.data.keep_copyable to keep the question (all by default)
+CopyablePlace = Literal["question", "documents"]
+COPYABLE_PLACES: tuple[CopyablePlace, ...] = ("question", "documents")
+
+
 class TrainingData(Section):
     """[training.data]: which questions the searcher trains on (s3 prepare-training; training/data.py)."""
 
@@ -93,8 +98,8 @@ class TrainingData(Section):
         "for, training/oracle.py `copyable_gold`; no generator call): a curriculum where asking for the right visible "
         "title is the only way to a positive retrieval_gain. The held-out questions are not filtered.",
     )
-    copyable_places: list[Literal["question", "documents"]] = Field(
-        ["question", "documents"], min_length=1,
+    copyable_places: list[CopyablePlace] = Field(
+        list(COPYABLE_PLACES), min_length=1,
         description="With keep_copyable: where the missing gold title may be visible for a question to be kept "
         "(training/oracle.py `missing_gold_place`; a question whose missing title is in the question counts as "
         "'question'). [\"documents\"] keeps only the questions whose missing title shows in a retrieved document's "
@@ -104,10 +109,14 @@ class TrainingData(Section):
 
     @model_validator(mode="after")
     def _places_need_the_filter(self) -> TrainingData:
-        if set(self.copyable_places) != {"question", "documents"} and not self.keep_copyable:
+        if self.narrows_copyable() and not self.keep_copyable:
             raise ValueError("copyable_places narrows training.data.keep_copyable, which is off: set keep_copyable = "
                              "true (or leave copyable_places at its default)")
         return self
+
+    def narrows_copyable(self) -> bool:
+        """Whether copyable_places leaves out a place keep_copyable keeps by default."""
+        return set(self.copyable_places) != set(COPYABLE_PLACES)
 
 
 class TrainingHeldout(Section):

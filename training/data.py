@@ -403,7 +403,7 @@ def data_filters(cfg: TrainSettings) -> dict[str, bool | list[str]]:
         "drop_yes_no": d.drop_yes_no, "keep_baseline_zero": d.keep_baseline_zero, "keep_answerable": d.keep_answerable}
     if d.keep_copyable:  # only when on: directories prepared before the filter existed stay prepared
         out["keep_copyable"] = True
-        if set(d.copyable_places) != {"question", "documents"}:  # likewise: only when narrowed
+        if d.narrows_copyable():  # likewise: only when narrowed
             out["copyable_places"] = sorted(d.copyable_places)
     return out
 

@@ -186,7 +186,7 @@ def test_query_kinds_and_the_module_doctests() -> None:
     assert tc.query_kind("Ostmark", "Where?", top, []) == "other_visible"  # visible, but not a missing gold title
 
 
-def test_report_tiers_keep_a_run_in_progress_out_of_the_tables() -> None:
+def test_report_tiers_never_let_a_run_in_progress_shrink_the_tables() -> None:
     """The report's tables: one per finished length, longest first; a run short of its length is listed apart and joins
     only the tables it already covers, instead of cutting every table to its prefix (the 1.5B's table fell from 100 to 32 questions while A0 was running)."""
     tiers, running = tc.report_tiers({
