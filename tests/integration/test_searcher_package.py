@@ -32,10 +32,12 @@ def test_a_trained_searcher_from_the_searcher_package_alone(tmp_path: Path) -> N
     index = build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "indexes" / "wiki")
     searcher = build_trained_searcher(RESULTS / "policy", index=index)
     assert isinstance(searcher, S3Searcher)
-    assert (searcher.cfg.max_turns, searcher.cfg.k, searcher.cfg.max_new_tokens) == (3, 3, 48)  # its searcher.json
+    assert (searcher.cfg.max_turns, searcher.cfg.k, searcher.cfg.max_new_tokens) == (3, 8, 48)  # its searcher.json
+    assert (searcher.cfg.additive, searcher.cfg.context_cap) == (True, 5)
     result = searcher.search_one("Who directed the film about the inventor of the Earthship?")
     assert result.error is None and result.documents
     assert {d.id for d in result.documents} <= {d.id for d in DOCS} and len(result.steps) <= 3
+    assert len(result.documents) <= 5  # the cap it was trained with
 
 
 def test_an_adapter_without_tokenizer_files_loads_with_its_bases() -> None:

@@ -93,8 +93,8 @@ def test_dry_run_with_an_unpriced_model_names_it(tmp_path: Path) -> None:
 
 
 def test_a_missing_training_index_is_not_rebuilt_from_a_corpus_that_is_not_there(tmp_path: Path) -> None:
-    """The committed transfer policy, as a fresh clone has it (no ../data/corpus.jsonl, no index): the advice is
-    the policy README's command and --index, never `s3 index build --corpus ../data/corpus.jsonl`."""
+    """The committed transfer policy, as a fresh clone has it (no training corpus, no index): the advice is the policy
+    README's command and --index, never an `s3 index build --corpus` of a corpus that is not there."""
     from searcher.config import RetrieverConfig, SearcherConfig
     from searcher.trained import apply_record, find_record
 
@@ -104,15 +104,15 @@ def test_a_missing_training_index_is_not_rebuilt_from_a_corpus_that_is_not_there
     record = json.loads((src / "searcher.json").read_text())
     (policy / "searcher.json").write_text(json.dumps(record))
     readme = (src / "README.md").read_text() if (src / "README.md").is_file() else (
-        "rebuilt by `s3 prepare-training --config configs/transfer.toml`")
+        "rebuilt by `s3 prepare-training --config configs/transfer3.toml`")
     (policy / "README.md").write_text(readme)
     found = find_record(policy)
     assert found is not None
     with pytest.raises(ConfigError) as e:
         apply_record(found[0], found[1], SearcherConfig(), RetrieverConfig())
     msg = str(e.value)
-    assert "index build --corpus ../data/corpus.jsonl" not in msg, msg
-    assert "s3 prepare-training --config configs/transfer.toml" in msg and "--index DIR" in msg, msg
+    assert record["retriever"]["rebuild"] not in msg, msg  # its corpus is not there
+    assert "s3 prepare-training --config configs/transfer3.toml" in msg and "--index DIR" in msg, msg
     assert "so is the corpus it was built from" in msg
 
 
@@ -125,6 +125,8 @@ def test_a_missing_index_whose_corpus_is_there_keeps_the_recorded_rebuild(tmp_pa
     (tmp_path / "run" / "data").mkdir()
     (tmp_path / "run" / "data" / "corpus.jsonl").write_text('{"id": "a", "contents": "x"}\n')
     record = json.loads((REPO / "benchmarks/results/transfer/policy/searcher.json").read_text())
+    record["retriever"].update(index="../data/index",
+                               rebuild="s3 index build --corpus ../data/corpus.jsonl --backend bm25 --out ../data/index")
     (policy / "searcher.json").write_text(json.dumps(record))
     found = find_record(policy)
     assert found is not None
