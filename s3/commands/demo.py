@@ -235,7 +235,8 @@ def run_demo(args: argparse.Namespace, cfg: S3Config) -> int:
         "methods": methods,
         "gbr": None if naive is None or s3acc is None else s3acc - naive,
         "generator": cfg.generator.model,
-        "searcher": {"model": cfg.searcher.model, "policy": None if policy is None else _shown(policy),
+        "searcher": {"model": cfg.searcher.model if policy is None else None,  # a trained one: its policy folder
+                     "policy": None if policy is None else _shown(policy),
                      "preset": None if args.paper_profile or policy is not None else "cpu",
                      "additive": cfg.searcher.additive, "context_cap": cfg.searcher.context_cap,
                      "min_turns": cfg.searcher.min_turns, "k": cfg.searcher.k, "max_turns": cfg.searcher.max_turns,
