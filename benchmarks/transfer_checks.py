@@ -39,11 +39,18 @@ WORK = ROOT / "runs" / "transfer3" / "hotpotqa_dev500"  # data and index: rebuil
 RESULTS = ROOT / "benchmarks" / "results" / "transfer3" / "checks"
 GENERATORS = {"qwen15": "local/qwen2.5-coder-1.5b-instruct", "qwen05": "local/qwen2.5-coder-0.5b-instruct"}
 CAPS = (16, 32, 48)
+# the issue's other datasets, for naive RAG and the trained searcher (`run METHOD --dataset NAME`): each its own bm25
+# index over its own paragraphs, its runs under RESULTS/<NAME>/runs/<generator>/<METHOD>
+OTHER = {"musique_dev200": ("musique", ROOT.parent / "shared" / "data" / "musique_dev200" / "musique.json"),
+         "2wiki_dev200": ("2wiki", ROOT.parent / "shared" / "data" / "2wiki_dev200" / "wikihop.json")}
+OTHER_METHODS = ("naive_rag_top", "no_retrieval", "policy_")
 
 
 def _s3(*args: str) -> None:
     print("+ s3 " + " ".join(args), flush=True)
-    subprocess.run([sys.executable, "-m", "s3.cli", *args], check=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-m", "s3.cli", *args], check=False, cwd=ROOT)
+    if done.returncode:  # s3 printed why; no second traceback here
+        raise SystemExit(f"s3 {args[0]} exited with {done.returncode}")
 
 
 def _cfg() -> Any:
@@ -106,14 +113,35 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
     return stats
 
 
-def _run_dir(gen: str, method: str) -> Path:
-    return RESULTS / "runs" / gen / method
+def _run_dir(gen: str, method: str, dataset: str = "hotpotqa_dev500") -> Path:
+    return (RESULTS if dataset == "hotpotqa_dev500" else RESULTS / dataset) / "runs" / gen / method
 
 
-def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str | None, additive: list[str]) -> None:
+def _work(dataset: str) -> Path:
+    return WORK if dataset == "hotpotqa_dev500" else WORK.parent / dataset
+
+
+def _prepare_other(dataset: str) -> None:
+    """musique_dev200 / 2wiki_dev200: the prepared data and a bm25 index over its paragraphs (once; no contexts files:
+    only naive RAG and the trained searcher run there)."""
+    fmt, raw = OTHER[dataset]
+    data, index = _work(dataset) / "data", _work(dataset) / "index"
+    if not (data / "corpus.jsonl").is_file():
+        _s3("data", "prepare", fmt, "--input", str(raw), "--out", str(data))
+    if not index.is_dir():
+        _s3("index", "build", "--config", str(CONFIG), "--corpus", str(data / "corpus.jsonl"), "--out", str(index))
+
+
+def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str | None, additive: list[str],
+        dataset: str = "hotpotqa_dev500") -> None:
     """One resumable `s3 eval` run of a check with a generator."""
-    data, index = WORK / "data", WORK / "index"
-    if not (index.is_dir() and (RESULTS / "contexts" / "a1.jsonl").is_file()):
+    data, index = _work(dataset) / "data", _work(dataset) / "index"
+    if dataset != "hotpotqa_dev500":
+        if not method.startswith(OTHER_METHODS):
+            raise SystemExit(f"{dataset} runs naive_rag_topN, no_retrieval and policy_NAME (the checks' contexts "
+                             f"files are hotpotqa_dev500's), not {method!r}")
+        _prepare_other(dataset)
+    elif not (index.is_dir() and (RESULTS / "contexts" / "a1.jsonl").is_file()):
         raise SystemExit("run `benchmarks/transfer_checks.py prepare` first")
     sets = [f"generator.model={GENERATORS[gen]}"]
     if max_tokens is not None:
@@ -146,13 +174,13 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
         raise SystemExit(f"unknown method {method!r}: naive_rag_topN, no_retrieval, untrained, a1, heuristic, a0 or "
                          "policy_NAME")
     name = method if max_tokens in (None, _cfg().generator.max_tokens) else f"{method}_mt{max_tokens}"
-    summary = _run_dir(gen, name) / "summary.json"
+    summary = _run_dir(gen, name, dataset) / "summary.json"
     done = json.loads(summary.read_text()) if summary.is_file() else {}
     if done.get("n_scored", 0) >= limit and not done.get("n_failed") and not done.get("n_missing"):
         print(f"= {gen}/{name}: {done['n_scored']} questions already scored", flush=True)
         return
     _s3("eval", "--config", str(CONFIG), *[x for s in sets for x in ("--set", s)], "--dataset", str(data),
-        "--index", str(index), "--limit", str(limit), "--out", str(_run_dir(gen, name)), "--no-progress",
+        "--index", str(index), "--limit", str(limit), "--out", str(_run_dir(gen, name, dataset)), "--no-progress",
         "--method", *margs)
 
 
@@ -229,8 +257,29 @@ def report() -> dict[str, Any]:
         lines.append("")
     places = _places()
     st_words = out.get("contexts", {}).get("visible_words", tc.VISIBLE_WORDS)
+    out["generators"] = _generator_tables("hotpotqa_dev500", lines, places, st_words)
+    if out["generators"]:
+        _plot(out["generators"], RESULTS / "checks.png")
+        lines += ["![GenAcc and paired differences](checks.png)", ""]
+    for dataset in OTHER:
+        head = [f"# {dataset}: naive RAG and the trained searcher", "",
+                f"Its own bm25 index over its paragraphs (`run METHOD --dataset {dataset}`); the searcher was trained on "
+                "HotpotQA questions only.", ""]
+        tables = _generator_tables(dataset, head, None, st_words)
+        if tables:
+            out.setdefault("datasets", {})[dataset] = tables
+            lines += head
+    (RESULTS / "report.md").write_text("\n".join(lines), encoding="utf-8")
+    (RESULTS / "report.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    return out
+
+
+def _generator_tables(dataset: str, lines: list[str], places: Any, st_words: int) -> dict[str, Any]:
+    """One dataset's paired tables per generator (appended to `lines`), over the questions its runs share."""
+    found: dict[str, Any] = {}
     for gen, model in GENERATORS.items():
-        base = RESULTS / "runs" / gen
+        base = _run_dir(gen, "", dataset)
         if not base.is_dir():
             continue
         runs = {p.name: _rows(p) for p in sorted(base.iterdir()) if p.is_dir() and "_mt" not in p.name}
@@ -244,7 +293,7 @@ def report() -> dict[str, Any]:
         tables: list[dict[str, Any]] = []
         for n, members in tiers:
             sub = {m: runs[m] for m in members}
-            ids = _common_ids(sub)[:n]
+            ids = _common_ids(sub, dataset)[:n]
             baselines = ["naive_rag_top3",  # the equal-documents controls, and the bar a trained searcher must clear
                          *[m for m in members if m.startswith("naive_rag_top") and m != "naive_rag_top3"],
                          *[m for m in members if m == "heuristic"]]
@@ -259,15 +308,9 @@ def report() -> dict[str, Any]:
             lines += ["Still running (in the tables of the questions they already scored): " + ", ".join(
                 f"{m} ({s} of {a} questions)" for m, (s, a) in running.items()), ""]
         if tables:  # the longest table first; "questions" / "methods" are that table's
-            out["generators"][gen] = {"model": model, **tables[0], "tables": tables,
-                                      "in_progress": {m: {"scored": s, "asked": a} for m, (s, a) in running.items()}}
-    if out["generators"]:
-        _plot(out["generators"], RESULTS / "checks.png")
-        lines += ["![GenAcc and paired differences](checks.png)", ""]
-    (RESULTS / "report.md").write_text("\n".join(lines), encoding="utf-8")
-    (RESULTS / "report.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
-    print("\n".join(lines))
-    return out
+            found[gen] = {"model": model, **tables[0], "tables": tables,
+                          "in_progress": {m: {"scored": s, "asked": a} for m, (s, a) in running.items()}}
+    return found
 
 
 def _places() -> tuple[dict[str, str], dict[str, set[str]]] | None:
@@ -311,12 +354,12 @@ def _asked(run_dir: Path) -> int:
     return 0
 
 
-def _common_ids(runs: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+def _common_ids(runs: dict[str, dict[str, dict[str, Any]]], dataset: str = "hotpotqa_dev500") -> list[str]:
     """The question ids every run scored, in dataset order (the first n questions when the runs are prefixes)."""
     from eval.harness import load_dataset
 
-    order = [q.id for q in load_dataset(WORK / "data").questions] if (WORK / "data").is_dir() else sorted(
-        next(iter(runs.values())))
+    data = _work(dataset) / "data"
+    order = [q.id for q in load_dataset(data).questions] if data.is_dir() else sorted(next(iter(runs.values())))
     return [i for i in order if all(i in r for r in runs.values())]
 
 
@@ -389,6 +432,8 @@ def main() -> int:
     r.add_argument("method")
     r.add_argument("--generator", choices=GENERATORS, default="qwen15")
     r.add_argument("--limit", type=int, default=300)
+    r.add_argument("--dataset", choices=["hotpotqa_dev500", *OTHER], default="hotpotqa_dev500",
+                   help="musique_dev200 / 2wiki_dev200: naive_rag_topN, no_retrieval and policy_NAME only")
     r.add_argument("--max-tokens", type=int, default=None, help="override configs/transfer3.toml's max_tokens")
     r.add_argument("--policy", default=None, help="a0 / policy_NAME: the policy directory")
     r.add_argument("--additive", action="append", default=[], metavar="KEY=VALUE",
@@ -402,7 +447,7 @@ def main() -> int:
     if a.stage == "prepare":
         prepare(a.visible_words, a.cap, a.k)
     elif a.stage == "run":
-        run(a.method, a.generator, a.limit, a.max_tokens, a.policy, a.additive)
+        run(a.method, a.generator, a.limit, a.max_tokens, a.policy, a.additive, a.dataset)
     elif a.stage == "max-tokens":
         if a.measure_at < max(c for c in CAPS if c <= a.measure_at):
             raise SystemExit("--measure-at must be at least the largest cap measured")

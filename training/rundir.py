@@ -243,14 +243,18 @@ def export_policy(checkpoint: str | Path, out: str | Path, base_model: str | Non
     return out
 
 
-def export_adapter(model: str | Path, base_model: str, out: str | Path, rank: int, tol: float = 1e-3) -> dict[str, Any]:
+def export_adapter(model: str | Path, base_model: str, out: str | Path, rank: int, tol: float = 1e-3,
+                   dtype: str = "float16") -> dict[str, Any]:
     """A merged policy as one small LoRA adapter on `base_model`: what ships when a run started from an earlier merged
     run (phase 1d: the warm-up's adapter merged, then a fresh one trained), whose plain model dir is 0.5 GB. Every
     tensor of `model` must equal the base's except 2-D linear weights; each changed one becomes the rank-`rank`
     truncated SVD of its difference (B = U·sqrt(S), A = sqrt(S)·Vh; lora_alpha = rank, so the scale is 1). Two merged
-    rank-8 adapters are exactly rank 16. Raises S3Error when anything else changed or when a layer's remainder (the
-    norm of the dropped singular values over the difference's) exceeds `tol`. Returns the layer count, the largest
-    remainder and the adapter's size."""
+    rank-8 adapters are exactly rank 16. The factors are stored as `dtype` (float16 by default: half float32's bytes,
+    and its 10-bit mantissa keeps the rounding near 2e-4 of the difference, where bfloat16's 7 bits would cost ~2e-3).
+    Raises S3Error when anything else changed or when a layer's remainder (the norm of what the stored factors miss,
+    truncation and rounding together, over the difference's) exceeds `tol`. `model` may itself be an adapter on
+    `base_model` (re-exported at another rank or dtype). Returns the layer count, the largest remainder and the
+    adapter's size."""
     import torch
     from peft import LoraConfig
     from safetensors.torch import save_file
@@ -259,14 +263,22 @@ def export_adapter(model: str | Path, base_model: str, out: str | Path, rank: in
     from searcher.policy.transformers_policy import resolve_checkpoint
 
     out = Path(out)
+    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    if dtype not in dtypes:
+        raise S3Error(f"dtype {dtype!r}: choose one of {', '.join(dtypes)}")
     if out.exists():
         raise S3Error(f"{out} exists; choose a new directory")
     where = resolve_checkpoint(str(model))
     base_dir = resolve_checkpoint(base_model)
-    if isinstance(where, Path) and (where / "adapter_config.json").is_file():
-        raise S3Error(f"{where} is already an adapter")
-    tuned = AutoModelForCausalLM.from_pretrained(str(where), dtype=torch.float32)
     base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    if isinstance(where, Path) and (where / "adapter_config.json").is_file():
+        # an adapter already (re-exported at another rank or dtype): merged on a second copy of the base first
+        from peft import PeftModel
+
+        fresh = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+        tuned = PeftModel.from_pretrained(fresh, str(where)).merge_and_unload()
+    else:
+        tuned = AutoModelForCausalLM.from_pretrained(str(where), dtype=torch.float32)
     linear = {name for name, mod in base.named_modules() if isinstance(mod, torch.nn.Linear)}
     base_sd = base.state_dict()
     tensors: dict[str, Any] = {}
@@ -283,14 +295,17 @@ def export_adapter(model: str | Path, base_model: str, out: str | Path, rank: in
             raise S3Error(f"{name} differs from {base_model} and is not a LoRA target (a linear layer's weight): "
                           "not an adapter's merge")
         u, s, vh = torch.linalg.svd(diff, full_matrices=False)
-        rest = float(s[rank:].norm() / s.norm())
+        root = s[:rank].sqrt()
+        lora_b = (u[:, :rank] * root).to(dtypes[dtype]).contiguous()
+        lora_a = (root[:, None] * vh[:rank]).to(dtypes[dtype]).contiguous()
+        rest = float((diff - lora_b.double() @ lora_a.double()).norm() / diff.norm())
         worst = max(worst, rest)
         if rest > tol:
-            raise S3Error(f"{name}: a rank-{rank} adapter leaves {rest:.2e} of the difference (> {tol:g}); "
-                          f"raise the rank (the difference has {int((s > s[0] * 1e-6).sum())} singular values)")
-        root = s[:rank].sqrt()
-        tensors[f"base_model.model.{module}.lora_B.weight"] = (u[:, :rank] * root).float().contiguous()
-        tensors[f"base_model.model.{module}.lora_A.weight"] = (root[:, None] * vh[:rank]).float().contiguous()
+            raise S3Error(f"{name}: a rank-{rank} {dtype} adapter leaves {rest:.2e} of the difference (> {tol:g}); "
+                          f"raise the rank (the difference has {int((s > s[0] * 1e-6).sum())} singular values) "
+                          "or store float32")
+        tensors[f"base_model.model.{module}.lora_B.weight"] = lora_b
+        tensors[f"base_model.model.{module}.lora_A.weight"] = lora_a
         targets.add(module.rsplit(".", 1)[-1])
     if not targets:
         raise S3Error(f"{where} equals {base_model}: nothing to export")

@@ -45,7 +45,7 @@ def test_two_merged_adapters_ship_as_one_rank_8_adapter_with_the_same_logits(tmp
 
     base = _tiny(tmp_path / "base")
     twice = _merge_adapter(_merge_adapter(base, tmp_path / "once", 1), tmp_path / "twice", 2)
-    info = export_adapter(twice, str(base), tmp_path / "adapter", rank=8)
+    info = export_adapter(twice, str(base), tmp_path / "adapter", rank=8, dtype="float32")
     assert info["layers"] == 2 * 7 and info["max_remainder"] < 1e-5
     assert set(info["targets"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     ids = torch.tensor([[1, 5, 9, 3, 7, 2]])
@@ -63,7 +63,7 @@ def test_too_small_a_rank_and_a_changed_non_linear_tensor_are_refused_by_name(tm
 
     base = _tiny(tmp_path / "base")
     twice = _merge_adapter(_merge_adapter(base, tmp_path / "once", 1), tmp_path / "twice", 2)
-    with pytest.raises(S3Error, match=r"rank-4 adapter leaves .* raise the rank"):
+    with pytest.raises(S3Error, match=r"rank-4 float16 adapter leaves .* raise the rank"):
         export_adapter(twice, str(base), tmp_path / "a4", rank=4)
     model = transformers.AutoModelForCausalLM.from_pretrained(str(base))
     model.model.norm.weight.data += 0.1
@@ -72,3 +72,30 @@ def test_too_small_a_rank_and_a_changed_non_linear_tensor_are_refused_by_name(tm
         export_adapter(tmp_path / "norm", str(base), tmp_path / "a8", rank=8)
     with pytest.raises(S3Error, match="nothing to export"):
         export_adapter(base, str(base), tmp_path / "same", rank=8)
+
+
+def test_the_default_float16_adapter_is_half_the_bytes_and_its_rounding_is_measured(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from training.rundir import export_adapter
+
+    base = _tiny(tmp_path / "base")
+    twice = _merge_adapter(_merge_adapter(base, tmp_path / "once", 1), tmp_path / "twice", 2)
+    f32 = export_adapter(twice, str(base), tmp_path / "a32", rank=8, dtype="float32")
+    f16 = export_adapter(twice, str(base), tmp_path / "a16", rank=8)
+    assert {t.dtype for t in load_file(str(tmp_path / "a16" / "adapter_model.safetensors")).values()} == {torch.float16}
+    assert f16["bytes"] < 0.6 * f32["bytes"]
+    # the remainder now counts the rounding: above the exact rank-8 truncation, below the tolerance
+    assert f32["max_remainder"] < 1e-5 < f16["max_remainder"] < 1e-3
+    ids = torch.tensor([[1, 5, 9, 3, 7, 2]])
+    want = _logits(transformers.AutoModelForCausalLM.from_pretrained(str(twice)), ids)
+    loaded = peft.PeftModel.from_pretrained(transformers.AutoModelForCausalLM.from_pretrained(str(base)),
+                                            str(tmp_path / "a16"))
+    assert torch.allclose(_logits(loaded, ids), want, atol=1e-3)
+    # the float32 adapter itself re-exported: merged on the base, the same rank-8 factors, rounded the same way
+    again = export_adapter(tmp_path / "a32", str(base), tmp_path / "again", rank=8)
+    assert again["bytes"] == f16["bytes"] and abs(again["max_remainder"] - f16["max_remainder"]) < 1e-4
+    with pytest.raises(S3Error, match=r"rank-8 bfloat16 adapter leaves .* store float32"):
+        export_adapter(twice, str(base), tmp_path / "abf", rank=8, tol=1e-4, dtype="bfloat16")
+    with pytest.raises(S3Error, match="dtype 'int8'"):
+        export_adapter(twice, str(base), tmp_path / "a8", rank=8, dtype="int8")

@@ -99,16 +99,20 @@ def test_trained_settings_apply_the_record_and_load_the_policy_in_process(tmp_pa
 
     policy = ROOT / "benchmarks" / "results" / "transfer" / "policy"
     mine = tmp_path / "mine"
+    record = json.loads((policy / "searcher.json").read_text())
     scfg, rcfg, index = trained_settings(policy, SearcherConfig(max_turns=1), RetrieverConfig(), index=mine)
-    # searcher.json: 3 turns x k = 3, up to 3 selected, 48-token passages and replies; the explicit index wins
-    assert (scfg.max_turns, scfg.k, scfg.max_select, scfg.doc_token_budget, scfg.max_new_tokens) == (3, 3, 3, 48, 48)
-    assert (rcfg.backend, rcfg.k, index) == ("bm25", 3, mine)
+    # every searcher.json setting replaces the default (max_turns=1 here is a default, not a flag); the explicit
+    # index wins over the recorded one
+    rec = record["searcher"]
+    assert rec["max_turns"] != 1
+    for name in ("max_turns", "k", "max_select", "doc_token_budget", "max_new_tokens", "context_cap", "additive"):
+        assert getattr(scfg, name) == rec[name], name
+    assert (rcfg.backend, rcfg.k, index) == (record["retriever"]["backend"], record["retriever"]["k"], mine)
     assert (scfg.policy, scfg.policy_path) == ("transformers", str(policy.resolve()))
     keep, _, _ = trained_settings(policy, SearcherConfig(max_turns=1, policy="vllm"), RetrieverConfig(),
                                   explicit={"searcher.max_turns", "searcher.policy"}, index=mine)
     assert (keep.max_turns, keep.policy) == (1, "vllm")
     # no index given: the recorded one, which a clone has not built yet; the error says how to rebuild it
-    record = json.loads((policy / "searcher.json").read_text())
     if not (policy / record["retriever"]["index"]).is_dir():
         with pytest.raises(ConfigError, match=r"which is missing.*s3 index build"):
             trained_settings(policy, SearcherConfig(), RetrieverConfig())
