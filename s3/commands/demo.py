@@ -183,11 +183,8 @@ def run_demo(args: argparse.Namespace, cfg: S3Config) -> int:
     n = args.limit if args.limit is not None else (QUICK_N if args.quick else None)
     if not args.paper_profile:  # the cpu preset's searcher settings (configs/cpu.toml) over the loaded config
         cfg.searcher = cfg.searcher.model_copy(update=preset_section("cpu", "searcher"))
-    if args.quick:
-        cfg.searcher.max_turns = min(cfg.searcher.max_turns, 1)
     if args.min_turns < 0:
         raise ConfigError(f"--min-turns must be >= 0, got {args.min_turns}")
-    cfg.searcher.min_turns = min(args.min_turns, cfg.searcher.max_turns)
     policy = demo_policy(args)
     if cfg.generator.cache_path and not Path(cfg.generator.cache_path).is_absolute():
         cfg.generator.cache_path = str(out / "llm_cache.sqlite")  # a fresh --out measures fresh calls
@@ -201,11 +198,13 @@ def run_demo(args: argparse.Namespace, cfg: S3Config) -> int:
     if policy is not None:
         from s3.build import trained_config
 
-        # the loop it was trained with (its searcher.json, min_turns included), over the demo's index; --quick keeps
-        # one turn
+        # the loop it was trained with (its searcher.json, min_turns included), over the demo's index
         cfg, _ = trained_config(cfg, policy, index)
-        if args.quick:
-            cfg.searcher.max_turns = min(cfg.searcher.max_turns, 1)
+    else:
+        cfg.searcher.min_turns = args.min_turns
+    if args.quick:  # one search turn, whichever searcher
+        cfg.searcher.max_turns = min(cfg.searcher.max_turns, 1)
+    cfg.searcher.min_turns = min(cfg.searcher.min_turns, cfg.searcher.max_turns)
     searcher_label = f"s3 searcher (trained: {_shown(policy)})" if policy is not None else "s3 searcher (untrained)"
 
     methods: dict[str, dict[str, Any]] = {}
