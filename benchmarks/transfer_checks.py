@@ -5,6 +5,9 @@
     S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py run METHOD --generator qwen15 --limit 300
     .venv/bin/python benchmarks/transfer_checks.py max-tokens --generator qwen15 --limit 100 --measure-at 48
     .venv/bin/python benchmarks/transfer_checks.py report     # report.md, report.json, checks.png
+    S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py run naive_rag_top3 --dataset musique_dev200 \
+        --limit 100                                           # the other datasets (2wiki_dev200 too): own data,
+                                                              # index, runs under checks/<dataset>/runs/
 
 METHOD: naive_rag_top3 | naive_rag_topN (N = 4, 5, ...: the retriever's top-N) | no_retrieval | untrained (the base
 searcher model, smollm2-135m-instruct, in the same additive loop; --additive searcher.policy=vllm) | a1 | heuristic | a0 (attempt 2's
