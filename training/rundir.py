@@ -272,11 +272,13 @@ def export_adapter(model: str | Path, base_model: str, out: str | Path, rank: in
     base_dir = resolve_checkpoint(base_model)
     base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
     if isinstance(where, Path) and (where / "adapter_config.json").is_file():
-        # an adapter already (re-exported at another rank or dtype): merged on a second copy of the base first
+        # an adapter already (re-exported at another rank or dtype): merged on a copy of the base (merging changes
+        # the model it wraps)
+        import copy
+
         from peft import PeftModel
 
-        fresh = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-        tuned = PeftModel.from_pretrained(fresh, str(where)).merge_and_unload()
+        tuned = PeftModel.from_pretrained(copy.deepcopy(base), str(where)).merge_and_unload()
     else:
         tuned = AutoModelForCausalLM.from_pretrained(str(where), dtype=torch.float32)
     linear = {name for name, mod in base.named_modules() if isinstance(mod, torch.nn.Linear)}
@@ -302,8 +304,8 @@ def export_adapter(model: str | Path, base_model: str, out: str | Path, rank: in
         worst = max(worst, rest)
         if rest > tol:
             raise S3Error(f"{name}: a rank-{rank} {dtype} adapter leaves {rest:.2e} of the difference (> {tol:g}); "
-                          f"raise the rank (the difference has {int((s > s[0] * 1e-6).sum())} singular values) "
-                          "or store float32")
+                          f"raise the rank (the difference has {int((s > s[0] * 1e-6).sum())} singular values)"
+                          + ("" if dtype == "float32" else " or store float32"))
         tensors[f"base_model.model.{module}.lora_B.weight"] = lora_b
         tensors[f"base_model.model.{module}.lora_A.weight"] = lora_a
         targets.add(module.rsplit(".", 1)[-1])
