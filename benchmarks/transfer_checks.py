@@ -146,44 +146,22 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
         _prepare_other(dataset)
     elif not (index.is_dir() and (RESULTS / "contexts" / "a1.jsonl").is_file()):
         raise SystemExit("run `benchmarks/transfer_checks.py prepare` first")
-    sets = [f"generator.model={GENERATORS[gen]}"]
+    try:
+        margs, method_sets, uses_index = tc.eval_method_args(method, RESULTS / "contexts", policy, additive)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    sets = [f"generator.model={GENERATORS[gen]}", *method_sets]
     if max_tokens is not None:
-        sets.append(f"generator.max_tokens={max_tokens}")
-    if method.startswith("naive_rag_top"):
-        n = method.removeprefix("naive_rag_top")
-        if not n.isdigit() or int(n) < 1:
-            raise SystemExit(f"naive_rag_topN takes N >= 1, got {method!r}")
-        margs, sets = ["naive_rag"], [*sets, f"retriever.k={n}"]
-    elif method == "no_retrieval":
-        margs = ["no_retrieval"]
-    elif method == "untrained":
-        # the base searcher model with the same additive loop (configs/transfer3.toml [searcher]), greedy
-        margs, sets = ["searcher"], [*sets, *additive]
-    elif method in ("a1", "heuristic"):
-        margs = ["searcher", "--contexts", str(RESULTS / "contexts" / f"{method}.jsonl")]
-    elif method == "a0":
-        if policy is None or not additive:
-            raise SystemExit("a0 needs --policy DIR (attempt 2's policy) and --additive KEY=VALUE (the searcher's "
-                             "additive setting, e.g. searcher.<field>=true)")
-        margs = ["searcher"]
-        sets += [f"searcher.policy_path={policy}", *additive]
-    elif method.startswith("policy_") and len(method) > len("policy_"):
-        # a searcher trained under configs/transfer3.toml (its [searcher] loop: additive, cap 5, 8:3:3), greedy
-        if policy is None:
-            raise SystemExit(f"{method} needs --policy DIR (a checkpoint's policy/ folder or an exported policy)")
-        margs = ["searcher"]
-        sets += [f"searcher.policy_path={policy}", *additive]
-    else:
-        raise SystemExit(f"unknown method {method!r}: naive_rag_topN, no_retrieval, untrained, a1, heuristic, a0 or "
-                         "policy_NAME")
+        sets.insert(1, f"generator.max_tokens={max_tokens}")
     name = method if max_tokens in (None, _cfg().generator.max_tokens) else f"{method}_mt{max_tokens}"
     summary = _run_dir(gen, name, dataset) / "summary.json"
     done = json.loads(summary.read_text()) if summary.is_file() else {}
     if done.get("n_scored", 0) >= limit and not done.get("n_failed") and not done.get("n_missing"):
         print(f"= {gen}/{name}: {done['n_scored']} questions already scored", flush=True)
         return
+    index_args = ["--index", str(index)] if uses_index else []  # `s3 eval` refuses an index it would not use
     _s3("eval", "--config", str(CONFIG), *[x for s in sets for x in ("--set", s)], "--dataset", str(data),
-        "--index", str(index), "--limit", str(limit), "--out", str(_run_dir(gen, name, dataset)), "--no-progress",
+        *index_args, "--limit", str(limit), "--out", str(_run_dir(gen, name, dataset)), "--no-progress",
         "--method", *margs)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from eval.stats import mean_ci, paired_diff_ci
@@ -240,6 +241,51 @@ def heuristic_documents(
                     have.add(d.id)
                     added_by[d.id] = span
     return HeuristicResult(docs, spans, added_by)
+
+
+# ------------------------------------------------------------------------------------------------ the runs
+
+
+def eval_method_args(
+    method: str, contexts: Path, policy: str | None = None, extra_sets: Sequence[str] = ()
+) -> tuple[list[str], list[str], bool]:
+    """What one check runs as (`benchmarks/transfer_checks.py run METHOD`): the `s3 eval --method` arguments, the
+    `--set`s beyond the generator's, and whether the run reads the index (no_retrieval does not, and `s3 eval`
+    refuses an `--index` it would not use). `contexts` holds a1.jsonl and heuristic.jsonl; `policy` is a0's and
+    policy_NAME's policy directory; `extra_sets` are a0's additive setting, policy_NAME's and untrained's extra `--set`s.
+    A method it does not know, or one missing what it needs, is a ValueError that says what to pass.
+
+    >>> eval_method_args("naive_rag_top4", Path("c"))
+    (['naive_rag'], ['retriever.k=4'], True)
+    >>> eval_method_args("no_retrieval", Path("c"))
+    (['no_retrieval'], [], False)
+    >>> eval_method_args("policy_x", Path("c"), "p", ["searcher.min_turns=2"])
+    (['searcher'], ['searcher.policy_path=p', 'searcher.min_turns=2'], True)
+    """
+    extra = list(extra_sets)
+    if method.startswith("naive_rag_top"):
+        n = method.removeprefix("naive_rag_top")
+        if not n.isdigit() or int(n) < 1:
+            raise ValueError(f"naive_rag_topN takes N >= 1, got {method!r}")
+        return ["naive_rag"], [f"retriever.k={int(n)}"], True
+    if method == "no_retrieval":
+        return ["no_retrieval"], [], False
+    if method == "untrained":  # the base searcher model in the same additive loop (configs/transfer3.toml), greedy
+        return ["searcher"], extra, True
+    if method in ("a1", "heuristic"):
+        return ["searcher", "--contexts", str(contexts / f"{method}.jsonl")], [], True
+    if method == "a0":
+        if policy is None or not extra:
+            raise ValueError("a0 needs --policy DIR (attempt 2's policy) and --additive KEY=VALUE (the searcher's "
+                             "additive setting, e.g. searcher.<field>=true)")
+        return ["searcher"], [f"searcher.policy_path={policy}", *extra], True
+    if method.startswith("policy_") and len(method) > len("policy_"):
+        # a searcher trained under configs/transfer3.toml (its [searcher] loop: additive, cap 5, 8:3:3), greedy
+        if policy is None:
+            raise ValueError(f"{method} needs --policy DIR (a checkpoint's policy/ folder or an exported policy)")
+        return ["searcher"], [f"searcher.policy_path={policy}", *extra], True
+    raise ValueError(f"unknown method {method!r}: naive_rag_topN, no_retrieval, untrained, a1, heuristic, a0 or "
+                     "policy_NAME")
 
 
 # ------------------------------------------------------------------------------------------------ files and tables

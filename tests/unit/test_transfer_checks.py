@@ -4,6 +4,7 @@ Hand-made data with hand-derived answers; one real BM25 index."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -184,6 +185,24 @@ def test_query_kinds_and_the_module_doctests() -> None:
     assert tc.query_kind("Harrow", "Where?", top, gold) == "top3_title"  # a title without its parenthetical
     assert tc.query_kind("  ", "Where?", top, gold) == "stop"
     assert tc.query_kind("Ostmark", "Where?", top, []) == "other_visible"  # visible, but not a missing gold title
+
+
+def test_each_check_runs_as_its_s3_eval_arguments_and_a_missing_piece_is_named(tmp_path: Path) -> None:
+    """The method -> `s3 eval` mapping: no_retrieval reads no index (`s3 eval` refuses an --index it would not use:
+    the first no_retrieval run stopped there), the contexts files, and errors that say what to pass."""
+    assert tc.eval_method_args("heuristic", tmp_path) == (
+        ["searcher", "--contexts", str(tmp_path / "heuristic.jsonl")], [], True)
+    assert tc.eval_method_args("untrained", tmp_path, None, ["searcher.policy=vllm"]) == (
+        ["searcher"], ["searcher.policy=vllm"], True)
+    assert tc.eval_method_args("a0", tmp_path, "p2", ["searcher.additive=true"])[1] == [
+        "searcher.policy_path=p2", "searcher.additive=true"]
+    for method, policy, extra, says in (
+        ("naive_rag_topx", None, [], "N >= 1"), ("naive_rag_top0", None, [], "N >= 1"),
+        ("a0", "p2", [], "--additive"), ("a0", None, ["searcher.additive=true"], "--policy"),
+        ("policy_", "p", [], "unknown method"), ("policy_x", None, [], "--policy DIR"), ("bm25", None, [], "unknown"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            tc.eval_method_args(method, tmp_path, policy, extra)
 
 
 def test_report_tiers_never_let_a_run_in_progress_shrink_the_tables() -> None:
