@@ -385,7 +385,7 @@ def _plot(gens: dict[str, Any], path: Path) -> None:
         err = [[mu - e["genacc"]["ci95"][0] for e, mu in zip(ms, mean, strict=True)],
                [e["genacc"]["ci95"][1] - mu for e, mu in zip(ms, mean, strict=True)]]
         row[0].bar([e["method"] for e in ms], mean, yerr=err, capsize=4, color="#1f77b4")
-        row[0].set_title(f"{g['model']}: GenAcc (95% CI), n = {g['questions']}")
+        row[0].set_title(f"{g['model'].removeprefix('local/')}: GenAcc (95% CI), n = {g['questions']}", fontsize=10)
         row[0].tick_params(axis="x", rotation=20)
         pairs = [(e["method"], e["vs"]["naive_rag_top3"]) for e in ms
                  if e["vs"].get("naive_rag_top3", {}).get("diff") is not None]
@@ -396,7 +396,7 @@ def _plot(gens: dict[str, Any], path: Path) -> None:
                                   [d["ci95"][1] - d["diff"] for _, d in pairs]])
             row[1].axvline(0.0, color="grey", lw=1, ls="--")
             row[1].set_yticks(ys, [f"{m} - naive_rag_top3" for m, _ in pairs])
-            row[1].set_title(f"{g['model']}: paired GenAcc difference (95% CI)")
+            row[1].set_title(f"{g['model'].removeprefix('local/')}: paired difference (95% CI)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
