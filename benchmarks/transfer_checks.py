@@ -150,9 +150,10 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
         margs, method_sets, uses_index = tc.eval_method_args(method, RESULTS / "contexts", policy, additive)
     except ValueError as e:
         raise SystemExit(str(e)) from None
-    sets = [f"generator.model={GENERATORS[gen]}", *method_sets]
+    sets = [f"generator.model={GENERATORS[gen]}"]
     if max_tokens is not None:
-        sets.insert(1, f"generator.max_tokens={max_tokens}")
+        sets.append(f"generator.max_tokens={max_tokens}")
+    sets += method_sets
     name = method if max_tokens in (None, _cfg().generator.max_tokens) else f"{method}_mt{max_tokens}"
     summary = _run_dir(gen, name, dataset) / "summary.json"
     done = json.loads(summary.read_text()) if summary.is_file() else {}
