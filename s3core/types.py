@@ -89,6 +89,10 @@ class SearchStep(BaseModel):
     retrieval_seconds: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    queries: list[str] | None = Field(
+        default=None, description="Every query searched this turn when the policy gave several (searcher."
+        "queries_per_turn > 1; `query` is the first); None for one query."
+    )
 
 
 class Trajectory(BaseModel):

@@ -47,6 +47,7 @@ from searcher.protocol import (
     search_r1_invalid_observation,
     search_required_observation,
 )
+from searcher.titles import norm, title_variants
 
 __all__ = ["LoopStats", "S3Searcher", "SearchR1Agent", "SupportsSearch", "admission_stats"]
 
@@ -93,6 +94,7 @@ class _Step:
     retrieval_seconds: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    queries: list[str] | None = None
 
     def record(self) -> SearchStep:
         """The finished step as a SearchStep (no copy, no validation: every value was written by the loop with its
@@ -129,6 +131,7 @@ class _Decision(NamedTuple):
     query: str | None = None
     done: bool = False
     observation: str | None = None  # inserted when the action was invalid
+    queries: tuple[str, ...] = ()  # several queries of one turn (searcher.queries_per_turn > 1), query their first
 
 
 _DONE = _Decision(done=True)
@@ -291,7 +294,7 @@ class S3Searcher:
             stats.batch_sizes.append(len(active))
             if len(outs) != len(active):
                 raise RuntimeError(f"policy {self.policy.name} returned {len(outs)} replies for {len(active)} prompts")
-            to_search: list[tuple[_Rollout, str]] = []
+            to_search: list[tuple[_Rollout, tuple[str, ...]]] = []
             record_reply, decide, share, last = self._record_reply, self._decide, dt / len(active), r == T
             for st, out in zip(active, outs, strict=True):
                 record_reply(st, out, share)
@@ -303,7 +306,7 @@ class S3Searcher:
                     st.done = True
                     st.finished_at = time.perf_counter() - t0
                 elif decision.query is not None:
-                    to_search.append((st, decision.query))
+                    to_search.append((st, decision.queries or (decision.query,)))
                 else:
                     # invalid action: tell the policy what was wrong; this turn is used up, no window
                     st.window = []
@@ -311,16 +314,23 @@ class S3Searcher:
                     self._insert(st, decision.observation or "")
             if to_search:
                 tr = time.perf_counter()
-                windows = self.retriever.search([q for _, q in to_search], self._turn_k(cfg))
+                flat = [q for _, qs in to_search for q in qs]
+                k = self._turn_k(cfg)
+                hits = self.retriever.search(flat, k)
                 dr = time.perf_counter() - tr
                 stats.retrieval_seconds += dr
                 stats.retrieval_calls += 1
-                if len(windows) != len(to_search):
-                    raise RuntimeError(f"retriever returned {len(windows)} result lists for {len(to_search)} queries")
+                if len(hits) != len(flat):
+                    raise RuntimeError(f"retriever returned {len(hits)} result lists for {len(flat)} queries")
                 observe, insert, share = self._window_observation, self._insert, dr / len(to_search)
-                for (st, q), docs in zip(to_search, windows, strict=True):
+                at = 0
+                for st, qs in to_search:
+                    n = len(qs)
+                    docs = hits[at] if n == 1 else interleave(qs, hits[at:at + n], k)
+                    at += n
                     st.window = list(docs)
-                    st.step = _Step(turn=r + 1, query=q, retrieved_ids=[d.id for d in docs], retrieval_seconds=share)
+                    st.step = _Step(turn=r + 1, query=qs[0], retrieved_ids=[d.id for d in docs], retrieval_seconds=share,
+                                    queries=list(qs) if n > 1 else None)
                     insert(st, observe(st.window, run))
         now = time.perf_counter() - t0
         results = []
@@ -439,7 +449,9 @@ class S3Searcher:
         return render_information(docs, run.cfg.doc_token_budget, self.count_tokens, cache=run.lines)
 
     def _first_prompt(self, question: str, d0: list[Document] | None, run: _Run) -> str:
-        return build_s3_prompt(question, self._render(d0, run) if d0 is not None else None, run.cfg.max_select)
+        cfg = run.cfg
+        return build_s3_prompt(question, self._render(d0, run) if d0 is not None else None, cfg.max_select,
+                               cfg.queries_per_turn)
 
     def _window_observation(self, docs: list[Document], run: _Run) -> str:
         """The text inserted after a query: the rendered window wrapped in <information> tags, built in one join
@@ -479,6 +491,8 @@ class S3Searcher:
                     return _Decision(observation=search_required_observation(cfg.min_turns))
             return _DONE
         if action.wants_search:
+            if action.queries and cfg.queries_per_turn > 1:
+                return _Decision(action.query, queries=action.queries[: cfg.queries_per_turn])
             return _Decision(action.query)  # positional: the query is the first field (a hot path)
         return _Decision(observation=invalid_observation(action.invalid_reason or "no action"))
 
@@ -533,6 +547,32 @@ class SearchR1Agent(S3Searcher):
             step.search_complete = False
             return _Decision(query=action.query)
         return _Decision(observation=search_r1_invalid_observation(action.invalid_reason or "no action"))
+
+
+def interleave(queries: Sequence[str], ranked: Sequence[Sequence[Document]], k: int) -> list[Document]:
+    """One window from several queries' results: each query's top `k // n` (at least 1) after moving the documents
+    TITLED as the query (`title_variants`, e.g. "Kiss and Tell" finds "Kiss and Tell (1945 film)") to the front of
+    its ranking, taken rank by rank (every query's first, then every second, ...), each document once, at most `k`.
+    A list of queries is a list of candidate titles: the page a title names is what asking for it means.
+
+    >>> d = lambda i: Document(id=i, title=i, text="")
+    >>> [x.id for x in interleave(["x", "f"], [[d("a"), d("b"), d("c")], [d("b"), d("e"), d("f")]], 4)]
+    ['a', 'f', 'b']
+    """
+    per = max(1, k // max(1, len(ranked)))
+    heads = []
+    for q, docs in zip(queries, ranked, strict=True):
+        key = norm(q)
+        titled = [d for d in docs if key in title_variants(d.title)]
+        heads.append((titled + [d for d in docs if d not in titled])[:per] if titled else list(docs[:per]))
+    out: list[Document] = []
+    seen: set[str] = set()
+    for r in range(per):
+        for docs in heads:
+            if r < len(docs) and docs[r].id not in seen and len(out) < k:
+                seen.add(docs[r].id)
+                out.append(docs[r])
+    return out
 
 
 def admission_stats(result: SearchResult) -> dict[str, Any]:

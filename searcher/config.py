@@ -167,6 +167,15 @@ class SearcherConfig(Section):
         description="Search turns required before <search_complete>True is accepted (0 = the paper); an earlier stop "
         "becomes an invalid action whose observation asks for a query. Helps untrained zero-shot searchers.",
     )
+    queries_per_turn: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="Queries the policy may give in one turn as a JSON list (<query>{\"query\": [\"A\", \"B\"]}</query>): "
+        "each is searched, their results interleaved rank by rank (each query's top k // n first) into ONE window of at "
+        "most k documents. 1 = the paper (a list's first query only, the prompt unchanged); more lets a small searcher "
+        "try several candidate spans at once instead of choosing one.",
+    )
     no_selection: Literal["all", "drop"] = Field(
         "all", description="A window without <important_info>: 'all' admits every document (Appendix A.5), 'drop' none."
     )

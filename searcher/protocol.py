@@ -69,6 +69,13 @@ S3_INSTRUCTION = (
     "Note: Only the content between <important_info> will be used by the generation model to produce an answer.\n"
 )
 
+_QUERY_LINE = "You should show the search query between <query> and </query> in JSON format.\n"
+# searcher.queries_per_turn > 1 (not in the paper): several candidate queries in one turn, one window for all of them
+MULTI_QUERY_NOTE = (
+    'You may give up to {n} search queries at once as a JSON list, e.g. <query>{"query": ["[query 1]", "[query 2]"]}'
+    "</query>; their top results come back together in one information window.\n"
+)
+
 # "[An abstractive example of s3 loop]" (Figure 11), shaped like Table 7 of the paper.
 S3_EXAMPLE = (
     "[An abstractive example of s3 loop]\n"
@@ -198,27 +205,32 @@ def _line_body(d: Document, doc_token_budget: int | None, count_tokens: Callable
     return f"(Title: {title}) {text}\n" if text else f"(Title: {title})\n"
 
 
-def build_s3_prompt(question: str, initial_information: str | None, max_select: int = 3) -> str:
+def build_s3_prompt(question: str, initial_information: str | None, max_select: int = 3,
+                    queries_per_turn: int = 1) -> str:
     """The searcher prompt of Figure 11: instruction, the abstractive loop example, `<question>` and (with
-    begin-with-search) the initial `<information>` window D0."""
-    head = f"{_s3_prompt_head(max_select)}<question>\n{question.strip()}\n</question>\n"
+    begin-with-search) the initial `<information>` window D0. With `queries_per_turn` > 1 the instruction says once
+    that a query may be a JSON list of up to that many (MULTI_QUERY_NOTE); at 1 it is the paper's, unchanged."""
+    head = f"{_s3_prompt_head(max_select, queries_per_turn)}<question>\n{question.strip()}\n</question>\n"
     if initial_information is None:
         return head
     return f"{head}<information>\n{initial_information}</information>\n"
 
 
 @functools.lru_cache(maxsize=16)
-def _s3_prompt_head(max_select: int) -> str:
-    """The fixed part of the s3 prompt before the question (built once per max_select: it is ~4 KB)."""
+def _s3_prompt_head(max_select: int, queries_per_turn: int = 1) -> str:
+    """The fixed part of the s3 prompt before the question (built once per setting: it is ~4 KB)."""
+    instruction = S3_INSTRUCTION.replace("{max_select}", str(max_select))
+    if queries_per_turn > 1:
+        instruction = instruction.replace(_QUERY_LINE, _QUERY_LINE + MULTI_QUERY_NOTE.replace("{n}", str(queries_per_turn)))
     return "".join([
-        S3_INSTRUCTION.replace("{max_select}", str(max_select)), "\n", S3_EXAMPLE, "\n",
+        instruction, "\n", S3_EXAMPLE, "\n",
         "Now, start the loop with the following question and initial searched results:\n\n",
     ])
 
 
-def s3_prompt_sha256(max_select: int = 3) -> str:
-    """sha256 of the fixed s3 prompt head (instruction + example) for `max_select`: what a trained searcher saw."""
-    return hashlib.sha256(_s3_prompt_head(max_select).encode("utf-8")).hexdigest()
+def s3_prompt_sha256(max_select: int = 3, queries_per_turn: int = 1) -> str:
+    """sha256 of the fixed s3 prompt head (instruction + example) for these settings: what a trained searcher saw."""
+    return hashlib.sha256(_s3_prompt_head(max_select, queries_per_turn).encode("utf-8")).hexdigest()
 
 
 def build_search_r1_prompt(question: str) -> str:
@@ -306,6 +318,13 @@ def _tag(text: str, name: str) -> str | None:
 
 def _query_from(raw: str) -> str:
     """A query from `<query>` content: JSON {"query": ...} (string, or list -> first string), a JSON string, or raw."""
+    qs = _queries_from(raw)
+    return qs[0] if qs else ""
+
+
+def _queries_from(raw: str) -> list[str]:
+    """Every query of `<query>` content, in order: a JSON list under "query" gives each of its strings once (compared
+    without case, empty ones dropped); anything else gives the one query `_query_from` reads (or none if empty)."""
     s = raw.strip()
     if s.startswith("```"):
         s = s.strip("`").strip()
@@ -318,21 +337,38 @@ def _query_from(raw: str) -> str:
     if isinstance(data, dict):
         q = data.get("query")
         if isinstance(q, list):
-            q = next((x for x in q if isinstance(x, str)), None)
-        if isinstance(q, str):
-            return " ".join(q.split())
+            out: list[str] = []
+            seen: set[str] = set()
+            for x in q:
+                x = " ".join(x.split()) if isinstance(x, str) else ""
+                if x and x.casefold() not in seen:
+                    seen.add(x.casefold())
+                    out.append(x)
+            return out
         if q is None:
             # {"q": "..."} or other key: take the first string value
             q = next((v for v in data.values() if isinstance(v, str)), "")
-            return " ".join(q.split())
-        return " ".join(str(q).split())
+        return _one(q if isinstance(q, str) else str(q))
     if isinstance(data, str):
-        return " ".join(data.split())
+        return _one(data)
+    # a half-written list `{"query": ["A", "B", "C` (the reply ran out of tokens) yields its closed strings, A and B
+    lm = _LIST_HEAD.match(s)
+    if lm:
+        return _queries_from(json.dumps({"query": [x.group(1) for x in _CLOSED_STRING.finditer(s, lm.end())]}))
     # raw text; a half-written JSON object `{"query": "abc` still yields abc
     m = re.match(r'^\{\s*"query"\s*:\s*"(.*?)"?\s*\}?\s*$', s, re.DOTALL)
     if m:
         s = m.group(1)
-    return " ".join(s.split())
+    return _one(s)
+
+
+_LIST_HEAD = re.compile(r'\{\s*"query"\s*:\s*\[')
+_CLOSED_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _one(q: str) -> list[str]:
+    q = " ".join(q.split())
+    return [q] if q else []
 
 
 _INT = re.compile(r"\d+")
@@ -345,6 +381,8 @@ class S3Action(NamedTuple):
     None when the reply has no `<important_info>` tag (then Appendix A.5 or `no_selection` decides).
     dropped_ids: ids that were out of range or beyond max_select.
     invalid_reason: None for a valid action (a query, or search_complete True); otherwise what was wrong.
+    queries: every query of a reply that wrote a JSON list (`{"query": ["A", "B"]}`; `query` is its first), each once;
+    () for a single query. The loop searches more than the first only with searcher.queries_per_turn > 1.
     """
 
     query: str | None = None
@@ -354,6 +392,7 @@ class S3Action(NamedTuple):
     dropped_ids: tuple[int, ...] = ()
     invalid_reason: str | None = None
     notes: tuple[str, ...] = ()
+    queries: tuple[str, ...] = ()
 
     @property
     def is_valid(self) -> bool:
@@ -446,10 +485,17 @@ def _parse_s3_general(text: str, window_size: int, max_select: int) -> S3Action:
 
     # <query>
     query: str | None = None
+    queries: tuple[str, ...] = ()
     q_raw = _tag(text, "query")
     if q_raw is not None:
         qm = _SIMPLE_QUERY.fullmatch(q_raw.strip())
-        query = (" ".join(qm.group(1).split()) if qm else _query_from(q_raw)) or None
+        if qm:
+            query = " ".join(qm.group(1).split()) or None
+        else:
+            qs = _queries_from(q_raw)
+            query = qs[0] if qs else None
+            if len(qs) > 1:
+                queries = tuple(qs)
 
     reason: str | None = None
     if complete is True:
@@ -460,7 +506,7 @@ def _parse_s3_general(text: str, window_size: int, max_select: int) -> S3Action:
         reason = "search not complete but no <query>" if complete is False else "unreadable <search_complete> and no <query>"
     elif not query:
         reason = "empty <query>"
-    return S3Action(query, selected, complete, think, dropped, reason, tuple(notes))
+    return S3Action(query, selected, complete, think, dropped, reason, tuple(notes), queries)
 
 
 @dataclass(frozen=True)

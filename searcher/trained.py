@@ -38,7 +38,7 @@ RECORD_FILE = "searcher.json"
 # (temperature, concurrency, the backend) stay the user's.
 LOOP_KEYS = (
     "begin_with_search", "k", "max_select", "max_turns", "doc_token_budget", "min_turns", "no_selection",
-    "context_cap", "additive", "max_new_tokens",
+    "context_cap", "additive", "max_new_tokens", "queries_per_turn",
 )
 
 
@@ -112,7 +112,7 @@ def make_record(
     return TrainedSearcherRecord(
         base_model=base_model,
         searcher={k: getattr(searcher_cfg, k) for k in LOOP_KEYS},
-        prompt_sha256=s3_prompt_sha256(searcher_cfg.max_select),
+        prompt_sha256=s3_prompt_sha256(searcher_cfg.max_select, searcher_cfg.queries_per_turn),
         retriever=retr,
     )
 

@@ -247,7 +247,8 @@ def oracle_agent(cfg: TrainSettings, examples: list[QAExample], data: TrainingSe
     if not any(gold.values()):
         raise S3Error("training.sft.steps needs gold supporting paragraphs (metadata.supporting_ids or "
                       "supporting_titles) in the training questions; these have none")
-    script = oracle_script(gold, loop_cfg.max_select, loop_cfg.max_turns, teacher=cfg.training.sft.teacher)
+    script = oracle_script(gold, loop_cfg.max_select, loop_cfg.max_turns, teacher=cfg.training.sft.teacher,
+                           queries_per_turn=loop_cfg.queries_per_turn)
     oracle = ScriptedPolicy(script, name="oracle", tokenizer=tokenizer_policy)
     return build_searcher(loop_cfg, retriever, oracle, k0=cfg.retriever.k)
 

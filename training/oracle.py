@@ -18,6 +18,13 @@ replies come from this script, which knows the question's gold supporting paragr
   `norm`; a title already asked is not asked again; with nothing copyable left, stop. Every query it writes is a
   phrase of what the prompt showed (`visible_segments`, `query_is_visible`).
 
+- `"candidates"` (for searcher.queries_per_turn > 1): the copyable teacher's query, followed in the same JSON list by
+  the other title-like spans visible in the prompt (`training.spans.title_like_spans` of `visible_segments`: not
+  asked yet, not the title of a document already shown), up to `queries_per_turn`; its selection is the gold
+  documents of the window those queries bring back. The student learns to list the visible candidates rather than to
+  pick the one right span, the scripted heuristic control's breadth (docs/transfer.md); with nothing copyable left it
+  stops, as the copyable teacher does.
+
 The oracle never sees the answer, only which paragraphs support it (HotpotQA / MuSiQue training metadata).
 The title helpers (`norm`, `title_variants`, `contains_phrase`, `first_words`) are the ones experiments/transfer_checks.py
 uses for A1's copyable gold (it imports them from here: training may not import experiments).
@@ -27,17 +34,18 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
 from s3core.types import Document, QAExample
+from searcher.titles import _title_forms, norm, title_variants  # the one definition (re-exported here)
 
 __all__ = [
     "TEACHERS",
     "VISIBLE_WORDS",
     "Teacher",
+    "candidate_queries",
     "contains_phrase",
     "copyable_gold",
     "document_segments",
@@ -50,42 +58,15 @@ __all__ = [
     "visible_segments",
 ]
 
-Teacher = Literal["gold_title", "copyable"]
-TEACHERS: tuple[Teacher, ...] = ("gold_title", "copyable")
+Teacher = Literal["gold_title", "copyable", "candidates"]
+TEACHERS: tuple[Teacher, ...] = ("gold_title", "copyable", "candidates")
 VISIBLE_WORDS = 70  # words of a shown document (after its title) a copyable teacher may read: ~ the 96-token view
 
 _DOC_LINE = re.compile(r"^Doc (\d+) ?\(Title: ", re.M)
-_PAREN_TAIL = re.compile(r"\s*\([^()]*\)\s*$")
 _QUERY = re.compile(r"<query>(.*?)</query>", re.S)
 
 
 # ------------------------------------------------------------------------------------------------ titles in text
-
-
-def norm(text: str) -> str:
-    """ASCII, lower case, every run of non-alphanumerics one space.
-
-    >>> norm("Pirate's Cove (board game)!")
-    'pirate s cove board game'
-    """
-    spaced = "".join(" " if unicodedata.category(c)[0] in "PSZ" else c for c in unicodedata.normalize("NFKD", text))
-    ascii_ = spaced.encode("ascii", "ignore").decode("ascii")
-    return " ".join(re.sub(r"[^a-z0-9]+", " ", ascii_.lower()).split())
-
-
-def _title_forms(title: str) -> list[str]:
-    """A title as written, then without a trailing parenthetical (when that differs and is not empty)."""
-    short = _PAREN_TAIL.sub("", title).strip()
-    return [title.strip()] + ([short] if short and short != title.strip() else [])
-
-
-def title_variants(title: str) -> set[str]:
-    """The normalised forms a title is recognised by: whole, and without a trailing parenthetical.
-
-    >>> sorted(title_variants("Kiss and Tell (1945 film)"))
-    ['kiss and tell', 'kiss and tell 1945 film']
-    """
-    return {v for v in (norm(f) for f in _title_forms(title)) if v}
 
 
 def contains_phrase(haystack: str, phrase: str) -> bool:
@@ -174,8 +155,8 @@ def _doc_lines(window: str) -> list[tuple[int, str, str]]:
         m = _DOC_LINE.match(line)
         if m:
             rest = line[m.end() :]
-            title, _, text = rest.partition(") ")
-            out.append((int(m.group(1)), title.removesuffix(")"), text))
+            title, sep, text = rest.partition(") ")
+            out.append((int(m.group(1)), title if sep else title.removesuffix(")"), text))  # "(Title: T)" and no text
     return out
 
 
@@ -258,12 +239,42 @@ def gold_titles(examples: Iterable[QAExample], corpus: Path) -> dict[str, list[s
     return out
 
 
+def candidate_queries(prompt: str, first: str, n: int, words: int = VISIBLE_WORDS) -> list[str]:
+    """`first`, then the title-like spans visible in the prompt (question, then each shown document's title and first
+    `words` words), each once by `norm`, none asked before nor a shown document's own title: at most `n` in all.
+
+    >>> from searcher.protocol import build_s3_prompt
+    >>> p = build_s3_prompt("Who directed Kiss and Tell?", "Doc 1 (Title: Kiss and Tell (1945 film)) It stars "
+    ...                     "Shirley Temple and was directed by Richard Wallace.")
+    >>> candidate_queries(p, "Richard Wallace", 3)  # not "Kiss and Tell": a shown document's own title
+    ['Richard Wallace', 'Shirley Temple']
+    """
+    from training.spans import title_like_spans  # spans reads oracle's norm: imported here, not at the top
+
+    skip = {norm(q) for q in _asked(prompt)} | {norm(first)}
+    for w in _windows(prompt):
+        skip |= {v for _, title, _ in _doc_lines(w) for v in title_variants(title)}
+    out = [first]
+    for seg in visible_segments(prompt, words):
+        for span in title_like_spans(seg):
+            key = norm(span)
+            if len(out) >= n:
+                return out
+            if key and key not in skip:
+                skip.add(key)
+                out.append(span)
+    return out
+
+
 def oracle_script(gold: dict[str, list[str]], max_select: int, max_turns: int, teacher: Teacher = "gold_title",
-                  visible_words: int = VISIBLE_WORDS) -> Callable[[str, int], str]:
-    """A `ScriptedPolicy` script: the oracle reply to an s3 searcher prompt (see the module docstring for the two
-    teachers; `visible_words` is what the copyable one reads of a shown document)."""
+                  visible_words: int = VISIBLE_WORDS, queries_per_turn: int = 1) -> Callable[[str, int], str]:
+    """A `ScriptedPolicy` script: the oracle reply to an s3 searcher prompt (see the module docstring for the
+    teachers; `visible_words` is what the copyable ones read of a shown document; `queries_per_turn` how many the
+    candidates teacher lists)."""
     if teacher not in TEACHERS:
         raise ValueError(f"unknown teacher {teacher!r}; choose one of {', '.join(TEACHERS)}")
+    if teacher == "candidates" and queries_per_turn < 2:
+        raise ValueError("the candidates teacher lists several queries a turn: it needs searcher.queries_per_turn >= 2")
 
     def script(prompt: str, _index: int) -> str:
         titles = gold.get(_question(prompt), [])
@@ -281,7 +292,8 @@ def oracle_script(gold: dict[str, list[str]], max_select: int, max_turns: int, t
         ask = missing[0] if teacher == "gold_title" else _copyable_query(prompt, missing, visible_words)
         if ask is None:
             return stop
-        query = json.dumps({"query": ask}, ensure_ascii=False)
+        asks = candidate_queries(prompt, ask, queries_per_turn, visible_words) if teacher == "candidates" else ask
+        query = json.dumps({"query": asks}, ensure_ascii=False)
         return reply + f"<search_complete>False</search_complete>\n<query>{query}</query>"
 
     return script

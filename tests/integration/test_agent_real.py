@@ -144,3 +144,33 @@ def test_litellm_local_provider_runs_one_question(hotpot: tuple[Any, list[Any]])
     retrieved = {i for s in res.steps for i in s.retrieved_ids}
     assert {d.id for d in res.documents} <= retrieved and len(res.documents) <= CFG.max_contexts
     assert searcher.last_stats.policy_calls == len(res.steps)
+
+
+def test_several_queries_a_turn_bring_each_titled_page_from_the_real_index(hotpot: tuple[Any, list[Any]]) -> None:
+    """The candidates teacher (training/oracle.py) through the real loop and bm25s index: each turn's JSON list is
+    searched in one window where every query that names an indexed title brings that page (searcher.queries_per_turn)."""
+    from searcher.policy import ScriptedPolicy
+    from searcher.titles import norm, title_variants
+    from training.oracle import oracle_script
+
+    retriever, questions = hotpot
+    gold = {q.question.strip(): list(q.metadata["supporting_titles"]) for q in questions}
+    cfg = SearcherConfig(k=8, max_turns=2, max_select=3, doc_token_budget=96, additive=True, context_cap=5,
+                         queries_per_turn=4, max_new_tokens=200)
+    oracle = ScriptedPolicy(oracle_script(gold, 3, 2, teacher="candidates", queries_per_turn=4))
+    results = build_searcher(cfg, retriever, oracle, k0=3).search([q.question for q in questions])
+    lists = [s for r in results for s in r.steps if s.turn > 0 and s.queries]
+    assert len(lists) >= 10, "the teacher listed candidates on fewer than 10 of 30 HotpotQA questions"  # 15
+    checked = 0
+    for s in lists:
+        assert 2 <= len(s.queries or []) <= 4 and s.query == (s.queries or [""])[0]
+        for q, hits in zip(s.queries or [], retriever.search(list(s.queries or []), 8), strict=True):
+            page = next((d.id for d in hits if norm(q) in title_variants(d.title)), None)
+            if page is not None:  # the page the query names is in its top 8: the window holds it
+                assert page in s.retrieved_ids, (q, s.retrieved_ids)
+                checked += 1
+    assert checked >= 10  # 18
+    # where the candidates reach a gold paragraph naive RAG's top-3 lacked, the teacher selected it
+    added = sum(bool({d.id for d in r.documents[3:]} & set(q.supporting_ids))
+                for r, q in zip(results, questions, strict=True))
+    assert added >= 10  # 15
