@@ -148,6 +148,7 @@ def contexts_row(result: SearchResult, question_id: str) -> dict[str, Any]:
                 "search_complete": s.search_complete,
                 "invalid_reason": s.invalid_reason,
                 "policy_text": raw.policy_text,  # what the policy wrote: `s3 analyze` and `s3 report` read it
+                **({"queries": raw.queries} if raw.queries else {}),  # a turn's several queries (queries_per_turn > 1)
             }
             for s, raw in zip(summary.trajectory.steps, result.steps, strict=True)
         ],

@@ -107,7 +107,7 @@ class StepSummary(BaseModel):
 
 class TrajectorySummary(BaseModel):
     turns: int = Field(description="Search turns after begin-with-search.")
-    queries: list[str] = Field(default_factory=list, description="Queries searched, in order (turn 0 = the question).")
+    queries: list[str] = Field(default_factory=list, description="Queries searched, in order (turn 0 = the question; every query of a turn that gave several).")
     steps: list[StepSummary] = Field(default_factory=list)
     seconds: float = 0.0
     stop: Literal["search_complete", "max_turns", "error"] = Field(
@@ -247,7 +247,7 @@ def summarize_result(
     budget = max_turns if max_turns is not None else settings.max_turns if settings is not None else result.turns
     traj = TrajectorySummary(
         turns=result.turns,
-        queries=[s.query for s in result.steps if s.query],
+        queries=[q for s in result.steps for q in (s.queries or ([s.query] if s.query else []))],
         steps=steps,
         seconds=round(result.seconds, 4),
         stop=stop_reason(result, budget),

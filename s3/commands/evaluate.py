@@ -89,6 +89,7 @@ def _eval(args: argparse.Namespace, cfg: S3Config) -> int:
         max_cost_usd=args.max_cost_usd,
     )
     validate_options(opts)
+    cfg = _trained_loop(args, cfg)
     dataset, comp, config = build_run(cfg, opts)
     if args.dry_run:
         return _dry_run(opts, dataset, comp)
@@ -119,6 +120,23 @@ def _eval(args: argparse.Namespace, cfg: S3Config) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 1
     return 0
+
+
+def _trained_loop(args: argparse.Namespace, cfg: S3Config) -> S3Config:
+    """A trained searcher (searcher.policy_path holding a searcher.json) is evaluated on the loop it was trained with,
+    as `s3 search --policy` serves it: the record's loop settings (queries_per_turn, additive, the cap, ...) except the
+    keys the config files or --set give. The index stays the evaluation's own (--index / retriever.index)."""
+    raw = cfg.searcher.policy_path
+    if args.method != "searcher" or args.contexts or not raw:
+        return cfg
+    from s3.build import trained_config
+    from searcher.trained import find_record
+
+    policy = Path(raw) if Path(raw).exists() else cfg.resolve(raw)
+    index = Path(args.index) if args.index else cfg.resolve(cfg.retriever.index)
+    if index is None or not policy.exists() or find_record(policy) is None:
+        return cfg  # build_run names what is missing; a policy without a record runs on the config's loop
+    return trained_config(cfg, policy, index)[0]
 
 
 def _dry_run(opts: Any, dataset: Any, comp: Any) -> int:

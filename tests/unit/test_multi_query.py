@@ -150,3 +150,26 @@ def test_the_candidates_teacher_needs_several_queries_a_turn_in_the_config() -> 
     assert cfg.searcher.queries_per_turn == 4
     with pytest.raises(ConfigError, match="queries_per_turn"):
         load_config([], ["searcher.queries_per_turn=0"])
+
+
+def test_s3_eval_runs_a_trained_policy_on_the_loop_its_searcher_json_recorded(tmp_path: Path) -> None:
+    import argparse
+
+    from s3.commands.evaluate import _trained_loop
+    from searcher.config import RetrieverConfig
+    from searcher.trained import make_record, write_record
+
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    write_record(make_record(SearcherConfig(queries_per_turn=8, max_new_tokens=128, additive=True, context_cap=5),
+                             RetrieverConfig(), None, policy), policy)
+    args = argparse.Namespace(method="searcher", contexts=None, index=str(tmp_path / "index"))
+    given = load_config([], [f"searcher.policy_path={policy}", "searcher.max_new_tokens=96"])
+    cfg = _trained_loop(args, given)
+    assert (cfg.searcher.queries_per_turn, cfg.searcher.additive, cfg.searcher.context_cap) == (8, True, 5)
+    assert cfg.searcher.max_new_tokens == 96 and given.searcher.queries_per_turn == 1  # --set wins; a new config
+    # naive RAG, a contexts file, a policy folder without a record: the config's loop as it is
+    for changed in ({"method": "naive_rag"}, {"contexts": "c.jsonl"}):
+        assert _trained_loop(argparse.Namespace(**{**vars(args), **changed}), given) is given
+    (policy / "searcher.json").unlink()
+    assert _trained_loop(args, given) is given
