@@ -49,8 +49,8 @@ class S3Config(Section):
             raise ValueError(
                 f"searcher.max_select={s.max_select} exceeds the per-turn k={s.k}: lower max_select or raise k"
             )
-        if self.training.sft.teacher == "candidates" and s.queries_per_turn < 2:
-            raise ValueError("training.sft.teacher = 'candidates' lists several queries in one turn: set "
+        if self.training.sft.teacher in ("candidates", "spans") and s.queries_per_turn < 2:
+            raise ValueError(f"training.sft.teacher = '{self.training.sft.teacher}' lists several queries in one turn: set "
                              f"searcher.queries_per_turn >= 2 (it is {s.queries_per_turn})")
         self._check_learners()
         return self

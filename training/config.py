@@ -228,14 +228,16 @@ class TrainingSft(Section):
         "'gold_added': the retrieval check - only the trajectories that add a gold supporting paragraph naive RAG's "
         "top-k lacked (no generator call; training/distill.py retrieval_sample).",
     )
-    teacher: Literal["gold_title", "copyable", "candidates"] = Field(
+    teacher: Literal["gold_title", "copyable", "candidates", "spans"] = Field(
         "gold_title",
         description="The warm-up's oracle (training/oracle.py). 'gold_title': queries the missing gold title (attempts "
         "1-2; the title is in neither the question nor the retrieved text on ~31% of HotpotQA questions, so the "
         "student cannot copy it). 'copyable': queries a missing gold title only where the question or a document shown "
         "so far shows it, otherwise stops - only actions the student could take from what it sees. 'candidates': "
         "the copyable query followed, in one JSON list, by the other title-like spans it sees, up to "
-        "searcher.queries_per_turn (>= 2): the student learns to list candidates instead of choosing one.",
+        "searcher.queries_per_turn (>= 2): the student learns to list candidates instead of choosing one. 'spans': the "
+        "same list in the order the prompt shows the spans, the copyable title in its place (the heuristic control's "
+        "list, copyable without knowing which span is gold).",
     )
     candidates: int | None = Field(
         None, ge=1,

@@ -24,6 +24,8 @@ replies come from this script, which knows the question's gold supporting paragr
   documents of the window those queries bring back. The student learns to list the visible candidates rather than to
   pick the one right span, the scripted heuristic control's breadth (docs/transfer.md); with nothing copyable left it
   stops, as the copyable teacher does.
+- `"spans"`: the same list in the order the prompt shows the spans, the copyable title in its place among them (last
+  when the span finder misses it): the heuristic control's list, which the student can copy without knowing the gold.
 
 The oracle never sees the answer, only which paragraphs support it (HotpotQA / MuSiQue training metadata).
 The title helpers (`norm`, `title_variants`, `contains_phrase`, `first_words`) are the ones experiments/transfer_checks.py
@@ -58,8 +60,8 @@ __all__ = [
     "visible_segments",
 ]
 
-Teacher = Literal["gold_title", "copyable", "candidates"]
-TEACHERS: tuple[Teacher, ...] = ("gold_title", "copyable", "candidates")
+Teacher = Literal["gold_title", "copyable", "candidates", "spans"]
+TEACHERS: tuple[Teacher, ...] = ("gold_title", "copyable", "candidates", "spans")
 VISIBLE_WORDS = 70  # words of a shown document (after its title) a copyable teacher may read: ~ the 96-token view
 
 _DOC_LINE = re.compile(r"^Doc (\d+) ?\(Title: ", re.M)
@@ -239,31 +241,38 @@ def gold_titles(examples: Iterable[QAExample], corpus: Path) -> dict[str, list[s
     return out
 
 
-def candidate_queries(prompt: str, first: str, n: int, words: int = VISIBLE_WORDS) -> list[str]:
+def candidate_queries(prompt: str, first: str, n: int, words: int = VISIBLE_WORDS, in_place: bool = False) -> list[str]:
     """`first`, then the title-like spans visible in the prompt (question, then each shown document's title and first
     `words` words), each once by `norm`, none asked before nor a shown document's own title: at most `n` in all.
+    `in_place`: the spans in the order the prompt shows them, `first` among them where it shows (the last place when
+    the span finder does not find it there): a list the student can copy without knowing which one is gold.
 
     >>> from searcher.protocol import build_s3_prompt
     >>> p = build_s3_prompt("Who directed Kiss and Tell?", "Doc 1 (Title: Kiss and Tell (1945 film)) It stars "
     ...                     "Shirley Temple and was directed by Richard Wallace.")
     >>> candidate_queries(p, "Richard Wallace", 3)  # not "Kiss and Tell": a shown document's own title
     ['Richard Wallace', 'Shirley Temple']
+    >>> candidate_queries(p, "Richard Wallace", 3, in_place=True), candidate_queries(p, "Richard Wallace", 1, in_place=True)
+    (['Shirley Temple', 'Richard Wallace'], ['Richard Wallace'])
     """
     from training.spans import title_like_spans  # spans reads oracle's norm: imported here, not at the top
 
-    skip = {norm(q) for q in _asked(prompt)} | {norm(first)}
+    skip = {norm(q) for q in _asked(prompt)}
     for w in _windows(prompt):
         skip |= {v for _, title, _ in _doc_lines(w) for v in title_variants(title)}
-    out = [first]
+    if not in_place:
+        skip.add(norm(first))
+    spans: list[str] = []
     for seg in visible_segments(prompt, words):
         for span in title_like_spans(seg):
             key = norm(span)
-            if len(out) >= n:
-                return out
             if key and key not in skip:
                 skip.add(key)
-                out.append(span)
-    return out
+                spans.append(span)
+    if not in_place:
+        return [first, *spans][:n]
+    keys = [norm(x) for x in spans[:n]]
+    return spans[:n] if norm(first) in keys else [*spans[: n - 1], first]
 
 
 def oracle_script(gold: dict[str, list[str]], max_select: int, max_turns: int, teacher: Teacher = "gold_title",
@@ -273,7 +282,7 @@ def oracle_script(gold: dict[str, list[str]], max_select: int, max_turns: int, t
     candidates teacher lists)."""
     if teacher not in TEACHERS:
         raise ValueError(f"unknown teacher {teacher!r}; choose one of {', '.join(TEACHERS)}")
-    if teacher == "candidates" and queries_per_turn < 2:
+    if teacher in ("candidates", "spans") and queries_per_turn < 2:
         raise ValueError("the candidates teacher lists several queries a turn: it needs searcher.queries_per_turn >= 2")
 
     def script(prompt: str, _index: int) -> str:
@@ -292,7 +301,9 @@ def oracle_script(gold: dict[str, list[str]], max_select: int, max_turns: int, t
         ask = missing[0] if teacher == "gold_title" else _copyable_query(prompt, missing, visible_words)
         if ask is None:
             return stop
-        asks = candidate_queries(prompt, ask, queries_per_turn, visible_words) if teacher == "candidates" else ask
+        asks: str | list[str] = ask
+        if teacher in ("candidates", "spans"):
+            asks = candidate_queries(prompt, ask, queries_per_turn, visible_words, in_place=teacher == "spans")
         query = json.dumps({"query": asks}, ensure_ascii=False)
         return reply + f"<search_complete>False</search_complete>\n<query>{query}</query>"
 

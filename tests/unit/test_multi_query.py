@@ -143,9 +143,29 @@ def test_the_candidates_teacher_lists_the_copyable_title_first_then_what_it_sees
         oracle_script(gold, 3, 3, teacher="candidates")
 
 
+def test_the_spans_teacher_lists_what_it_sees_in_order_with_the_copyable_title_in_its_place() -> None:
+    window = render_information([Document(id="kt", title="Kiss and Tell (1945 film)",
+                                          text="It stars Shirley Temple. It was directed by Richard Wallace. "
+                                               "Columbia Pictures made it.")], None)
+    prompt = build_s3_prompt(GOLD_Q, window, 3, queries_per_turn=4)
+    gold = {GOLD_Q: ["Kiss and Tell (1945 film)", "Richard Wallace"]}
+
+    def listed(n: int) -> tuple[str, ...]:
+        return parse_s3_reply(oracle_script(gold, 3, 3, teacher="spans", queries_per_turn=n)(prompt, 0), 1).queries
+
+    # the question's "Shirley Temple" first, the gold title where the document shows it
+    assert listed(4) == ("Shirley Temple", "Richard Wallace", "Columbia Pictures")
+    # no room for it in order: it takes the last place, so the list always holds it
+    assert listed(2) == ("Shirley Temple", "Richard Wallace")
+    gold_late = {GOLD_Q: ["Kiss and Tell (1945 film)", "Columbia Pictures"]}
+    reply = oracle_script(gold_late, 3, 3, teacher="spans", queries_per_turn=2)(prompt, 0)
+    assert parse_s3_reply(reply, 1).queries == ("Shirley Temple", "Columbia Pictures")
+
+
 def test_the_candidates_teacher_needs_several_queries_a_turn_in_the_config() -> None:
-    with pytest.raises(ConfigError, match=re.escape("searcher.queries_per_turn >= 2")):
-        load_config([], ["training.sft.teacher=candidates"])
+    for teacher in ("candidates", "spans"):
+        with pytest.raises(ConfigError, match=re.escape("searcher.queries_per_turn >= 2")):
+            load_config([], [f"training.sft.teacher={teacher}"])
     cfg = load_config([], ["training.sft.teacher=candidates", "searcher.queries_per_turn=4"])
     assert cfg.searcher.queries_per_turn == 4
     with pytest.raises(ConfigError, match="queries_per_turn"):
