@@ -119,6 +119,8 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
                               "temperature": s.temperature, "gguf_sha256": _local_gguf_sha256(s.model)}
         if s.queries_per_turn > 1:  # only then: the identity of every earlier run stays what it was
             config["searcher"]["queries_per_turn"] = s.queries_per_turn
+        if s.policy == "vllm" and s.vllm.presence_penalty:
+            config["searcher"]["presence_penalty"] = s.vllm.presence_penalty
         if method == "search_r1":
             config["generator"] = {"model": f"{s.model} (search_r1 agent)", "prompt_sha256": "search_r1"}
 

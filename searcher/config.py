@@ -130,6 +130,13 @@ class VLLMConfig(Section):
     )
     prefix_caching: bool = Field(True, description="Reuse the KV of shared prompt prefixes (the s3 instruction).")
     seed: int = Field(0, description="Engine sampling seed.")
+    presence_penalty: float = Field(
+        0.0, ge=-2.0, le=2.0,
+        description="Subtracted from the logit of every token the reply has already written (vLLM's SamplingParams; "
+        "the prompt is not counted, so copying a span from the documents is not penalised). 0 = plain greedy. For "
+        "serving and evaluation: a small searcher writing a list of queries greedily can loop on one span; training "
+        "rollouts should leave it 0 (the learner's log-probs do not include it).",
+    )
 
 
 class SearcherConfig(Section):

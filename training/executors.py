@@ -125,7 +125,8 @@ def rollout_policy(cfg: TrainSettings, device: str, *, seed_offset: int = 0) -> 
     if tc.rollout.engine == "vllm":
         from searcher.policy.vllm_policy import VLLMPolicy
 
-        update: dict[str, Any] = {"seed": tc.seed + seed_offset}
+        # rollouts sample what the learner scores: no serving-time penalty (searcher.vllm.presence_penalty)
+        update: dict[str, Any] = {"seed": tc.seed + seed_offset, "presence_penalty": 0.0}
         if cfg.searcher.vllm.dtype == "auto":
             # vLLM's own 'auto' serves a float32 checkpoint in bfloat16: ~0.04 mean log-prob gap to a float32 learner
             update["dtype"] = tc.learner.dtype

@@ -172,6 +172,7 @@ class VLLMPolicy(ChatTokenizerMixin):
             stop=list(stop) or None,
             include_stop_str_in_output=True,
             logprobs=0,  # the sampled token's own log-prob
+            presence_penalty=self.engine_cfg.presence_penalty,
         )
         results = self.llm.generate([{"prompt_token_ids": ids} for ids in id_lists], params, use_tqdm=False)
         outs = []

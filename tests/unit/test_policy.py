@@ -167,11 +167,20 @@ def test_vllm_policy_code_path_with_a_stand_in_module(fake_vllm: types.ModuleTyp
     inputs, params = p.llm.requests[0]
     assert inputs[0] == {"prompt_token_ids": prompt_ids}
     assert params.stop == list(S3_STOP) and params.include_stop_str_in_output and params.temperature == 0.6
-    assert params.logprobs == 0 and (params.top_p, params.top_k) == (1.0, 0)
+    assert params.logprobs == 0 and (params.top_p, params.top_k) == (1.0, 0) and params.presence_penalty == 0.0
     # the engine: sampling log-probs after temperature, our sampling params only, on loopback, in this process
     assert p.llm.kw["logprobs_mode"] == "processed_logprobs" and p.llm.kw["generation_config"] == "vllm"
     assert p.llm.kw["kv_cache_memory_bytes"] == 2 << 30 and p.llm.kw["enforce_eager"] is True
     assert os.environ["VLLM_HOST_IP"] == "127.0.0.1" and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+
+
+def test_vllm_presence_penalty_reaches_the_sampling_params(fake_vllm: types.ModuleType) -> None:
+    from searcher.config import VLLMConfig
+    from searcher.policy.vllm_policy import VLLMPolicy
+
+    p = VLLMPolicy("some/checkpoint", engine=VLLMConfig(presence_penalty=1.0))
+    p.generate(["q"], stop=S3_STOP)
+    assert p.llm.requests[0][1].presence_penalty == 1.0
 
 
 def test_vllm_missing_logprob_is_an_error_never_zero(fake_vllm: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
