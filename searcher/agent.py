@@ -564,7 +564,8 @@ def interleave(queries: Sequence[str], ranked: Sequence[Sequence[Document]], k: 
     for q, docs in zip(queries, ranked, strict=True):
         key = norm(q)
         titled = [d for d in docs if key in title_variants(d.title)]
-        heads.append((titled + [d for d in docs if d not in titled])[:per] if titled else list(docs[:per]))
+        ids = {d.id for d in titled}
+        heads.append([*titled, *(d for d in docs if d.id not in ids)][:per])
     out: list[Document] = []
     seen: set[str] = set()
     for r in range(per):

@@ -163,14 +163,24 @@ def _doc_lines(window: str) -> list[tuple[int, str, str]]:
 
 
 def _asked(prompt: str) -> list[str]:
-    """The queries the replies so far wrote (after the last <question>), their JSON unwrapped where it parses."""
-    out = []
+    """The queries the replies so far wrote (after the last <question>), their JSON unwrapped where it parses; each
+    query of a list (`{"query": ["A", "B"]}`) on its own.
+
+    >>> _asked('<question>Q?</question><query>{"query": ["A b", "C"]}</query> <query>{"query": "D"}</query>')
+    ['A b', 'C', 'D']
+    """
+    out: list[str] = []
     for raw in _QUERY.findall(prompt.rsplit("</question>", 1)[-1]):
         try:
             q = json.loads(raw)
-            out.append(str(q.get("query", "")) if isinstance(q, dict) else str(q))
         except json.JSONDecodeError:
             out.append(raw)
+            continue
+        q = q.get("query", "") if isinstance(q, dict) else q
+        if isinstance(q, list):
+            out.extend(str(x) for x in q)
+        else:
+            out.append(str(q))
     return out
 
 
