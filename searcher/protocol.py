@@ -22,7 +22,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -337,14 +337,7 @@ def _queries_from(raw: str) -> list[str]:
     if isinstance(data, dict):
         q = data.get("query")
         if isinstance(q, list):
-            out: list[str] = []
-            seen: set[str] = set()
-            for x in q:
-                x = " ".join(x.split()) if isinstance(x, str) else ""
-                if x and x.casefold() not in seen:
-                    seen.add(x.casefold())
-                    out.append(x)
-            return out
+            return _unique(x for x in q if isinstance(x, str))
         if q is None:
             # {"q": "..."} or other key: take the first string value
             q = next((v for v in data.values() if isinstance(v, str)), "")
@@ -354,7 +347,7 @@ def _queries_from(raw: str) -> list[str]:
     # a half-written list `{"query": ["A", "B", "C` (the reply ran out of tokens) yields its closed strings, A and B
     lm = _LIST_HEAD.match(s)
     if lm:
-        return _queries_from(json.dumps({"query": [x.group(1) for x in _CLOSED_STRING.finditer(s, lm.end())]}))
+        return _unique(x.group(1) for x in _CLOSED_STRING.finditer(s, lm.end()))
     # raw text; a half-written JSON object `{"query": "abc` still yields abc
     m = re.match(r'^\{\s*"query"\s*:\s*"(.*?)"?\s*\}?\s*$', s, re.DOTALL)
     if m:
@@ -364,6 +357,18 @@ def _queries_from(raw: str) -> list[str]:
 
 _LIST_HEAD = re.compile(r'\{\s*"query"\s*:\s*\[')
 _CLOSED_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _unique(queries: Iterable[str]) -> list[str]:
+    """Queries with their whitespace collapsed, each once (compared without case), empty ones dropped, in order."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for q in queries:
+        q = " ".join(q.split())
+        if q and q.casefold() not in seen:
+            seen.add(q.casefold())
+            out.append(q)
+    return out
 
 
 def _one(q: str) -> list[str]:
@@ -420,7 +425,7 @@ def parse_s3_reply(text: str, window_size: int, max_select: int = 3) -> S3Action
 
     >>> parse_s3_reply('<important_info>[1, 9]</important_info><search_complete> False </search_complete>'
     ...                '<query>{"query": "Garbage Warrior film year"}</query>', window_size=3)
-    S3Action(query='Garbage Warrior film year', selected=(1,), search_complete=False, think=None, dropped_ids=(9,), invalid_reason=None, notes=('dropped ids [9]: window has 3 documents, at most 3 may be selected',))
+    S3Action(query='Garbage Warrior film year', selected=(1,), search_complete=False, think=None, dropped_ids=(9,), invalid_reason=None, notes=('dropped ids [9]: window has 3 documents, at most 3 may be selected',), queries=())
     """
     m = _CANONICAL.fullmatch(text) if isinstance(text, str) else None
     if m is not None:  # the common case, same result as the general parser (test_protocol checks they agree)
