@@ -1,7 +1,7 @@
 """Zero-training checks before a long transfer run (issue 45, build step 1; docs/transfer.md "Attempt 3").
 
     .venv/bin/python benchmarks/transfer_checks.py prepare    # hotpotqa_dev500 data + bm25 index (runs/transfer3/),
-                                                              # the A1 and heuristic contexts files, their stats
+                                                              # the A1, A2, heuristic contexts files, their stats
     S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py run METHOD --generator qwen15 --limit 300
     .venv/bin/python benchmarks/transfer_checks.py max-tokens --generator qwen15 --limit 100 --measure-at 48
     .venv/bin/python benchmarks/transfer_checks.py report     # report.md, report.json, checks.png
@@ -10,13 +10,14 @@
                                                               # index, runs under checks/<dataset>/runs/
 
 METHOD: naive_rag_top3 | naive_rag_topN (N = 4, 5, ...: the retriever's top-N) | no_retrieval | untrained (the base
-searcher model, smollm2-135m-instruct, in the same additive loop; --additive searcher.policy=vllm) | a1 | heuristic | a0 (attempt 2's
+searcher model, smollm2-135m-instruct, in the same additive loop; --additive searcher.policy=vllm) | a1 | a2 (every missing
+gold paragraph added: a perfect searcher) | heuristic | a0 (attempt 2's
 policy made additive: needs --policy DIR and the searcher's additive setting) | policy_NAME (a searcher trained under
 configs/transfer3.toml: --policy DIR; e.g. `run policy_warmed60 --policy runs/transfer3/warmed60_policy
 --additive searcher.policy=vllm`, the vLLM engine for the searcher's greedy rollouts). Each is one resumable `s3 eval` run
 (configs/transfer3.toml; GenAcc = span check, else the 0.5B judge) in
 benchmarks/results/transfer3/checks/runs/<generator>/<METHOD>/: run the same command again and it resumes; a larger
---limit extends it. The contexts files (contexts/a1.jsonl, contexts/heuristic.jsonl; contexts/places.jsonl: where each
+--limit extends it. The contexts files (contexts/a1.jsonl, a2.jsonl, heuristic.jsonl; contexts/places.jsonl: where each
 question's missing gold title was visible, the report's diagnosis table) cover all 500 questions, so
 their runs' identity does not change with --limit. The logic (copyable gold, title-like spans, the paired table) is
 experiments/transfer_checks.py.
@@ -80,7 +81,7 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
     tops = retriever.search([q.question for q in qs], cfg.retriever.k)
     out = RESULTS / "contexts"
     out.mkdir(parents=True, exist_ok=True)
-    a1_rows, h_rows, place_rows = [], [], []
+    a1_rows, a2_rows, h_rows, place_rows = [], [], [], []
     lacking = copyable = 0
     n_added_h = []
     for q, top in zip(qs, tops, strict=True):
@@ -92,10 +93,11 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
         lacking += bool(missing)
         copyable += bool(add)
         a1_rows.append(tc.contexts_row(q.id, [*top, *add], added=[d.id for d in add], missing_gold=len(missing)))
+        a2_rows.append(tc.contexts_row(q.id, tc.a2_documents(top, gold), added=[d.id for d in missing]))
         h = tc.heuristic_documents(q.question, top, retriever.search, titles, cap=cap, k=k, words=words)
         n_added_h.append(len(h.documents) - len(top))
         h_rows.append(tc.contexts_row(q.id, h.documents, n_queries=len(h.queries), added_by=h.added_by))
-    for name, rows in (("a1", a1_rows), ("heuristic", h_rows), ("places", place_rows)):
+    for name, rows in (("a1", a1_rows), ("a2", a2_rows), ("heuristic", h_rows), ("places", place_rows)):
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     gold_ids = {q.id: set(q.supporting_ids) for q in qs}
     h_gold_added = sum(bool(set(r["added_by"]) & gold_ids[r["id"]]) for r in h_rows)
@@ -103,6 +105,7 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
         "questions": len(qs), "visible_words": words, "heuristic_cap": cap, "heuristic_k": k,
         "top3_lacks_gold": lacking, "a1_adds_copyable_gold": copyable,
         "a1_mean_docs": statistics.fmean(len(r["documents"]) for r in a1_rows),
+        "a2_mean_docs": statistics.fmean(len(r["documents"]) for r in a2_rows),
         "heuristic_mean_docs": statistics.fmean(len(r["documents"]) for r in h_rows),
         "heuristic_mean_queries": statistics.fmean(r["n_queries"] for r in h_rows),
         "heuristic_questions_with_additions": sum(x > 0 for x in n_added_h),
@@ -195,7 +198,7 @@ def max_tokens(gen: str, limit: int, measure_at: int) -> dict[str, Any]:
     return out
 
 
-ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "heuristic", "a0")
+ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "a2", "heuristic", "a0")
 
 
 def report() -> dict[str, Any]:
@@ -216,7 +219,9 @@ def report() -> dict[str, Any]:
                   f"- naive RAG's top-3 lacks a gold paragraph on {st['top3_lacks_gold']} questions; A1 adds a "
                   f"copyable one (title visible in the question or a top-3 document's title + first "
                   f"{st['visible_words']} words) on {st['a1_adds_copyable_gold']}; A1's mean documents "
-                  f"{st['a1_mean_docs']:.2f}",
+                  f"{st['a1_mean_docs']:.2f}"
+                  + (f"; A2 adds every missing gold paragraph, visible or not (a perfect searcher), mean documents "
+                     f"{st['a2_mean_docs']:.2f}" if "a2_mean_docs" in st else ""),
                   f"- heuristic (cap {st['heuristic_cap']}, k = {st['heuristic_k']} per query): "
                   f"{st['heuristic_mean_queries']:.1f} span queries a question, adds documents on "
                   f"{st['heuristic_questions_with_additions']} questions, a gold one on "

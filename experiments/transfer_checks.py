@@ -6,6 +6,9 @@ contract `s3 eval --method searcher --contexts FILE` reads), so the real generat
     A1 (the ceiling)      naive RAG's top-3 plus every missing gold paragraph a COPYABLE teacher would add: one whose
                           title is visible in the question or in the top-3 (each document's title and first
                           `VISIBLE_WORDS` words, about what the searcher's 96-token view of a document shows)
+    A2 (any searcher's)   naive RAG's top-3 plus EVERY missing gold paragraph, visible or not: a perfect searcher at
+                          the heuristic's cap (HotpotQA has two gold paragraphs), the margin any searcher could have
+                          over the heuristic
     heuristic (control)   query every title-like span visible in the question and the top-3 (`title_like_spans`),
                           add the retrieved documents whose title equals the span, up to a document cap
     naive RAG top-N       the retriever's top-N of the question (`s3 eval --method naive_rag`, retriever.k = N): more
@@ -51,6 +54,17 @@ def a1_documents(question: str, top: Sequence[Document], gold: Sequence[Document
                  words: int = VISIBLE_WORDS) -> list[Document]:
     """A1's context: the top documents, then the copyable missing gold paragraphs."""
     return [*top, *copyable_gold(question, top, gold, words)]
+
+
+def a2_documents(top: Sequence[Document], gold: Sequence[Document]) -> list[Document]:
+    """A2's context: the top documents, then every gold paragraph they lack (in `gold`'s order).
+
+    >>> [d.id for d in a2_documents([Document(id="t", title="T", text="")],
+    ...                             [Document(id="g", title="G", text=""), Document(id="t", title="T", text="")])]
+    ['t', 'g']
+    """
+    have = {d.id for d in top}
+    return [*top, *(g for g in gold if g.id not in have)]
 
 
 QUERY_KINDS = ("stop", "top3_title", "copyable_gold", "other_visible", "unseen")
@@ -135,7 +149,7 @@ def eval_method_args(
 ) -> tuple[list[str], list[str], bool]:
     """What one check runs as (`benchmarks/transfer_checks.py run METHOD`): the `s3 eval --method` arguments, the
     `--set`s beyond the generator's, and whether the run reads the index (no_retrieval does not, and `s3 eval`
-    refuses an `--index` it would not use). `contexts` holds a1.jsonl and heuristic.jsonl; `policy` is a0's and
+    refuses an `--index` it would not use). `contexts` holds a1.jsonl, a2.jsonl and heuristic.jsonl; `policy` is a0's and
     policy_NAME's policy directory; `extra_sets` are a0's additive setting, policy_NAME's and untrained's extra `--set`s.
     A method it does not know, or one missing what it needs, is a ValueError that says what to pass.
 
@@ -156,7 +170,7 @@ def eval_method_args(
         return ["no_retrieval"], [], False
     if method == "untrained":  # the base searcher model in the same additive loop (configs/transfer3.toml), greedy
         return ["searcher"], extra, True
-    if method in ("a1", "heuristic"):
+    if method in ("a1", "a2", "heuristic"):
         return ["searcher", "--contexts", str(contexts / f"{method}.jsonl")], [], True
     if method == "a0":
         if policy is None or not extra:
@@ -168,7 +182,7 @@ def eval_method_args(
         if policy is None:
             raise ValueError(f"{method} needs --policy DIR (a checkpoint's policy/ folder or an exported policy)")
         return ["searcher"], [f"searcher.policy_path={policy}", *extra], True
-    raise ValueError(f"unknown method {method!r}: naive_rag_topN, no_retrieval, untrained, a1, heuristic, a0 or "
+    raise ValueError(f"unknown method {method!r}: naive_rag_topN, no_retrieval, untrained, a1, a2, heuristic, a0 or "
                      "policy_NAME")
 
 

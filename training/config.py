@@ -398,3 +398,7 @@ class TrainSettings(EvalSettings, Protocol):
     def model_dump_json(self, *, indent: int | None = None) -> str:
         """The whole configuration as JSON (a run directory keeps it as config.json)."""
         ...
+    @property
+    def explicit_keys(self) -> frozenset[str]:
+        """Dotted keys set on purpose (a --config file, --set): a trained policy's recorded loop gives way to them."""
+        ...

@@ -12,15 +12,18 @@ apart from its sampling noise.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from generator_adapters.client import run_sync
 from s3core.errors import S3Error
 from s3core.types import QAExample, SearchResult
+from searcher.config import RetrieverConfig, SearcherConfig
 from training.config import TrainSettings
 from training.rewards import RewardBatch
 
@@ -123,13 +126,31 @@ def evaluate_heldout(examples: list[QAExample], results: list[SearchResult], sco
     return HeldoutEval(score=score, questions=rows)
 
 
+def _policy_loop(scfg: SearcherConfig, policy: str, explicit: Collection[str], index: Path) -> SearcherConfig:
+    """The loop to roll `policy` out on: a trained policy's own (its searcher.json's loop keys: queries_per_turn,
+    the cap, ...) except the keys the config files or --set give, as `s3 eval` / `s3 search --policy` run it; a run's
+    own checkpoints record the run's loop, so they roll out as before. The retriever and index stay the run's (naive
+    RAG's top-k is the reward's baseline); the engine and greedy decoding stay `scfg`'s."""
+    from searcher.trained import apply_record, find_record
+
+    found = find_record(Path(policy)) if Path(policy).exists() else None
+    if found is None:
+        return scfg
+    loop, _, _ = apply_record(found[0], found[1], scfg, RetrieverConfig(), explicit=explicit, index=index)
+    return loop
+
+
 def heldout_rewards(
-    cfg: TrainSettings, policies: list[str], limit: int | None = None, split: str = "heldout"
+    cfg: TrainSettings, policies: list[str], limit: int | None = None, split: str = "heldout",
+    questions_out: Path | None = None,
 ) -> Iterator[dict[str, Any]]:
     """For each policy (a run dir, a checkpoint, or the base model name), as soon as it is done: its HeldoutScore's
     summary (mean reward, Acc(s3), naive RAG's Acc on the same questions, turns, documents) over the held-out
     questions (the last training.heldout.questions of the prepared set; `split="train"`: the questions before them),
-    greedy decoding. Every policy is resolved before any runs, so a wrong path fails at once."""
+    greedy decoding. Every policy is resolved before any runs, so a wrong path fails at once. A trained policy rolls
+    out on the loop its searcher.json records (`_policy_loop`). `questions_out`: a jsonl file each policy's
+    per-question rows are appended to ({"policy", "split", "id", "reward", "gold_added", "doc_ids", "queries", ...}:
+    paired comparisons between policies on the same questions)."""
     from tqdm import tqdm
 
     from searcher.build import build_policy, build_retriever, build_searcher
@@ -158,8 +179,9 @@ def heldout_rewards(
     scfg = cfg.searcher.model_copy(update={"temperature": 0.0, "policy": engine})
     end_to_end = tc.mode == "search_r1"
     for name in policies:
-        pol = build_policy(scfg.model_copy(update={"policy_path": name}))
-        agent = build_searcher(scfg, retriever, pol, k0=cfg.retriever.k, agent="search_r1" if end_to_end else "s3")
+        pcfg = _policy_loop(scfg, name, cfg.explicit_keys, data.index_dir)
+        pol = build_policy(pcfg.model_copy(update={"policy_path": name}))
+        agent = build_searcher(pcfg, retriever, pol, k0=cfg.retriever.k, agent="search_r1" if end_to_end else "s3")
         results: list[SearchResult] = []
         with tqdm(total=len(examples), desc=f"{split} rollouts ({engine}) {name}", unit="q", file=sys.stderr,
                   leave=False) as bar:
@@ -171,4 +193,8 @@ def heldout_rewards(
         scorer = make_scorer(cfg, data.baseline, end_to_end=end_to_end,
                              decode=pol.decode if isinstance(pol, TokenPolicy) else None)
         ev = evaluate_heldout(examples, results, run_sync(scorer.score(results, examples)))
+        if questions_out is not None:
+            questions_out.parent.mkdir(parents=True, exist_ok=True)
+            with questions_out.open("a", encoding="utf-8") as f:
+                f.writelines(json.dumps({"policy": name, "split": split, **row}) + "\n" for row in ev.questions)
         yield {"policy": name, "split": split, **ev.score.summary()}

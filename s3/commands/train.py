@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -54,12 +55,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--split", choices=("heldout", "train"), default="heldout",
                    help="the held-out questions (default) or the training questions, both decoded greedily")
+    p.add_argument("--questions", metavar="FILE", default=None,
+                   help="append each policy's per-question rows (reward, documents, queries) to this jsonl file: "
+                        "paired comparisons between policies")
     p.set_defaults(handler=_train_eval)
 
 
 def _prepare(args: argparse.Namespace, cfg: S3Config) -> int:
-    from pathlib import Path
-
     from generator_adapters.budget import BUDGET_EXIT_CODE, BudgetReached
     from s3core.errors import S3Error
     from training.data import PrepSpend, prepare_training
@@ -159,6 +161,7 @@ def _export(args: argparse.Namespace, cfg: S3Config) -> int:
 def _train_eval(args: argparse.Namespace, cfg: S3Config) -> int:
     from training.evaluate import heldout_rewards
 
-    for row in heldout_rewards(cfg, args.policy, limit=args.limit, split=args.split):
+    questions = Path(args.questions) if args.questions else None
+    for row in heldout_rewards(cfg, args.policy, limit=args.limit, split=args.split, questions_out=questions):
         print(json.dumps(row), flush=True)  # one line per policy as soon as it is scored
     return 0

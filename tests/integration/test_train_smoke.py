@@ -129,7 +129,7 @@ def test_final_checkpoint_loads_as_a_plain_policy(trainer) -> None:  # type: ign
     assert pol.generate(["Say hi."], max_new_tokens=4)[0].token_ids
 
 
-def test_train_eval_scores_the_run_on_held_out_and_training_questions(trainer) -> None:  # type: ignore[no-untyped-def]
+def test_train_eval_scores_the_run_on_held_out_and_training_questions(trainer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """`s3 train-eval`: the run directory's newest checkpoint, greedy, on the last questions (held out) or on the
     ones before them (training split), with the real generator; a bad split is an error before any model loads."""
     from training.evaluate import heldout_rewards
@@ -139,10 +139,16 @@ def test_train_eval_scores_the_run_on_held_out_and_training_questions(trainer) -
         t.train()
     tc = t.cfg.training
     cfg = t.cfg.model_copy(update={"training": tc.model_copy(update={"heldout": tc.heldout.model_copy(update={"questions": 2})})})
-    rows = {r["split"]: r for split in ("heldout", "train") for r in heldout_rewards(cfg, [str(t.run_dir)], limit=2, split=split)}
+    per_question = tmp_path / "questions.jsonl"
+    rows = {r["split"]: r for split in ("heldout", "train")
+            for r in heldout_rewards(cfg, [str(t.run_dir)], limit=2, split=split, questions_out=per_question)}
     for split, row in rows.items():
         assert row["policy"] == str(t.run_dir) and row["questions"] == 2, split
         assert row["scored"] == 2 and row["reward_mean"] is not None and row["acc_rag_mean"] is not None
+    # --questions: each policy's per-question rows appended, the mean reward theirs
+    qrows = [json.loads(line) for line in per_question.read_text().splitlines()]
+    assert [(r["policy"], r["split"]) for r in qrows] == [(str(t.run_dir), "heldout")] * 2 + [(str(t.run_dir), "train")] * 2
+    assert sum(r["reward"] for r in qrows[:2]) / 2 == pytest.approx(rows["heldout"]["reward_mean"])
     with pytest.raises(S3Error, match="split must be"):
         next(heldout_rewards(cfg, ["no/such/dir"], split="test"))
 

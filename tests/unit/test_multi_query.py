@@ -193,3 +193,24 @@ def test_s3_eval_runs_a_trained_policy_on_the_loop_its_searcher_json_recorded(tm
         assert _trained_loop(argparse.Namespace(**{**vars(args), **changed}), given) is given
     (policy / "searcher.json").unlink()
     assert _trained_loop(args, given) is given
+
+
+def test_train_eval_rolls_a_trained_policy_out_on_the_loop_its_searcher_json_recorded(tmp_path: Path) -> None:
+    """`s3 train-eval` (training/evaluate.py `_policy_loop`) as `s3 eval`: a policy folder's record gives the loop
+    keys the config files and --set do not (the held-out ablation's list policies ran with one query a turn before);
+    the engine and greedy decoding stay the run's; a base model name or a folder without a record: the run's loop."""
+    from searcher.config import RetrieverConfig
+    from searcher.trained import make_record, write_record
+    from training.evaluate import _policy_loop
+
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    write_record(make_record(SearcherConfig(queries_per_turn=8, max_new_tokens=128, max_turns=1), RetrieverConfig(),
+                             None, policy), policy)
+    run = SearcherConfig(policy="vllm", temperature=0.0, max_new_tokens=48)
+    loop = _policy_loop(run, str(policy), frozenset({"searcher.max_new_tokens"}), tmp_path / "index")
+    assert (loop.queries_per_turn, loop.max_turns, loop.max_new_tokens) == (8, 1, 48)
+    assert (loop.policy, loop.temperature) == ("vllm", 0.0)
+    assert _policy_loop(run, "smollm2-135m-instruct", frozenset(), tmp_path) is run
+    (policy / "searcher.json").unlink()
+    assert _policy_loop(run, str(policy), frozenset(), tmp_path) is run

@@ -50,6 +50,8 @@ def test_a1_adds_only_missing_gold_whose_title_is_visible() -> None:
     added = tc.copyable_gold(QUESTION, TOP, gold)
     assert [d.id for d in added] == ["g1", "g2"]
     assert [d.id for d in tc.a1_documents(QUESTION, TOP, gold)] == ["t1", "t2", "t3", "g1", "g2"]
+    # A2, the perfect searcher: every missing gold paragraph, visible or not
+    assert [d.id for d in tc.a2_documents(TOP, gold)] == ["t1", "t2", "t3", "g1", "g2", "g3", "g4"]
     # a longer view makes g3 visible; a shorter one (2 words a document) leaves only the question's title
     assert [d.id for d in tc.copyable_gold(QUESTION, TOP, gold, words=200)] == ["g1", "g2", "g3"]
     assert [d.id for d in tc.copyable_gold(QUESTION, TOP, gold, words=2)] == ["g1"]
@@ -171,13 +173,15 @@ def test_paired_rows_over_the_given_questions() -> None:
 
 def test_query_kinds_and_the_module_doctests() -> None:
     """`query_kind` (benchmarks/transfer3_heldout_modes.py's classes) and the doctests of this module, training/oracle.py
-    (the copyable teacher's helpers) and training/evaluate.py."""
+    (the copyable teacher's helpers), training/evaluate.py and experiments/transfer_ablation.py (the held-out
+    ablation's table)."""
     import doctest
 
+    import experiments.transfer_ablation
     import training.evaluate
     import training.oracle
 
-    for mod in (tc, training.oracle, training.evaluate):
+    for mod in (tc, training.oracle, training.evaluate, experiments.transfer_ablation):
         res = doctest.testmod(mod, raise_on_error=False)
         assert res.failed == 0, mod.__name__
     top = [Document(id="a", title="Harrow (town)", text="Harrow lies near Ostmark.")]
@@ -190,8 +194,9 @@ def test_query_kinds_and_the_module_doctests() -> None:
 def test_each_check_runs_as_its_s3_eval_arguments_and_a_missing_piece_is_named(tmp_path: Path) -> None:
     """The method -> `s3 eval` mapping: no_retrieval reads no index (`s3 eval` refuses an --index it would not use:
     the first no_retrieval run stopped there), the contexts files, and errors that say what to pass."""
-    assert tc.eval_method_args("heuristic", tmp_path) == (
-        ["searcher", "--contexts", str(tmp_path / "heuristic.jsonl")], [], True)
+    for method in ("heuristic", "a2"):
+        assert tc.eval_method_args(method, tmp_path) == (
+            ["searcher", "--contexts", str(tmp_path / f"{method}.jsonl")], [], True)
     assert tc.eval_method_args("untrained", tmp_path, None, ["searcher.policy=vllm"]) == (
         ["searcher"], ["searcher.policy=vllm"], True)
     assert tc.eval_method_args("a0", tmp_path, "p2", ["searcher.additive=true"])[1] == [
