@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from experiments.transfer_ablation import COST, ROWS, ablation_table, reward_at  # noqa: E402
+from experiments.transfer_ablation import COST, HELD_OUT_SEEN, ROWS, ablation_table, reward_at  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "transfer3" / "ablation"
 BARS = ROOT / "benchmarks" / "results" / "transfer3" / "heldout_bars.json"
@@ -100,6 +100,12 @@ def report() -> None:
         lines.append(f"| {t['policy']} | {what[t['policy']]} | {t['reward']:.3f} | {t['gold_added']:.2f} | "
                      f"{t['other_added']:.2f} | {t['dropped_or_invalid']:.2f} | {t['docs']:.2f} | " + " | ".join(vs)
                      + f" | {summaries[t['policy']]['wall_s']:.0f} |")
+    seen = [t["policy"] for t in table if t["policy"] in HELD_OUT_SEEN]
+    if seen:
+        lines += ["", f"**Not held out: {', '.join(seen)}.** Their warm-ups ran with training.heldout.questions = 0, so "
+                  "the teacher's trajectories of these questions were among those they imitated: their rows show what "
+                  "they learnt where they trained, not what transfers (their clean numbers are the dev questions', "
+                  "checks/report.md)."]
     bars = json.loads(BARS.read_text())["rows"] if BARS.exists() else {}
     scripted = []
     for key, name in (("heldout100 heuristic", "heuristic control"), ("heldout100 a1", "A1 (copyable gold added)"),
@@ -120,7 +126,7 @@ def report() -> None:
     gold = [t["gold_added"] for t in table] + [g for _, _, g, _ in scripted]
     other = [-COST * t["other_added"] - t["dropped_or_invalid"] for t in table] + [-COST * o for *_, o in scripted]
     reward = [t["reward"] for t in table] + [r for _, r, _, _ in scripted]
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(11, 4.5))
     y = range(len(names))
     ax.barh(y, gold, color="tab:green", label="gold added")
     ax.barh(y, other, color="tab:red", label=f"-{COST} x other added - gold dropped - invalid format")
@@ -130,7 +136,7 @@ def report() -> None:
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_xlabel(f"per question (retrieval_gain, cost {COST})")
     ax.set_title("Held-out ablation: 100 held-out training questions, greedy")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     fig.tight_layout()
     fig.savefig(OUT / "ablation.png", dpi=110)
     print(OUT / "report.md")
