@@ -21,10 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from experiments.transfer_ablation import COST, HELD_OUT_SEEN, ROWS, ablation_table, reward_at
 
-from experiments.transfer_ablation import COST, HELD_OUT_SEEN, ROWS, ablation_table, reward_at  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 OUT = ROOT / "benchmarks" / "results" / "transfer3" / "ablation"
 BARS = ROOT / "benchmarks" / "results" / "transfer3" / "heldout_bars.json"
