@@ -4,6 +4,8 @@
                                                               # the A1, A2, heuristic contexts files, their stats
     S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py run METHOD --generator qwen15 --limit 300
     .venv/bin/python benchmarks/transfer_checks.py max-tokens --generator qwen15 --limit 100 --measure-at 48
+    .venv/bin/python benchmarks/transfer_checks.py reach      # contexts/reach.json: where the missing gold could be
+                                                              # reached (the question's own ranks, a perfect selector)
     .venv/bin/python benchmarks/transfer_checks.py report     # report.md, report.json, checks.png
     S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py run naive_rag_top3 --dataset musique_dev200 \
         --limit 100                                           # the other datasets (2wiki_dev200 too): own data,
@@ -242,6 +244,24 @@ def report() -> dict[str, Any]:
             cells = " | ".join(f"{m['hit_share'][str(c)]:.3f}" if str(c) in m["hit_share"] else "" for c in CAPS)
             lines.append(f"| {m['generator']} | {m['questions']} | {cells} | {m['smallest_below_5pct']} |")
         lines.append("")
+    reach_path = RESULTS / "contexts" / "reach.json"
+    if reach_path.is_file():
+        rc = json.loads(reach_path.read_text())
+        out["reach"] = rc
+        buckets = [f"{a}-{b}" for a, b in tc.RANK_BUCKETS]
+        lines += ["## Where a searcher could reach the missing gold (all 500 questions, bm25 only)", "",
+                  "`benchmarks/transfer_checks.py reach` (`tc.reach_by_place`): per place of the missing gold title, the "
+                  "best rank of a missing gold paragraph in the question's OWN bm25 list (past naive RAG's top-3), and "
+                  f"on how many questions one gets in for a perfect selector over the question's first {rc['window']} "
+                  f"documents (no new query), the heuristic, and the heuristic then that selector (cap {rc['cap']}).", "",
+                  "| missing gold title visible | questions | " + " | ".join(f"rank {b}" for b in buckets)
+                  + " | rank > 50 | selector | heuristic | heuristic then selector |",
+                  "| --- | ---: | " + " | ".join("---:" for _ in buckets) + " | ---: | ---: | ---: | ---: |"]
+        for place, e in rc["places"].items():
+            lines.append(f"| {place} | {e['questions']} | " + " | ".join(str(e["ranks"][b]) for b in buckets)
+                         + f" | {e['ranks']['beyond']} | {e['selector']} | {e['heuristic']} | "
+                         f"{e['heuristic_then_selector']} |")
+        lines.append("")
     places = _places()
     st_words = out.get("contexts", {}).get("visible_words", tc.VISIBLE_WORDS)
     out["generators"] = _generator_tables("hotpotqa_dev500", lines, places, st_words)
@@ -298,6 +318,29 @@ def _generator_tables(dataset: str, lines: list[str], places: Any, st_words: int
             found[gen] = {"model": model, **tables[0], "tables": tables,
                           "in_progress": {m: {"scored": s, "asked": a} for m, (s, a) in running.items()}}
     return found
+
+
+def reach() -> dict[str, Any]:
+    """contexts/reach.json: where a searcher could reach the gold paragraphs the top-3 lacks (`tc.reach_by_place`: the
+    question's own bm25 ranks, a perfect selector over its first 8, the heuristic, both); bm25 only, seconds."""
+    from eval.harness import load_dataset
+    from searcher.retrieval import load_retriever
+
+    path = RESULTS / "contexts" / "places.jsonl"
+    if not path.is_file():
+        raise SystemExit("run `benchmarks/transfer_checks.py prepare` first")
+    places = {r["id"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+    heuristic = {r["id"]: [d["id"] for d in r["documents"]]
+                 for r in map(json.loads, (RESULTS / "contexts" / "heuristic.jsonl").read_text().splitlines())}
+    qs = load_dataset(WORK / "data").questions
+    retriever = load_retriever(_cfg().retriever, WORK / "index")
+    depth = max(b for _, b in tc.RANK_BUCKETS)
+    ranked = {q.id: [d.id for d in hits] for q, hits in zip(qs, retriever.search([q.question for q in qs], depth),
+                                                             strict=True)}
+    out = {"window": tc.HEURISTIC_K, "cap": tc.DOC_CAP, "places": tc.reach_by_place(places, ranked, heuristic)}
+    (RESULTS / "contexts" / "reach.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(out, indent=2))
+    return out
 
 
 def _places() -> tuple[dict[str, str], dict[str, set[str]]] | None:
@@ -429,6 +472,7 @@ def main() -> int:
     m.add_argument("--generator", choices=GENERATORS, default="qwen15")
     m.add_argument("--limit", type=int, default=100)
     m.add_argument("--measure-at", type=int, default=48)
+    sub.add_parser("reach", help="contexts/reach.json: where the missing gold could be reached (bm25 only)")
     sub.add_parser("report", help="report.md, report.json and checks.png")
     a = ap.parse_args()
     if a.stage == "prepare":
@@ -439,6 +483,8 @@ def main() -> int:
         if a.measure_at < max(c for c in CAPS if c <= a.measure_at):
             raise SystemExit("--measure-at must be at least the largest cap measured")
         max_tokens(a.generator, a.limit, a.measure_at)
+    elif a.stage == "reach":
+        reach()
     else:
         report()
     return 0
