@@ -11,7 +11,8 @@ naive RAG's top-3, -1 a top-3 gold paragraph dropped, -0.1 each other paragraph 
     several queries the phase-1f / 1g list policies (warm-ups from the shipped one; runs/transfer3/, not committed).
                     NOT held out: their warm-ups ran with training.heldout.questions = 0, so the teacher's
                     trajectories of these 100 questions were among the ones they imitated (`HELD_OUT_SEEN`); their
-                    clean numbers are the dev questions' (benchmarks/results/transfer3/checks/report.md)
+                    clean numbers are the dev questions'. `phase1f_heldout` is phase 1f's recipe run again with the
+                    100 kept out: the lever's held-out row
 
 The scripted bars (the heuristic control, the copyable teacher, A1) come from benchmarks/results/transfer3/
 heldout_bars.json (their gold / added counts, re-weighed at the cost used here). `benchmarks/transfer3_ablation.py`
@@ -48,6 +49,9 @@ ROWS = (
                 "the shipped policy, additive off (cap 5)", ("searcher.additive=false",)),
     AblationRow("phase1f_candidates", "runs/transfer3/candidates_policy",
                 "phase 1f: 8 candidate queries a turn, 128 tokens (NOT held out: its warm-up saw these questions)",
+                ("searcher.max_new_tokens=128",)),
+    AblationRow("phase1f_heldout", "runs/transfer3/phase1f_h",
+                "phase 1f's recipe again with these 100 questions kept out (training.heldout.questions = 100)",
                 ("searcher.max_new_tokens=128",)),
     AblationRow("phase1g_spans", "runs/transfer3/spans_policy",
                 "phase 1g: 16 spans in one turn, k = 16 (NOT held out, as 1f)", ("searcher.k=16", "searcher.max_turns=1",
