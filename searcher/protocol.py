@@ -41,6 +41,7 @@ __all__ = [
     "information_observation",
     "invalid_observation",
     "parse_bool",
+    "parse_queries",
     "parse_s3_reply",
     "parse_search_r1_reply",
     "render_information",
@@ -318,11 +319,11 @@ def _tag(text: str, name: str) -> str | None:
 
 def _query_from(raw: str) -> str:
     """A query from `<query>` content: JSON {"query": ...} (string, or list -> first string), a JSON string, or raw."""
-    qs = _queries_from(raw)
+    qs = parse_queries(raw)
     return qs[0] if qs else ""
 
 
-def _queries_from(raw: str) -> list[str]:
+def parse_queries(raw: str) -> list[str]:
     """Every query of `<query>` content, in order: a JSON list under "query" gives each of its strings once (compared
     without case, empty ones dropped); anything else gives the one query `_query_from` reads (or none if empty)."""
     s = raw.strip()
@@ -497,7 +498,7 @@ def _parse_s3_general(text: str, window_size: int, max_select: int) -> S3Action:
         if qm:
             query = " ".join(qm.group(1).split()) or None
         else:
-            qs = _queries_from(q_raw)
+            qs = parse_queries(q_raw)
             query = qs[0] if qs else None
             if len(qs) > 1:
                 queries = tuple(qs)

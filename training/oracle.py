@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Literal
 
 from s3core.types import Document, QAExample
+from searcher.protocol import parse_queries
 from searcher.titles import _title_forms, norm, title_variants  # the one definition (re-exported here)
 
 __all__ = [
@@ -163,25 +164,13 @@ def _doc_lines(window: str) -> list[tuple[int, str, str]]:
 
 
 def _asked(prompt: str) -> list[str]:
-    """The queries the replies so far wrote (after the last <question>), their JSON unwrapped where it parses; each
-    query of a list (`{"query": ["A", "B"]}`) on its own.
+    """The queries the replies so far wrote (after the last <question>), read as the loop reads them
+    (`searcher.protocol.parse_queries`): each query of a list (`{"query": ["A", "B"]}`) on its own.
 
     >>> _asked('<question>Q?</question><query>{"query": ["A b", "C"]}</query> <query>{"query": "D"}</query>')
     ['A b', 'C', 'D']
     """
-    out: list[str] = []
-    for raw in _QUERY.findall(prompt.rsplit("</question>", 1)[-1]):
-        try:
-            q = json.loads(raw)
-        except json.JSONDecodeError:
-            out.append(raw)
-            continue
-        q = q.get("query", "") if isinstance(q, dict) else q
-        if isinstance(q, list):
-            out.extend(str(x) for x in q)
-        else:
-            out.append(str(q))
-    return out
+    return [q for raw in _QUERY.findall(prompt.rsplit("</question>", 1)[-1]) for q in parse_queries(raw)]
 
 
 def visible_segments(prompt: str, words: int = VISIBLE_WORDS) -> list[str]:
