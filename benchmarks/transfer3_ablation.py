@@ -43,8 +43,9 @@ def run(names: list[str]) -> None:
     done = {json.loads(line)["name"] for line in (OUT / "summary.jsonl").open()} if (OUT / "summary.jsonl").exists() else set()
     rows = [r for r in ROWS if (not names or r.name in names) and r.name not in done]
     with tempfile.TemporaryDirectory() as tmp:
+        attempt2 = str(_attempt2(Path(tmp))) if any(r.policy == "attempt2" for r in rows) else ""  # extracted once
         for row in rows:
-            policy = str(_attempt2(Path(tmp))) if row.policy == "attempt2" else row.policy
+            policy = attempt2 if row.policy == "attempt2" else row.policy
             if "/" in row.policy and not (ROOT / policy).exists():
                 print(f"{row.name}: {policy} is missing here; skipped", file=sys.stderr)
                 continue
@@ -109,10 +110,10 @@ def report() -> None:
     scripted = []
     for key, name in (("heldout100 heuristic", "heuristic control"), ("heldout100 a1", "A1 (copyable gold added)"),
                       ("heldout100 copyable teacher (knows which paragraphs are gold)", "copyable teacher")):
-        b = bars.get(key)
-        if b:
-            gold = b.get("gold_added", b.get("gold"))
-            added = b["added"]
+        bar = bars.get(key)
+        if bar:
+            gold = bar.get("gold_added", bar.get("gold"))
+            added = bar["added"]
             scripted.append((name, reward_at(gold, added), gold, added - gold))
     if scripted:
         lines += ["", f"The scripted bars on the same questions (heldout_bars.json, their counts re-weighed at cost "

@@ -326,10 +326,10 @@ def reach() -> dict[str, Any]:
     from eval.harness import load_dataset
     from searcher.retrieval import load_retriever
 
-    path = RESULTS / "contexts" / "places.jsonl"
-    if not path.is_file():
+    found = _places()
+    if found is None:
         raise SystemExit("run `benchmarks/transfer_checks.py prepare` first")
-    places = {r["id"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+    places, missing = found
     heuristic = {r["id"]: [d["id"] for d in r["documents"]]
                  for r in map(json.loads, (RESULTS / "contexts" / "heuristic.jsonl").read_text().splitlines())}
     qs = load_dataset(WORK / "data").questions
@@ -337,7 +337,7 @@ def reach() -> dict[str, Any]:
     depth = max(b for _, b in tc.RANK_BUCKETS)
     ranked = {q.id: [d.id for d in hits] for q, hits in zip(qs, retriever.search([q.question for q in qs], depth),
                                                              strict=True)}
-    out = {"window": tc.HEURISTIC_K, "cap": tc.DOC_CAP, "places": tc.reach_by_place(places, ranked, heuristic)}
+    out = {"window": tc.HEURISTIC_K, "cap": tc.DOC_CAP, "places": tc.reach_by_place(places, missing, ranked, heuristic)}
     (RESULTS / "contexts" / "reach.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(out, indent=2))
     return out

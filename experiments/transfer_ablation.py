@@ -63,13 +63,14 @@ ROWS = (
 HELD_OUT_SEEN = frozenset({"phase1f_candidates", "phase1g_spans"})
 
 
-def reward_at(gold: float, added: float, cost: float = COST, dropped: float = 0.0) -> float:
-    """retrieval_gain from its counts (a question's or their means): gold added - dropped - cost x other added.
+def reward_at(gold: float, added: float, cost: float = COST) -> float:
+    """retrieval_gain from its counts (a question's or their means) for a source that drops nothing (the scripted
+    bars): gold added - cost x other added.
 
     >>> round(reward_at(0.49, 1.3), 3)
     0.409
     """
-    return gold - dropped - cost * (added - gold)
+    return gold - cost * (added - gold)
 
 
 def ablation_table(

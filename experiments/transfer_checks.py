@@ -147,22 +147,21 @@ RANK_BUCKETS = ((4, 8), (9, 16), (17, 50))  # ranks of the question's own retrie
 
 
 def reach_by_place(
-    places: Mapping[str, Mapping[str, Any]], ranked: Mapping[str, Sequence[str]], heuristic: Mapping[str, Sequence[str]],
-    *,
-    window: int = HEURISTIC_K, cap: int = DOC_CAP,
+    places: Mapping[str, str], missing: Mapping[str, set[str]], ranked: Mapping[str, Sequence[str]],
+    heuristic: Mapping[str, Sequence[str]], *, window: int = HEURISTIC_K, cap: int = DOC_CAP,
 ) -> dict[str, dict[str, Any]]:
     """Where the gold paragraphs naive RAG's top-3 lacks could be reached, per place (`GOLD_PLACES` but "none missing";
-    `places`: id -> {"place", "missing": gold ids}): the best rank of a missing gold paragraph in the question's own
+    `places`: id -> place, `missing`: id -> the gold ids the top-3 lacks, as `place_rows` takes them): the best rank of a missing gold paragraph in the question's own
     retrieval list (`ranked`: id -> ids, best first; `RANK_BUCKETS`, "beyond" past the last), and on how many
     questions a missing gold paragraph gets in for: `selector` (a perfect selection among the question's own first
     `window` documents, no new query), `heuristic` (its documents, `heuristic`: id -> ids) and `heuristic_then_selector`
     (the heuristic's documents, then the selector's while the context is under `cap`).
 
-    >>> places = {"q1": {"place": "unseen", "missing": ["g"]}, "q2": {"place": "documents", "missing": ["b"]},
-    ...           "q3": {"place": "none missing", "missing": []}}
+    >>> places = {"q1": "unseen", "q2": "documents", "q3": "none missing"}
+    >>> missing = {"q1": {"g"}, "q2": {"b"}, "q3": set()}
     >>> ranked = {"q1": ["t1", "t2", "t3", "x", "g"], "q2": ["t1", "t2", "t3"], "q3": ["t1"]}
     >>> heur = {"q1": ["t1", "t2", "t3"], "q2": ["t1", "t2", "t3", "b"], "q3": ["t1"]}
-    >>> r = reach_by_place(places, ranked, heur)
+    >>> r = reach_by_place(places, missing, ranked, heur)
     >>> r["unseen"]["ranks"], r["unseen"]["selector"], r["unseen"]["heuristic"], r["unseen"]["heuristic_then_selector"]
     ({'4-8': 1, '9-16': 0, '17-50': 0, 'beyond': 0}, 1, 0, 1)
     >>> r["documents"]["ranks"]["beyond"], r["documents"]["heuristic_then_selector"], "none missing" in r
@@ -174,16 +173,14 @@ def reach_by_place(
             continue
         entry: dict[str, Any] = {"questions": 0, "ranks": {f"{a}-{b}": 0 for a, b in RANK_BUCKETS} | {"beyond": 0},
                                  "selector": 0, "heuristic": 0, "heuristic_then_selector": 0}
-        for qid, row in places.items():
-            if row["place"] != place:
-                continue
-            missing = set(row["missing"])
+        for qid in (i for i, p in places.items() if p == place):
+            lacks = missing.get(qid, set())
             ids = list(ranked.get(qid, ()))
-            best = min((ids.index(m) + 1 for m in missing if m in ids), default=None)
+            best = min((ids.index(m) + 1 for m in lacks if m in ids), default=None)
             bucket = next((f"{a}-{b}" for a, b in RANK_BUCKETS if best is not None and a <= best <= b), "beyond")
-            selected = missing & set(ids[:window])
+            selected = lacks & set(ids[:window])
             have = list(heuristic.get(qid, ()))
-            by_heuristic = bool(missing & set(have))
+            by_heuristic = bool(lacks & set(have))
             entry["questions"] += 1
             entry["ranks"][bucket] += 1
             entry["selector"] += bool(selected)
