@@ -37,7 +37,7 @@ WAYS = {"fp32": ("float32", "off"), "bf16 in place": ("bfloat16", "off"), "fp32 
 def batch_of(tok: Any) -> Any:
     import torch
 
-    from training.learner import Batch
+    from training.learn.api import Batch
 
     rows = [(tok(q)["input_ids"], tok(a)["input_ids"]) for q, a in TEXTS]
     L = max(len(q) + len(a) for q, a in rows)
@@ -56,9 +56,9 @@ def train(way: str, lr: float, steps: int, model_dir: str) -> dict[str, Any]:
     import torch
 
     from searcher.policy.transformers_policy import TransformersPolicy
-    from training.algorithms import masked_mean
     from training.config import TrainingConfig
-    from training.learner import forward_logprobs, optimizer_and_scheduler
+    from training.learn.algorithms import masked_mean
+    from training.learn.learner import forward_logprobs, optimizer_and_scheduler
 
     dtype, autocast = WAYS[way]
     torch.manual_seed(0)

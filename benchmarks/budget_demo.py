@@ -97,9 +97,10 @@ def evaluation(api: str, srv: Any, tmp: Path, n: int) -> dict[str, Any]:
 
 def training(api: str, tmp: Path, steps: int) -> dict[str, Any]:
     from s3.config import load_config
-    from training.budget import BudgetedExecutor, dry_run
+    from training.report.dryrun import dry_run
+    from training.rollouts.budget import BudgetedExecutor
+    from training.run.trainer import make_trainer
     from training.rundir import read_metrics
-    from training.trainer import make_trainer
 
     run = tmp / "train" / "run"
 

@@ -35,7 +35,8 @@ torch.set_num_threads(2)
 torch.manual_seed(0)
 from transformers import Qwen2Config, Qwen2ForCausalLM
 T, model_dir = int(sys.argv[1]), sys.argv[2]
-from training.learner import Batch, MicroBatch, masked_update, optimizer_and_scheduler
+from training.learn.api import Batch, MicroBatch
+from training.learn.learner import masked_update, optimizer_and_scheduler
 from s3.config import load_config
 tc = load_config(None, ["training.update.kl_coef=0", "training.rollout.temperature=1.0"]).training
 model = Qwen2ForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

@@ -7,13 +7,13 @@
 1. Scripted policy with a fixed latency: every batched call of up to `--engine-batch` prompts lasts `--latency` s (a
    sleep: the cores are not the limit),
    real bm25s over HotpotQA dev paragraphs: rollouts/s of N questions in this process vs on Ray with 1 and 2
-   rollout workers (training/ray_backend.py RayExecutor); medians over `--repeats`, ratios to the local run
+   rollout workers (training/rollouts/ray_backend.py RayExecutor); medians over `--repeats`, ratios to the local run
    measured in the same invocation.
 2. The real SmolLM2-135M transformers policy through the real trainer (configs/smoke.toml, training.backend local vs
    ray): rollouts/s with 1 and 2 workers, whole-step seconds (rollouts + rewards with the offline generator + update
    + sync) and Ray's overhead per step as a ratio to the local step, and the weight-sync seconds per step.
 
-3. Several learners (ray.learners, training/learner_group.py): the real trainer (configs/smoke.toml, training.backend
+3. Several learners (ray.learners, training/learn/learner_group.py): the real trainer (configs/smoke.toml, training.backend
    = ray, one rollout worker running the scripted latency policy with the learner's tokenizer, so its trajectories are
    token-exact and the update is real), with the update in the driver (1 learner) vs on 2 gloo learner actors:
    median step / update / weight-sync seconds and their ratios 2 learners / 1 learner. On 2 cores the two learners
@@ -80,7 +80,7 @@ def scripted_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from s3.config import load_config
     from searcher.build import build_retriever, build_searcher
     from searcher.retrieval import build_index
-    from training.ray_backend import RayExecutor
+    from training.rollouts.ray_backend import RayExecutor
 
     ds = work / "hotpot"
     if not (ds / "corpus.jsonl").is_file():
@@ -127,8 +127,8 @@ def scripted_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def real_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from s3.config import load_config
-    from training.ray_backend import RayExecutor
-    from training.trainer import make_trainer
+    from training.rollouts.ray_backend import RayExecutor
+    from training.run.trainer import make_trainer
 
     common = [
         "training.data.max_questions=16", f"training.rollout.batch_size={args.real_batch}", "training.rollout.group_size=2",
@@ -197,9 +197,9 @@ def learners_part(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import functools
 
     from s3.config import load_config
-    from training.learner_group import LearnerGroup
-    from training.ray_backend import RayExecutor
-    from training.trainer import make_trainer
+    from training.learn.learner_group import LearnerGroup
+    from training.rollouts.ray_backend import RayExecutor
+    from training.run.trainer import make_trainer
 
     smoke = ROOT / "configs" / "smoke.toml"
     common = [

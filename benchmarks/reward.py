@@ -40,7 +40,7 @@ def main() -> int:
 
     from eval import metrics
     from generator_adapters import Generator
-    from training.data import make_accuracy, prepare_training
+    from training.prep.data import make_accuracy, prepare_training
     from training.rewards import RewardScorer
 
     with FakeLLMServer(latency_s=args.latency, process=True) as srv, tempfile.TemporaryDirectory() as tmp:

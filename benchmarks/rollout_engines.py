@@ -3,7 +3,7 @@
     nice -n 10 .venv/bin/python benchmarks/rollout_engines.py [--questions 64] [--warmup-steps 6] \
         [--out benchmarks/results/rollout_engines]
 
-1. SmolLM2-135M gets the oracle format warm-up (training/oracle.py) through the real trainer (configs/smoke.toml with
+1. SmolLM2-135M gets the oracle format warm-up (training/prep/oracle.py) through the real trainer (configs/smoke.toml with
    training.rollout.engine = vllm), so its replies are valid s3 actions and later turns happen. Every warm-up step
    ends with the learner's weights synced into the running vLLM engine, in place (timed).
 2. One GRPO step on top (rollouts by vLLM, rewards from the offline generator, learner update, sync): the weight-sync
@@ -67,8 +67,8 @@ def main() -> int:
     from searcher.build import build_searcher
     from searcher.config import RetrieverConfig, SearcherConfig
     from searcher.retrieval import build_index, load_retriever
+    from training.run.trainer import make_trainer
     from training.rundir import read_metrics
-    from training.trainer import make_trainer
 
     work = Path(tempfile.mkdtemp(prefix="rollout_engines."))
     run_dir = args.run_dir or work / "run"

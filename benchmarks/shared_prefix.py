@@ -69,7 +69,8 @@ def main() -> None:
     from searcher.policy.transformers_policy import TransformersPolicy
     from searcher.protocol import build_s3_prompt, information_observation
     from training.config import TrainingConfig
-    from training.learner import forward_logprobs, pad_rollouts
+    from training.learn.api import pad_rollouts
+    from training.learn.learner import forward_logprobs
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

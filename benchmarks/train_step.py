@@ -71,7 +71,7 @@ def main() -> None:
     import torch
 
     from searcher.policy.transformers_policy import TransformersPolicy
-    from training.algorithms import gather_logprobs, grpo_loss
+    from training.learn.algorithms import gather_logprobs, grpo_loss
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -11,11 +11,11 @@ Three walks:
 
     start   make_trainer(cfg) on a run whose training data is missing: the preparation and the building together
     setup   building from data prepared first and outside the walk: build_training(cfg, prepare_run(cfg)) where the
-            checkout has the preparation stage (training/build.py's prepare_run), else make_trainer(cfg)
+            checkout has the preparation stage (training/run/build.py's prepare_run), else make_trainer(cfg)
     step    one RL step (`train_step`) of the trainer the setup built
 
 `--repo` runs another checkout (the parent commit, to compare; its config keys as it had them) the same way. The
-static walk of the same code (no run: every branch, `farm-studio walk training/build.py:build_training:cfg`) is in
+static walk of the same code (no run: every branch, `farm-studio walk training/run/build.py:build_training:cfg`) is in
 benchmarks/results/training_walk/README.md.
 """
 
@@ -39,8 +39,8 @@ from pathlib import Path
 repo = Path(sys.argv[1]); out = Path(sys.argv[2]); work = Path(sys.argv[3]); flat = sys.argv[4] == "flat"
 sys.path.insert(0, str(repo))
 from s3.config import load_config
-import training.build as tb
-from training.trainer import S3Trainer, make_trainer
+import training.run.build as tb
+from training.run.trainer import S3Trainer, make_trainer
 assert tb.__file__.startswith(str(repo)), (tb.__file__, repo)  # the checkout asked for, not the installed one
 keys = ["training.max_questions=8", "training.batch_size=1", "training.group_size=2"] if flat else [
     "training.data.max_questions=8", "training.rollout.batch_size=1", "training.rollout.group_size=2"]
@@ -103,7 +103,7 @@ if hasattr(tb, "prepare_run"):  # the preparation stage, outside the walk; build
     parts, setup = walk(lambda: tb.build_training(cfg, prepared, log=quiet))
     t = S3Trainer(parts, log=quiet)
 else:  # before it: the training data prepared outside the walk, make_trainer still checks and loads it
-    from training.data import prepare_training, training_dir
+    from training.prep.data import prepare_training, training_dir
     prepare_training(cfg, training_dir(cfg), log=quiet)
     t, setup = walk(lambda: make_trainer(cfg, log=quiet))
 _, step = walk(t.train_step)

@@ -26,7 +26,7 @@ sample of all of them:
   missing from the top-8 (a question with both gold paragraphs in its top-8 needs no second query: (c) = (a));
 - the gold paragraphs themselves (the ceiling of any context built from them), and the counts after each filter
   (answerable-from-gold = the generator answers from the gold paragraphs; cached in the training directory's
-  gold.jsonl under training/data.py's key, so `training.data.keep_answerable` reuses it);
+  gold.jsonl under training/prep/data.py's key, so `training.data.keep_answerable` reuses it);
 - (d) untrained searchers in the s3 loop at 8:3:3 (begin-with-search top-k0 = naive RAG's 3, then up to 3 search
   turns of 8 documents, up to 3 selected per window): the generator's accuracy on the searcher's documents, searches
   per question, the share of questions whose documents hold a gold paragraph naive top-3 missed. `NAME:N` runs it on
@@ -189,7 +189,7 @@ def load_prepared(cfg: Any, retriever_factory: Callable[[Path], Any]) -> Prepare
     and the committed baseline cache: a row counts when its key is today's (generator, prompt, retriever, k, metric;
     the index fingerprint of today's index or of the manifest's) and its document ids are today's top-3."""
     from s3core.io import read_jsonl, write_json_atomic, write_jsonl_atomic
-    from training import data as td
+    from training.prep import data as td
 
     d = td.training_dir(cfg)
     qpath, cpath = d / "questions.jsonl", d / "corpus.jsonl"
@@ -249,7 +249,7 @@ class Scorer:
 
     def __init__(self, cfg: Any, prep: Prepared) -> None:
         from s3core.io import read_jsonl
-        from training.data import make_accuracy
+        from training.prep.data import make_accuracy
 
         self.accuracy = make_accuracy(cfg)
         self.prep = prep
@@ -295,7 +295,7 @@ class Scorer:
         return [self.memo[k] for k in keys]
 
     def _append_gold(self, keys: Sequence[tuple[str, tuple[str, ...]]]) -> None:
-        """Gold-context accuracies in training/data.py's gold.jsonl format (training.data.keep_answerable reads them)."""
+        """Gold-context accuracies in training/prep/data.py's gold.jsonl format (training.data.keep_answerable reads them)."""
         from s3core.io import append_jsonl
 
         rows = []
@@ -469,7 +469,7 @@ def legacy_landscape(args: argparse.Namespace) -> int:
     """The first landscape: naive top-k, top-2k, the gold paragraphs, top-k + gold, one random top-k document."""
     from s3.config import load_config
     from searcher.retrieval import load_retriever
-    from training.data import load_training_set, make_accuracy
+    from training.prep.data import load_training_set, make_accuracy
 
     cfg = load_config(args.config, args.overrides)
     data = load_training_set(cfg)

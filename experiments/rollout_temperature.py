@@ -7,12 +7,12 @@
 GRPO gives a group whose rewards are all equal zero advantage: only the groups with a reward difference teach. For N
 questions (the prepared training set's HELD-OUT questions by default, the trainer's own split; or `--split train`, or
 a `--questions-file`) and each temperature, this rolls out a group of G (default training.rollout.group_size) per
-question through the training executor's rollout path (training/executors.py `LocalExecutor`: the config's loop,
+question through the training executor's rollout path (training/rollouts/executors.py `LocalExecutor`: the config's loop,
 training.rollout.engine, the learner's autocast), scores every rollout with the configured reward (`make_scorer`:
 training.reward and training.invalid_penalty, as the trainer scores them) and reports per temperature:
 
 - `informative`: the share of groups with any reward difference (two or more scored rollouts, not all equal: the
-  groups training.update.drop_flat_groups keeps, training/algorithms.py `flat_groups`); `task_informative`: those whose
+  groups training.update.drop_flat_groups keeps, training/learn/advantages.py `flat_groups`); `task_informative`: those whose
   TASK reward differs (reward - format term), `format_only`: those whose only difference is the format term
   (`format_only_groups`: the ones worth least);
 - the mean and std of the reward over scored rollouts and the mean within-group std (the size of GRPO's signal);
@@ -132,7 +132,7 @@ def summarize_temperature(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     >>> s["groups"], s["informative"], s["task_informative"], s["format_only"], s["flat"], s["unscored_groups"]
     (4, 0.5, 0.25, 0.25, 0.25, 1)
     """
-    from training import algorithms as alg
+    from training.learn import advantages
 
     groups = len(rows)
     informative = task = fmt = flat = unscored = 0
@@ -145,11 +145,11 @@ def summarize_temperature(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             unscored += 1
             continue
         group_std.append(statistics.pstdev(scored))
-        if alg.flat_groups(rewards, g):
+        if advantages.flat_groups(rewards, g):
             flat += 1
             continue
         informative += 1
-        if alg.format_only_groups(rewards, terms, g):
+        if advantages.format_only_groups(rewards, terms, g):
             fmt += 1
         else:
             task += 1
@@ -341,7 +341,7 @@ def measure(examples: Sequence[QAExample], temperatures: Sequence[float], group_
 
 # ------------------------------------------------------------------------------------------------ real components
 def needs_generator(cfg: Any) -> bool:
-    """Whether the configured reward calls the frozen generator for a rollout (training/executors.py make_scorer)."""
+    """Whether the configured reward calls the frozen generator for a rollout (training/rollouts/executors.py make_scorer)."""
     from training.rewards import NO_GENERATOR_REWARDS
 
     return cfg.training.mode != "search_r1" and cfg.training.reward not in NO_GENERATOR_REWARDS
@@ -350,10 +350,10 @@ def needs_generator(cfg: Any) -> bool:
 def choose_questions(cfg: Any, n: int, *, split: str = "heldout", questions_file: Path | None = None
                      ) -> tuple[list[QAExample], Any]:
     """(the first n questions, the prepared training set): the held-out questions of the trainer's own split
-    (training/build.py `split_heldout`), the training questions before them (`split="train"`), or a questions file's."""
+    (training/run/build.py `split_heldout`), the training questions before them (`split="train"`), or a questions file's."""
     from s3core.corpus import read_questions
-    from training.build import split_heldout
-    from training.data import load_training_set
+    from training.prep.data import load_training_set
+    from training.run.build import split_heldout
 
     data = load_training_set(cfg)
     if questions_file is not None:
@@ -376,7 +376,7 @@ def choose_questions(cfg: Any, n: int, *, split: str = "heldout", questions_file
 class RealRollouts:
     """The training executor's rollout and scoring path, at any temperature: the policy loaded once (a checkpoint, a
     run directory's newest, or training.base_model), one LocalExecutor per temperature over the config's loop
-    (training/build.py `loop_config`), the configured reward (`make_scorer`)."""
+    (training/run/build.py `loop_config`), the configured reward (`make_scorer`)."""
 
     def __init__(self, cfg: Any, data: Any, policy: str | None, log: Callable[[str], None] = print) -> None:
         import torch
@@ -384,7 +384,7 @@ class RealRollouts:
         from s3core.devices import auto_cpu_threads, resolve_device
         from searcher.build import build_retriever
         from searcher.policy.base import TokenPolicy
-        from training.executors import make_scorer
+        from training.rollouts.executors import make_scorer
 
         self.cfg, tc = cfg, cfg.training
         self.device = resolve_device(tc.learner.device)
@@ -416,8 +416,8 @@ class RealRollouts:
 
     def executor(self, temperature: float) -> Any:
         from searcher.build import build_searcher
-        from training.build import loop_config
-        from training.executors import LocalExecutor
+        from training.rollouts.executors import LocalExecutor
+        from training.run.build import loop_config
 
         if temperature not in self._executors:
             cfg = self.cfg
@@ -445,7 +445,7 @@ def identity(cfg: Any, policy: str | None, questions: Sequence[QAExample], group
     """What the rows of an --out folder were measured with: a resume with anything else is refused (more questions or
     temperatures are fine: the questions are a prefix)."""
     from searcher.policy.transformers_policy import resolve_checkpoint
-    from training.build import loop_config
+    from training.run.build import loop_config
 
     tc = cfg.training
     spec = policy or tc.base_model

@@ -6,7 +6,7 @@
     .venv/bin/python benchmarks/transfer.py ablation  # the held-out table: what each lever did (no model is run)
     .venv/bin/python benchmarks/transfer.py all
 
-select: `training.evaluate.heldout_rewards` (the training reward, greedy) on the held-out 10% for the untrained policy
+select: `training.run.evaluate.heldout_rewards` (the training reward, greedy) on the held-out 10% for the untrained policy
 and every checkpoint kept in the run; the checkpoint with the highest held-out Acc of the searcher's documents is
 chosen (ties: the earlier one) and its LoRA adapter copied to benchmarks/results/transfer/policy. Only that one is
 evaluated on the dev slices; selection.md lists every checkpoint evaluated anywhere.
@@ -68,8 +68,8 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 def _from_heldout(r: dict[str, Any], source: str) -> dict[str, Any]:
     """A row of the trainer's heldout.jsonl (the committed ones too) as a row of the selection table: the one
-    held-out row type's summary (training.evaluate.HeldoutScore, `s3 train-eval`'s keys; None where nothing scored)."""
-    from training.evaluate import HeldoutScore
+    held-out row type's summary (training.run.evaluate.HeldoutScore, `s3 train-eval`'s keys; None where nothing scored)."""
+    from training.run.evaluate import HeldoutScore
 
     return {"policy": r["checkpoint"], "step": r["step"], **HeldoutScore.from_row(r).summary(), "source": source,
             **({"wins_losses": r["wins_losses"]} if "wins_losses" in r else {})}
@@ -91,7 +91,7 @@ def select(config: str) -> dict[str, Any]:
     the untrained base model is evaluated here. Its adapter goes to benchmarks/results/transfer/policy."""
     from s3.config import load_config
     from searcher.trained import relocate_record
-    from training.evaluate import heldout_rewards
+    from training.run.evaluate import heldout_rewards
 
     cfg = load_config(config, [f"searcher.policy={EVAL_POLICY}"])  # the untrained base's rollouts on vLLM
     run = _run_dir(config)
@@ -262,12 +262,13 @@ def snapshot(config: str, dest: Path | None = None) -> Path:
     """Copy the run's resumable minimum into `dest` (default RESULTS/run, replacing what was there): see the section
     comment."""
     dest = dest or RESULTS / "run"
+    from training import rundir
+
     run = _run_dir(config)
-    ckpts = run / "checkpoints"
-    if not (ckpts / "latest").is_file():
+    ckpts = run / rundir.CHECKPOINTS
+    latest, best = rundir.pointer(run, "latest"), rundir.pointer(run, "best")
+    if latest is None:
         raise SystemExit(f"no checkpoint in {ckpts}: nothing to snapshot")
-    latest = (ckpts / "latest").read_text().strip()
-    best = (ckpts / "best").read_text().strip() if (ckpts / "best").is_file() else None
     if not (ckpts / latest / "adapter").is_dir():
         raise SystemExit(f"{ckpts / latest} has no adapter/: snapshot is for LoRA runs (a full model is too big to commit)")
     tmp = dest.with_name(dest.name + ".tmp")
@@ -282,11 +283,11 @@ def snapshot(config: str, dest: Path | None = None) -> Path:
         _copy_adapter(run / "reference", tmp / "reference")
         reference = tmp / "reference"
     _copy_checkpoint(ckpts / latest, tmp / "checkpoints" / latest, resumable=True, reference=reference)
-    (tmp / "checkpoints" / "latest").write_text(latest)
+    rundir.set_pointer(tmp, "latest", latest)
     if best is not None and best != latest and (ckpts / best / "adapter").is_dir():
         _copy_checkpoint(ckpts / best, tmp / "checkpoints" / best, resumable=False, reference=reference)
     if best is not None and (tmp / "checkpoints" / best).is_dir():  # never a pointer to what is not there
-        (tmp / "checkpoints" / "best").write_text(best)
+        rundir.set_pointer(tmp, "best", best)
     if dest.exists():
         shutil.rmtree(dest)
     tmp.rename(dest)
@@ -295,20 +296,25 @@ def snapshot(config: str, dest: Path | None = None) -> Path:
     return dest
 
 
-def _step_of(checkpoints: Path) -> int:
-    latest = checkpoints / "latest"
-    return int(latest.read_text().strip().removeprefix("step_")) if latest.is_file() else -1
+def _step_of(run: Path) -> int:
+    """The step of a run directory's newest checkpoint, -1 when it has none."""
+    from training.rundir import checkpoint_step, latest_checkpoint
+
+    latest = latest_checkpoint(run)
+    return checkpoint_step(latest) if latest is not None else -1
 
 
 def restore(config: str, src: Path | None = None) -> Path | None:
     """Put a snapshot back as the run directory when the run there is missing or older; returns the run dir, or
     None when there was nothing to do."""
     src = src or RESULTS / "run"
+    from training import rundir
+
     run = _run_dir(config)
-    if not (src / "checkpoints" / "latest").is_file():
+    if rundir.latest_checkpoint(src) is None:
         print(f"no snapshot in {src}: a new run starts")
         return None
-    have, snap = _step_of(run / "checkpoints"), _step_of(src / "checkpoints")
+    have, snap = _step_of(run), _step_of(src)
     if have >= snap:
         print(f"{run} is at step {have}, the snapshot at {snap}: kept as it is")
         return None
@@ -329,9 +335,9 @@ def restore(config: str, src: Path | None = None) -> Path | None:
         if marker.is_file():
             shutil.copy2(src / "reference" / WEIGHTS, dst / "adapter" / WEIGHTS)
             marker.unlink()
-    for pointer in ("latest", "best"):
-        if (src / "checkpoints" / pointer).is_file():
-            shutil.copy2(src / "checkpoints" / pointer, run / "checkpoints" / pointer)
+    for which in ("latest", "best"):
+        if (pointed := rundir.pointer(src, which)) is not None:
+            rundir.set_pointer(run, which, pointed)
     print(f"restored {run} at step {snap} from {src}: `s3 train --config {config}` resumes there")
     return run
 
@@ -596,7 +602,7 @@ def ablation(config: str) -> list[str]:
     import math
 
     from s3.config import load_config
-    from training.rundir import choose_heldout
+    from training.rundir import choose_heldout, heldout_rows, metrics_rows
 
     cfg = load_config(config)
     n_q = cfg.training.heldout.questions
@@ -614,7 +620,7 @@ def ablation(config: str) -> list[str]:
         def record(name: str) -> list[dict[str, Any]]:  # the run's file, else the copy report() left in results
             return _jsonl(run / name) or _jsonl(results / name)
 
-        held = {int(r["step"]): r for r in record("heldout.jsonl")}
+        held = {int(r["step"]): r for r in heldout_rows(run) or heldout_rows(results)}
         # per question (runs from stop 33 on): wins and losses; an evaluation redone after a kill wrote its rows again
         per_question = {(int(q["step"]), q["id"]): q for q in record("heldout_questions.jsonl")}
         for q in per_question.values():
@@ -624,7 +630,7 @@ def ablation(config: str) -> list[str]:
                 wl[1] += q["acc_s3"] < q["acc_rag"]
         if not held:
             return
-        metrics = record("metrics.jsonl")
+        metrics = metrics_rows(run) or metrics_rows(results)  # the last row per step
         sft = max((int(r["step"]) for r in metrics if r.get("charts/sft")), default=0)
         if sft in held:
             rows.append((f"{label}: + warm-up ({sft} supervised steps)", loop,
@@ -701,8 +707,8 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
     and KL over time, wall time per step; metrics.jsonl and curves.png copied next to the report."""
     import statistics
 
-    from training.evaluate import HeldoutScore
-    from training.plots import format_trend, plot_run, reward_trend
+    from training.report.plots import format_trend, plot_run, reward_trend
+    from training.run.evaluate import HeldoutScore
     from training.rundir import read_metrics
 
     run = cfg.resolve(cfg.training.output_dir)

@@ -18,7 +18,7 @@ Titles are compared after `norm` (ASCII, lower case, punctuation to spaces), wit
 parenthetical ("Kiss and Tell (1945 film)" is also "kiss and tell"). `cap_hit_shares` measures how often a generator's
 answers hit max_tokens; `paired_rows` builds the paired-bootstrap table (eval/stats.py) the report prints.
 `norm`, `title_variants`, `contains_phrase`, `first_words` and `VISIBLE_WORDS` are the copyable teacher's
-(training/oracle.py, imported from there): one definition of what a searcher can copy, for A1 here and the warm-up there.
+(training/prep/oracle.py, imported from there): one definition of what a searcher can copy, for A1 here and the warm-up there.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from typing import Any
 from eval.stats import mean_ci, paired_diff_ci
 from s3core.errors import DataFormatError
 from s3core.types import Document
+from searcher.spans import MAX_TITLE_WORDS, TitleIndex, title_like_spans  # noqa: F401  (re-exported)
 
 # the copyable teacher's definitions, one for A1 here and the warm-up and training.data.keep_copyable there
-from training.oracle import (  # noqa: F401  (re-exported: this module's API)
+from training.prep.oracle import (  # noqa: F401  (re-exported: this module's API)
     GOLD_PLACES,
     VISIBLE_WORDS,
     contains_phrase,
@@ -43,8 +44,7 @@ from training.oracle import (  # noqa: F401  (re-exported: this module's API)
     norm,
     title_variants,
 )
-from training.oracle import document_segments as visible_segments
-from training.spans import MAX_TITLE_WORDS, TitleIndex, title_like_spans  # noqa: F401  (re-exported)
+from training.prep.oracle import document_segments as visible_segments
 
 HEURISTIC_K = 8  # documents retrieved per heuristic query (the searcher's k: the 8:3:3 loop)
 DOC_CAP = 5  # |D| cap of the additive searcher and the heuristic: naive RAG's 3 + 2 added

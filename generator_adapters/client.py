@@ -432,7 +432,7 @@ class LLMClient:
         """Round-robin shards of `batch` answered by the client worker processes (generator_adapters/procpool.py)."""
         from concurrent.futures.process import BrokenProcessPool
 
-        from generator_adapters.procpool import make_pool, run_shard, worker_config
+        from generator_adapters.procpool import make_pool, worker_config
 
         with self._lock:
             if self._pool is None:
@@ -475,6 +475,26 @@ class LLMClient:
             pool.shutdown(wait=True, cancel_futures=True)
         if self.cache is not None:
             self.cache.close()
+
+
+_CLIENTS: dict[str, LLMClient] = {}  # a worker process's clients, one per call settings (procpool's workers)
+_LOOP: asyncio.AbstractEventLoop | None = None
+
+
+def run_shard(cfg_json: str, batch: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """In a client worker process (generator_adapters/procpool.py): answer one shard of calls; return the answers and the counts they added (picklable)."""
+    global _LOOP
+    client = _CLIENTS.get(cfg_json)
+    if client is None:
+        client = _CLIENTS[cfg_json] = LLMClient(LLMCallConfig.model_validate_json(cfg_json))
+    if _LOOP is None or _LOOP.is_closed():
+        _LOOP = asyncio.new_event_loop()
+    answers = _LOOP.run_until_complete(client.complete_many(batch))
+    return {
+        "answers": [a.model_dump() for a in answers],
+        "counts": client.take_counts(),
+        "cache": client.cache.take_counts() if client.cache is not None else {},
+    }
 
 
 class ClientOwner:

@@ -8,27 +8,21 @@ and its own event loop between batches, so connections stay warm. The workers re
 what they did and their cache hits and misses; the parent adds those to its own accounting, so `stats()` reads the
 same whether or not processes were used.
 
-Workers are started with "spawn" (never fork: the parent may run threads, litellm's included) on the first pooled
-batch and stop with `LLMClient.close()`. A worker that dies turns its shard's calls into *missing* answers.
+Each worker runs `generator_adapters.client.run_shard` (the client it keeps is an `LLMClient`; this module knows
+only the pool and the workers' settings). Workers are started with "spawn" (never fork: the parent may run threads,
+litellm's included) on the first pooled batch and stop with `LLMClient.close()`. A worker that dies turns its shard's
+calls into *missing* answers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
-from typing import TYPE_CHECKING, Any
 
 from generator_adapters.config import LLMCallConfig
 
-if TYPE_CHECKING:
-    from generator_adapters.client import LLMClient
-
-__all__ = ["make_pool", "run_shard", "worker_config"]
-
-_CLIENTS: dict[str, LLMClient] = {}
-_LOOP: asyncio.AbstractEventLoop | None = None
+__all__ = ["make_pool", "worker_config"]
 
 
 def worker_config(cfg: LLMCallConfig) -> str:
@@ -41,22 +35,3 @@ def worker_config(cfg: LLMCallConfig) -> str:
 
 def make_pool(processes: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
-
-
-def run_shard(cfg_json: str, batch: list[list[dict[str, Any]]]) -> dict[str, Any]:
-    """In a worker: answer one shard of calls; return the answers and the counts they added (picklable)."""
-    global _LOOP
-    from generator_adapters.client import LLMClient
-    from generator_adapters.config import LLMCallConfig
-
-    client = _CLIENTS.get(cfg_json)
-    if client is None:
-        client = _CLIENTS[cfg_json] = LLMClient(LLMCallConfig.model_validate_json(cfg_json))
-    if _LOOP is None or _LOOP.is_closed():
-        _LOOP = asyncio.new_event_loop()
-    answers = _LOOP.run_until_complete(client.complete_many(batch))
-    return {
-        "answers": [a.model_dump() for a in answers],
-        "counts": client.take_counts(),
-        "cache": client.cache.take_counts() if client.cache is not None else {},
-    }

@@ -580,9 +580,10 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
         torch.cuda.empty_cache()
     info["build_seconds"] = round(time.perf_counter() - t0, 1)
 
-    # the rollout engine and the learner, as training/build.py makes them for this recipe
-    from training.executors import rollout_policy
-    from training.learner import Learner, MicroBatch, autocast, pad_rollouts
+    # the rollout engine and the learner, as training/run/build.py makes them for this recipe
+    from training.learn.api import MicroBatch, pad_rollouts
+    from training.learn.learner import Learner, autocast
+    from training.rollouts.executors import rollout_policy
 
     t0 = time.perf_counter()
     sampler = rollout_policy(cfg, device) if engine == "vllm" else None

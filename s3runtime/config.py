@@ -37,7 +37,7 @@ class RayConfig(Section):
         1, ge=1,
         description="Learner processes of a training run. 1 = the learner is the trainer's own process; N > 1 = N Ray "
         "actors in one torch.distributed group (gloo on CPU, nccl on GPU) doing data-parallel updates: the update's "
-        "rows split over them, gradients all-reduced, the same loss and step as one learner (training/learner_group.py). "
+        "rows split over them, gradients all-reduced, the same loss and step as one learner (training/learn/learner_group.py). "
         "Needs training.backend = 'ray'.",
     )
     learner_cpus: float = Field(0.5, gt=0, description="CPUs reserved per learner actor (ray.learners > 1); its torch "

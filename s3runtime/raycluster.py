@@ -1,4 +1,4 @@
-"""Ray plumbing shared by the Ray backends of training (training/ray_backend.py) and evaluation (eval/ray_eval.py).
+"""Ray plumbing shared by the Ray backends of training (training/rollouts/ray_backend.py) and evaluation (eval/ray_eval.py).
 
     ray = connect(cfg.ray)                            # a local cluster on 127.0.0.1, or the configured address
     pool = WorkerPool.start("rollout", MyActor, [args] * n, cpus=0.5, rc=cfg.ray)

@@ -101,9 +101,9 @@ def placement_table(rows: list[dict[str, Any]]) -> str:
 def train(cfg: Any, labels: dict[str, str]) -> tuple[list[dict[str, Any]], dict[str, Any], Path, Path]:
     """The short training run (training.total_steps), its actors' placement, its last metrics row, its data dir and
     index."""
-    from training.learner_group import LearnerGroup
+    from training.learn.learner_group import LearnerGroup
+    from training.run.trainer import make_trainer
     from training.rundir import read_metrics
-    from training.trainer import make_trainer
 
     trainer = make_trainer(cfg, log=lambda s: print(s, flush=True))
     try:

@@ -1,6 +1,6 @@
 """Titles as a searcher reads them: `norm` (ASCII, lower case, punctuation to spaces) and `title_variants` (whole, and
 without a trailing parenthetical). One definition for the loop's title-first windows of several queries
-(searcher/agent.py `interleave`), the copyable teachers (training/oracle.py) and the transfer checks.
+(searcher/agent.py `interleave`), the copyable teachers (training/prep/oracle.py) and the transfer checks.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Config section owned by the training layer: [training] and its sub-tables, one owner per setting.
 
     [training]              what is trained and for how long: mode, algorithm, reward, base_model, total_steps, ...
-    [training.data]         the training questions: sources, filters, the prepared directory     (training/data.py)
+    [training.data]         the training questions: sources, filters, the prepared directory     (training/prep/data.py)
     [training.heldout]      questions kept out of training, evaluated every N steps                 (the trainer)
-    [training.rollout]      the step's rollouts: engine, batch and group size, temperature          (training/executors.py)
-    [training.update]       the policy-gradient update: learning rates, clipping, KL, PPO's GAE     (training/learner.py)
-    [training.sft]          the supervised format warm-up on oracle trajectories                    (training/learner.py)
-    [training.learner]      where and how the learner holds the model: device, dtype, LoRA, memory  (training/learner.py)
+    [training.rollout]      the step's rollouts: engine, batch and group size, temperature          (training/rollouts/executors.py)
+    [training.update]       the policy-gradient update: learning rates, clipping, KL, PPO's GAE     (training/learn/learner.py)
+    [training.sft]          the supervised format warm-up on oracle trajectories                    (training/learn/learner.py)
+    [training.learner]      where and how the learner holds the model: device, dtype, LoRA, memory  (training/learn/learner.py)
     [training.checkpoint]   how often checkpoints are written and how many are kept                 (the trainer)
 
 A setting of the searcher's loop (searcher.max_new_tokens, searcher.k, ...) is read from [searcher]: the trained
@@ -57,7 +57,7 @@ COPYABLE_PLACES: tuple[CopyablePlace, ...] = ("question", "documents")
 
 
 class TrainingData(Section):
-    """[training.data]: which questions the searcher trains on (s3 prepare-training; training/data.py)."""
+    """[training.data]: which questions the searcher trains on (s3 prepare-training; training/prep/data.py)."""
 
     dir: str | None = Field(None, description="Prepared training directory (s3 prepare-training); built if missing.")
     sources: list[str] = Field(
@@ -95,13 +95,13 @@ class TrainingData(Section):
         False,
         description="Keep only training questions whose naive-RAG top-k lacks a gold supporting paragraph whose title "
         "is visible in the question or a top-k document (title and first words: what the copyable teacher could ask "
-        "for, training/oracle.py `copyable_gold`; no generator call): a curriculum where asking for the right visible "
+        "for, training/prep/oracle.py `copyable_gold`; no generator call): a curriculum where asking for the right visible "
         "title is the only way to a positive retrieval_gain. The held-out questions are not filtered.",
     )
     copyable_places: list[CopyablePlace] = Field(
         list(COPYABLE_PLACES), min_length=1,
         description="With keep_copyable: where the missing gold title may be visible for a question to be kept "
-        "(training/oracle.py `missing_gold_place`; a question whose missing title is in the question counts as "
+        "(training/prep/oracle.py `missing_gold_place`; a question whose missing title is in the question counts as "
         "'question'). [\"documents\"] keeps only the questions whose missing title shows in a retrieved document's "
         "text alone, in HotpotQA mostly the bridge to the second hop: where the documents' gain to the generator was "
         "found (docs/transfer.md, the diagnosis table of the dev evaluation).",
@@ -133,7 +133,7 @@ class TrainingHeldout(Section):
 
 
 class TrainingRollout(Section):
-    """[training.rollout]: what a step rolls out and who generates it (training/executors.py)."""
+    """[training.rollout]: what a step rolls out and who generates it (training/rollouts/executors.py)."""
 
     engine: Literal["transformers", "vllm"] = Field(
         "transformers",
@@ -158,7 +158,7 @@ class TrainingRollout(Section):
     )
     max_staleness: int = Field(
         0, ge=0,
-        description="Asynchronous RL (training/pipeline.py): while the learner updates on batch k, batches up to k + "
+        description="Asynchronous RL (training/rollouts/pipeline.py): while the learner updates on batch k, batches up to k + "
         "max_staleness are rolled out and scored with weights at most max_staleness updates old (admission control: "
         "nothing generated is discarded; the data order stays a function of seed and step). 0 = the synchronous loop "
         "(rollout -> reward -> update), unchanged. Stale samples are corrected by training.update.offpolicy.",
@@ -166,7 +166,7 @@ class TrainingRollout(Section):
 
 
 class TrainingUpdate(Section):
-    """[training.update]: the masked PPO / GRPO update (training/algorithms.py, training/learner.py)."""
+    """[training.update]: the masked PPO / GRPO update (training/learn/algorithms.py, training/learn/learner.py)."""
 
     learning_rate: float = Field(1e-6, gt=0, description="Actor learning rate (s3 paper: 1e-6).")
     critic_learning_rate: float = Field(1e-5, gt=0, description="Critic learning rate (PPO; s3 paper: 1e-5).")
@@ -210,11 +210,11 @@ class TrainingUpdate(Section):
 
 
 class TrainingSft(Section):
-    """[training.sft]: the supervised format warm-up before RL (oracle trajectories, training/oracle.py)."""
+    """[training.sft]: the supervised format warm-up before RL (oracle trajectories, training/prep/oracle.py)."""
 
     steps: int = Field(
         0, ge=0,
-        description="Supervised format warm-up steps on oracle trajectories (training/oracle.py) before RL; a searcher "
+        description="Supervised format warm-up steps on oracle trajectories (training/prep/oracle.py) before RL; a searcher "
         "that writes no valid action gets identical rewards in a group and zero GRPO advantage without it. RL's "
         "reference policy is then the warmed policy.",
     )
@@ -226,11 +226,11 @@ class TrainingSft(Section):
         "with the frozen generator (GBR > 0; one generator call each, cached in the run directory's distill.jsonl "
         "before the first step), so the warmed policy imitates what earns the reward, not just the format. "
         "'gold_added': the retrieval check - only the trajectories that add a gold supporting paragraph naive RAG's "
-        "top-k lacked (no generator call; training/distill.py retrieval_sample).",
+        "top-k lacked (no generator call; training/prep/distill.py retrieval_sample).",
     )
     teacher: Literal["gold_title", "copyable", "candidates", "spans"] = Field(
         "gold_title",
-        description="The warm-up's oracle (training/oracle.py). 'gold_title': queries the missing gold title (attempts "
+        description="The warm-up's oracle (training/prep/oracle.py). 'gold_title': queries the missing gold title (attempts "
         "1-2; the title is in neither the question nor the retrieved text on ~31% of HotpotQA questions, so the "
         "student cannot copy it). 'copyable': queries a missing gold title only where the question or a document shown "
         "so far shows it, otherwise stops - only actions the student could take from what it sees. 'candidates': "
@@ -247,7 +247,7 @@ class TrainingSft(Section):
 
 
 class TrainingLearner(Section):
-    """[training.learner]: where and how the learner holds the policy (training/learner.py)."""
+    """[training.learner]: where and how the learner holds the policy (training/learn/learner.py)."""
 
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where the learner, the reference policy and the critic live ('auto' = cuda when available, "
@@ -271,7 +271,7 @@ class TrainingLearner(Section):
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward pass (gradient accumulation over the batch).")
     logprob_chunk: int = Field(
         1024, ge=1,
-        description="Policy-token positions whose vocabulary logits the learner computes at once (training/algorithms.py "
+        description="Policy-token positions whose vocabulary logits the learner computes at once (training/learn/algorithms.py "
         "masked_logprobs; recomputed in the backward pass): its transient memory is ~logprob_chunk x vocabulary x 4 B "
         "(1024 x 151,936 = 0.6 GB for Qwen2.5), whatever the sequence length.",
     )
@@ -328,7 +328,7 @@ class TrainingConfig(Section):
         "centred",
         description="How GRPO weighs the format term (invalid_penalty). 'centred': the task reward is group-normalised "
         "alone and the format term is only centred on its group's mean, so it moves an advantage by at most "
-        "invalid_penalty and a group whose task rewards are all equal gets small advantages (training/algorithms.py "
+        "invalid_penalty and a group whose task rewards are all equal gets small advantages (training/learn/algorithms.py "
         "group_advantages_format_centred). 'normalised': the format term is part of the reward the group normalises "
         "(attempts 1-2 of docs/transfer.md): a format-only difference then gets a full-size advantage. Either way the "
         "groups whose task rewards are all equal but whose rewards differ are counted (reward/format_only_groups).",

@@ -4,7 +4,7 @@
 the update. It is never turned into 0.
 
 - `gbr` — Gain Beyond RAG (s3 paper §3.2): Acc(G(Q, D_s3)) - Acc(G(Q, D_RAG)), the second term from the cached
-  baseline (training/data.py).
+  baseline (training/prep/data.py).
 - `acc_plus_gbr` — what the s3 authors' released code optimises: Acc(G(Q, D_s3)) + GBR (denser: a question naive
   RAG already answers still pays for keeping it answered).
 - `exact_match_reward` — Search-R1: exact match of the policy's own answer.
@@ -19,7 +19,7 @@ the update. It is never turned into 0.
 - `penalize_invalid` — an optional format term on top of any of them (`training.invalid_penalty`, off by default as
   in the s3 paper): minus penalty x the fraction of the rollout's turns whose action was invalid. Without it an
   invalid turn costs nothing, and a small policy can drift into replies that only select (no query, no stop) while
-  every rollout keeps its reward: docs/transfer.md shows the 135M searcher doing exactly that. `grpo_advantages` keeps
+  every rollout keeps its reward: docs/transfer.md shows the 135M searcher doing exactly that. training/learn/advantages.py `grpo_advantages` keeps
   it from outweighing the task reward under GRPO's std normalisation (training.format_advantage = 'centred': a group
   whose task rewards are all equal no longer gets full-size advantages from it) and counts those format-only groups.
 
@@ -49,7 +49,6 @@ __all__ = [
     "format_ok",
     "format_terms",
     "gbr",
-    "grpo_advantages",
     "invalid_fraction",
     "penalize_invalid",
     "query_token_logprobs",
@@ -264,37 +263,6 @@ def format_terms(results: Sequence[SearchResult], penalty: float) -> list[float]
     """Each rollout's format term as `penalize_invalid` adds it to the reward: minus penalty x its invalid-turn
     fraction (0.0 for every rollout when the penalty is 0)."""
     return [-penalty * invalid_fraction(x) if penalty else 0.0 for x in results]
-
-
-def grpo_advantages(rewards: list[float | None], results: Sequence[SearchResult], group_size: int,
-                    invalid_penalty: float, format_advantage: str = "centred",
-                    scale: str = "group_std") -> tuple[list[float | None], dict[str, float]]:
-    """GRPO's sequence advantages of scored rollouts (consecutive `group_size` rows = one question), and the count
-    of format-only groups (task rewards all equal, rewards not: reward/format_only_groups, logged when a format term
-    is on). `format_advantage` (training.format_advantage): 'centred' keeps the format term (`invalid_penalty`) at its
-    own scale, so it can never outweigh the task reward (training/algorithms.py
-    `group_advantages_format_centred`); 'normalised' normalises reward + format term together (attempts 1-2).
-    `scale` (training.update.advantage_scale): 'group_std' divides by the group's std, 'none' does not (Dr. GRPO).
-
-    >>> from s3core.types import SearchStep
-    >>> ok, bad = SearchStep(turn=1), SearchStep(turn=1, invalid_reason="no action")
-    >>> rs = [SearchResult(question="q", steps=s) for s in ([ok, ok], [ok, bad], [ok, ok], [ok, ok])]
-    >>> adv, stats = grpo_advantages(penalize_invalid([1.0, 1.0, 1.0, 1.0], [invalid_fraction(r) for r in rs], 0.5),
-    ...                              rs, 4, 0.5)
-    >>> [round(a, 4) for a in adv], stats  # one rollout's invalid turn, nothing else differs: small advantages
-    ([0.0625, -0.1875, 0.0625, 0.0625], {'reward/format_only_groups': 1.0})
-    """
-    from training import algorithms as alg
-
-    if format_advantage not in ("centred", "normalised"):
-        raise ValueError(f"format_advantage must be 'centred' or 'normalised', got {format_advantage!r}")
-    if not invalid_penalty:
-        return alg.group_advantages_missing(rewards, group_size, scale=scale), {}
-    terms = format_terms(results, invalid_penalty)
-    stats = {"reward/format_only_groups": float(len(alg.format_only_groups(rewards, terms, group_size)))}
-    if format_advantage == "normalised":
-        return alg.group_advantages_missing(rewards, group_size, scale=scale), stats
-    return alg.group_advantages_format_centred(rewards, terms, group_size, scale=scale), stats
 
 
 @dataclass

@@ -13,9 +13,12 @@
                                 sync began and ended (time.time()), its weights version and staleness (`s3 plot`)
     checkpoints/latest          the name of the newest complete checkpoint (what a resume starts from)
     checkpoints/best            the name of the checkpoint with the best held-out score so far
-    config.json, searcher.json  written by the trainer (the run's configuration; searcher/trained.py's record)
+    config.json                 the run's whole configuration (`write_config`)
+    searcher.json               searcher/trained.py's record of what the searcher is trained with (written there)
 
 Reading and appending go through s3core.io (`read_log_jsonl`, `repair_tail`, `append_jsonl`), like eval/rundir.py.
+A checkpoint's pickles (trainer_state.pt, inflight.pt) are read with the module names of classes that have moved since
+they were written mapped onto where they live now (`MOVED_MODULES`), so an old run still resumes. No model code here.
 """
 
 from __future__ import annotations
@@ -27,23 +30,36 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from s3core.errors import S3Error
 from s3core.io import append_jsonl, read_log_jsonl, repair_tail, write_text_atomic
 
-__all__ = ["HELDOUT_FILE", "HELDOUT_QUESTIONS_FILE", "METRICS_FILE", "STATE_FILE", "MetricsWriter", "append_heldout",
-           "append_timeline", "best_checkpoint", "checkpoint_path", "checkpoint_step", "choose_heldout", "export_policy",
-           "heldout_rows", "latest_checkpoint", "metrics_rows", "read_inflight", "read_metrics", "read_state",
-           "read_timeline", "step_times", "write_inflight", "writing_checkpoint"]
+__all__ = ["CONFIG_FILE", "HELDOUT_FILE", "HELDOUT_QUESTIONS_FILE", "METRICS_FILE", "STATE_FILE", "MetricsWriter", "append_heldout",
+           "append_timeline", "best_checkpoint", "checkpoint_name", "checkpoint_path", "checkpoint_step", "choose_heldout",
+           "heldout_rows", "latest_checkpoint", "metrics_rows", "pointer", "read_inflight", "read_metrics", "read_state",
+           "read_timeline", "set_pointer", "step_times", "write_config", "write_inflight", "write_state", "writing_checkpoint"]
 
 METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.json"
 STATE_FILE = "trainer_state.pt"  # optimizer, scheduler, RNG, data order, value head
 HELDOUT_FILE = "heldout.jsonl"
 HELDOUT_QUESTIONS_FILE = "heldout_questions.jsonl"
 INFLIGHT_FILE = "inflight.pt"  # the batches in flight at a checkpoint (asynchronous RL)
 TIMELINE_FILE = "timeline.jsonl"
 CHECKPOINTS = "checkpoints"
+
+# where the classes a checkpoint pickles (the batches in flight: training/run/step.py's RolloutBatch / ScoredBatch)
+# were defined when older checkpoints were written -> where they live now
+MOVED_MODULES = {
+    "training.trainer": "training.run.step",  # re-exported by the trainer before issue 59 (defined in step.py)
+    "training.step": "training.run.step",
+}
+
+
+def write_config(run_dir: Path, config_json: str) -> None:
+    """The run's whole configuration as config.json (the trainer writes it at every start)."""
+    (run_dir / CONFIG_FILE).write_text(config_json)
 
 
 # ---------------------------------------------------------------------------------------------------- metrics
@@ -152,8 +168,13 @@ def best_checkpoint(run_dir: Path, step: int) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------------- checkpoints
+def checkpoint_name(step: int) -> str:
+    """The folder name of the checkpoint written after `step` steps (step_000010), as heldout.jsonl names it too."""
+    return f"step_{step:06d}"
+
+
 def checkpoint_path(run_dir: Path, step: int) -> Path:
-    return run_dir / CHECKPOINTS / f"step_{step:06d}"
+    return run_dir / CHECKPOINTS / checkpoint_name(step)
 
 
 def checkpoint_step(ckpt: Path) -> int:
@@ -161,10 +182,22 @@ def checkpoint_step(ckpt: Path) -> int:
     return int(ckpt.name.removeprefix("step_"))
 
 
+def pointer(run_dir: Path, which: Literal["latest", "best"]) -> str | None:
+    """The checkpoint name checkpoints/latest (the newest complete one) or checkpoints/best (the held-out choice)
+    holds, or None where there is no such file."""
+    f = run_dir / CHECKPOINTS / which
+    return f.read_text().strip() if f.is_file() else None
+
+
+def set_pointer(run_dir: Path, which: Literal["latest", "best"], name: str) -> None:
+    """Point checkpoints/latest or checkpoints/best at checkpoint `name` (atomically)."""
+    write_text_atomic(run_dir / CHECKPOINTS / which, name)
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete checkpoint of a run directory (checkpoints/latest), or None for a fresh run."""
-    latest = run_dir / CHECKPOINTS / "latest"
-    return run_dir / CHECKPOINTS / latest.read_text().strip() if latest.is_file() else None
+    name = pointer(run_dir, "latest")
+    return run_dir / CHECKPOINTS / name if name is not None else None
 
 
 @contextlib.contextmanager
@@ -182,10 +215,10 @@ def writing_checkpoint(run_dir: Path, step: int, keep: int) -> Iterator[Path]:
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    write_text_atomic(ckpts / "latest", final.name)
+    set_pointer(run_dir, "latest", final.name)
     best = best_checkpoint(run_dir, step)
     if best is not None and (ckpts / best).is_dir():
-        write_text_atomic(ckpts / "best", best)
+        set_pointer(run_dir, "best", best)
     old = sorted(p for p in ckpts.glob("step_*") if p.is_dir())
     for p in old[:-keep]:
         if p.name != best:  # the held-out choice stays
@@ -199,121 +232,35 @@ def write_state(folder: Path, state: dict[str, Any]) -> None:
 
 
 def write_inflight(folder: Path, batches: list[dict[str, Any]]) -> None:
-    """The batches in flight at a checkpoint (training/pipeline.py `RolloutPipeline.state`)."""
+    """The batches in flight at a checkpoint (training/rollouts/pipeline.py `RolloutPipeline.state`)."""
     import torch
 
     torch.save(batches, folder / INFLIGHT_FILE)
 
 
-def read_inflight(ckpt: Path) -> list[dict[str, Any]]:
-    """A checkpoint's batches in flight ([] when it has none: a synchronous run's)."""
+def _load(path: Path) -> Any:
+    """A checkpoint's pickle, a class of a module that has moved found where it lives now (`MOVED_MODULES`)."""
+    import pickle
+    import types
+
     import torch
 
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            return super().find_class(MOVED_MODULES.get(module, module), name)
+
+    remapped = types.ModuleType("pickle_moved")  # torch.load's pickle_module: pickle, with the remapping Unpickler
+    remapped.__dict__.update(vars(pickle))
+    remapped.Unpickler = Unpickler  # type: ignore[attr-defined]
+    return torch.load(path, map_location="cpu", weights_only=False, pickle_module=remapped)
+
+
+def read_inflight(ckpt: Path) -> list[dict[str, Any]]:
+    """A checkpoint's batches in flight ([] when it has none: a synchronous run's)."""
     path = ckpt / INFLIGHT_FILE
-    return list(torch.load(path, map_location="cpu", weights_only=False)) if path.is_file() else []
+    return list(_load(path)) if path.is_file() else []
 
 
 def read_state(ckpt: Path) -> dict[str, Any]:
     """A checkpoint's trainer_state.pt: step, optimizer, scheduler, value_head, rng, data_order."""
-    import torch
-
-    return dict(torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False))
-
-
-def export_policy(checkpoint: str | Path, out: str | Path, base_model: str | None = None) -> Path:
-    """Export a checkpoint (or a run directory's newest) as a plain Hugging Face dir. A LoRA checkpoint (adapter/) is
-    merged into its base."""
-    ckpt = latest_checkpoint(Path(checkpoint)) or Path(checkpoint)
-    out = Path(out)
-    if (ckpt / "adapter").is_dir() and base_model:
-        from peft import PeftModel
-
-        from searcher.policy.transformers_policy import TransformersPolicy
-        from training.learner import export_model
-
-        pol = TransformersPolicy.load(base_model)
-        merged = PeftModel.from_pretrained(pol.model, str(ckpt / "adapter"))
-        export_model(merged, pol.tokenizer, out, lora=True)
-        return out
-    if not (ckpt / "policy").is_dir():
-        raise S3Error(f"{ckpt} is not a training checkpoint (no policy/ directory)")
-    if out.exists():
-        raise S3Error(f"{out} exists; choose a new directory")
-    shutil.copytree(ckpt / "policy", out)
-    return out
-
-
-def export_adapter(model: str | Path, base_model: str, out: str | Path, rank: int, tol: float = 1e-3,
-                   dtype: str = "float16") -> dict[str, Any]:
-    """A merged policy as one small LoRA adapter on `base_model`: what ships when a run started from an earlier merged
-    run (phase 1d: the warm-up's adapter merged, then a fresh one trained), whose plain model dir is 0.5 GB. Every
-    tensor of `model` must equal the base's except 2-D linear weights; each changed one becomes the rank-`rank`
-    truncated SVD of its difference (B = U·sqrt(S), A = sqrt(S)·Vh; lora_alpha = rank, so the scale is 1). Two merged
-    rank-8 adapters are exactly rank 16. The factors are stored as `dtype` (float16 by default: half float32's bytes,
-    and its 10-bit mantissa keeps the rounding near 2e-4 of the difference, where bfloat16's 7 bits would cost ~2e-3).
-    Raises S3Error when anything else changed or when a layer's remainder (the norm of what the stored factors miss,
-    truncation and rounding together, over the difference's) exceeds `tol`. `model` may itself be an adapter on
-    `base_model` (re-exported at another rank or dtype). Returns the layer count, the largest remainder and the
-    adapter's size."""
-    import torch
-    from peft import LoraConfig
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM
-
-    from searcher.policy.transformers_policy import resolve_checkpoint
-
-    out = Path(out)
-    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-    if dtype not in dtypes:
-        raise S3Error(f"dtype {dtype!r}: choose one of {', '.join(dtypes)}")
-    if out.exists():
-        raise S3Error(f"{out} exists; choose a new directory")
-    where = resolve_checkpoint(str(model))
-    base_dir = resolve_checkpoint(base_model)
-    base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-    if isinstance(where, Path) and (where / "adapter_config.json").is_file():
-        # an adapter already (re-exported at another rank or dtype): merged on a copy of the base (merging changes
-        # the model it wraps)
-        import copy
-
-        from peft import PeftModel
-
-        tuned = PeftModel.from_pretrained(copy.deepcopy(base), str(where)).merge_and_unload()
-    else:
-        tuned = AutoModelForCausalLM.from_pretrained(str(where), dtype=torch.float32)
-    linear = {name for name, mod in base.named_modules() if isinstance(mod, torch.nn.Linear)}
-    base_sd = base.state_dict()
-    tensors: dict[str, Any] = {}
-    targets: set[str] = set()
-    worst = 0.0
-    for name, w in tuned.state_dict().items():
-        if name not in base_sd or base_sd[name].shape != w.shape:
-            raise S3Error(f"{where} and {base_model} are different architectures ({name})")
-        diff = (w - base_sd[name]).double()
-        if not diff.abs().max().item():
-            continue
-        module = name.removesuffix(".weight")
-        if module not in linear or not name.endswith(".weight") or module.endswith("lm_head"):
-            raise S3Error(f"{name} differs from {base_model} and is not a LoRA target (a linear layer's weight): "
-                          "not an adapter's merge")
-        u, s, vh = torch.linalg.svd(diff, full_matrices=False)
-        root = s[:rank].sqrt()
-        lora_b = (u[:, :rank] * root).to(dtypes[dtype]).contiguous()
-        lora_a = (root[:, None] * vh[:rank]).to(dtypes[dtype]).contiguous()
-        rest = float((diff - lora_b.double() @ lora_a.double()).norm() / diff.norm())
-        worst = max(worst, rest)
-        if rest > tol:
-            raise S3Error(f"{name}: a rank-{rank} {dtype} adapter leaves {rest:.2e} of the difference (> {tol:g}); "
-                          f"raise the rank (the difference has {int((s > s[0] * 1e-6).sum())} singular values)"
-                          + ("" if dtype == "float32" else " or store float32"))
-        tensors[f"base_model.model.{module}.lora_B.weight"] = lora_b
-        tensors[f"base_model.model.{module}.lora_A.weight"] = lora_a
-        targets.add(module.rsplit(".", 1)[-1])
-    if not targets:
-        raise S3Error(f"{where} equals {base_model}: nothing to export")
-    out.mkdir(parents=True)
-    LoraConfig(r=rank, lora_alpha=rank, lora_dropout=0.0, target_modules=sorted(targets), bias="none",
-               task_type="CAUSAL_LM", base_model_name_or_path=base_model).save_pretrained(str(out))
-    save_file(tensors, str(out / "adapter_model.safetensors"))
-    return {"layers": len(tensors) // 2, "targets": sorted(targets), "max_remainder": worst,
-            "bytes": (out / "adapter_model.safetensors").stat().st_size}
+    return dict(_load(ckpt / STATE_FILE))

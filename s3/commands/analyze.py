@@ -206,7 +206,7 @@ def _analyze(args: argparse.Namespace, cfg: S3Config) -> int:
     from eval.analysis import load_run, write_analysis
     from eval.oversearch import steps_jsonl
     from s3core.errors import S3Error
-    from training.collapse import TrainingBehavior
+    from training.report.behavior import TrainingBehavior
 
     out = Path(args.out)
     dataset = Path(args.dataset) if args.dataset else None

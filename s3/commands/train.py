@@ -64,7 +64,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 def _prepare(args: argparse.Namespace, cfg: S3Config) -> int:
     from generator_adapters.budget import BUDGET_EXIT_CODE, BudgetReached
     from s3core.errors import S3Error
-    from training.data import PrepSpend, prepare_training
+    from training.prep.data import PrepSpend, prepare_training
 
     if args.max_cost_usd is not None and args.max_cost_usd < 0:
         raise S3Error(f"--max-cost-usd must be >= 0, got {args.max_cost_usd}")
@@ -86,7 +86,7 @@ def _prepare(args: argparse.Namespace, cfg: S3Config) -> int:
 def _train(args: argparse.Namespace, cfg: S3Config) -> int:
     from s3core.errors import S3Error
     from searcher.heap import freeze_loaded_heap
-    from training.trainer import make_trainer
+    from training.run.trainer import make_trainer
 
     if args.max_minutes is not None and args.max_minutes <= 0:
         raise S3Error(f"--max-minutes must be > 0, got {args.max_minutes}")
@@ -119,9 +119,9 @@ def _train(args: argparse.Namespace, cfg: S3Config) -> int:
 
 def _train_dry_run(cfg: S3Config) -> int:
     from s3core.errors import S3Error
-    from training.budget import dry_run, dry_run_message
-    from training.build import Prepared, build_training
-    from training.data import load_training_set, training_dir
+    from training.prep.data import load_training_set, training_dir
+    from training.report.dryrun import dry_run, dry_run_message
+    from training.run.build import Prepared, build_training
     from training.rundir import checkpoint_step
 
     try:  # the naive-RAG baseline is paid for by prepare-training: a dry run never computes it
@@ -140,7 +140,7 @@ def _train_dry_run(cfg: S3Config) -> int:
 
 
 def _plot(args: argparse.Namespace, cfg: S3Config) -> int:
-    from training.plots import format_trend, plot_run, reward_trend
+    from training.report.plots import format_trend, plot_run, reward_trend
     from training.rundir import read_metrics
 
     print(plot_run(args.run_dir, args.out))
@@ -152,14 +152,14 @@ def _plot(args: argparse.Namespace, cfg: S3Config) -> int:
 
 
 def _export(args: argparse.Namespace, cfg: S3Config) -> int:
-    from training.rundir import export_policy
+    from training.learn.export import export_policy
 
     print(export_policy(args.checkpoint, args.out, base_model=cfg.training.base_model))
     return 0
 
 
 def _train_eval(args: argparse.Namespace, cfg: S3Config) -> int:
-    from training.evaluate import heldout_rewards
+    from training.run.evaluate import heldout_rewards
 
     questions = Path(args.questions) if args.questions else None
     for row in heldout_rewards(cfg, args.policy, limit=args.limit, split=args.split, questions_out=questions):

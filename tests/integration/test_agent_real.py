@@ -147,11 +147,11 @@ def test_litellm_local_provider_runs_one_question(hotpot: tuple[Any, list[Any]])
 
 
 def test_several_queries_a_turn_bring_each_titled_page_from_the_real_index(hotpot: tuple[Any, list[Any]]) -> None:
-    """The candidates teacher (training/oracle.py) through the real loop and bm25s index: each turn's JSON list is
+    """The candidates teacher (training/prep/oracle.py) through the real loop and bm25s index: each turn's JSON list is
     searched in one window where every query that names an indexed title brings that page (searcher.queries_per_turn)."""
     from searcher.policy import ScriptedPolicy
     from searcher.titles import norm, title_variants
-    from training.oracle import oracle_script
+    from training.prep.oracle import oracle_script
 
     retriever, questions = hotpot
     gold = {q.question.strip(): list(q.metadata["supporting_titles"]) for q in questions}

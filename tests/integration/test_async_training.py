@@ -1,4 +1,4 @@
-"""Asynchronous RL (training.rollout.max_staleness, training/pipeline.py) through the real trainer: a tiny random Llama
+"""Asynchronous RL (training.rollout.max_staleness, training/rollouts/pipeline.py) through the real trainer: a tiny random Llama
 (1 layer, hidden 16) with SmolLM2's tokenizer as the policy (transformers: the learner samples itself), the real bm25
 index over ../shared/data/train_hotpotqa_musique100, GRPO; the reward is a parity of a rollout's tokens (`LengthReward`:
 no generator, and uneven, so the updates move the weights; Ray's reward workers keep R1-Searcher's format reward).
@@ -66,15 +66,15 @@ class LengthReward:
 
 def _trainer(root: Path, name: str, *extra: str, reward: bool = False) -> Any:
     from s3.config import load_config
-    from training.trainer import make_trainer
+    from training.run.trainer import make_trainer
 
     cfg = load_config(SMOKE, [*_SETS, f"training.base_model={root / 'tiny'}", f"training.data.dir={root / 'data'}",
                               f"training.output_dir={root / name}", *extra])
     torch.manual_seed(0)  # the local learner samples from torch's global generator: each run from the same state
     t = make_trainer(cfg, log=lambda s: None)
     if cfg.training.backend == "local" and not reward:
-        from training.budget import BudgetedExecutor
-        from training.executors import LocalExecutor
+        from training.rollouts.budget import BudgetedExecutor
+        from training.rollouts.executors import LocalExecutor
 
         assert isinstance(t.executor, BudgetedExecutor) and isinstance(t.executor.inner, LocalExecutor)
         t.executor.inner.scorer = LengthReward()  # type: ignore[assignment]
@@ -132,8 +132,8 @@ def runs(root: Path) -> dict[int, Any]:
 
 
 def test_staleness_0_is_the_synchronous_loop_bit_for_bit(root: Path, runs: dict[int, Any]) -> None:
+    from training.run.step import update_rows
     from training.rundir import latest_checkpoint
-    from training.trainer import update_rows
 
     rows, weights, run_dir = runs[0]
     ref = _trainer(root, "reference")
@@ -166,7 +166,7 @@ def test_staleness_0_is_the_synchronous_loop_bit_for_bit(root: Path, runs: dict[
 
 @pytest.mark.parametrize("s", [1, 2])
 def test_staleness_s_updates_every_batch_once_in_order_within_the_bound(runs: dict[int, Any], s: int) -> None:
-    from training.plots import plot_timeline
+    from training.report.plots import plot_timeline
     from training.rundir import read_timeline
 
     rows, _, run_dir = runs[s]
@@ -212,7 +212,7 @@ def test_a_resumed_staleness_1_run_is_the_uninterrupted_one(root: Path, runs: di
 
 @pytest.mark.slow
 def test_ray_rollouts_and_rewards_run_while_the_learner_updates(ray_cluster, root: Path) -> None:  # type: ignore[no-untyped-def]
-    from training.ray_backend import weights_checksum
+    from training.rollouts.ray_backend import weights_checksum
     from training.rundir import read_metrics, read_timeline
 
     t = _trainer(root, "ray", "training.rollout.max_staleness=1", "training.backend=ray", "ray.rollout_workers=1",

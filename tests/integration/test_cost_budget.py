@@ -145,9 +145,9 @@ def train_cfg(srv: FakeLLMServer, run: Path, budget: float | None, steps: int = 
 def test_training_stops_at_its_budget_and_resumes(priced_api: FakeLLMServer, tmp_path: Path) -> None:
     """Step 1 runs; with the budget then set to 1.5x what it cost, step 2's bound does not fit: the run stops there
     (no call made) with step 1's checkpoint; a new trainer with a higher budget resumes at step 1 and finishes."""
-    from training.budget import dry_run
+    from training.report.dryrun import dry_run
+    from training.run.trainer import make_trainer
     from training.rundir import read_metrics
-    from training.trainer import make_trainer
 
     srv, run = priced_api, tmp_path / "run"
     t = make_trainer(train_cfg(srv, run, 10.0), log=lambda s: None)

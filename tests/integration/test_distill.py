@@ -1,4 +1,4 @@
-"""Distillation by rejection sampling (training.sft.keep = 'gbr_positive', training/distill.py) on real components:
+"""Distillation by rejection sampling (training.sft.keep = 'gbr_positive', training/prep/distill.py) on real components:
 the real SmolLM2 tokenizer and learner, bm25 over the HotpotQA training slice, the oracle loop, and the generator
 behind a REAL loopback OpenAI-compatible server that answers right only when BOTH gold paragraphs of a question are
 in its context. The warm-up pool is exactly the questions whose oracle documents beat naive RAG, chosen by the
@@ -28,9 +28,9 @@ def test_the_warm_up_learns_only_from_oracle_trajectories_that_beat_naive_rag(tm
     from dataprep import load
     from s3.cli import main as s3_main
     from s3.config import load_config
-    from training.build import build_training, prepare_run
-    from training.distill import DISTILL_FILE
-    from training.trainer import S3Trainer
+    from training.prep.distill import DISTILL_FILE
+    from training.run.build import build_training, prepare_run
+    from training.run.trainer import S3Trainer
 
     corpus, questions = load("hotpotqa", [DATA])
     title_of = {d.id: d.title for d in corpus}

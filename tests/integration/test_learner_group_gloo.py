@@ -1,5 +1,5 @@
 """Several learners (issue 21) on the session's real Ray cluster: 2 DDPLearner actors in one gloo process group on
-127.0.0.1 (gradients all-reduced, mean) make one GRPO update (training/algorithms.py's loss) from a batch split by
+127.0.0.1 (gradients all-reduced, mean) make one GRPO update (training/learn/algorithms.py's loss) from a batch split by
 `split_for_ranks`; their parameters equal the single learner's update on the same batch within 1e-5, and each other.
 A tiny torch model (embedding + linear over 11 tokens): the mechanism alone; through the trainer (ray.learners = 2):
 tests/integration/test_learners_trainer.py."""
@@ -12,7 +12,7 @@ import functools
 import pytest
 import torch
 
-from training.learner_group import LearnerGroup, LossLearner, grpo_microbatch_loss, split_for_ranks
+from training.learn.learner_group import LearnerGroup, LossLearner, grpo_microbatch_loss, split_for_ranks
 
 pytestmark = [pytest.mark.integration]
 pytest.importorskip("ray")

@@ -53,7 +53,7 @@ _SETS = [
 
 def _trainer(root: Path, name: str, *extra: str) -> Any:
     from s3.config import load_config
-    from training.trainer import make_trainer
+    from training.run.trainer import make_trainer
 
     cfg = load_config(SMOKE, [*_SETS, f"training.base_model={root / 'tiny'}", f"training.data.dir={root / 'data'}",
                               f"training.output_dir={root / name}", *extra])
@@ -77,14 +77,14 @@ def test_two_learners_update_equals_the_single_learners_and_a_full_step_syncs_ra
                                                                                      algorithm: str) -> None:
     """GRPO, and PPO (its critic's value head is all-reduced and stepped with the policy); then (GRPO) a full step."""
     from s3runtime.raycluster import node_addresses
-    from training.ray_backend import weights_checksum
+    from training.rollouts.ray_backend import weights_checksum
 
     assert node_addresses() == ["127.0.0.1"]
     one = _trainer(root, f"one_{algorithm}", f"training.algorithm={algorithm}")
     two = _trainer(root, f"two_{algorithm}", f"training.algorithm={algorithm}", *TWO)
     try:
-        from training.learner import Learner
-        from training.learner_group import LearnerGroup
+        from training.learn.learner import Learner
+        from training.learn.learner_group import LearnerGroup
 
         assert isinstance(one.learner, Learner) and isinstance(two.learner, LearnerGroup)  # the ranks hold the model
         assert two.learner.nodes() == ["127.0.0.1", "127.0.0.1"]
@@ -200,7 +200,7 @@ def test_two_lora_learners_start_from_rank0s_adapter_stay_identical_and_checkpoi
     when it forms; after an update the ranks are still bit-equal (the reference = the adapters disabled), rank 0's
     checkpoint holds adapter/ and a merged plain policy/, and rank 0's merged weights reached the rollout worker."""
     from searcher.policy.transformers_policy import TransformersPolicy
-    from training.weight_sync import learner_weights
+    from training.learn.weight_sync import learner_weights
 
     t = _trainer(root, "lora", *TWO, "training.learner.lora=true", "training.learner.lora_r=2", "training.learner.lora_alpha=4")
     try:
@@ -221,7 +221,7 @@ def test_two_lora_learners_start_from_rank0s_adapter_stay_identical_and_checkpoi
     ckpt = root / "lora" / "checkpoints" / "step_000001"
     assert (ckpt / "adapter" / "adapter_config.json").is_file() and (ckpt / "policy" / "config.json").is_file()
     merged = TransformersPolicy.load(str(ckpt / "policy")).model
-    from training.ray_backend import weights_checksum
+    from training.rollouts.ray_backend import weights_checksum
 
     assert weights_checksum(merged) == pytest.approx(held, rel=0, abs=1e-6)  # the engine got the merged weights
     adapter = TransformersPolicy.load(str(ckpt / "adapter")).model

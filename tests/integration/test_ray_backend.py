@@ -47,7 +47,7 @@ def _fast(root: Path) -> list[str]:
 
 def _trainer(root: Path, name: str, *extra: str) -> Any:
     from s3.config import load_config
-    from training.trainer import make_trainer
+    from training.run.trainer import make_trainer
 
     cfg = load_config(SMOKE, [*_fast(root), f"training.output_dir={root / name}", *extra])
     return make_trainer(cfg, log=lambda s: None)
@@ -136,7 +136,7 @@ def test_one_worker_ray_step_equals_local_step(trainers) -> None:  # type: ignor
 
 def test_two_workers_same_rollouts_and_lost_workers_redo_only_their_shards(trainers) -> None:  # type: ignore[no-untyped-def]
     from s3.config import load_config
-    from training.ray_backend import RayExecutor
+    from training.rollouts.ray_backend import RayExecutor
 
     local, on_ray, root = trainers
     on_ray.executor.close()  # its CPUs go to the two-worker executor (2 CPUs in the test cluster)
@@ -195,7 +195,7 @@ def test_two_workers_same_rollouts_and_lost_workers_redo_only_their_shards(train
 
 def test_ray_run_resumes_from_its_checkpoint(trainers) -> None:  # type: ignore[no-untyped-def]
     from searcher.policy.transformers_policy import TransformersPolicy
-    from training.ray_backend import weights_checksum
+    from training.rollouts.ray_backend import weights_checksum
 
     _local, on_ray, root = trainers
     if on_ray.step == 0:

@@ -23,7 +23,7 @@ pytest.importorskip("transformers")
 def test_real_rollouts_per_temperature_resume_and_repeat(tmp_path: Path, tiny_policy_dir: Path) -> None:
     import experiments.rollout_temperature as rt
     from s3.config import load_config
-    from training.data import prepared_training_set
+    from training.prep.data import prepared_training_set
 
     sets = [
         f"training.data.sources={json.dumps([f'hotpotqa:{DATA}'])}", f"training.data.dir={tmp_path / 'data'}",

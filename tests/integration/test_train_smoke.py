@@ -44,7 +44,7 @@ FAST = [
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     from s3.config import load_config
-    from training.trainer import make_trainer
+    from training.run.trainer import make_trainer
 
     run = tmp_path_factory.mktemp("smoke")
     cfg = load_config(SMOKE, [*FAST, f"training.output_dir={run}", "training.total_steps=1"])
@@ -82,7 +82,7 @@ def test_real_update_changes_parameters_and_masks_retrieved_tokens(trainer) -> N
         if torch.is_grad_enabled():
             head_rows.append(int(inp[0].shape[0]))
 
-    from training.learner import decoder_and_head
+    from training.learn.learner import decoder_and_head
 
     # the final norm's output at position t feeds only the vocabulary head's prediction of token t+1
     h1 = decoder_and_head(t.learner.model)[0].norm.register_forward_hook(keep_hidden)
@@ -132,7 +132,7 @@ def test_final_checkpoint_loads_as_a_plain_policy(trainer) -> None:  # type: ign
 def test_train_eval_scores_the_run_on_held_out_and_training_questions(trainer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """`s3 train-eval`: the run directory's newest checkpoint, greedy, on the last questions (held out) or on the
     ones before them (training split), with the real generator; a bad split is an error before any model loads."""
-    from training.evaluate import heldout_rewards
+    from training.run.evaluate import heldout_rewards
 
     t = trainer
     if latest_checkpoint(t.run_dir) is None:
@@ -156,7 +156,7 @@ def test_train_eval_scores_the_run_on_held_out_and_training_questions(trainer, t
 def test_train_eval_of_a_search_r1_run_scores_exact_match(trainer) -> None:  # type: ignore[no-untyped-def]
     """`s3 train-eval` in Search-R1 mode scores with the trainer's own scorer (EM): it built a second scorer by hand
     that had no exact-match function and failed with "reward 'em' needs an exact-match function" (issue 30)."""
-    from training.evaluate import heldout_rewards
+    from training.run.evaluate import heldout_rewards
 
     t = trainer
     if latest_checkpoint(t.run_dir) is None:
@@ -286,10 +286,10 @@ def test_oracle_warmup_teaches_the_format_and_becomes_the_reference(tmp_path: Pa
     of oracle replies on a fixed batch, and the warmed policy becomes RL's reference (RUN_DIR/reference)."""
     from s3.config import load_config
     from searcher.protocol import parse_s3_reply
-    from training.algorithms import masked_mean
-    from training.learner import forward_logprobs
+    from training.learn.algorithms import masked_mean
+    from training.learn.learner import forward_logprobs
+    from training.run.trainer import make_trainer
     from training.rundir import read_metrics
-    from training.trainer import make_trainer
 
     cfg = load_config(SMOKE, [*FAST, f"training.output_dir={tmp_path / 'run'}", "training.reward=r1_searcher_stage1",
                               "training.rollout.batch_size=2", "training.sft.steps=2", "training.total_steps=2",
@@ -327,7 +327,7 @@ def test_a_lora_run_ships_its_adapter_as_a_complete_small_policy(tmp_path: Path)
     names its base by the offline model name, so the folder copied anywhere loads on top of that base with
     `s3 search --policy FOLDER` (what benchmarks/results/transfer/policy is)."""
     from s3.config import load_config
-    from training.trainer import make_trainer
+    from training.run.trainer import make_trainer
 
     run = tmp_path / "run"
     cfg = load_config(SMOKE, [*FAST, f"training.output_dir={run}", "training.total_steps=1", "training.learner.lora=true",

@@ -21,7 +21,7 @@ DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "train_h
 def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_paragraphs(tmp_path: Path) -> None:
     from dataprep import load
     from s3.config import load_config
-    from training.data import prepare_training
+    from training.prep.data import prepare_training
 
     corpus, questions = load("hotpotqa", [DATA])
     questions = [q for q in questions if q.golden_answers[0].lower() not in ("yes", "no")][:10]
@@ -80,13 +80,13 @@ def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_para
         # the sources too: relative to the directory, so a committed one stays the same file in a clone elsewhere
         assert [(moved / s["path"]).resolve() for s in third["sources"]] == [Path(DATA).resolve()]
         assert json.loads((moved / "sources.json").read_text()) == third["sources"]
-        from training.data import load_training_set
+        from training.prep.data import load_training_set
 
         assert load_training_set(cfg2).index_dir == moved / "index"
         # the cache key is the fingerprint of what the index is, nothing else: rows under another key (here the one
         # caches carried before fingerprints left out path and time, the sha256 of index.json's bytes) are recomputed
         from s3core.io import file_sha256
-        from training.data import _key_hash
+        from training.prep.data import _key_hash
 
         old = _key_hash({**third["baseline_key"], "index": file_sha256(moved / "index" / "index.json")[:16]})
         rows = [json.loads(line) for line in (moved / "baseline.jsonl").read_text().splitlines()]
@@ -118,7 +118,7 @@ def test_keep_baseline_zero_filters_the_training_part_and_leaves_the_heldout_mix
     checkpoints are chosen, keep the natural mix of questions naive RAG gets right and wrong."""
     from dataprep import load
     from s3.config import load_config
-    from training.data import load_training_set, prepare_training
+    from training.prep.data import load_training_set, prepare_training
 
     _corpus, questions = load("hotpotqa", [DATA])
     answer_of = {q.question: q.golden_answers[0] for q in questions}
@@ -151,7 +151,7 @@ def _hotpot(qid: str, question: str, answer: str, paras: list[tuple[str, str]], 
 
 def test_exclude_sources_removes_shared_paragraphs_and_the_questions_that_needed_them(tmp_path: Path) -> None:
     from s3.config import load_config
-    from training.data import prepare_training
+    from training.prep.data import prepare_training
 
     shared = ("Shared Title", "A paragraph that the evaluation slice has too.")
     train = [
@@ -187,11 +187,11 @@ def test_exclude_sources_removes_shared_paragraphs_and_the_questions_that_needed
 
 
 def test_the_preparation_stage_prepares_what_is_missing_once_and_logs_it(tmp_path: Path) -> None:
-    """`s3 train`'s preparation stage (training/data.py's prepared_training_set): a missing directory is prepared, with
+    """`s3 train`'s preparation stage (training/prep/data.py's prepared_training_set): a missing directory is prepared, with
     a log line saying so; a prepared one is loaded as it is; other filters prepare again. A keep_answerable filter
     without a baseline (reward em) is counted in the manifest like the one after it."""
     from s3.config import load_config
-    from training.data import prepared_training_set
+    from training.prep.data import prepared_training_set
 
     train = [
         _hotpot("t1", "Who wrote A?", "Ann", [("A", "A was written by Ann."), ("B", "B is a letter.")], ["A"]),
@@ -230,7 +230,7 @@ def test_keep_copyable_keeps_the_questions_whose_missing_gold_title_is_visible(t
     kept where naive RAG's top-k lacks a gold paragraph whose title the question or a top-k document shows; the
     held-out questions stay; the filter is recorded, and a directory prepared without it is not re-prepared."""
     from s3.config import load_config
-    from training.data import data_filters, prepare_training
+    from training.prep.data import data_filters, prepare_training
 
     train = [  # retriever.k = 1: the question's top-1 is its first paragraph (the words it shares)
         _hotpot("t1", "Which river flows through the capital of Veldor?", "Sarn",

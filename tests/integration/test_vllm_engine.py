@@ -99,7 +99,7 @@ def test_weight_sync_in_place_matches_the_learner(vllm_policy: Any) -> None:
     learner's own greedy tokens on 16 fixed prompts are far off; after the in-place sync they match within SYNCED_TOL
     and the gap is >= 10x smaller; the same engine process and the same model object throughout, nothing on disk."""
     from searcher.policy.transformers_policy import TransformersPolicy
-    from training.weight_sync import learner_weights
+    from training.learn.weight_sync import learner_weights
 
     p = vllm_policy
     learner = TransformersPolicy.load("smollm2-135m-instruct")
@@ -138,13 +138,13 @@ def _smoke_on_engine(vllm_policy: Any, run: Any, monkeypatch: pytest.MonkeyPatch
     one question x 2 rollouts a step, 24 new tokens a turn)."""
     from pathlib import Path
 
-    import training.executors
+    import training.rollouts.executors
     from s3.config import load_config
 
     root = Path(__file__).resolve().parents[2]
     if not (root.parent / "shared" / "data" / "train_hotpotqa_musique100").is_dir():
         pytest.skip("shared training data not found")
-    monkeypatch.setattr(training.executors, "rollout_policy", lambda cfg, device, **kw: vllm_policy)  # one engine a session
+    monkeypatch.setattr(training.rollouts.executors, "rollout_policy", lambda cfg, device, **kw: vllm_policy)  # one engine a session
     return load_config(root / "configs" / "smoke.toml", [
         "training.rollout.engine=vllm", f"training.output_dir={run}", "training.data.max_questions=8",
         "training.rollout.batch_size=1", "training.rollout.group_size=2", "searcher.max_new_tokens=24",
@@ -157,10 +157,10 @@ def test_trainer_rolls_out_with_vllm_and_syncs_after_every_step(vllm_policy: Any
     """configs/smoke.toml with training.rollout.engine = vllm on the session's engine: two real GRPO steps (rollouts by
     vLLM, rewards from the offline generator, updates by the learner), a timed in-place sync after each, the engine's
     log-probs within the tolerance of the learner's recomputation; same engine process throughout."""
-    from training.learner import Learner
+    from training.learn.learner import Learner
+    from training.learn.weight_sync import learner_weights
+    from training.run.trainer import make_trainer
     from training.rundir import read_metrics
-    from training.trainer import make_trainer
-    from training.weight_sync import learner_weights
 
     cfg = _smoke_on_engine(vllm_policy, tmp_path / "run", monkeypatch, "training.total_steps=2")
     pids, syncs = vllm_policy.engine_pids(), vllm_policy.weight_syncs
@@ -199,10 +199,10 @@ def test_trainer_at_max_staleness_1_rolls_out_ahead_on_vllm_and_syncs_between_ba
     import time
 
     from searcher.policy.transformers_policy import TransformersPolicy
-    from training.learner import Learner
+    from training.learn.learner import Learner
+    from training.learn.weight_sync import learner_weights
+    from training.run.trainer import make_trainer
     from training.rundir import read_metrics, read_timeline
-    from training.trainer import make_trainer
-    from training.weight_sync import learner_weights
 
     cfg = _smoke_on_engine(vllm_policy, tmp_path / "run", monkeypatch, "training.total_steps=3",
                            "training.rollout.max_staleness=1")

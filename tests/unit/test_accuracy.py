@@ -135,7 +135,7 @@ def test_builder_makes_a_judge_only_where_the_metric_uses_one() -> None:
 
 def test_training_uses_the_same_accuracy() -> None:
     from s3.config import load_config
-    from training.data import make_accuracy
+    from training.prep.data import make_accuracy
 
     cfg = load_config(None, ["generator.model=openai/fake", "generator.cache_path=null", "eval.metric=em"])
     acc = make_accuracy(cfg)

@@ -1,4 +1,4 @@
-"""training/algorithms.py: hand-computed tensors, plain-loop references, and exact zero gradient on masked tokens."""
+"""training/learn/algorithms.py and advantages.py: hand-computed tensors, plain-loop references, and exact zero gradient on masked tokens."""
 
 from __future__ import annotations
 
@@ -9,17 +9,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from training.algorithms import (  # noqa: E402
-    gae_advantages,
+from training.learn.advantages import gae_advantages, group_advantages_missing, token_rewards  # noqa: E402
+from training.learn.algorithms import (  # noqa: E402
     gather_logprobs,
-    group_advantages_missing,
     grpo_loss,
     kl_k3,
     masked_logprobs,
     masked_mean,
     policy_gradient_loss,
     ppo_loss,
-    token_rewards,
     value_loss,
 )
 
@@ -251,7 +249,7 @@ def test_masked_logprobs_without_policy_tokens_keep_the_graph() -> None:
 def test_group_advantages_missing_leave_the_update() -> None:
     import doctest
 
-    import training.algorithms as alg
+    import training.learn.algorithms as alg
 
     assert doctest.testmod(alg).failed == 0
     out = group_advantages_missing([1.0, None, 0.0, 0.0, 0.0, 0.0], 3)
@@ -261,7 +259,7 @@ def test_group_advantages_missing_leave_the_update() -> None:
 
 
 def test_flat_groups_are_the_all_equal_scored_groups() -> None:
-    from training.algorithms import flat_groups
+    from training.learn.advantages import flat_groups
 
     assert flat_groups([1.0, 1.0, 0.0, 1.0, None, 0.5, 0.5, 0.5], 4) == [4]
     assert flat_groups([0.0, 0.0, None, None], 2) == [0]  # the all-missing group is not "flat": it is already out

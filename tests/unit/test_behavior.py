@@ -1,4 +1,4 @@
-"""Search behaviour metrics (eval/behavior.py), the ratio bootstrap, collapse detection (training/collapse.py), hops,
+"""Search behaviour metrics (eval/behavior.py), the ratio bootstrap, collapse detection (training/run/collapse.py), hops,
 and the Search-R1 step extraction / agreement (eval/oversearch.py): hand-derived answers on scripted trajectories."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from eval.behavior import Trace, bridge_query, question_behavior, rollout_row, s
 from eval.oversearch import R1Step, agreement, extract_steps
 from eval.stats import ratio_ci
 from s3core.types import Document, SearchResult, SearchStep
-from training.collapse import CollapseWatch, detect_collapse
+from training.run.collapse import CollapseWatch, detect_collapse
 
 
 def row(steps: list[dict], docs: list[tuple[str, int]], question: str = "Where was the director of Jaws born?") -> dict:

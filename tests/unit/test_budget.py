@@ -126,35 +126,13 @@ def test_budgeted_executor_stops_before_the_step_that_could_pass(tmp_path: Path)
     import json
 
     from s3.config import load_config
-    from training.budget import BudgetedExecutor, spent_before
-
-    class Inner:
-        def __init__(self) -> None:
-            self.pending: dict[str, float] = {}
-            self.scored = 0
-
-        def rollout(self, examples, step, greedy=False):  # type: ignore[no-untyped-def]
-            return []
-
-        def score(self, results, examples):  # type: ignore[no-untyped-def]
-            self.scored += 1
-            self.pending = {"reward/cost_usd": 0.25, "reward/prompt_tokens": 100.0}
-            return "batch"
-
-        def step_stats(self) -> dict[str, float]:
-            out, self.pending = self.pending, {}
-            return out
-
-        def sync(self) -> None:
-            return None
-
-        def close(self) -> None:
-            return None
+    from training.rollouts.budget import BudgetedExecutor, spent_before
+    from training.testing import PricedExecutor
 
     cfg = load_config(None, ["training.mode=search_r1", "training.reward=em"])  # no generator to build here
     step = [0]
-    inner = Inner()
-    ex = BudgetedExecutor(inner, cfg, tmp_path, budget_usd=1.0)  # type: ignore[arg-type]
+    inner = PricedExecutor(0.25, {"reward/prompt_tokens": 100.0})
+    ex = BudgetedExecutor(inner, cfg, tmp_path, budget_usd=1.0)
     ex.project = lambda results, examples: 0.30  # type: ignore[method-assign]
     rows = []
     for _ in range(3):
@@ -169,7 +147,7 @@ def test_budgeted_executor_stops_before_the_step_that_could_pass(tmp_path: Path)
     assert inner.scored == 3
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "cost/us')
     assert spent_before(tmp_path, 2) == 0.5 and spent_before(tmp_path, 3) == 0.75  # a torn last line is skipped
-    resumed = BudgetedExecutor(Inner(), cfg, tmp_path, start_step=3, budget_usd=2.0)  # type: ignore[arg-type]
+    resumed = BudgetedExecutor(PricedExecutor(0.25), cfg, tmp_path, start_step=3, budget_usd=2.0)
     resumed.project = lambda results, examples: 0.30  # type: ignore[method-assign]
     resumed.score([], [])
     assert resumed.step_stats()["cost/usd_total"] == 1.0
@@ -178,7 +156,7 @@ def test_budgeted_executor_stops_before_the_step_that_could_pass(tmp_path: Path)
 def test_a_reward_that_calls_no_generator_is_not_priced() -> None:
     """retrieval_gain (like R1-Searcher's stage 1) scores documents only: no Accuracy to price, nothing paid."""
     from s3.config import load_config
-    from training.budget import paid_reward, projection_accuracy
+    from training.rollouts.budget import paid_reward, projection_accuracy
 
     for reward in ("retrieval_gain", "r1_searcher_stage1"):
         cfg = load_config(None, [f"training.reward={reward}"])
@@ -213,7 +191,7 @@ def test_the_projection_reuses_the_rewards_accuracy_and_prices_the_same(monkeypa
     from eval.build import build_accuracy
     from s3.config import load_config
     from s3core.types import Document, QAExample, SearchResult
-    from training.budget import BudgetedExecutor, projection_accuracy
+    from training.rollouts.budget import BudgetedExecutor, projection_accuracy
 
     cfg = load_config(None, PRICED)
     scorer_acc = build_accuracy(cfg.generator_resolved, cfg.judge_resolved, cfg.eval)
@@ -263,7 +241,8 @@ def test_dry_run_of_a_reward_that_calls_no_generator_says_so(tmp_path: Path) -> 
     import json
 
     from s3.config import load_config
-    from training.budget import BudgetedExecutor, dry_run, dry_run_message
+    from training.report.dryrun import dry_run, dry_run_message
+    from training.rollouts.budget import BudgetedExecutor
 
     shape = ["training.total_steps=6", "training.rollout.batch_size=2", "training.rollout.group_size=4",
              "training.heldout.every=2", "training.heldout.questions=5"]

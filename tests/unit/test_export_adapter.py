@@ -1,4 +1,4 @@
-"""training/rundir.py `export_adapter`: a policy made by merging two LoRA adapters one after another (phase 1d's
+"""training/learn/export.py `export_adapter`: a policy made by merging two LoRA adapters one after another (phase 1d's
 policy: the warm-up's adapter merged, then a fresh one) ships as one rank-2r adapter that gives the same logits; what
 is not an adapter's merge is refused by name."""
 
@@ -41,7 +41,7 @@ def _logits(model, ids):
 
 
 def test_two_merged_adapters_ship_as_one_rank_8_adapter_with_the_same_logits(tmp_path: Path) -> None:
-    from training.rundir import export_adapter
+    from training.learn.export import export_adapter
 
     base = _tiny(tmp_path / "base")
     twice = _merge_adapter(_merge_adapter(base, tmp_path / "once", 1), tmp_path / "twice", 2)
@@ -59,7 +59,7 @@ def test_two_merged_adapters_ship_as_one_rank_8_adapter_with_the_same_logits(tmp
 
 
 def test_too_small_a_rank_and_a_changed_non_linear_tensor_are_refused_by_name(tmp_path: Path) -> None:
-    from training.rundir import export_adapter
+    from training.learn.export import export_adapter
 
     base = _tiny(tmp_path / "base")
     twice = _merge_adapter(_merge_adapter(base, tmp_path / "once", 1), tmp_path / "twice", 2)
@@ -77,7 +77,7 @@ def test_too_small_a_rank_and_a_changed_non_linear_tensor_are_refused_by_name(tm
 def test_the_default_float16_adapter_is_half_the_bytes_and_its_rounding_is_measured(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    from training.rundir import export_adapter
+    from training.learn.export import export_adapter
 
     base = _tiny(tmp_path / "base")
     twice = _merge_adapter(_merge_adapter(base, tmp_path / "once", 1), tmp_path / "twice", 2)

@@ -1,4 +1,4 @@
-"""A fresh run is seeded (training/build.py `build_training` -> `new_learner`: torch.manual_seed(training.seed) before the
+"""A fresh run is seeded (training/run/build.py `build_training` -> `new_learner`: torch.manual_seed(training.seed) before the
 policy, its LoRA adapters and the critic are made): two fresh builds of one config start from the same adapter weights
 whatever torch's global generator held before, and another training.seed starts from other ones.
 
@@ -27,8 +27,8 @@ def _adapters(tiny_policy_dir: Path, run_dir: Path, seed: int, monkeypatch: pyte
     """The trainable (LoRA) weights of a fresh build_training of the tiny policy with training.seed = `seed`."""
     from s3.config import load_config
     from s3core.types import QAExample
-    from training import build
-    from training.data import TrainingSet
+    from training.prep.data import TrainingSet
+    from training.run import build
 
     monkeypatch.setattr(build, "build_retriever", lambda cfg, index_dir: object())
     monkeypatch.setattr(build, "build_executor", lambda cfg, **kw: _NoExecutor())

@@ -98,7 +98,7 @@ def test_searcher_summary_counts_new_gold() -> None:
 
 def test_cached_baseline_rows_count_only_under_an_accepted_key_with_todays_topk() -> None:
     """The rule prepare-training's re-keying and the landscape's read-only load share (training.data)."""
-    from training.data import rows_with_todays_topk
+    from training.prep.data import rows_with_todays_topk
 
     rows: list[dict[str, Any]] = [
         {"id": "a", "key": "k1", "acc": 1.0, "doc_ids": ["d1", "d2"]},   # today's ids: kept

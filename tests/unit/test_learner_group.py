@@ -1,6 +1,6 @@
 """Several learners (issue 21), the pieces without a cluster: how an update's rows are split over the ranks, and
 that the loss weights make the gradient averaged over ranks (what DistributedDataParallel's all-reduce computes)
-equal the single learner's gradient, with the real GRPO loss of training/algorithms.py on a tiny torch model.
+equal the single learner's gradient, with the real GRPO loss of training/learn/algorithms.py on a tiny torch model.
 The all-reduce itself (2 gloo ranks as Ray actors): tests/integration/test_learner_group_gloo.py."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import torch
 
-import training.learner_group as lg
+import training.learn.learner_group as lg
 from s3core.errors import ConfigError
-from training import algorithms as alg
-from training.learner_group import LossLearner, grpo_microbatch_loss, split_for_ranks
+from training.learn import algorithms as alg
+from training.learn.learner_group import LossLearner, grpo_microbatch_loss, split_for_ranks
 
 VOCAB, T = 11, 7
 
@@ -137,7 +137,7 @@ def test_allreduce_mean_copies_every_bucket_back_and_fills_missing_gradients(tmp
     gradient gets zeros (ranks must agree on the tensors they reduce)."""
     import torch.distributed as dist
 
-    from training.learner_group import allreduce_mean_
+    from training.learn.learner_group import allreduce_mean_
 
     # an in-process vLLM engine (the session's, in the full suite) leaves a one-rank default group behind: use it then
     owned = not dist.is_initialized()
@@ -163,8 +163,8 @@ def test_the_group_splits_the_loops_rows_over_its_ranks_and_merges_their_stats_i
     what each got. Rows go out as `split_for_ranks` cuts them, padded per micro-batch by the loop's `micro`; the ranks'
     stats come back as their mean (each carries weight N * tokens / T), the gradient norm as rank 0's (the same
     averaged gradient), the log-prob gap sums added up; idle ranks' zero-weight micro-batches are left out."""
-    from training.learner import GapSums, MicroBatch, UpdateOut
-    from training.learner_api import UpdateRows
+    from training.learn.api import MicroBatch, UpdateRows
+    from training.learn.learner import GapSums, UpdateOut
 
     got: list[tuple[list[list[int]], list[list[float]]]] = []
 

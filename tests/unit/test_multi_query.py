@@ -1,5 +1,5 @@
 """Several queries in one turn (searcher.queries_per_turn > 1) and the candidates teacher that lists them
-(training/oracle.py, teacher="candidates"): parsing, the one interleaved title-first window, the prompt, the record,
+(training/prep/oracle.py, teacher="candidates"): parsing, the one interleaved title-first window, the prompt, the record,
 the teacher's lists and the configuration check. Scripted policies and an in-test retriever; the real 135M searcher
 and the real BM25 index run it in benchmarks/transfer_checks.py (docs/transfer.md, "Several candidate queries")."""
 
@@ -24,7 +24,7 @@ from searcher.protocol import (
     render_information,
     s3_prompt_sha256,
 )
-from training.oracle import candidate_queries, oracle_script
+from training.prep.oracle import candidate_queries, oracle_script
 
 LIST_REPLY = ('<important_info>[]</important_info><search_complete>False</search_complete>'
               '<query>{"query": ["Erika Jayne", "Lo Fidelity", "erika  jayne", "", 7, "Bo"]}</query>')
@@ -196,12 +196,12 @@ def test_s3_eval_runs_a_trained_policy_on_the_loop_its_searcher_json_recorded(tm
 
 
 def test_train_eval_rolls_a_trained_policy_out_on_the_loop_its_searcher_json_recorded(tmp_path: Path) -> None:
-    """`s3 train-eval` (training/evaluate.py `_policy_loop`) as `s3 eval`: a policy folder's record gives the loop
+    """`s3 train-eval` (training/run/evaluate.py `_policy_loop`) as `s3 eval`: a policy folder's record gives the loop
     keys the config files and --set do not (the held-out ablation's list policies ran with one query a turn before);
     the engine and greedy decoding stay the run's; a base model name or a folder without a record: the run's loop."""
     from searcher.config import RetrieverConfig
     from searcher.trained import make_record, write_record
-    from training.evaluate import _policy_loop
+    from training.run.evaluate import _policy_loop
 
     policy = tmp_path / "policy"
     policy.mkdir()

@@ -1,5 +1,5 @@
-"""The decoupled PPO correction of stale rollouts (issue 47; training/algorithms.py `behaviour_weight`, the
-`is_weight` of the losses, training/learner.py `masked_update`): the weight is min(pi_prox / pi_behaviour, is_cap) per
+"""The decoupled PPO correction of stale rollouts (issue 47; training/learn/algorithms.py `behaviour_weight`, the
+`is_weight` of the losses, training/learn/learner.py `masked_update`): the weight is min(pi_prox / pi_behaviour, is_cap) per
 token, detached (the gradient flows through pi_theta only), it multiplies the clipped surrogate of GRPO and PPO, and at
 staleness 0 or offpolicy = "none" nothing changes, bit for bit."""
 
@@ -12,9 +12,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from training import algorithms as alg  # noqa: E402
 from training.config import TrainingConfig  # noqa: E402
-from training.learner import Batch, MicroBatch, masked_update  # noqa: E402
+from training.learn import algorithms as alg  # noqa: E402
+from training.learn.api import Batch, MicroBatch  # noqa: E402
+from training.learn.learner import masked_update  # noqa: E402
 
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
 

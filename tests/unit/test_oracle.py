@@ -1,4 +1,4 @@
-"""The oracle replies of the format warm-up (training/oracle.py), through the real s3 parser and prompt builder."""
+"""The oracle replies of the format warm-up (training/prep/oracle.py), through the real s3 parser and prompt builder."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from s3core.types import Document, QAExample
 from searcher.protocol import build_s3_prompt, information_observation, parse_s3_reply, render_information
-from training.oracle import gold_titles, oracle_script
+from training.prep.oracle import gold_titles, oracle_script
 
 Q = "Who directed the film about the inventor of the Earthship?"
 GOLD = {Q: ["Garbage Warrior", "Oliver Hodge (director)"]}

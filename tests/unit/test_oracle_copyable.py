@@ -1,4 +1,4 @@
-"""The copyable teacher (training/oracle.py, teacher="copyable"; issue 45, step 4): it queries a missing gold title
+"""The copyable teacher (training/prep/oracle.py, teacher="copyable"; issue 45, step 4): it queries a missing gold title
 only where the question or a document shown so far shows it, through the real s3 parser, prompt builder and loop."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from s3core.types import Document, QAExample, SearchResult
 from searcher.config import RetrieverConfig, SearcherConfig
 from searcher.protocol import build_s3_prompt, information_observation, parse_s3_reply, render_information
-from training.oracle import (
+from training.prep.oracle import (
     contains_phrase,
     first_words,
     norm,
@@ -109,7 +109,7 @@ def test_on_real_questions_every_copyable_query_names_what_the_searcher_saw(hotp
     from searcher.build import build_searcher
     from searcher.policy.scripted import ScriptedPolicy
     from searcher.retrieval import load_retriever
-    from training.oracle import gold_titles
+    from training.prep.oracle import gold_titles
 
     examples, corpus, index = hotpot_slice
     text_of = {d.id: d for d in iter_corpus(corpus)}
@@ -137,15 +137,15 @@ def test_on_real_questions_every_copyable_query_names_what_the_searcher_saw(hotp
 
 
 def test_the_retrieval_check_keeps_the_trajectories_that_add_gold(hotpot_slice: tuple, tmp_path: Path) -> None:
-    """training/distill.py's retrieval check (no generator call) on the copyable teacher's real trajectories."""
+    """training/prep/distill.py's retrieval check (no generator call) on the copyable teacher's real trajectories."""
     import json
 
     from s3.config import load_config
     from searcher.build import build_searcher
     from searcher.policy.scripted import ScriptedPolicy
     from searcher.retrieval import load_retriever
-    from training.distill import candidate_order, retrieval_sample
-    from training.oracle import gold_titles
+    from training.prep.distill import candidate_order, retrieval_sample
+    from training.prep.oracle import gold_titles
 
     examples, corpus, index = hotpot_slice
     cfg = load_config(None, ["training.sft.candidates=30"])

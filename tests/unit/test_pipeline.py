@@ -1,4 +1,4 @@
-"""training/pipeline.py with fakes (no model): admission and order (hypothesis: the batches updated are exactly 0..N-1
+"""training/rollouts/pipeline.py with fakes (no model): admission and order (hypothesis: the batches updated are exactly 0..N-1
 in order, staleness never exceeds the bound, nothing admitted is dropped), the engine lock between rollouts and
 weight loads (also through LocalExecutor with a fake vLLM engine), errors from the background threads, the budget
 under overlap (BudgetedExecutor over a priced fake), and what a checkpoint keeps of the batches in flight."""
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from generator_adapters.budget import BudgetReached
-from training.pipeline import RolloutPipeline
+from training.rollouts.pipeline import RolloutPipeline
 
 
 class Engine:
@@ -173,38 +173,18 @@ def test_the_budget_admits_a_batch_for_scoring_only_within_the_cap_with_batches_
     calls, raised at its own step (steps 1-3 done), the batch kept unscored for a resume. While calls run, spent +
     reserved never passes the cap."""
     from s3.config import load_config
-    from training.budget import BudgetedExecutor
+    from training.rollouts.budget import BudgetedExecutor
+    from training.testing import PricedExecutor
 
     seen: list[float] = []
 
-    class Inner:
-        def __init__(self) -> None:
-            self.pending: dict[str, float] = {}
-            self.scored = 0
-
-        def rollout(self, examples: Any, step: int, greedy: bool = False) -> list[Any]:
-            return []
-
-        def score(self, results: Any, examples: Any) -> str:
-            seen.append(ex.budget.spent_usd + ex.budget.reserved_usd)
-            time.sleep(0.01)
-            self.scored += 1
-            self.pending = {"reward/cost_usd": 0.25, "reward/generator_calls": 2.0}
-            return "batch"
-
-        def step_stats(self) -> dict[str, float]:
-            out, self.pending = self.pending, {}
-            return out
-
-        def sync(self) -> None:
-            return None
-
-        def close(self) -> None:
-            return None
+    def before_score() -> None:
+        seen.append(ex.budget.spent_usd + ex.budget.reserved_usd)
+        time.sleep(0.01)
 
     cfg = load_config(None, ["training.mode=search_r1", "training.reward=em"])  # no generator to build here
-    inner = Inner()
-    ex = BudgetedExecutor(inner, cfg, tmp_path, budget_usd=1.0)  # type: ignore[arg-type]
+    inner = PricedExecutor(0.25, {"reward/generator_calls": 2.0}, before_score)
+    ex = BudgetedExecutor(inner, cfg, tmp_path, budget_usd=1.0)
     ex.project = lambda results, examples: 0.30  # type: ignore[method-assign]
 
     def score(step: int, rollout: Any) -> tuple[Any, dict[str, float]]:
@@ -232,8 +212,8 @@ def test_local_executor_syncs_a_vllm_engine_between_rollouts_and_leaves_the_lear
     not switched to eval mode under a running update, and load_weights never lands in the middle of a generation."""
     pytest.importorskip("torch")
     from s3core.types import QAExample, SearchResult
-    from training import weight_sync
-    from training.executors import LocalExecutor
+    from training.learn import weight_sync
+    from training.rollouts.executors import LocalExecutor
 
     class Model:
         def __init__(self) -> None:

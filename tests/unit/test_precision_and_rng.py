@@ -38,7 +38,7 @@ def test_every_preset_that_trains_loads() -> None:
 def test_rng_round_trip_on_the_cpu() -> None:
     torch = pytest.importorskip("torch")
     np = pytest.importorskip("numpy")
-    from training.rng import capture_rng, restore_rng
+    from training.run.rng import capture_rng, restore_rng
 
     torch.manual_seed(3)
     random.seed(3)
@@ -75,7 +75,7 @@ class _FakeCuda:
 
 def test_checkpoint_rng_keeps_every_gpus_state_and_resumes_on_fewer_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
-    from training import rng
+    from training.run import rng
 
     two = _FakeCuda(2, torch)
     monkeypatch.setattr(torch, "cuda", two)

@@ -13,14 +13,14 @@ from s3core.errors import ConfigError
 
 def test_doctests() -> None:
     from s3runtime import raycluster
-    from training import executors, ray_backend
+    from training.rollouts import executors, ray_backend
 
     for mod in (raycluster, executors, ray_backend):
         assert doctest.testmod(mod).failed == 0, mod.__name__
 
 
 def test_shards_cover_every_sample_once_in_order() -> None:
-    from training.ray_backend import shard_bounds
+    from training.rollouts.ray_backend import shard_bounds
 
     for n in range(1, 12):
         for parts in range(1, 5):
@@ -31,15 +31,15 @@ def test_shards_cover_every_sample_once_in_order() -> None:
 
 
 def test_shard_seeds_differ_by_step_and_shard_and_repeat() -> None:
-    from training.ray_backend import shard_seed
+    from training.rollouts.ray_backend import shard_seed
 
     seeds = {shard_seed(0, s, j) for s in range(50) for j in range(8)}
     assert len(seeds) == 400 and shard_seed(3, 7, 1) == shard_seed(3, 7, 1)
 
 
 def test_merged_reward_batches_keep_order_and_missing() -> None:
-    from training.ray_backend import _merge
     from training.rewards import RewardBatch
+    from training.rollouts.ray_backend import _merge
 
     m = _merge([RewardBatch([1.0, None], acc_s3=[1.0, None], acc_rag=[0.0, 0.0], generator_failures=1),
                 RewardBatch([0.0], acc_s3=[0.0], acc_rag=[0.0])])
@@ -74,7 +74,7 @@ def test_ray_config_is_strict_and_backends_are_named() -> None:
 def test_importing_the_project_does_not_import_ray() -> None:
     import subprocess
 
-    code = ("import sys, s3.cli, training.trainer, training.executors, training.ray_backend, eval.ray_eval; "
+    code = ("import sys, s3.cli, training.run.trainer, training.rollouts.executors, training.rollouts.ray_backend, eval.ray_eval; "
             "print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 
 import training.rewards as rw
 from s3core.types import SearchResult, SearchStep
-from training import algorithms as alg
+from training.learn import advantages as adv_mod
 
 
 def _res(invalid_turns: int, turns: int = 3) -> SearchResult:
@@ -32,8 +32,8 @@ def _batch(task: list[float | None], invalid: list[int], penalty: float) -> tupl
 def test_a_format_only_group_gets_advantages_no_larger_than_the_penalty_and_is_counted() -> None:
     # group 0: task 2, 0, 0, 0 (one correct answer); group 1: all task 0, one rollout with 1 invalid turn of 4
     rewards, results = _batch([2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0, 0, 0, 0, 0, 0, 0, 1], 0.5)
-    old, stats_old = rw.grpo_advantages(rewards, results, 4, 0.5, "normalised")
-    new, stats_new = rw.grpo_advantages(rewards, results, 4, 0.5, "centred")
+    old, stats_old = adv_mod.grpo_advantages(rewards, results, 4, 0.5, "normalised")
+    new, stats_new = adv_mod.grpo_advantages(rewards, results, 4, 0.5, "centred")
     assert stats_old == stats_new == {"reward/format_only_groups": 1.0}
     # attempts 1-2: the format-only group's advantages are exactly the correct answer's group's (+-1.5 / 0.5)
     assert max(abs(a) for a in old[4:]) == pytest.approx(max(abs(a) for a in old[:4]), rel=1e-4)  # type: ignore[arg-type]
@@ -45,10 +45,10 @@ def test_a_format_only_group_gets_advantages_no_larger_than_the_penalty_and_is_c
 
 def test_no_penalty_means_the_plain_grpo_advantages_and_no_metric() -> None:
     rewards: list[float | None] = [1.0, 0.0, None, 1.0]
-    adv, stats = rw.grpo_advantages(rewards, [_res(0)] * 4, 2, 0.0)
-    assert adv == alg.group_advantages_missing(rewards, 2) and stats == {}
+    adv, stats = adv_mod.grpo_advantages(rewards, [_res(0)] * 4, 2, 0.0)
+    assert adv == adv_mod.group_advantages_missing(rewards, 2) and stats == {}
     with pytest.raises(ValueError, match="format_advantage"):
-        rw.grpo_advantages(rewards, [_res(0)] * 4, 2, 0.5, "scaled")
+        adv_mod.grpo_advantages(rewards, [_res(0)] * 4, 2, 0.5, "scaled")
 
 
 def test_centred_advantages_keep_the_task_order_and_the_format_share_bounded_on_random_groups() -> None:
@@ -62,8 +62,8 @@ def test_centred_advantages_keep_the_task_order_and_the_format_share_bounded_on_
         task: list[float | None] = [rng.choice([-base, 2.0 - base, None]) if rng.random() < 0.2 else
                                     rng.choice([-base, 2.0 - base]) for _ in range(g)]
         rewards, results = _batch(task, [rng.randint(0, 3) for _ in range(g)], 0.5)
-        adv, stats = rw.grpo_advantages(rewards, results, g, 0.5)
-        task_only = alg.group_advantages_missing(task, g)
+        adv, stats = adv_mod.grpo_advantages(rewards, results, g, 0.5)
+        task_only = adv_mod.group_advantages_missing(task, g)
         for i in range(g):
             assert (adv[i] is None) == (task_only[i] is None)
             if adv[i] is not None:
@@ -82,9 +82,9 @@ def test_format_terms_and_their_checks() -> None:
     assert rw.format_terms([_res(0), _res(3), _res(1)], 0.5) == [0.0, -0.375, -0.125]
     assert rw.format_terms([_res(3)], 0.0) == [0.0]
     with pytest.raises(ValueError, match="format terms"):
-        alg.group_advantages_format_centred([1.0, 0.0], [0.0], 2)
+        adv_mod.group_advantages_format_centred([1.0, 0.0], [0.0], 2)
     with pytest.raises(ValueError, match="format terms"):
-        alg.format_only_groups([1.0, 0.0], [0.0], 2)
+        adv_mod.format_only_groups([1.0, 0.0], [0.0], 2)
 
 
 def test_format_advantage_is_a_checked_setting() -> None:
@@ -99,10 +99,10 @@ def test_format_advantage_is_a_checked_setting() -> None:
 
 @pytest.mark.parametrize("mode", ["centred", "normalised"])
 def test_the_loop_feeds_the_learner_these_advantages_and_logs_the_format_only_groups(mode: str) -> None:
-    """training/trainer.py `update_rows` (the rows and advantages of an update) uses them, per the setting."""
+    """training/run/trainer.py `update_rows` (the rows and advantages of an update) uses them, per the setting."""
     from s3core.types import Trajectory
     from training.config import TrainingConfig
-    from training.trainer import update_rows
+    from training.run.step import update_rows
 
     tc = TrainingConfig(invalid_penalty=0.5, format_advantage=mode, rollout={"group_size": 4})
     rewards, results = _batch([2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0, 0, 0, 0, 0, 0, 0, 1], 0.5)
@@ -112,7 +112,7 @@ def test_the_loop_feeds_the_learner_these_advantages_and_logs_the_format_only_gr
     rows, stats = update_rows(tc, results, rewards, lambda res, b: b)  # type: ignore[arg-type,return-value]
     assert rows is not None and stats["reward/format_only_groups"] == 1.0
     fed = [a for b in rows.chunks() for a in rows.micro(b).adv or []]
-    assert fed == pytest.approx(rw.grpo_advantages(rewards, results, 4, 0.5, mode)[0])  # type: ignore[arg-type]
+    assert fed == pytest.approx(adv_mod.grpo_advantages(rewards, results, 4, 0.5, mode)[0])  # type: ignore[arg-type]
     biggest = max(abs(a) for a in fed[4:])  # the format-only group's
     assert biggest < 0.2 if mode == "centred" else biggest > 1.0
 
@@ -126,7 +126,7 @@ def test_unscaled_advantages_keep_the_reward_gaps_and_reach_the_learner() -> Non
     from s3core.errors import ConfigError
     from s3core.types import Trajectory
     from training.config import TrainingConfig
-    from training.trainer import update_rows
+    from training.run.step import update_rows
 
     rewards: list[float | None] = [0.0, -0.25, -0.25, -0.25, 1.0, -0.25, -0.25, -0.25]
     results = [_res(0) for _ in rewards]

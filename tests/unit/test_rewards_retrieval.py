@@ -66,8 +66,8 @@ def test_retrieval_gain_is_a_checked_setting() -> None:
 def test_the_counts_reach_the_step_metrics_the_held_out_row_and_the_ray_merge() -> None:
     """reward/gold_added and heldout/gold_added are the means of the scored rollouts' counts; a reward without them
     (gbr) leaves the keys out; Ray's shard merge keeps them and the reused-baseline count."""
-    from training.evaluate import HeldoutScore, evaluate_heldout
-    from training.ray_backend import _merge
+    from training.rollouts.ray_backend import _merge
+    from training.run.evaluate import HeldoutScore, evaluate_heldout
 
     ex = [_ex(0, ["g1", "g2"]), _ex(1, ["g1"]), _ex(2, [])]
     res = [_res(["a", "g1", "b"], ["a", "g1", "b", "g2", "x"]), _res(["a", "b", "c"], ["a", "b", "c", "y"]),

@@ -11,7 +11,8 @@ import pytest
 
 from s3core.errors import S3Error
 from training import rundir
-from training.evaluate import HeldoutScore
+from training.learn.export import export_policy
+from training.run.evaluate import HeldoutScore
 
 
 def test_read_metrics_tolerates_a_truncated_line_and_keeps_the_last_row_per_step(tmp_path: Path) -> None:
@@ -81,10 +82,10 @@ def test_a_checkpoint_is_renamed_into_place_latest_and_best_follow_and_old_ones_
     assert sorted(p.name for p in ckpts.glob("step_*")) == ["step_000002", "step_000003", "step_000004"]
     assert not list(ckpts.glob(".*.tmp")) and rundir.checkpoint_step(rundir.checkpoint_path(tmp_path, 4)) == 4
     assert [json.loads(x)["id"] for x in (tmp_path / rundir.HELDOUT_QUESTIONS_FILE).read_text().splitlines()] == ["q1"]
-    out = rundir.export_policy(tmp_path, tmp_path / "exported")  # a run directory: its newest checkpoint's policy/
+    out = export_policy(tmp_path, tmp_path / "exported")  # a run directory: its newest checkpoint's policy/
     assert (out / "weights").read_text() == "4"
     with pytest.raises(S3Error, match="not a training checkpoint"):
-        rundir.export_policy(tmp_path / "checkpoints", tmp_path / "x")
+        export_policy(tmp_path / "checkpoints", tmp_path / "x")
 
 
 def test_held_out_rows_of_both_schemas_read_back_into_one_row_type() -> None:

@@ -1,4 +1,4 @@
-"""training/schedule.py without a trainer: the data order (warm-up stream, RL from the start, a distillation pool,
+"""training/run/schedule.py without a trainer: the data order (warm-up stream, RL from the start, a distillation pool,
 purity in (seed, step)), what a checkpoint records of it and the resume check, and the held-out schedule."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import training.schedule as schedule
+import training.run.schedule as schedule
 from s3core.errors import S3Error
 from training.config import TrainingConfig
-from training.schedule import DATA_ORDER, DataOrder, HeldoutSchedule
+from training.run.schedule import DATA_ORDER, DataOrder, HeldoutSchedule
 
 
 def _order(n: int, batch: int, seed: int = 0, warmup: int = 0, pool: list[int] | None = None) -> DataOrder:

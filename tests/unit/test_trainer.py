@@ -18,7 +18,7 @@ from training.config import TrainingConfig
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from training.plots import plot_run
+    from training.report.plots import plot_run
 
     with (tmp_path / "metrics.jsonl").open("w") as fh:
         for s in range(1, 12):
@@ -28,7 +28,7 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
 
 
 def test_is_yes_no() -> None:
-    from training.data import is_yes_no
+    from training.prep.data import is_yes_no
 
     assert is_yes_no(["yes"]) and is_yes_no(["No."]) and is_yes_no(["true", "False"])
     assert not is_yes_no(["Yesterday"]) and not is_yes_no([]) and not is_yes_no(["yes", "Paris"])
@@ -36,7 +36,7 @@ def test_is_yes_no() -> None:
 
 def test_missing_baseline_is_an_error_not_a_fallback(tmp_path: Path) -> None:
     from s3.config import load_config
-    from training.data import load_training_set
+    from training.prep.data import load_training_set
 
     cfg = load_config(None, ["generator.model=openai/fake", "generator.api_base=http://127.0.0.1:9/v1",
                              f"training.data.dir={tmp_path}"])
@@ -83,8 +83,9 @@ def _tiny_llama(**over: int) -> Any:
 def test_forward_on_response_positions_matches_a_full_forward() -> None:
     torch = pytest.importorskip("torch")
     from s3core.types import SearchResult, Trajectory
-    from training.algorithms import gather_logprobs
-    from training.learner import forward_logprobs, pad_rollouts
+    from training.learn.algorithms import gather_logprobs
+    from training.learn.api import pad_rollouts
+    from training.learn.learner import forward_logprobs
 
     model = _tiny_llama().eval()
     tc = TrainingConfig(rollout={"temperature": 0.7}, learner={"logprob_chunk": 3})
@@ -123,7 +124,8 @@ def test_shared_prefix_forward_equals_the_plain_forward_in_values_and_gradients(
     their KV cache; log-probs, hidden states and every parameter's gradient equal those of the plain forward."""
     torch = pytest.importorskip("torch")
     from s3core.types import SearchResult, Trajectory
-    from training.learner import forward_logprobs, pad_rollouts
+    from training.learn.api import pad_rollouts
+    from training.learn.learner import forward_logprobs
 
     model = _tiny_llama(vocab_size=60, num_hidden_layers=2, num_key_value_heads=1, max_position_embeddings=128)
     shared = [int(x) for x in torch.randint(3, 60, (40,))]
@@ -164,8 +166,9 @@ def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool, tiny_policy
     pytest.importorskip("torch")
     from s3.config import load_config
     from s3core.types import SearchResult, Trajectory
-    from training.learner import Learner, pad_rollouts
-    from training.step import update_rows
+    from training.learn.api import pad_rollouts
+    from training.learn.learner import Learner
+    from training.run.step import update_rows
 
     tc = load_config(None, [f"training.base_model={tiny_policy_dir}", "training.algorithm=grpo",
                             "training.rollout.group_size=2", "training.rollout.temperature=1.0",
@@ -191,15 +194,13 @@ def test_grpo_update_can_leave_zero_advantage_groups_out(drop: bool, tiny_policy
 
 
 def test_an_rl_steps_metrics_row_is_the_batchs_then_the_loops_then_the_updates() -> None:
-    """training/step.py `rl_row` (no model): reward/ and search/ from the batch (None rewards counted as missing,
+    """training/run/step.py `rl_row` (no model): reward/ and search/ from the batch (None rewards counted as missing,
     turn 0 not a turn), then the loop's keys, the sync row, the batch's measures and usage, the accuracies and the
-    update's stats, in that order (a later key wins); `timeline_row` spans; the old import path still works."""
+    update's stats, in that order (a later key wins); `timeline_row` spans."""
     from s3core.types import Document, SearchResult, SearchStep
     from training.rewards import RewardBatch
-    from training.step import RolloutBatch, ScoredBatch, rl_row, sync_row, timeline_row
-    from training.trainer import RolloutBatch as Reexported
+    from training.run.step import RolloutBatch, ScoredBatch, rl_row, sync_row, timeline_row
 
-    assert Reexported is RolloutBatch  # checkpoints' pickled batches in flight name training.trainer's
     steps = [SearchStep(turn=0), SearchStep(turn=1), SearchStep(turn=2, invalid_reason="no query")]
     results = [SearchResult(question="q", steps=steps, documents=[Document(id="d1"), Document(id="d2")]),
                SearchResult(question="q", steps=steps[:1])]
@@ -226,7 +227,7 @@ def test_an_rl_steps_metrics_row_is_the_batchs_then_the_loops_then_the_updates()
 
 
 def test_reward_trend_separates_a_rise_from_noise_and_skips_the_warm_up() -> None:
-    from training.plots import format_trend, reward_trend
+    from training.report.plots import format_trend, reward_trend
 
     warm = [{"step": s, "charts/sft": 1.0, "reward/mean": 5.0} for s in range(1, 4)]  # warm-up rows never count
     rising = [{"step": 3 + s, "reward/mean": 0.1 * s + (0.05 if s % 2 else -0.05)} for s in range(1, 13)]
@@ -261,7 +262,7 @@ def test_learner_weights_full_and_lora_merged() -> None:
     no adapter tensors, and the live model's weights untouched (merged out of place)."""
     torch = pytest.importorskip("torch")
     peft = pytest.importorskip("peft")
-    from training.weight_sync import hf_name, learner_weights
+    from training.learn.weight_sync import hf_name, learner_weights
 
     model = _tiny_llama()
     full = dict(learner_weights(model))
@@ -325,7 +326,8 @@ def test_after_the_warm_up_the_kl_reference_is_the_warmed_policy_also_with_lora(
     torch = pytest.importorskip("torch")
     pytest.importorskip("peft")
     from s3.config import load_config
-    from training.learner import Batch, Learner, forward_logprobs, ref_logprobs
+    from training.learn.api import Batch
+    from training.learn.learner import Learner, forward_logprobs, ref_logprobs
 
     tc = load_config(None, [f"training.base_model={tiny_policy_dir}", f"training.learner.lora={str(lora).lower()}",
                             "training.update.kl_coef=0.001", "training.learner.autocast=off", "training.learner.lora_r=4"]).training
@@ -352,9 +354,9 @@ def test_after_the_warm_up_the_kl_reference_is_the_warmed_policy_also_with_lora(
 def test_a_time_budget_starts_no_step_that_would_end_past_it_and_stops_with_a_checkpoint(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """S3Trainer.train's loop alone: its steps and checkpoints replaced by a clock (no parts, no models)."""
-    import training.trainer as tr
+    import training.run.trainer as tr
     from training import rundir
-    from training.schedule import HeldoutSchedule
+    from training.run.schedule import HeldoutSchedule
 
     clock = [0.0]
     monkeypatch.setattr(tr.time, "monotonic", lambda: clock[0])
@@ -391,10 +393,10 @@ def test_a_checkpoint_of_another_data_order_is_refused_and_the_parts_are_closed(
     started (Ray workers, learner actors) are closed, not left running."""
     torch = pytest.importorskip("torch")
     from s3.config import load_config
-    from training.build import TrainingParts
-    from training.data import TrainingSet
+    from training.prep.data import TrainingSet
+    from training.run.build import TrainingParts
+    from training.run.trainer import S3Trainer
     from training.rundir import STATE_FILE
-    from training.trainer import S3Trainer
 
     cfg = load_config(None, [f"training.output_dir={tmp_path / 'run'}", "training.rollout.batch_size=2"])
     ckpt = tmp_path / "run" / "checkpoints" / "step_000001"

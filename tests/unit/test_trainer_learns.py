@@ -1,6 +1,6 @@
 """The trainer provably learns (docs STYLE 13; issue 45, step 0): the REAL masked GRPO and PPO updates
-(training/learner.py `Learner`, built from a [training] config the way the trainer builds it, and its `update` with
-training/algorithms.py's losses and GRPO advantages) on a task whose optimum is known, with LoRA and with full
+(training/learn/learner.py `Learner`, built from a [training] config the way the trainer builds it, and its `update` with
+training/learn/algorithms.py's losses and GRPO advantages) on a task whose optimum is known, with LoRA and with full
 fine-tuning, must raise the reward to near its optimum within a fixed budget of steps.
 
 The task: a tiny random Llama (10-token vocabulary, saved as a Hugging Face dir with its own word-level tokenizer) reads
@@ -16,7 +16,7 @@ fed to the learner negated, which negates GRPO's group-normalised advantages exa
     S3_PLANTED_DEFECT=sign .venv/bin/python -m pytest tests/unit/test_trainer_learns.py -k trainer_learns_the
 
 Asynchronous RL (issue 47): `test_trainer_learns_from_stale_rollouts` samples each step's rollouts from a copy of the
-policy as it was s = 1 or 2 updates earlier (as training/pipeline.py does at training.rollout.max_staleness = s: batch k
+policy as it was s = 1 or 2 updates earlier (as training/rollouts/pipeline.py does at training.rollout.max_staleness = s: batch k
 rolled out by weights version max(0, k - s)), their log-probs the behaviour log-probs, and updates the current learner
 with the decoupled PPO correction; it must reach the synchronous threshold in the same step budget (the same number of
 samples). `S3_PLANTED_DEFECT=sign` fails it too. The reward per step is printed (pytest -s).
@@ -36,10 +36,10 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from s3core.types import SearchResult, Trajectory  # noqa: E402
-from training.algorithms import group_advantages_missing  # noqa: E402
 from training.config import TrainingConfig  # noqa: E402
-from training.learner import Learner, MicroBatch, pad_rollouts  # noqa: E402
-from training.learner_api import UpdateRows  # noqa: E402
+from training.learn.advantages import group_advantages_missing  # noqa: E402
+from training.learn.api import MicroBatch, UpdateRows, pad_rollouts  # noqa: E402
+from training.learn.learner import Learner  # noqa: E402
 
 VOCAB = ["<pad>", "<s>", "a", "b", "c", "d", "p", "q", "x", "y"]
 TARGET = VOCAB.index("c")  # the one behaviour that earns the reward
@@ -123,7 +123,7 @@ def _mean_reward(learner: Learner, seed: int) -> float:
 
 
 def _update(learner: Learner, results: list[SearchResult], fed: list[float]) -> None:
-    """One update through the interface the training loop drives (training/learner_api.py `UpdateRows`): every
+    """One update through the interface the training loop drives (training/learn/api.py `UpdateRows`): every
     rollout enters, GRPO with the group-normalised advantages of `fed`, PPO with `fed` as the sequence rewards."""
     tc = learner.tc
     adv = group_advantages_missing(list(fed), GROUP, scale=tc.update.advantage_scale) if tc.algorithm == "grpo" else None

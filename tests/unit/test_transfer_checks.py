@@ -172,16 +172,16 @@ def test_paired_rows_over_the_given_questions() -> None:
 
 
 def test_query_kinds_and_the_module_doctests() -> None:
-    """`query_kind` (benchmarks/transfer3_heldout_modes.py's classes) and the doctests of this module, training/oracle.py
-    (the copyable teacher's helpers), training/evaluate.py and experiments/transfer_ablation.py (the held-out
+    """`query_kind` (benchmarks/transfer3_heldout_modes.py's classes) and the doctests of this module, training/prep/oracle.py
+    (the copyable teacher's helpers), training/run/evaluate.py and experiments/transfer_ablation.py (the held-out
     ablation's table)."""
     import doctest
 
     import experiments.transfer_ablation
-    import training.evaluate
-    import training.oracle
+    import training.prep.oracle
+    import training.run.evaluate
 
-    for mod in (tc, training.oracle, training.evaluate, experiments.transfer_ablation):
+    for mod in (tc, training.prep.oracle, training.run.evaluate, experiments.transfer_ablation):
         res = doctest.testmod(mod, raise_on_error=False)
         assert res.failed == 0, mod.__name__
     top = [Document(id="a", title="Harrow (town)", text="Harrow lies near Ostmark.")]

@@ -14,8 +14,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from training.config import TrainingConfig  # noqa: E402
-from training.learner import Batch, Learner, MicroBatch  # noqa: E402
-from training.learner_api import UpdateRows  # noqa: E402
+from training.learn.api import Batch, MicroBatch, UpdateRows  # noqa: E402
+from training.learn.learner import Learner  # noqa: E402
 
 LR = 1e-3
 

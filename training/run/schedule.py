@@ -4,10 +4,11 @@ record a checkpoint keeps of it) and the held-out schedule (after which steps th
     order = DataOrder.of(cfg.training, examples, sft_pool)
     order.batch_indices(step)      # the questions of `step` (0-based): a function of (seed, step) only
     order.record(step)             # trainer_state.pt's "data_order"; order.check(saved, step, ckpt) on resume
+    in_groups(examples, idx, group_size)   # the step's rollouts: each question group_size times (one GRPO group)
     HeldoutSchedule.of(cfg.training, len(heldout)).due(step)
 
-Both are read by the loop (training/trainer.py) and by `s3 train --dry-run` (training/budget.py), and tested without
-building a model (tests/unit/test_schedule.py).
+Both are read by the loop (training/run/trainer.py) and by `s3 train --dry-run` (training/report/dryrun.py), and tested
+without building a model (tests/unit/test_schedule.py).
 """
 
 from __future__ import annotations
@@ -20,9 +21,15 @@ from s3core.errors import S3Error
 from s3core.types import QAExample
 from training.config import TrainingConfig
 
-__all__ = ["DATA_ORDER", "DataOrder", "HeldoutSchedule"]
+__all__ = ["DATA_ORDER", "DataOrder", "HeldoutSchedule", "in_groups"]
 
 DATA_ORDER = "warmup-stream+rl-from-start"  # the batch order scheme (DataOrder.batch_indices); a resume checks it
+
+
+def in_groups(examples: list[QAExample], idx: list[int], group_size: int) -> list[QAExample]:
+    """The questions `idx` of `examples`, each `group_size` times in a row: a step's rollouts, one GRPO group per
+    question (consecutive rows)."""
+    return [examples[i] for i in idx for _ in range(group_size)]
 
 
 @dataclass(frozen=True)

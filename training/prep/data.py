@@ -500,11 +500,11 @@ def _keep_answerable(
 
 def _keep_copyable(cfg: TrainSettings, questions: list[QAExample], index_dir: Path) -> tuple[list[QAExample], dict[str, Any]]:
     """Step 5, training.data.keep_copyable: keep the training questions whose naive-RAG top-k lacks a gold paragraph
-    the copyable teacher could ask for (its title visible in the question or a top-k document: training/oracle.py
+    the copyable teacher could ask for (its title visible in the question or a top-k document: training/prep/oracle.py
     `copyable_gold`), where it is visible in one of training.data.copyable_places (`missing_gold_place`). On the others
     no visible title adds gold, and a searcher's search there can only cost. The last training.heldout.questions are
     never filtered; no generator call."""
-    from training.oracle import GOLD_PLACES, missing_gold_place
+    from training.prep.oracle import GOLD_PLACES, missing_gold_place
 
     pool, kept_out = _pool_and_heldout(cfg, questions)
     retriever = build_retriever(cfg.retriever, index_dir)

@@ -1,6 +1,6 @@
 """Distillation by rejection sampling (training.sft.keep = 'gbr_positive'): which oracle trajectories the warm-up learns.
 
-The format warm-up (training/oracle.py) imitates an oracle that knows each question's gold supporting titles. Not every
+The format warm-up (training/prep/oracle.py) imitates an oracle that knows each question's gold supporting titles. Not every
 oracle trajectory earns the reward: the generator may still fail from the gold paragraphs, or from the ones the oracle
 could reach in three searches. Imitating those teaches the format and nothing about what helps the generator. Here
 every candidate question's oracle trajectory is scored once with the frozen generator (Acc of its documents, the RL
@@ -10,7 +10,7 @@ GBR as the acceptance test).
 
     pool = rejection_sample(cfg, examples, oracle, data, run_dir)     # indices into `examples`
 
-It is part of a run's preparation stage (training/build.py's prepare_run: before anything is built, logged), never a
+It is part of a run's preparation stage (training/run/build.py's prepare_run: before anything is built, logged), never a
 side effect of building; `s3 train --dry-run` does not run it.
 
 The scores are cached in RUN_DIR/distill.jsonl (one row per question: acc, acc_rag, gbr, the oracle's documents, the
@@ -21,7 +21,7 @@ gold supporting paragraph that naive RAG's top-k (the begin-with-search turn) la
 
     pool = retrieval_sample(cfg, examples, oracle, run_dir)          # indices into `examples`; distill_summary.json
 
-With the copyable teacher (training/oracle.py) that is a trajectory whose every query the student could have copied
+With the copyable teacher (training/prep/oracle.py) that is a trajectory whose every query the student could have copied
 from what it saw, and which found a gold paragraph beyond naive RAG.
 """
 
@@ -38,7 +38,7 @@ from s3core.errors import S3Error
 from s3core.io import append_jsonl, read_jsonl, repair_tail, text_sha256, write_json_atomic
 from s3core.types import QAExample, SearchResult
 from training.config import TrainSettings
-from training.data import TrainingSet
+from training.prep.data import TrainingSet
 
 if TYPE_CHECKING:
     from searcher.agent import S3Searcher
@@ -51,7 +51,7 @@ Log = Callable[[str], object]
 
 def _key(cfg: TrainSettings, index_dir: Path) -> str:
     """What a cached score depends on: the baseline's key (generator, prompt, retriever, k, metric) and the loop."""
-    from training.data import _index_fingerprint, baseline_key
+    from training.prep.data import _index_fingerprint, baseline_key
 
     s = cfg.searcher
     loop: dict[str, Any] = {"k": s.k, "max_turns": s.max_turns, "max_select": s.max_select, "doc_token_budget": s.doc_token_budget,
@@ -79,7 +79,7 @@ def rejection_sample(cfg: TrainSettings, examples: list[QAExample], oracle: S3Se
     to RUN_DIR/distill.jsonl (resumable); a failed generator call is retried on the next run, never counted as 0."""
     from tqdm import tqdm
 
-    from training.data import make_accuracy
+    from training.prep.data import make_accuracy
 
     sft, baseline = cfg.training.sft, data.baseline
     order = candidate_order(len(examples), cfg.training.seed)

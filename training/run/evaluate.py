@@ -156,9 +156,9 @@ def heldout_rewards(
     from searcher.build import build_policy, build_retriever, build_searcher
     from searcher.policy.base import TokenPolicy
     from searcher.policy.transformers_policy import resolve_checkpoint
-    from training.build import split_heldout
-    from training.data import load_training_set
-    from training.executors import make_scorer
+    from training.prep.data import load_training_set
+    from training.rollouts.executors import make_scorer
+    from training.run.build import split_heldout
 
     if split not in ("heldout", "train"):
         raise S3Error(f"split must be 'heldout' or 'train', got {split!r}")
@@ -169,7 +169,7 @@ def heldout_rewards(
     n = tc.heldout.questions
     if n <= 0:
         raise S3Error("set training.heldout.questions > 0 (the questions kept out of training) for train-eval")
-    train_qs, held = split_heldout(cfg, data.examples)  # the trainer's own split (training/build.py)
+    train_qs, held = split_heldout(cfg, data.examples)  # the trainer's own split (training/run/build.py)
     pool = held if split == "heldout" else train_qs
     examples = pool[: limit or len(pool)]
     retriever = build_retriever(cfg.retriever, data.index_dir)
@@ -189,7 +189,7 @@ def heldout_rewards(
                 chunk = examples[lo : lo + CHUNK]
                 results += agent.search([e.question for e in chunk])
                 bar.update(len(chunk))
-        # the trainer's own scorer (training/executors.py): the same reward, generator, EM / F1 and query tags
+        # the trainer's own scorer (training/rollouts/executors.py): the same reward, generator, EM / F1 and query tags
         scorer = make_scorer(cfg, data.baseline, end_to_end=end_to_end,
                              decode=pol.decode if isinstance(pol, TokenPolicy) else None)
         ev = evaluate_heldout(examples, results, run_sync(scorer.score(results, examples)))

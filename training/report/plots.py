@@ -1,5 +1,5 @@
 """`s3 plot RUN_DIR`: training curves (reward, losses, search behaviour) as one PNG, a search collapse marked at the
-step it began (training/collapse.py), and whether the RL reward rose beyond its step-to-step noise (`reward_trend`);
+step it began (training/run/collapse.py), and whether the RL reward rose beyond its step-to-step noise (`reward_trend`);
 `plot_timeline`: what ran when in each RL step (RUN_DIR/timeline.jsonl: rollout, scoring, update; asynchronous RL
 overlaps them, docs/async-rl.md)."""
 
@@ -64,7 +64,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, smooth: int = 5
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    from training.collapse import detect_collapse
+    from training.run.collapse import detect_collapse
 
     collapses = detect_collapse(rows)
     search_ax = axes[[t for t, _ in PANELS].index("search")]

@@ -2,9 +2,9 @@
 
 N learner actors (`LearnerGroup`, `DDPLearner`) form one torch.distributed process group (gloo on CPU, nccl on GPU; the
 rendezvous on rank 0's node address, 127.0.0.1 on a local cluster). Each rank builds the same learner (the trainer's:
-training.learner.Learner, from the configuration and the checkpoint to resume from) and takes rank 0's trainable
+training.learn.learner.Learner, from the configuration and the checkpoint to resume from) and takes rank 0's trainable
 parameters when the group forms. The group is the training loop's learner as the single Learner is (both implement
-training/learner_api.py's `PolicyLearner`): the loop computes the advantages and the rows that enter the update and
+training/learn/api.py's `PolicyLearner`): the loop computes the advantages and the rows that enter the update and
 hands them over (`UpdateRows`); the group's `update` pads them, `split_for_ranks` gives every rank its micro-batches
 and their loss weights, and the ranks' stats are merged into the single learner's (`merge_rank_stats`). Each rank
 backpropagates `loss_j * weight_j` for its micro-batches (`training.learner.masked_update` through
@@ -48,10 +48,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from s3core.errors import ConfigError, S3Error
 from s3runtime.config import RayConfig
 from s3runtime.raycluster import RayWorker, WorkerPool, connect, require_ray, worker_threads
-from training.learner_api import UpdateReport, UpdateRows
+from training.learn.api import UpdateReport, UpdateRows
 
 if TYPE_CHECKING:
-    from training.learner import Batch, UpdateOut
+    from training.learn.api import Batch
+    from training.learn.learner import UpdateOut
 
 __all__ = ["DDPLearner", "LearnerGroup", "LossLearner", "RankShard", "allreduce_mean_", "dist_backend",
            "grpo_microbatch_loss", "merge_rank_stats", "split_for_ranks"]
@@ -113,7 +114,7 @@ def merge_rank_stats(outs: Sequence[UpdateOut]) -> dict[str, float]:
     """The ranks' update outputs as the single learner's stats: each rank's stats carry weight N * tokens / T, so their
     mean is the single learner's; the gradient norm is the same on every rank (the averaged gradient); the log-prob
     gap sums add up."""
-    from training.learner import GapSums
+    from training.learn.learner import GapSums
 
     stats: dict[str, float] = {}
     gaps = GapSums()
@@ -164,10 +165,10 @@ def dist_backend(device: str) -> Literal["gloo", "nccl"]:
 
 
 def grpo_microbatch_loss(model: Any, mb: dict[str, Any], clip_coef: float = 0.2, kl_coef: float = 0.001) -> Any:
-    """The GRPO loss of one padded micro-batch (training/algorithms.py): mb = {"ids": (B, T+1) token ids, "mask":
+    """The GRPO loss of one padded micro-batch (training/learn/algorithms.py): mb = {"ids": (B, T+1) token ids, "mask":
     (B, T) policy-token mask, "adv": (B,) advantages, "ref": (B, T) reference log-probs or None, "old": (B, T) rollout
     log-probs or None (= the current ones, detached: the first epoch)}. `model(ids)` gives logits (or has `.logits`)."""
-    from training import algorithms as alg
+    from training.learn import algorithms as alg
 
     ids = mb["ids"]
     out = model(ids[:, :-1])
@@ -180,7 +181,7 @@ def grpo_microbatch_loss(model: Any, mb: dict[str, Any], clip_coef: float = 0.2,
 
 class LossLearner:
     """The smallest learner a rank can hold: any torch model, an optimizer, a loss function of (model, micro-batch).
-    The trainer's ranks hold a training.learner.Learner instead (the masked PPO / GRPO update); both answer
+    The trainer's ranks hold a training.learn.learner.Learner instead (the masked PPO / GRPO update); both answer
     `update_shard(micro_batches, weights, reduce_grads)`, `parameters()` and `state_dict()`."""
 
     def __init__(self, model: Any, make_optimizer: Callable[[Any], Any], loss_of: Callable[[Any, Any], Any],
@@ -209,7 +210,7 @@ class LossLearner:
 
 
 class DDPLearner(RayWorker):
-    """One rank of a LearnerGroup: a learner built in this actor by `build()` (a training.learner.Learner, or a
+    """One rank of a LearnerGroup: a learner built in this actor by `build()` (a training.learn.learner.Learner, or a
     LossLearner), a member of the group's torch.distributed process group."""
 
     def __init__(self, rank: int, world_size: int, build: Callable[[], Any], device: str = "cpu",
@@ -273,8 +274,8 @@ class DDPLearner(RayWorker):
 
 
 class LearnerGroup:
-    """N DDPLearner actors in one process group (see the module docstring). With training.learner.Learner ranks it is
-    the training loop's learner (training/learner_api.py `PolicyLearner`); with any rank learner it runs shards.
+    """N DDPLearner actors in one process group (see the module docstring). With training.learn.learner.Learner ranks it is
+    the training loop's learner (training/learn/api.py `PolicyLearner`); with any rank learner it runs shards.
 
         group = LearnerGroup(cfg.ray, 2, functools.partial(LossLearner, model, make_optimizer, loss_of, 1.0))
         shards = split_for_ranks(rows, tokens, 2, micro_batch_size)
@@ -304,7 +305,7 @@ class LearnerGroup:
     def __len__(self) -> int:
         return len(self.pool)
 
-    # -------------------------------------------------------------- the loop's learner (training/learner_api.py)
+    # -------------------------------------------------------------- the loop's learner (training/learn/api.py)
     batch_device = "cpu"  # the driver pads on the CPU; each rank moves its micro-batches to its own device
 
     def update(self, rows: UpdateRows) -> UpdateReport:

@@ -1,5 +1,5 @@
 """The batches in flight of asynchronous RL (training.rollout.max_staleness = s): admission, order, staleness, and the
-one background worker per kind of job. The trainer (training/trainer.py) owns the step; this object owns only the
+one background worker per kind of job. The trainer (training/run/trainer.py) owns the step; this object owns only the
 batches rolled out or scored ahead of it (docs/async-rl.md).
 
     pipe = RolloutPipeline(rollout, score, max_staleness=s, background_rollouts=engine_is_not_the_learner,

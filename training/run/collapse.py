@@ -1,5 +1,6 @@
 """Search collapse in a training run: the searcher stops searching, or its invalid-action rate climbs. Pure functions
-over metrics.jsonl rows, used by the trainer's log (`CollapseWatch`), `s3 plot` (a marked step) and `s3 analyze`.
+over metrics.jsonl rows, used by the trainer's log (`CollapseWatch`), `s3 plot` (a marked step) and `s3 analyze`
+(training/report/behavior.py).
 
     findings = detect_collapse(rows)        # [Collapse(kind="stopped_searching", step=37, ...)]
 
@@ -23,10 +24,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-__all__ = ["Collapse", "CollapseWatch", "TrainingBehavior", "detect_collapse"]
+__all__ = ["Collapse", "CollapseWatch", "detect_collapse", "series"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Collapse:
                 f"({self.key} {self.early:.2f} early -> {self.late:.2f} now)")
 
 
-def _series(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+def series(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
     out = []
     for r in rows:
         v = r.get(key)
@@ -85,7 +85,7 @@ def detect_collapse(
     key = "search/queries_per_question" if any(r.get("search/queries_per_question") is not None for r in rows) \
         else "search/turns"
     for kind, k in (("stopped_searching", key), ("invalid_climb", "search/invalid_action_rate")):
-        pts = _series(rows, k)
+        pts = series(rows, k)
         if len(pts) < 2 * window:
             continue
         steps = [s for s, _ in pts]
@@ -126,49 +126,3 @@ class CollapseWatch:
         new = [now[k].message() for k in now if k not in self.active]
         self.active = set(now)
         return new
-
-
-@dataclass
-class TrainingBehavior:
-    """A training run for `s3 analyze`: its search/ metrics early vs late and any collapse."""
-
-    run_dir: Path
-    rows: list[dict[str, Any]]
-    collapses: list[Collapse]
-
-    @classmethod
-    def load(cls, run_dir: Path) -> TrainingBehavior:
-        from training.rundir import read_metrics
-
-        rows = read_metrics(run_dir)
-        return cls(run_dir=Path(run_dir), rows=rows, collapses=detect_collapse(rows))
-
-    def keys(self) -> list[str]:
-        return sorted({k for r in self.rows for k in r if k.startswith("search/")})
-
-    def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"steps": len(self.rows), "collapses": [c.__dict__ for c in self.collapses]}
-        n = max(1, len(self.rows) // 3)
-        for k in self.keys():
-            first = [v for _, v in _series(self.rows[:n], k)]
-            last = [v for _, v in _series(self.rows[-n:], k)]
-            out[k] = {"first": sum(first) / len(first) if first else None, "last": sum(last) / len(last) if last else None}
-        return out
-
-    def markdown(self) -> list[str]:
-        s = self.summary()
-        lines = [f"## Training run {self.run_dir}", "", f"{s['steps']} steps; search/ metrics, mean of the first and "
-                 "the last third of the steps:", "", "| metric | first third | last third |", "| --- | ---: | ---: |"]
-        for k in self.keys():
-            f, la = s[k]["first"], s[k]["last"]
-            lines.append(f"| {k} | {'-' if f is None else f'{f:.3f}'} | {'-' if la is None else f'{la:.3f}'} |")
-        lines.append("")
-        lines += [f"- {c.message()}" for c in self.collapses] or ["- no search collapse detected"]
-        lines.append("")
-        return lines
-
-    def plot(self, out: Path) -> Path | None:
-        from training.plots import plot_run
-
-        name = f"training_{self.run_dir.name}.png"
-        return plot_run(self.run_dir, out / name)

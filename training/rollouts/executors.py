@@ -2,16 +2,16 @@
 
     results = executor.rollout(examples, step)      # B x group_size SearchResults, in the order of `examples`
     scored = executor.score(results, examples, step=step)  # RewardBatch (training/rewards.py), same order
-    ... the masked PPO / GRPO update is the learner's (training/learner_api.py) ...
+    ... the masked PPO / GRPO update is the learner's (training/learn/api.py) ...
     sync_s = executor.sync()                        # the learner's new weights into every rollout engine (or None)
     row.update(executor.step_stats())               # reward/ usage and, on Ray, ray/ worker losses since the last call
 
-Asynchronous RL (training.rollout.max_staleness > 0, training/pipeline.py) calls `rollout` on one thread and `score`
+Asynchronous RL (training.rollout.max_staleness > 0, training/rollouts/pipeline.py) calls `rollout` on one thread and `score`
 and `step_stats` on another, while the learner updates: `rollout` and `sync` never run at once (the pipeline's engine
 lock), scoring jobs run one at a time, and the executors keep their counters under a lock of their own.
 
 `LocalExecutor` is what the trainer always did, in this process (training.backend = "local"); `RayExecutor`
-(training/ray_backend.py) runs the same two calls on Ray actors (training.backend = "ray"). Both build their pieces
+(training/rollouts/ray_backend.py) runs the same two calls on Ray actors (training.backend = "ray"). Both build their pieces
 here (`make_scorer`, `rollout_policy`), so a setting means the same thing on either side.
 """
 
@@ -135,7 +135,7 @@ def rollout_policy(cfg: TrainSettings, device: str, *, seed_offset: int = 0) -> 
 
 
 class LocalExecutor:
-    """Rollouts and rewards in this process, from the parts training/build.py gives it: the sampling agent (over the
+    """Rollouts and rewards in this process, from the parts training/run/build.py gives it: the sampling agent (over the
     learner itself, or its vLLM engine), the greedy agent of the held-out evaluation, the scorer, the learner's model
     and the engine its weights go into after each update."""
 
@@ -149,10 +149,10 @@ class LocalExecutor:
         """The rollouts of a step (training.rollout.temperature), or with `greedy` the held-out evaluation's."""
         import torch
 
-        from training.learner import autocast
+        from training.learn.learner import autocast
 
         if self.engine is None:  # the learner samples itself; a vLLM engine leaves the learner's model alone (it may be
-            self.model.eval()    # updating in another thread: training/pipeline.py)
+            self.model.eval()    # updating in another thread: training/rollouts/pipeline.py)
         agent = self.greedy_agent if greedy else self.agent
         # autocast is the learner's; the vLLM engine computes in its own dtype (searcher.vllm.dtype)
         with torch.no_grad(), autocast(self.autocast, self.model) if self.engine is None else contextlib.nullcontext():
@@ -165,7 +165,7 @@ class LocalExecutor:
         """The learner's weights into the vLLM engine (None without one: the learner samples itself)."""
         if self.engine is None:
             return None
-        from training.weight_sync import learner_weights
+        from training.learn.weight_sync import learner_weights
 
         t0 = time.perf_counter()
         self.engine.load_weights(learner_weights(self.model))

@@ -3,20 +3,20 @@
     prepared = prepare_run(cfg)          # the preparation stage: the training set (prepared where it is not: the
                                          # index, the naive-RAG baseline's paid calls) and the warm-up's distillation
     parts = build_training(cfg, prepared)  # held-out split, retriever, learner(s), executor, oracle, resume point
-    trainer = S3Trainer(parts)           # the loop: rollout -> reward -> update -> log -> checkpoint (training/trainer.py)
+    trainer = S3Trainer(parts)           # the loop: rollout -> reward -> update -> log -> checkpoint (training/run/trainer.py)
 
 Every part comes from its own config section and is handed its inputs; no part holds the trainer:
 
-    data        [training.data]       the prepared training set (prepare_run; training/data.py)
+    data        [training.data]       the prepared training set (prepare_run; training/prep/data.py)
     heldout     [training.heldout]    the last `questions` of the prepared set, kept out of training
     retriever   [retriever]           over the training corpus's index
     learner     [training.learner]    this process's Learner, or a LearnerGroup of ray.learners Ray actors
-                [training.update]     (training/learner.py, training/learner_group.py)
-    executor    [training.rollout]    where rollouts and rewards run (training/executors.py, training/ray_backend.py),
-                [training.backend]    priced and capped by training.budget_usd (training/budget.py)
+                [training.update]     (training/learn/learner.py, training/learn/learner_group.py)
+    executor    [training.rollout]    where rollouts and rewards run (training/rollouts/executors.py, training/rollouts/ray_backend.py),
+                [training.backend]    priced and capped by training.budget_usd (training/rollouts/budget.py)
     oracle      [training.sft]        the searcher loop driven by oracle replies, for the format warm-up, and the
                                       questions it learns from (all, or those whose oracle beats naive RAG:
-                                      training/distill.py, in prepare_run)
+                                      training/prep/distill.py, in prepare_run)
 
 Building writes no data and makes no paid call: that is the preparation stage's, which `s3 train` runs first and
 `s3 train --dry-run` never runs (it builds from the prepared set as it is). `s3 train`, `s3 train --dry-run`, the
@@ -38,15 +38,16 @@ from searcher.build import AgentKind, build_retriever, build_searcher
 from searcher.config import SearcherConfig
 from searcher.policy.base import ChatTokenizerMixin
 from training.config import TrainingConfig, TrainSettings
-from training.data import TrainingSet
-from training.executors import StepExecutor
+from training.prep.data import TrainingSet
+from training.rollouts.executors import StepExecutor
+from training.rundir import checkpoint_step, latest_checkpoint
 
 if TYPE_CHECKING:
     from searcher.agent import S3Searcher
     from searcher.retrieval.base import Retriever
-    from training.learner import Learner
-    from training.learner_api import PolicyLearner
-    from training.learner_group import LearnerGroup
+    from training.learn.api import PolicyLearner
+    from training.learn.learner import Learner
+    from training.learn.learner_group import LearnerGroup
 
 __all__ = ["Prepared", "TrainingParts", "build_training", "loop_config", "new_learner", "prepare_run",
            "resume_point"]
@@ -58,7 +59,7 @@ Log = Callable[[str], None]
 class TrainingParts:
     """What a training loop runs with (see the module docstring). `learner` is this process's Learner, or a
     LearnerGroup (ray.learners > 1) holding the model on Ray actors: the loop drives either through
-    training/learner_api.py's `PolicyLearner`."""
+    training/learn/api.py's `PolicyLearner`."""
 
     cfg: TrainSettings
     run_dir: Path
@@ -97,17 +98,17 @@ class Prepared:
 
 def prepare_run(cfg: TrainSettings, log: Log = print) -> Prepared:
     """The preparation stage of a run, logged, before anything is built: every data write and paid call a run's start
-    makes. The training set ([training.data]; training/data.py: prepared where it is not, the work of
+    makes. The training set ([training.data]; training/prep/data.py: prepared where it is not, the work of
     `s3 prepare-training`) and, for a warm-up with training.sft.keep = 'gbr_positive' (or 'gold_added') still to run, the questions
-    whose oracle trajectory beats naive RAG (or adds gold beyond its top-k) (training/distill.py; cached in RUN_DIR/distill.jsonl)."""
-    from training.data import prepared_training_set
+    whose oracle trajectory beats naive RAG (or adds gold beyond its top-k) (training/prep/distill.py; cached in RUN_DIR/distill.jsonl)."""
+    from training.prep.data import prepared_training_set
 
     tc = cfg.training
     _agent_kind(cfg)  # a configuration the builder refuses pays for nothing first
     data = prepared_training_set(cfg, log)
     run_dir = _run_dir(cfg)
     resume_dir = resume_point(run_dir)
-    done = int(resume_dir.name.removeprefix("step_")) if resume_dir is not None else 0
+    done = checkpoint_step(resume_dir) if resume_dir is not None else 0
     if not tc.sft.steps or tc.sft.keep == "all" or done >= tc.sft.steps:
         return Prepared(data)
     return Prepared(data, _distill(cfg, data, run_dir, resume_dir, log))
@@ -122,9 +123,9 @@ class _StudentTokens(ChatTokenizerMixin):
 
 def _distill(cfg: TrainSettings, data: TrainingSet, run_dir: Path, resume_dir: Path | None, log: Log) -> list[int]:
     """The warm-up's questions: those whose trajectory of the oracle the warm-up imitates (the same loop, retriever and
-    tokenizer) beats naive RAG with the frozen generator (training/distill.py)."""
-    from training.distill import rejection_sample, retrieval_sample
-    from training.learner import load_tokenizer
+    tokenizer) beats naive RAG with the frozen generator (training/prep/distill.py)."""
+    from training.learn.learner import load_tokenizer
+    from training.prep.distill import rejection_sample, retrieval_sample
 
     examples, _ = split_heldout(cfg, data.examples)
     retriever = build_retriever(cfg.retriever, data.index_dir)
@@ -162,8 +163,6 @@ def split_heldout(cfg: TrainSettings, examples: list[QAExample]) -> tuple[list[Q
 
 def resume_point(run_dir: Path) -> Path | None:
     """The newest complete checkpoint of a run directory (checkpoints/latest), or None for a fresh run."""
-    from training.rundir import latest_checkpoint
-
     return latest_checkpoint(run_dir)
 
 
@@ -174,10 +173,10 @@ def loop_config(cfg: TrainSettings) -> SearcherConfig:
 
 
 def _learner_group(cfg: TrainSettings, run_dir: Path, resume_dir: Path | None, log: Log) -> LearnerGroup:
-    """ray.learners Learner actors in one torch.distributed group (training/learner_group.py), each built from
+    """ray.learners Learner actors in one torch.distributed group (training/learn/learner_group.py), each built from
     [training] and the checkpoint to resume from; on a GPU each when ray.learner_gpus > 0, else on the CPU."""
     from s3runtime.raycluster import connect
-    from training.learner_group import LearnerGroup
+    from training.learn.learner_group import LearnerGroup
 
     rc = cfg.ray
     connect(rc)
@@ -192,12 +191,12 @@ def _learner_group(cfg: TrainSettings, run_dir: Path, resume_dir: Path | None, l
 
 
 def new_learner(tc: TrainingConfig, device: str, run_dir: Path, resume_dir: Path | None) -> Learner:
-    """The learner of a run (training/learner.py), built from the checkpoint `resume_dir` (whose RNG state the trainer
+    """The learner of a run (training/learn/learner.py), built from the checkpoint `resume_dir` (whose RNG state the trainer
     restores), or, on a fresh run, after torch.manual_seed(training.seed): two fresh runs of one config start from
     the same LoRA adapters and critic (their random initialisation)."""
     import torch
 
-    from training.learner import Learner
+    from training.learn.learner import Learner
 
     if resume_dir is None:
         torch.manual_seed(tc.seed)
@@ -207,12 +206,12 @@ def new_learner(tc: TrainingConfig, device: str, run_dir: Path, resume_dir: Path
 def build_executor(cfg: TrainSettings, *, data: TrainingSet, retriever: Retriever, loop_cfg: SearcherConfig,
                    learner: Learner | None, learners: LearnerGroup | None, agent_kind: AgentKind, device: str,
                    log: Log) -> StepExecutor:
-    """Where rollouts and rewards run (training.backend): this process, or Ray actors (training/ray_backend.py)."""
-    from training.executors import LocalExecutor, make_scorer, rollout_policy
+    """Where rollouts and rewards run (training.backend): this process, or Ray actors (training/rollouts/ray_backend.py)."""
+    from training.rollouts.executors import LocalExecutor, make_scorer, rollout_policy
 
     end_to_end = agent_kind == "search_r1"
     if cfg.training.backend == "ray":
-        from training.ray_backend import RayExecutor
+        from training.rollouts.ray_backend import RayExecutor
 
         model = learner.model if learner is not None else None
         return RayExecutor(cfg, loop_cfg=loop_cfg, index_dir=data.index_dir, agent_kind=agent_kind,
@@ -238,10 +237,10 @@ def build_executor(cfg: TrainSettings, *, data: TrainingSet, retriever: Retrieve
 
 def oracle_agent(cfg: TrainSettings, examples: list[QAExample], data: TrainingSet, retriever: Retriever,
                  loop_cfg: SearcherConfig, tokenizer_policy: Any) -> S3Searcher:
-    """The same loop driven by oracle replies (training/oracle.py), tokenized with the student's tokenizer, so its
+    """The same loop driven by oracle replies (training/prep/oracle.py), tokenized with the student's tokenizer, so its
     trajectories carry the student's chat template and exact policy / environment masks."""
     from searcher.policy.scripted import ScriptedPolicy
-    from training.oracle import gold_titles, oracle_script
+    from training.prep.oracle import gold_titles, oracle_script
 
     gold = gold_titles(examples, data.directory / "corpus.jsonl")
     if not any(gold.values()):
@@ -261,8 +260,8 @@ def build_training(cfg: TrainSettings, prepared: Prepared, log: Log = print) -> 
     import torch
 
     from s3core.devices import auto_cpu_threads, resolve_device
-    from training.budget import BudgetedExecutor
-    from training.learner import load_tokenizer
+    from training.learn.learner import load_tokenizer
+    from training.rollouts.budget import BudgetedExecutor
 
     tc = cfg.training
     device = resolve_device(tc.learner.device)
@@ -291,9 +290,9 @@ def build_training(cfg: TrainSettings, prepared: Prepared, log: Log = print) -> 
     try:
         inner = build_executor(cfg, data=data, retriever=retriever, loop_cfg=loop_cfg, learner=learner,
                                learners=learners, agent_kind=agent_kind, device=device, log=log)
-        # training/budget.py: the reward calls priced, capped by training.budget_usd (cost/ metrics); the step each
+        # training/rollouts/budget.py: the reward calls priced, capped by training.budget_usd (cost/ metrics); the step each
         # call belongs to is the one its rollout was asked for
-        start = int(resume_dir.name.removeprefix("step_")) if resume_dir is not None else 0
+        start = checkpoint_step(resume_dir) if resume_dir is not None else 0
         executor = BudgetedExecutor(inner, cfg, run_dir, start_step=start, budget_usd=tc.budget_usd)
         oracle = None
         if tc.sft.steps:

@@ -1,4 +1,4 @@
-"""The trainer: `s3 train --config ...`. training/build.py builds the parts (data, retriever, learner, executor,
+"""The trainer: `s3 train --config ...`. training/run/build.py builds the parts (data, retriever, learner, executor,
 oracle); this file is the loop over them and its metrics, top to bottom: `train` -> `train_step` (or `sft_step`) ->
 `update` -> `save_checkpoint`.
 
@@ -9,12 +9,12 @@ masked policy-gradient update with a k3 KL term to the frozen reference policy -
 the running engine, in place -> metrics -> checkpoint every `training.checkpoint.every` steps (and always at the end).
 
 What the loop drives, each behind one interface: rollouts, rewards and the weight sync through a StepExecutor
-(training/executors.py: in this process, or on Ray actors, training/ray_backend.py); the update, the scheduler, the
-checkpoint's model folders and the warm-up's end through the learner (training/learner_api.py `PolicyLearner`: this
+(training/rollouts/executors.py: in this process, or on Ray actors, training/rollouts/ray_backend.py); the update, the scheduler, the
+checkpoint's model folders and the warm-up's end through the learner (training/learn/api.py `PolicyLearner`: this
 process's Learner, or a LearnerGroup of ray.learners Ray actors). The data order and the held-out schedule are
-training/schedule.py's; every file of the run directory (metrics.jsonl, checkpoints/, heldout.jsonl, ...) is
-training/rundir.py's; the held-out evaluation is training/evaluate.py's; how a step's batch is measured, turned into
-update rows (`update_rows`) and into its metrics row is training/step.py's.
+training/run/schedule.py's; every file of the run directory (metrics.jsonl, checkpoints/, heldout.jsonl, ...) is
+training/rundir.py's; the held-out evaluation is training/run/evaluate.py's; how a step's batch is measured, turned into
+update rows (`update_rows`) and into its metrics row is training/run/step.py's.
 
 Devices: the learner, the reference policy and the critic live on training.learner.device ('auto' = cuda when available);
 nothing else is placed by hand. With training.rollout.engine = "vllm" the ratio's old log-probs are the learner's own
@@ -22,7 +22,7 @@ recomputation (as in verl), never the engine's; the engine's are compared with t
 (rollout/logprob_gap_mean_abs, rollout/logprob_gap_max) and the sync is timed (charts/weight_sync_s).
 
 Asynchronous RL (training.rollout.max_staleness = s > 0; docs/async-rl.md): a step's batch comes from
-training/pipeline.py's RolloutPipeline, which rolls out and scores batches up to s steps ahead (scoring on a background
+training/rollouts/pipeline.py's RolloutPipeline, which rolls out and scores batches up to s steps ahead (scoring on a background
 thread, rollouts too when the engine is not the learner's own model) with weights at most s updates old; a checkpoint
 keeps the batches in flight. s = 0 is the synchronous loop, call for call.
 
@@ -41,16 +41,16 @@ from typing import Any
 from s3core.types import QAExample, SearchResult
 from searcher.trained import TrainedSearcherRecord, make_record, write_record
 from training import rundir
-from training.budget import BudgetReached
-from training.build import TrainingParts, build_training, prepare_run
-from training.collapse import CollapseWatch
 from training.config import TrainSettings
-from training.evaluate import evaluate_heldout
-from training.learner import Batch, pad_rollouts
-from training.pipeline import RolloutPipeline
-from training.rng import capture_rng, restore_rng
-from training.schedule import DataOrder, HeldoutSchedule
-from training.step import (
+from training.learn.api import Batch, pad_rollouts
+from training.rollouts.budget import BudgetReached
+from training.rollouts.pipeline import RolloutPipeline
+from training.run.build import TrainingParts, build_training, prepare_run
+from training.run.collapse import CollapseWatch
+from training.run.evaluate import evaluate_heldout
+from training.run.rng import capture_rng, restore_rng
+from training.run.schedule import DataOrder, HeldoutSchedule, in_groups
+from training.run.step import (
     RolloutBatch,
     ScoredBatch,
     measured_batch,
@@ -60,16 +60,14 @@ from training.step import (
     update_rows,
 )
 
-# RolloutBatch, ScoredBatch and update_rows are training/step.py's, importable from here too (the tests, and the
-# pickled batches in flight of checkpoints written before they moved)
-__all__ = ["RolloutBatch", "S3Trainer", "ScoredBatch", "make_trainer", "update_rows"]
+__all__ = ["S3Trainer", "make_trainer"]
 
 
 class S3Trainer:
-    """The training loop over the parts training/build.py built: rollout -> reward -> update -> log -> checkpoint
+    """The training loop over the parts training/run/build.py built: rollout -> reward -> update -> log -> checkpoint
     (GRPO / PPO; s3 searchers with a frozen generator, or Search-R1 end to end: parts.agent_kind)."""
 
-    pipeline: RolloutPipeline | None = None  # the batches in flight (training/pipeline.py), from the first RL step
+    pipeline: RolloutPipeline | None = None  # the batches in flight (training/rollouts/pipeline.py), from the first RL step
     _inflight: list[dict[str, Any]] | None = None  # a checkpoint's batches in flight, until the pipeline takes them
 
     def __init__(self, parts: TrainingParts, log: Callable[[str], None] = print) -> None:
@@ -88,7 +86,7 @@ class S3Trainer:
         self.last_batches: list[Batch] = []  # the last update's padded micro-batches
         self.metrics = rundir.MetricsWriter(self.run_dir)
         try:
-            (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
+            rundir.write_config(self.run_dir, self.cfg.model_dump_json(indent=2))
             write_record(self._searcher_record(self.run_dir), self.run_dir)
             if parts.resume_dir is not None:
                 self._load_state(parts.resume_dir)
@@ -123,7 +121,7 @@ class S3Trainer:
 
     # ------------------------------------------------------------------ the batches in flight
     def _pipeline(self) -> RolloutPipeline:
-        """The batches in flight (training/pipeline.py), made at the first RL step: rollouts in the background when
+        """The batches in flight (training/rollouts/pipeline.py), made at the first RL step: rollouts in the background when
         the rollout engine is not the learner's own model (Ray rollout workers, a vLLM engine)."""
         if self.pipeline is None:
             apart = self.tc.backend == "ray" or self.tc.rollout.engine == "vllm"
@@ -144,10 +142,10 @@ class S3Trainer:
             self.pipeline = None
 
     def _examples(self, idx: list[int]) -> list[QAExample]:
-        return [self.examples[i] for i in idx for _ in range(self.tc.rollout.group_size)]
+        return in_groups(self.examples, idx, self.tc.rollout.group_size)
 
     def _rollout_batch(self, step: int) -> RolloutBatch:
-        """The rollouts of data-order step `step` and what is measured of them (training/step.py): the pipeline's
+        """The rollouts of data-order step `step` and what is measured of them (training/run/step.py): the pipeline's
         rollout job (this thread when the learner samples itself, else the rollout thread, holding the engine)."""
         idx = self.order.batch_indices(step)
         examples, k = self._examples(idx), self.cfg.retriever.k
@@ -246,7 +244,7 @@ class S3Trainer:
     # ------------------------------------------------------------------ held-out evaluation (checkpoint choice)
     def heldout_eval(self) -> dict[str, float]:
         """The current policy's greedy rollouts of the held-out questions (on the rollout engine, which holds the
-        learner's weights), scored with the training reward (training/evaluate.py): heldout/* metrics, a row of
+        learner's weights), scored with the training reward (training/run/evaluate.py): heldout/* metrics, a row of
         RUN_DIR/heldout.jsonl and one per question in RUN_DIR/heldout_questions.jsonl."""
         t0 = time.perf_counter()
         self.executor.step_stats()  # the step's generator usage is counted; what follows is the evaluation's
@@ -255,7 +253,7 @@ class S3Trainer:
         usage = self.executor.step_stats()
         row = {**ev.score.metrics(), "heldout/generator_calls": usage.get("reward/generator_calls", 0.0),
                "charts/heldout_seconds": time.perf_counter() - t0}
-        rundir.append_heldout(self.run_dir, {"step": self.step, "checkpoint": f"step_{self.step:06d}",
+        rundir.append_heldout(self.run_dir, {"step": self.step, "checkpoint": rundir.checkpoint_name(self.step),
                                              "questions": len(self.heldout), **row},
                               [{"step": self.step, **q} for q in ev.questions])
         s = ev.score
@@ -271,7 +269,7 @@ class S3Trainer:
     # ------------------------------------------------------------------ the update
     def update(self, results: list[SearchResult], rewards: list[float | None]) -> tuple[dict[str, float], list[int], float]:
         """One masked policy-gradient update from scored rollouts (`update_rows`: the rows that enter it and their
-        advantages) by the learner (training/learner.py `Learner.update`, or every rank of a LearnerGroup).
+        advantages) by the learner (training/learn/learner.py `Learner.update`, or every rank of a LearnerGroup).
         Returns (stats, rows used, policy tokens). The padded micro-batches stay in `self.last_batches`."""
         rows, stats = update_rows(self.tc, results, rewards, self._pad)
         if rows is None:
@@ -295,7 +293,7 @@ class S3Trainer:
                 "optimizer": learner_state["optimizer"],
                 "scheduler": learner_state["scheduler"],
                 "value_head": learner_state["value_head"],
-                "rng": capture_rng(),  # CPU and every device's generators (training/rng.py)
+                "rng": capture_rng(),  # CPU and every device's generators (training/run/rng.py)
                 "data_order": self.order.record(self.step),
             })
             # the batches rolled out ahead (max_staleness > 0), their scoring done first: a resumed run updates on them
@@ -368,7 +366,7 @@ class S3Trainer:
                         f"invalid {last['search/invalid_action_rate']:.2f} turns {last['search/turns']:.2f} "
                         f"{last['charts/step_seconds']:.1f}s"
                     )
-                    for warning in watch.update({"step": self.step, **last}):  # training/collapse.py
+                    for warning in watch.update({"step": self.step, **last}):  # training/run/collapse.py
                         self.log(warning)
                 seen[kind] = last["charts/step_seconds"]
                 if "charts/heldout_seconds" in last:
@@ -392,6 +390,6 @@ class S3Trainer:
 
 
 def make_trainer(cfg: TrainSettings, log: Callable[[str], None] = print) -> S3Trainer:
-    """The parts of `cfg` (training/build.py) and the loop over them. training.mode = 'search_r1' builds Search-R1's
+    """The parts of `cfg` (training/run/build.py) and the loop over them. training.mode = 'search_r1' builds Search-R1's
     parts (SearchR1Agent rollouts, the policy's own answer scored; no generator, no baseline); the loop is the same."""
     return S3Trainer(build_training(cfg, prepare_run(cfg, log), log), log)  # prepare, build, loop

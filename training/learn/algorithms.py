@@ -5,11 +5,13 @@ Shapes: B = sequences in the batch, T = response tokens (everything after the pr
 documents) times the padding mask. Every loss is a `masked_mean` over policy tokens, so an environment token
 contributes nothing and receives exactly zero gradient.
 
-- GRPO (Shao et al. 2024): advantages are the group-normalised outcome rewards (r - mean_group) / (std_group + eps),
-  broadcast over the sequence; ratio clipped at 1 +- clip_coef; KL to the frozen reference policy with the
-  low-variance k3 estimator, weighted by kl_coef (s3 / Search-R1: 0.001).
-- PPO (Schulman et al. 2017; s3 paper §3.3): a value head, GAE over policy tokens with gamma = gae_lambda = 1 by
-  default, clipped value loss; the same clipped policy-gradient function as GRPO.
+- GRPO (Shao et al. 2024): sequence advantages broadcast over the sequence; ratio clipped at 1 +- clip_coef; KL to
+  the frozen reference policy with the low-variance k3 estimator, weighted by kl_coef (s3 / Search-R1: 0.001).
+- PPO (Schulman et al. 2017; s3 paper §3.3): token advantages, clipped value loss; the same clipped policy-gradient
+  function as GRPO.
+
+Every loss takes its advantages as given: they are estimated in training/learn/advantages.py (GRPO's group baseline,
+the flat groups, GAE).
 
 Pure torch; no model code here.
 """
@@ -26,19 +28,13 @@ __all__ = [
     "GRPOLossOutput",
     "PPOLossOutput",
     "behaviour_weight",
-    "flat_groups",
-    "format_only_groups",
-    "gae_advantages",
     "gather_logprobs",
-    "group_advantages_format_centred",
-    "group_advantages_missing",
     "grpo_loss",
     "kl_k3",
     "masked_logprobs",
     "masked_mean",
     "policy_gradient_loss",
     "ppo_loss",
-    "token_rewards",
     "value_loss",
 ]
 
@@ -110,155 +106,11 @@ def masked_logprobs(
     return out.index_put((rows, cols), torch.cat(parts))
 
 
-def group_advantages_missing(rewards: list[float | None], group_size: int, eps: float = 1e-6,
-                             scale: str = "group_std") -> list[float | None]:
-    """GRPO outcome advantages: (r - mean_group) / (std_group + eps), std the unbiased sample std (as in TRL / verl);
-    consecutive `group_size` entries share a question, and a group of identical rewards gets advantage 0. Missing
-    rewards (None = a failed generator call): each group is normalised over its scored members only; a missing sample,
-    and every member of a group with fewer than two scored members, gets None and leaves the update.
-    `scale` (training.update.advantage_scale): 'group_std' as above; 'none' = r - mean_group, not divided by the
-    group's std (Dr. GRPO, Liu et al. 2025): a group whose rewards differ by 0.25 then moves the policy a quarter as
-    far as one whose rewards differ by 1, where the std makes both full size.
-
-    >>> group_advantages_missing([1.0, 0.0, None, 2.0, None, None], 3, eps=0.0)
-    [0.7071067811865475, -0.7071067811865475, None, None, None, None]
-    >>> group_advantages_missing([0.0, -0.25, 1.0, -0.25], 2, scale="none")  # a 0.25 gap stays 0.25
-    [0.125, -0.125, 0.625, -0.625]
-    >>> group_advantages_missing([0.0, -0.25, 1.0, -0.25], 2, eps=0.0)  # normalised: both groups full size
-    [0.7071067811865475, -0.7071067811865475, 0.7071067811865475, -0.7071067811865475]
-    """
-    if scale not in ("group_std", "none"):
-        raise ValueError(f"advantage scale must be 'group_std' or 'none', got {scale!r}")
-    if len(rewards) % group_size != 0:
-        raise ValueError(f"{len(rewards)} rewards is not a multiple of group_size={group_size}")
-    out: list[float | None] = [None] * len(rewards)
-    for g in range(0, len(rewards), group_size):
-        idx = [i for i in range(g, g + group_size) if rewards[i] is not None]
-        if len(idx) < 2:
-            continue
-        vals = torch.tensor([float(rewards[i]) for i in idx], dtype=torch.float64)  # type: ignore[arg-type]
-        adv = vals - vals.mean()
-        if scale == "group_std":
-            adv = adv / (vals.std() + eps)
-        for i, a in zip(idx, adv.tolist(), strict=True):
-            out[i] = a
-    return out
-
-
-def group_advantages_format_centred(rewards: list[float | None], format_terms: list[float], group_size: int,
-                                    eps: float = 1e-6, scale: str = "group_std") -> list[float | None]:
-    """GRPO advantages where a format term (`rewards` = task reward + format term, e.g. training.invalid_penalty's
-    minus penalty x invalid-turn fraction) keeps its own scale: the task reward (reward - format term) is
-    group-normalised as in `group_advantages_missing`, the format term is only centred on its group's mean, never
-    divided by the group's std. A format term therefore moves an advantage by at most its own range within the group
-    (<= the penalty), whatever the group: a group whose task rewards are all equal (format-only) gets advantages of
-    that size, not the +-1.5 a correct answer earns; and where the task rewards differ, two members' task advantages
-    differ by (their task-reward difference) / std >= 1.41 for two-level rewards, so a format term below that never
-    reverses the task's order. Missing rewards (None) and groups with < 2 scored members: as in
-    `group_advantages_missing`.
-
-    >>> adv = group_advantages_format_centred([0.0, 0.0, 0.0, -0.25, 1.0, 0.0, 1.0, -0.5], [0.0, 0.0, 0.0, -0.25,
-    ...                                       0.0, 0.0, 0.0, -0.5], 4)
-    >>> [round(a, 3) for a in adv]  # group 1: format only; group 2: task 1, 0, 1, 0 and one invalid rollout
-    [0.062, 0.062, 0.062, -0.188, 0.991, -0.741, 0.991, -1.241]
-    >>> [round(a, 3) for a in group_advantages_missing([0.0, 0.0, 0.0, -0.25], 4)]  # normalised: full size
-    [0.5, 0.5, 0.5, -1.5]
-    """
-    if len(format_terms) != len(rewards):
-        raise ValueError(f"{len(format_terms)} format terms for {len(rewards)} rewards")
-    # rounded: reward - term recovers the task reward up to float error, and a flat task group must stay exactly flat
-    task: list[float | None] = [None if r is None else round(float(r) - f, 9) for r, f in zip(rewards, format_terms, strict=True)]
-    out = group_advantages_missing(task, group_size, eps, scale)
-    for g in range(0, len(rewards), group_size):
-        idx = [i for i in range(g, g + group_size) if out[i] is not None]
-        if not idx:
-            continue
-        mean_f = sum(format_terms[i] for i in idx) / len(idx)
-        for i in idx:
-            out[i] = float(out[i]) + (format_terms[i] - mean_f)  # type: ignore[arg-type]
-    return out
-
-
-def format_only_groups(rewards: list[float | None], format_terms: list[float], group_size: int) -> list[int]:
-    """Start indices of the groups whose task rewards (reward - format term; two or more scored) are all equal while
-    their rewards are not: the groups whose whole GRPO advantage comes from the format term (metric
-    reward/format_only_groups). Under `group_advantages_missing` they get full-size advantages.
-
-    >>> format_only_groups([0.0, -0.5, 1.0, 0.5, 0.0, 0.0], [0.0, -0.5, -0.5, 0.0, 0.0, 0.0], 2)
-    [0]
-    """
-    if len(format_terms) != len(rewards):
-        raise ValueError(f"{len(format_terms)} format terms for {len(rewards)} rewards")
-    out = []
-    for g in range(0, len(rewards), group_size):
-        idx = [i for i in range(g, g + group_size) if rewards[i] is not None]
-        if len(idx) < 2:
-            continue
-        task = {round(float(rewards[i]) - format_terms[i], 9) for i in idx}  # type: ignore[arg-type]
-        total = {float(rewards[i]) for i in idx}  # type: ignore[arg-type]
-        if len(task) == 1 and len(total) > 1:
-            out.append(g)
-    return out
-
-
-def flat_groups(rewards: list[float | None], group_size: int) -> list[int]:
-    """Start indices of the groups whose scored rewards (two or more) are all equal: their GRPO advantages are all
-    zero, so only the KL term would reach them (`training.update.drop_flat_groups` leaves them out of the update).
-
-    >>> flat_groups([1.0, 1.0, 0.0, 1.0, None, 0.5, 0.5, 0.5], 4)
-    [4]
-    """
-    if len(rewards) % group_size != 0:
-        raise ValueError(f"{len(rewards)} rewards is not a multiple of group_size={group_size}")
-    out = []
-    for g in range(0, len(rewards), group_size):
-        vals = [r for r in rewards[g : g + group_size] if r is not None]
-        if len(vals) >= 2 and max(vals) - min(vals) == 0.0:
-            out.append(g)
-    return out
-
-
 def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """Per-token KL(pi || pi_ref) with the low-variance k3 estimator (Schulman 2020):
     exp(ref - logp) - (ref - logp) - 1  >= 0. Both (B, T); returns (B, T)."""
     log_ratio = ref_logprobs - logprobs  # (B, T)
     return torch.exp(log_ratio) - log_ratio - 1.0
-
-
-def token_rewards(rewards: Tensor, mask: Tensor) -> Tensor:
-    """Place each sequence's outcome reward on its last policy token. rewards: (B,), mask: (B, T) -> (B, T)."""
-    B, T = mask.shape
-    positions = torch.arange(T, device=mask.device).expand(B, T)  # (B, T)
-    last = torch.where(mask.bool(), positions, torch.full_like(positions, -1)).max(dim=1).values  # (B,)
-    out = torch.zeros(B, T, dtype=rewards.dtype, device=rewards.device)
-    has = last >= 0
-    out[has, last[has]] = rewards[has]
-    return out
-
-
-def gae_advantages(
-    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float = 1.0, gae_lambda: float = 1.0
-) -> tuple[Tensor, Tensor]:
-    """Generalised advantage estimation over POLICY tokens only (environment tokens are skipped: the next
-    state of a policy token is the next policy token, as in verl's multi-turn `response_mask`).
-
-    rewards, values, mask: (B, T). Returns (advantages, returns), both (B, T), zero where mask is 0.
-    returns = advantages + values (the critic's regression target).
-    """
-    B, T = rewards.shape
-    m = mask.to(values.dtype)
-    advantages = torch.zeros_like(values)
-    last_gae = torch.zeros(B, dtype=values.dtype, device=values.device)  # (B,)
-    next_value = torch.zeros(B, dtype=values.dtype, device=values.device)  # (B,)
-    for t in reversed(range(T)):
-        delta = rewards[:, t] + gamma * next_value - values[:, t]  # (B,)
-        gae_t = delta + gamma * gae_lambda * last_gae  # (B,)
-        advantages[:, t] = gae_t * m[:, t]
-        keep = m[:, t] > 0
-        last_gae = torch.where(keep, gae_t, last_gae)
-        next_value = torch.where(keep, values[:, t], next_value)
-    returns = (advantages + values) * m
-    return advantages, returns
 
 
 def behaviour_weight(prox_logprobs: Tensor, behaviour_logprobs: Tensor, cap: float) -> tuple[Tensor, Tensor]:
@@ -341,7 +193,7 @@ def grpo_loss(
 
     logprobs, old_logprobs, ref_logprobs, mask: (B, T); advantages: (B,) (from `group_advantages_missing`).
     is_weight (B, T): the decoupled PPO behaviour weight of the surrogate (`policy_gradient_loss`); the KL term is
-    not weighted (see `masked_update`'s note in training/learner.py).
+    not weighted (see `masked_update`'s note in training/learn/learner.py).
     """
     adv = advantages.unsqueeze(1).expand_as(logprobs)  # (B, T)
     pg, stats = policy_gradient_loss(logprobs, old_logprobs, adv, mask, clip_coef, is_weight)

@@ -39,8 +39,8 @@ from s3runtime.raycluster import RayWorker, WorkerPool, connect, worker_threads
 from searcher.build import AgentKind
 from searcher.config import SearcherConfig
 from training.config import TrainSettings
-from training.executors import accuracy_usage, make_scorer, rollout_policy, usage_row
 from training.rewards import RewardBatch
+from training.rollouts.executors import accuracy_usage, make_scorer, rollout_policy, usage_row
 
 __all__ = ["RayExecutor", "RewardWorker", "RolloutWorker", "shard_bounds", "weights_checksum"]
 
@@ -175,7 +175,7 @@ def _merge(batches: list[RewardBatch]) -> RewardBatch:
 
 
 class RayExecutor:
-    """The StepExecutor of training.backend = "ray" (training/executors.py), over two WorkerPools."""
+    """The StepExecutor of training.backend = "ray" (training/rollouts/executors.py), over two WorkerPools."""
 
     def __init__(
         self,
@@ -231,7 +231,7 @@ class RayExecutor:
         shards = [([e.question for e in examples[lo:hi]], shard_seed(self.tc.seed, step, j), greedy)
                   for j, (lo, hi) in enumerate(bounds)]
         outs = self.rollouts.map("rollout", shards, first=list(range(len(shards))))
-        with self._stats_lock:  # step_stats may be read by the scoring thread meanwhile (training/pipeline.py)
+        with self._stats_lock:  # step_stats may be read by the scoring thread meanwhile (training/rollouts/pipeline.py)
             self._redone["rollout"] += sum(bounds[j][1] - bounds[j][0] for j in self.rollouts.last_redone)
         results = [r for out in outs for r in out]
         if len(results) != len(examples):
@@ -258,7 +258,7 @@ class RayExecutor:
         With a LearnerGroup (`weights_ref`) rank 0 puts them into the object store from its own process."""
         if self.learner is None and self.weights_ref is None:
             return None
-        from training.weight_sync import learner_weights
+        from training.learn.weight_sync import learner_weights
 
         t0 = time.perf_counter()
         self._version += 1

@@ -1,7 +1,7 @@
 """One RL step's batch, from its rollouts to its update rows and its metrics row: the pieces S3Trainer's loop
-(training/trainer.py) calls, each a function of its inputs (no trainer inside, so a test calls them without models):
+(training/run/trainer.py) calls, each a function of its inputs (no trainer inside, so a test calls them without models):
 
-    RolloutBatch / ScoredBatch     a step's rollouts and its rewards, as training/pipeline.py carries them (and a
+    RolloutBatch / ScoredBatch     a step's rollouts and its rewards, as training/rollouts/pipeline.py carries them (and a
                                    checkpoint keeps them)
     measured_batch(...)            a step's rollouts and what is measured of them then: search/ behaviour and, for
                                    vLLM rollouts under the confidence-gated reward, the learner's log-probs where the
@@ -20,8 +20,7 @@ from typing import Any
 from eval.behavior import rollout_row
 from s3core.types import QAExample, SearchResult
 from training.config import TrainingConfig
-from training.learner import Batch, MicroBatch
-from training.learner_api import UpdateRows
+from training.learn.api import Batch, MicroBatch, UpdateRows
 from training.rewards import RewardBatch
 
 __all__ = [
@@ -105,23 +104,9 @@ def update_rows(tc: TrainingConfig, results: list[SearchResult], rewards: list[f
     the choice (reward/flat_groups). Samples whose reward is None (or, in GRPO, whose group has < 2 scored members,
     or with training.update.drop_flat_groups a group whose rewards are all equal) and rollouts without policy tokens
     leave the update; None when no row is left."""
-    from training import algorithms as alg
-    from training.rewards import grpo_advantages
+    from training.learn.advantages import sequence_advantages  # torch: imported when an update runs
 
-    group = tc.rollout.group_size
-    stats: dict[str, float] = {}
-    adv: list[float | None]
-    if tc.algorithm == "grpo":  # the format term kept below the task reward (training.format_advantage)
-        adv, format_stats = grpo_advantages(rewards, results, group, tc.invalid_penalty, tc.format_advantage,
-                                            tc.update.advantage_scale)
-        stats.update(format_stats)  # reward/format_only_groups
-        if tc.update.drop_flat_groups:
-            flat = alg.flat_groups(rewards, group)
-            for g in flat:
-                adv[g : g + group] = [None] * group
-            stats["reward/flat_groups"] = float(len(flat))
-    else:
-        adv = [None if r is None else 0.0 for r in rewards]  # PPO: advantages come from GAE in the learner
+    adv, stats = sequence_advantages(tc, results, rewards)
     tokens = {i: float(sum(r.trajectory.mask)) for i, r in enumerate(results) if r.trajectory is not None}
     rows = [i for i in range(len(results)) if adv[i] is not None and tokens.get(i, 0.0) > 0]
     if not rows:

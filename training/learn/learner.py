@@ -1,19 +1,19 @@
 """The learner: the policy being trained, its PPO critic, its reference policy, optimizer and scheduler, and the one
-masked PPO / GRPO update (training/algorithms.py's losses) that every learner runs.
+masked PPO / GRPO update (training/learn/algorithms.py's losses) that every learner runs.
 
     learner = Learner(cfg.training, device, run_dir, resume_dir)        # the trainer's with ray.learners = 1
-    report = learner.update(rows)                                       # training/learner_api.py's UpdateRows
+    report = learner.update(rows)                                       # training/learn/api.py's UpdateRows
     out = learner.update_shard(micro_batches, weights)                  # weights_j = tokens_j / T: the global token mean
     state = learner.save(checkpoint_dir)                                # policy/ (+ adapter/); optimizer, scheduler, critic
 
-`Learner` implements the loop's learner interface (training/learner_api.py `PolicyLearner`), as the Ray LearnerGroup
-does. With ray.learners = N > 1 each rank of a LearnerGroup (training/learner_group.py) holds one `Learner`, built
+`Learner` implements the loop's learner interface (training/learn/api.py `PolicyLearner`), as the Ray LearnerGroup
+does. With ray.learners = N > 1 each rank of a LearnerGroup (training/learn/learner_group.py) holds one `Learner`, built
 from the same configuration and checkpoint, and runs the same `update_shard` on its share of the micro-batches with
 weights N * tokens_j / T and `reduce_grads` = the all-reduce (mean) of the gradients over the ranks: the averaged
 gradient is the single learner's, so the loss code is this file's `masked_update` either way (no second copy).
 
 The learner owns its state and both of its update paths: `update` (RL) and `sft_update` (the format warm-up), and
-`end_warmup` (RL's reference becomes the warmed policy). The trainer (training/trainer.py) keeps what is not the
+`end_warmup` (RL's reference becomes the warmed policy). The trainer (training/run/trainer.py) keeps what is not the
 learner's: the data order, the rollouts and rewards (through its executor), the advantages of GRPO, the metrics and
 the checkpoint's trainer_state.pt (it stores the state `save` returns, in the single learner's format).
 `pad_rollouts` turns rollouts into the `Batch`es both read.
@@ -31,40 +31,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from s3core.errors import S3Error
-from s3core.types import SearchResult
 from training.config import TrainingConfig
-from training.learner_api import UpdateReport, UpdateRows
+from training.learn.api import Batch, MicroBatch, UpdateReport, UpdateRows
 
-__all__ = ["Batch", "GapSums", "Learner", "MicroBatch", "UpdateCore", "UpdateOut", "decoder_and_head", "export_model",
-           "forward_logprobs", "load_policy", "load_tokenizer", "masked_update", "pad_rollouts", "ref_logprobs"]
-
-
-@dataclass
-class Batch:
-    """Padded tensors for one micro-batch; T' = L - 1 - start next-token positions (the prompt part is cut)."""
-
-    ids: Any  # (B, L) int64
-    attention: Any  # (B, L)
-    loss_mask: Any  # (B, T'): 1 where ids[:, start+t+1] is a policy-written response token
-    start: int = 0  # first shifted position kept (min prompt length - 1)
-    prefix: int = 0  # leading tokens every row shares (<= start), computed once per forward (0 = plain forward)
-    rollout_lp: Any = None  # (B, T'): the rollout engine's log-prob of each policy token (0 elsewhere)
-
-    def to(self, device: str) -> Batch:
-        """The same batch on `device` (a learner rank's; the driver pads on the CPU)."""
-        mv = lambda t: None if t is None else t.to(device)  # noqa: E731  (no copy when already there)
-        return replace(self, ids=mv(self.ids), attention=mv(self.attention), loss_mask=mv(self.loss_mask),
-                       rollout_lp=mv(self.rollout_lp))
-
-
-@dataclass
-class MicroBatch:
-    """What the update needs of one micro-batch: its padded tokens, and per row the GRPO advantage (grpo) or the
-    sequence reward (ppo: the critic's GAE turns it into token advantages)."""
-
-    batch: Batch
-    adv: list[float] | None = None  # (B,) GRPO
-    rewards: list[float] | None = None  # (B,) PPO
+__all__ = ["GapSums", "Learner", "UpdateCore", "UpdateOut", "decoder_and_head", "export_model",
+           "forward_logprobs", "load_policy", "load_tokenizer", "masked_update", "ref_logprobs"]
 
 
 @dataclass
@@ -90,45 +61,6 @@ class UpdateOut:
 
     stats: dict[str, float] = field(default_factory=dict)
     gaps: GapSums = field(default_factory=GapSums)
-
-
-def pad_rollouts(results: list[SearchResult], rows: list[int], pad_id: int | None, *, share_prefix: bool,
-                 device: str = "cpu") -> Batch:
-    """The trajectories of `results[rows]` as one padded Batch: prompt + response tokens, the loss mask on the
-    policy's own tokens (the prompt and the retrieved windows masked out), the rollout engine's log-probs, the first
-    response position (`start`) and, with `share_prefix`, the prefix every row shares (searcher.policy.prefix_kv)."""
-    import torch
-
-    from searcher.policy.prefix_kv import MIN_SHARED_PREFIX, common_prefix_len
-
-    pad = pad_id if pad_id is not None else 0
-    seqs, masks, lps, prompt_lens = [], [], [], []
-    for i in rows:
-        tr = results[i].trajectory
-        assert tr is not None
-        seqs.append(list(tr.prompt_ids) + list(tr.response_ids))
-        # position t of the shifted sequence predicts token t+1: prompt tokens are never trained on
-        masks.append([0] * (len(tr.prompt_ids) - 1) + list(tr.mask))
-        lps.append([0.0] * (len(tr.prompt_ids) - 1) + [lp if m else 0.0 for lp, m in zip(tr.logprobs, tr.mask, strict=True)])
-        prompt_lens.append(len(tr.prompt_ids))
-    L = max(len(s) for s in seqs)
-    start = max(min(prompt_lens) - 1, 0)  # first position that predicts a response token
-    ids = torch.full((len(seqs), L), pad, dtype=torch.long)
-    att = torch.zeros((len(seqs), L), dtype=torch.long)
-    lm = torch.zeros((len(seqs), L - 1), dtype=torch.float32)
-    rl = torch.zeros((len(seqs), L - 1), dtype=torch.float32)
-    for j, (s, m, lp) in enumerate(zip(seqs, masks, lps, strict=True)):
-        ids[j, : len(s)] = torch.tensor(s)
-        att[j, : len(s)] = 1
-        lm[j, : len(m)] = torch.tensor(m, dtype=torch.float32)
-        rl[j, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
-    prefix = 0
-    if share_prefix and len(seqs) > 1:
-        prefix = common_prefix_len(seqs, limit=start)
-        if prefix < MIN_SHARED_PREFIX:
-            prefix = 0
-    return Batch(ids=ids.to(device), attention=att.to(device), loss_mask=lm[:, start:].to(device), start=start,
-                 prefix=prefix, rollout_lp=rl[:, start:].to(device))
 
 
 # ---------------------------------------------------------------------------------------------------- forward passes
@@ -169,10 +101,10 @@ def decoder_and_head(model: Any) -> tuple[Any, Callable[[Any], Any]]:
 def forward_logprobs(tc: TrainingConfig, model: Any, batch: Batch, want_hidden: bool = False) -> tuple[Any, Any]:
     """Token logprobs (B, T') at the sampling temperature for positions batch.start .. L-2 (the response part),
     computed only where batch.loss_mask is 1 (the policy's tokens; 0 elsewhere), `training.learner.logprob_chunk` positions
-    at a time (training/algorithms.py `masked_logprobs`: no (B, T', V) logits), and the last hidden states (B, T', H)
+    at a time (training/learn/algorithms.py `masked_logprobs`: no (B, T', V) logits), and the last hidden states (B, T', H)
     if asked (PPO's critic)."""
     from searcher.policy.prefix_kv import cache_arg, expand, prefix_cache
-    from training.algorithms import masked_logprobs
+    from training.learn.algorithms import masked_logprobs
 
     decoder, head = decoder_and_head(model)
     P = batch.prefix
@@ -223,7 +155,8 @@ def masked_update(core: UpdateCore, mbs: list[MicroBatch], weights: list[float],
     weight 0 (a rank without rows joining the all-reduce) adds nothing: no gradient, no stat, no log-prob gap."""
     import torch
 
-    from training import algorithms as alg
+    from training.learn import algorithms as alg
+    from training.learn.advantages import token_advantages
 
     tc = core.tc
     ppo = tc.algorithm == "ppo"
@@ -278,9 +211,7 @@ def masked_update(core: UpdateCore, mbs: list[MicroBatch], weights: list[float],
                 assert core.value_head is not None and mb.rewards is not None
                 values = core.value_head(hid.detach().float()).squeeze(-1)  # (B, T)
                 r_seq = torch.tensor(mb.rewards, dtype=values.dtype, device=values.device)  # (B,)
-                tok_r = alg.token_rewards(r_seq, p.loss_mask)  # (B, T)
-                with torch.no_grad():
-                    adv_t, ret = alg.gae_advantages(tok_r, old_values[j], p.loss_mask, tc.update.gamma, tc.update.gae_lambda)
+                adv_t, ret = token_advantages(tc, r_seq, old_values[j], p.loss_mask)  # (B, T) each: GAE
                 pout = alg.ppo_loss(lp, old_lp, refs[j], adv_t, values, old_values[j], ret, p.loss_mask,
                                     tc.update.clip_coef, tc.update.value_clip_coef, tc.update.kl_coef, tc.update.vf_coef,
                                     is_weight=w)
@@ -442,7 +373,7 @@ class Learner:
         RL does not inherit these AdamW moments: end_warmup starts it from a fresh optimizer and scheduler."""
         import torch
 
-        from training.algorithms import masked_mean
+        from training.learn.algorithms import masked_mean
 
         batches = [b.to(self.device) for b in batches]
         total = float(sum(b.loss_mask.sum().item() for b in batches))
@@ -548,8 +479,8 @@ class Learner:
 
     # -------------------------------------------------------------- weights out
     def weights(self) -> list[tuple[str, Any]]:
-        """(checkpoint name, tensor), LoRA merged: what a rollout engine loads (training/weight_sync.py)."""
-        from training.weight_sync import learner_weights
+        """(checkpoint name, tensor), LoRA merged: what a rollout engine loads (training/learn/weight_sync.py)."""
+        from training.learn.weight_sync import learner_weights
 
         return learner_weights(self.model)
 
