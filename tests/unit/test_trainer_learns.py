@@ -1,7 +1,9 @@
-"""The trainer provably learns (docs STYLE 13; issue 45, step 0): the REAL masked GRPO and PPO updates
-(training/learn/learner.py `Learner`, built from a [training] config the way the trainer builds it, and its `update` with
-training/learn/algorithms.py's losses and GRPO advantages) on a task whose optimum is known, with LoRA and with full
-fine-tuning, must raise the reward to near its optimum within a fixed budget of steps.
+"""The trainer provably learns (docs STYLE 13; issues 45, 59): the REAL training loop (training/run/trainer.py
+`S3Trainer.train`: the data order, the pipeline, `update_rows` with the default advantage path of
+training/learn/advantages.py, the learner's masked GRPO / PPO update with training/learn/algorithms.py's losses, the
+scheduler, the metrics and the checkpoint) on a task whose optimum is known, with LoRA and with full fine-tuning, must
+raise the reward to near its optimum within a fixed budget of steps. Only the world is a toy: the executor samples
+the rollouts from the learner's own model (as the transformers engine does) and scores them from their tokens.
 
 The task: a tiny random Llama (10-token vocabulary, saved as a Hugging Face dir with its own word-level tokenizer) reads
 a prompt and writes one token, the environment answers with two tokens of its own (mask 0, as retrieved documents
@@ -9,22 +11,21 @@ are), and the policy writes one more token. The reward is the share of the two p
 token: ~1/10 for the untrained policy, 1 at the optimum. The reward is measured on a fresh sample of rollouts.
 
 A test that a flipped sign would still pass proves nothing: the same loop with the advantage sign flipped (the rewards
-fed to the learner negated, which negates GRPO's group-normalised advantages exactly) or with the policy mask inverted
+the executor returns negated, which negates GRPO's group-normalised advantages exactly) or with the policy mask inverted
 (the environment's tokens marked as the policy's and the policy's as the environment's) is asserted NOT to learn.
 `S3_PLANTED_DEFECT=sign` (or `mask`) plants the defect in the learning test itself, to watch it fail:
 
     S3_PLANTED_DEFECT=sign .venv/bin/python -m pytest tests/unit/test_trainer_learns.py -k trainer_learns_the
 
-Asynchronous RL (issue 47): `test_trainer_learns_from_stale_rollouts` samples each step's rollouts from a copy of the
-policy as it was s = 1 or 2 updates earlier (as training/rollouts/pipeline.py does at training.rollout.max_staleness = s: batch k
-rolled out by weights version max(0, k - s)), their log-probs the behaviour log-probs, and updates the current learner
-with the decoupled PPO correction; it must reach the synchronous threshold in the same step budget (the same number of
-samples). `S3_PLANTED_DEFECT=sign` fails it too. The reward per step is printed (pytest -s).
+Asynchronous RL (issue 47): `test_trainer_learns_from_stale_rollouts` runs the loop at training.rollout.max_staleness
+= s = 1 or 2: training/rollouts/pipeline.py rolls batch k out at admission, with the weights after max(0, k - s)
+updates, their log-probs the behaviour log-probs, and the learner updates with the decoupled PPO correction; it must
+reach the synchronous threshold in the same step budget (the same number of samples). `S3_PLANTED_DEFECT=sign` fails
+it too. The reward per step is printed (pytest -s).
 """
 
 from __future__ import annotations
 
-import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -35,11 +36,14 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from s3core.types import SearchResult, Trajectory  # noqa: E402
+from s3.config import load_config  # noqa: E402
+from s3core.types import Document, QAExample, SearchResult, Trajectory  # noqa: E402
 from training.config import TrainingConfig  # noqa: E402
-from training.learn.advantages import group_advantages_missing  # noqa: E402
-from training.learn.api import MicroBatch, UpdateRows, pad_rollouts  # noqa: E402
 from training.learn.learner import Learner  # noqa: E402
+from training.prep.data import TrainingSet  # noqa: E402
+from training.rewards import RewardBatch  # noqa: E402
+from training.run.build import TrainingParts  # noqa: E402
+from training.run.trainer import S3Trainer  # noqa: E402
 
 VOCAB = ["<pad>", "<s>", "a", "b", "c", "d", "p", "q", "x", "y"]
 TARGET = VOCAB.index("c")  # the one behaviour that earns the reward
@@ -85,81 +89,116 @@ def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _config(base: Path, algorithm: str, lora: bool, staleness: int = 0, offpolicy: str = "decoupled",
             scale: str = "group_std") -> TrainingConfig:
+    """The toy's [training]. GRPO as the transfer recipes run it: the flat groups dropped (training.update.
+    drop_flat_groups) and a format term on (training.invalid_penalty: its advantage centred, the default
+    training.format_advantage; the toy's rollouts have no invalid turn, so it adds 0)."""
+    grpo = algorithm == "grpo"
     return TrainingConfig(
-        algorithm=algorithm, base_model=str(base), seed=0,
+        algorithm=algorithm, base_model=str(base), seed=0, invalid_penalty=0.05 if grpo else 0.0,
         rollout={"group_size": GROUP, "batch_size": len(PROMPTS), "temperature": 1.0, "max_staleness": staleness},
         update={"learning_rate": 1e-2, "critic_learning_rate": 1e-2, "kl_coef": 0.001, "clip_coef": 0.2,
-                "offpolicy": offpolicy, "advantage_scale": scale},
+                "offpolicy": offpolicy, "advantage_scale": scale, "drop_flat_groups": grpo},
         learner={"lora": lora, "lora_r": 8, "lora_alpha": 16, "micro_batch_size": 16},
+        total_steps=STEPS, checkpoint={"every": STEPS},
     )
 
 
-def _rollouts(model: Any, n: int, gen: Any, invert_mask: bool = False) -> tuple[list[SearchResult], list[float]]:
-    """n rollouts of every prompt, sampled from the model at temperature 1: policy token, environment tokens, policy
-    token. Consecutive n rows share a prompt (a GRPO group). Returns the trajectories and their rewards."""
+def _rollouts(model: Any, prompts: list[list[int]], gen: Any, invert_mask: bool = False) -> list[SearchResult]:
+    """One rollout of each prompt, sampled from the model at temperature 1: policy token, environment tokens, policy
+    token, each policy token with its log-prob (the rollout engine's)."""
     model.eval()
     with torch.no_grad():
-        x = torch.tensor([p for p in PROMPTS for _ in range(n)])  # (4n, 3)
+        x = torch.tensor(prompts)  # (N, 3)
         lp1 = torch.log_softmax(model(input_ids=x).logits[:, -1].float(), -1)
-        a1 = torch.multinomial(lp1.exp(), 1, generator=gen)  # (4n, 1)
+        a1 = torch.multinomial(lp1.exp(), 1, generator=gen)  # (N, 1)
         x2 = torch.cat([x, a1, torch.tensor([ENV] * len(x))], dim=1)
         lp2 = torch.log_softmax(model(input_ids=x2).logits[:, -1].float(), -1)
         a2 = torch.multinomial(lp2.exp(), 1, generator=gen)
-    results, rewards = [], []
+    results = []
     for i, prompt in enumerate(x.tolist()):
         t1, t2 = int(a1[i]), int(a2[i])
         tr = Trajectory(prompt_ids=prompt)
         tr.append([t1], not invert_mask, [float(lp1[i, t1])])
         tr.append(list(ENV), invert_mask)
         tr.append([t2], not invert_mask, [float(lp2[i, t2])])
-        results.append(SearchResult(question=f"q{i // n}", trajectory=tr))
-        rewards.append(((t1 == TARGET) + (t2 == TARGET)) / 2)
-    return results, rewards
+        results.append(SearchResult(question=str(prompt), trajectory=tr))
+    return results
+
+
+def _reward(result: SearchResult) -> float:
+    """The share of the two policy tokens (response positions 0 and 3, whatever the mask says) that are TARGET."""
+    assert result.trajectory is not None
+    ids = result.trajectory.response_ids
+    return ((ids[0] == TARGET) + (ids[3] == TARGET)) / 2
+
+
+class ToyExecutor:
+    """The StepExecutor of the toy task: rollouts sampled from the learner's own model (the engine is the learner, as
+    with training.rollout.engine = 'transformers': sync has nothing to load), rewards from their tokens. `defect`:
+    'sign' returns the rewards negated, 'mask' marks the environment's tokens as the policy's and back."""
+
+    def __init__(self, learner: Learner, defect: str | None) -> None:
+        self.learner, self.defect = learner, defect
+        self.gen = torch.Generator().manual_seed(0)
+
+    def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]:
+        prompts = [PROMPTS[int(e.id.removeprefix("p"))] for e in examples]
+        return _rollouts(self.learner.model, prompts, self.gen, invert_mask=self.defect == "mask")
+
+    def score(self, results: list[SearchResult], examples: list[QAExample], step: int | None = None) -> RewardBatch:
+        sign = -1.0 if self.defect == "sign" else 1.0
+        return RewardBatch(rewards=[sign * _reward(r) for r in results])
+
+    def sync(self) -> float | None:
+        return None
+
+    def step_stats(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        return None
+
+
+class NoRetriever:
+    """The toy world has no documents (the loop's search/ probe asks it for none)."""
+
+    def search(self, queries: list[str], k: int) -> list[list[Document]]:
+        return [[] for _ in queries]
 
 
 def _mean_reward(learner: Learner, seed: int) -> float:
     gen = torch.Generator().manual_seed(seed)
-    return sum(_rollouts(learner.model, EVAL_SAMPLES, gen)[1]) / (EVAL_SAMPLES * len(PROMPTS))
-
-
-def _update(learner: Learner, results: list[SearchResult], fed: list[float]) -> None:
-    """One update through the interface the training loop drives (training/learn/api.py `UpdateRows`): every
-    rollout enters, GRPO with the group-normalised advantages of `fed`, PPO with `fed` as the sequence rewards."""
-    tc = learner.tc
-    adv = group_advantages_missing(list(fed), GROUP, scale=tc.update.advantage_scale) if tc.algorithm == "grpo" else None
-
-    def micro(b: list[int]) -> MicroBatch:
-        batch = pad_rollouts(results, b, 0, share_prefix=tc.learner.share_prefix)
-        if adv is not None:
-            return MicroBatch(batch, adv=[float(adv[i] or 0.0) for i in b])
-        return MicroBatch(batch, rewards=[fed[i] for i in b])
-
-    rows = list(range(len(results)))
-    tokens = [float(sum(r.trajectory.mask)) for r in results if r.trajectory is not None]
-    learner.update(UpdateRows(rows, tokens, micro, tc.learner.micro_batch_size))
-    learner.step_scheduler()
+    prompts = [p for p in PROMPTS for _ in range(EVAL_SAMPLES)]
+    return sum(_reward(r) for r in _rollouts(learner.model, prompts, gen)) / len(prompts)
 
 
 def _train(base: Path, run_dir: Path, algorithm: str, lora: bool, defect: str | None, staleness: int = 0,
            offpolicy: str = "decoupled", curve: list[float] | None = None, scale: str = "group_std") -> tuple[float, float]:
-    """STEPS steps of the real update; the fresh-sample mean reward before and after. staleness s > 0: step k's
-    rollouts are sampled by the policy's copy after max(0, k - s) updates (the lagged weights are kept), their
-    log-probs the behaviour's, and the learner runs with training.rollout.max_staleness = s. `curve` (if given)
-    receives the fresh-sample reward after every step."""
+    """`S3Trainer.train` for STEPS steps over the toy task's parts (the four prompts its questions, GROUP rollouts
+    of each a step); the fresh-sample mean reward before and after. staleness s > 0: training.rollout.max_staleness
+    = s (the pipeline rolls batches out ahead). `curve` (if given) receives the fresh-sample reward after every
+    step."""
     torch.manual_seed(0)
-    learner = Learner(_config(base, algorithm, lora, staleness, offpolicy, scale), "cpu", run_dir)
+    tc = _config(base, algorithm, lora, staleness, offpolicy, scale)
+    cfg = load_config(None, []).model_copy(update={"training": tc})  # the default settings, the toy's [training]
+    learner = Learner(tc, "cpu", run_dir)
     before = _mean_reward(learner, seed=1000)
-    gen = torch.Generator().manual_seed(0)
-    versions = [copy.deepcopy(learner.model)] if staleness else []  # versions[v]: the policy after v updates
-    for k in range(STEPS):
-        sampler = versions[max(0, k - staleness)] if staleness else learner.model
-        results, rewards = _rollouts(sampler, GROUP, gen, invert_mask=defect == "mask")
-        _update(learner, results, [-r for r in rewards] if defect == "sign" else rewards)
-        if staleness:
-            versions.append(copy.deepcopy(learner.model))  # a 1-layer model: keeping all 13 costs nothing
-        if curve is not None:
+    examples = [QAExample(id=f"p{i}", question=f"prompt {i}", golden_answers=["c"]) for i in range(len(PROMPTS))]
+    data = TrainingSet(directory=run_dir, examples=examples, baseline={}, index_dir=None, manifest={})  # type: ignore[arg-type]
+    parts = TrainingParts(cfg=cfg, run_dir=run_dir, device="cpu", data=data, examples=examples, heldout=[],
+                          retriever=NoRetriever(), loop_cfg=cfg.searcher, learner=learner,  # type: ignore[arg-type]
+                          tokenizer=learner.tokenizer, executor=ToyExecutor(learner, defect))
+    trainer = S3Trainer(parts, log=lambda s: None)
+    try:
+        if curve is None:
+            trainer.train()
+        for k in range(STEPS if curve is not None else 0):  # step by step (a later train() continues the run)
+            trainer.train(max_steps=1)
             curve.append(_mean_reward(learner, seed=3000 + k))
-    return before, _mean_reward(learner, seed=2000)
+        assert trainer.step == STEPS
+        return before, _mean_reward(learner, seed=2000)
+    finally:
+        trainer.close()
 
 
 CASES = [pytest.param(a, lora, id=f"{a}-{'lora' if lora else 'full'}") for a in ("grpo", "ppo") for lora in (True, False)]
