@@ -99,3 +99,32 @@ def test_held_out_rows_of_both_schemas_read_back_into_one_row_type() -> None:
     assert HeldoutScore.from_row({"policy": "p", "split": "heldout", **score.summary()}) == score
     assert score.summary() == {"questions": 4, "scored": 3, "reward_mean": 0.5, "acc_s3_mean": 0.25,
                                "acc_rag_mean": None, "turns_mean": 1.5, "docs_mean": 3.0}
+
+
+@pytest.mark.parametrize("old_module", sorted(rundir.MOVED_MODULES))
+def test_batches_in_flight_pickled_under_a_module_that_has_moved_still_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old_module: str) -> None:
+    """A checkpoint written before its classes moved names their old module in inflight.pt (RolloutBatch and
+    ScoredBatch were pickled as training.trainer's, then training.step's): the one reader maps it onto the new one."""
+    import sys
+    import types
+
+    pytest.importorskip("torch")
+    from training.rewards import RewardBatch
+    from training.run import step
+
+    batch = step.RolloutBatch([0, 1], [], {"search/turns": 1.0}, {})
+    scored = step.ScoredBatch(RewardBatch([1.0, None]), {"reward/generator_calls": 2.0})
+    # write the pickle as the old code did: the classes' module is the old one, which exists while it is written
+    old = types.ModuleType(old_module)
+    old.RolloutBatch, old.ScoredBatch = step.RolloutBatch, step.ScoredBatch  # type: ignore[attr-defined]
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, old_module, old)
+        m.setattr(step.RolloutBatch, "__module__", old_module)
+        m.setattr(step.ScoredBatch, "__module__", old_module)
+        rundir.write_inflight(tmp_path, [{"step": 3, "version": 2, "rollout": batch, "scored": scored, "times": {}}])
+    assert old_module.encode() in (tmp_path / rundir.INFLIGHT_FILE).read_bytes()  # the zip's pickle names it
+    assert old_module not in sys.modules or sys.modules[old_module] is not old  # gone again, as after the move
+    [saved] = rundir.read_inflight(tmp_path)
+    assert isinstance(saved["rollout"], step.RolloutBatch) and saved["rollout"] == batch
+    assert isinstance(saved["scored"], step.ScoredBatch) and saved["scored"] == scored
