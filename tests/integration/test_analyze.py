@@ -16,7 +16,7 @@ from s3.cli import main
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-EVAL = REPO / "benchmarks" / "results" / "transfer" / "eval" / "musique_dev200"
+EVAL = REPO / "tests" / "fixtures" / "committed_runs" / "musique_dev200"  # attempt 1's runs, as committed
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from s3.cli import main
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "benchmarks" / "results" / "transfer" / "eval" / "musique_dev200"
+COMMITTED = REPO / "tests" / "fixtures" / "committed_runs" / "musique_dev200"  # attempt 1's runs, as committed
 
 
 def test_new_runs_record_paths_relative_to_the_run(tmp_path: Path) -> None:

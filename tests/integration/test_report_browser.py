@@ -19,7 +19,7 @@ from s3.cli import main
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-RUN = REPO / "benchmarks" / "results" / "transfer" / "eval" / "musique_dev200" / "untrained"  # a real eval run
+RUN = REPO / "tests" / "fixtures" / "committed_runs" / "musique_dev200" / "untrained"  # a real eval run
 CHROMIUM = Path(os.environ.get("S3_CHROMIUM", "/usr/bin/chromium"))
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
