@@ -38,12 +38,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from s3runtime.offline import use_offline_env
+
 ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback only (before ray is imported)
+use_offline_env(ray_loopback=True)  # before ray, litellm or transformers is imported
 SHARED = Path(os.environ.get("S3_SHARED_DATA", ROOT.parent / "shared" / "data"))
 HOTPOT = SHARED / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl"
 TRAIN = SHARED / "train_hotpotqa_musique100"

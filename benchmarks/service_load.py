@@ -33,6 +33,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from searcher.serving import is_typed_error
+from searcher.testing import slowloris
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("S3_SHARED_DATA", ROOT.parent / "shared" / "data")) / "flashrag_sample"
 ROUND_DEADLINE_S = 180.0
@@ -64,14 +67,6 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 
-def typed(resp: Any) -> bool:
-    try:
-        body = resp.json()
-    except ValueError:
-        return False
-    return isinstance(body, dict) and isinstance(body.get("code"), str)
-
-
 async def client(http: Any, url: str, i: int, round_no: int, stats: dict[str, dict[str, Any]]) -> None:
     rng = random.Random(round_no * 1000 + i)
     question = f"{rng.choice(WORDS)} {i} round {round_no}"
@@ -92,7 +87,7 @@ async def client(http: Any, url: str, i: int, round_no: int, stats: dict[str, di
             dt = time.perf_counter() - t0
             if r.status_code == 503 and r.headers.get("retry-after") is not None:
                 s["retried_503"] += 1
-                s["typed_503"] += typed(r)
+                s["typed_503"] += is_typed_error(r)
                 await asyncio.sleep(float(r.headers["retry-after"]) + rng.random())
                 continue
             if r.status_code < 300:
@@ -103,7 +98,7 @@ async def client(http: Any, url: str, i: int, round_no: int, stats: dict[str, di
                     s["degraded_codes"][r.json()["error"]["code"]] += 1
             else:
                 s["errors"][r.status_code] += 1
-                s["typed_errors"] += typed(r)
+                s["typed_errors"] += is_typed_error(r)
             break
         else:
             s["gave_up"] += 1
@@ -164,17 +159,8 @@ def hostile(url: str, pid: int, cfg: dict[str, Any]) -> list[tuple[str, str, str
                  f"(service.max_body_bytes={cfg['max_body_bytes']})", mem(pid)))
 
     # slowloris: a header line every second, never the end of the head
-    with socket.create_connection((host, port)) as slow, socket.create_connection((host, port)) as idle:
-        slow.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\n")
-        t0 = time.perf_counter()
-        closed = None
-        while time.perf_counter() - t0 < 40:
-            try:
-                slow.sendall(b"X-Slow: 1\r\n")
-            except OSError:
-                closed = time.perf_counter() - t0
-                break
-            time.sleep(1.0)
+    with socket.create_connection((host, port)) as idle:
+        closed = slowloris(host, port, "/search", line=b"X-Slow: 1\r\n", every_s=1.0, limit_s=40)
         idle.settimeout(1)
         try:
             idle_closed = "closed" if idle.recv(1) == b"" else "open"

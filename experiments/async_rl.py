@@ -42,13 +42,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from s3runtime.offline import offline_env
+
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "smoke.toml"
 IN_PRICE, OUT_PRICE = 2.5, 10.0  # dollars per million tokens (gpt-4o's list price), as tests/integration/test_cost_budget
 STEP_LINE = re.compile(r"^step (\d+)/(\d+) ")
-ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-       "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-       "VLLM_HOST_IP": "127.0.0.1"}
+ENV = {**offline_env(ray_loopback=True), "PYTHONUNBUFFERED": "1", "VLLM_HOST_IP": "127.0.0.1"}
 
 # the smallest real training step: 1 question x group 2, one search turn, short generations and documents
 TINY = [

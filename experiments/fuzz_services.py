@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from searcher.serving import is_typed_error
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("S3_SHARED_DATA", ROOT.parent / "shared" / "data")) / "flashrag_sample"
 TOKEN_ENV = "S3_FUZZ_TOKEN"
@@ -56,14 +58,6 @@ class Report:
         return (f"| {self.target} | {len(self.operations)} | {self.requests} | {st} | {len(self.plain_5xx)} | "
                 f"{sum(v for k, v in self.statuses.items() if k >= 500)} | {len(self.untyped_errors)} | "
                 f"{len(self.violations)} | {self.limit_refusals} | {self.seconds:.0f} |")
-
-
-def _typed(response: Any) -> bool:
-    try:
-        body = response.json()
-    except ValueError:
-        return False
-    return isinstance(body, dict) and isinstance(body.get("code"), str)
 
 
 def fuzz(target: str, app: Any, base_url: str, examples: int, headers: dict[str, str], seed: int = 0) -> Report:
@@ -99,7 +93,7 @@ def _fuzz_one(report: Report, operation: Any, mode: Any, examples: int, base_url
         report.requests += 1
         report.statuses[response.status_code] += 1
         where = f"{case.method} {case.path} [{mode.value}] -> {response.status_code}"
-        if response.status_code >= 400 and not _typed(response):
+        if response.status_code >= 400 and not is_typed_error(response):
             (report.plain_5xx if response.status_code >= 500 else report.untyped_errors).append(
                 f"{where}: {response.text[:200]!r}")
         if (mode == GenerationMode.POSITIVE and response.status_code == 422

@@ -41,11 +41,11 @@ from typing import Any
 
 import numpy as np
 
+from s3runtime.offline import use_offline_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
-DATA = ROOT.parent / "shared" / "data"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data")
+DATA = Path(os.environ.get("S3_SHARED_DATA", ROOT.parent / "shared" / "data"))
 OUT = ROOT / "benchmarks" / "results" / "retrieval_scale"
 S3 = [sys.executable, "-c", "import sys; from s3.cli import main; sys.exit(main())"]  # `s3 ...` with this tree
 TYPES = ("flat", "hnsw", "sq8", "sq4", "hnsw_sq", "ivfpq", "opq_ivfpq", "binary")
@@ -1025,8 +1025,7 @@ def main() -> int:
     # OpenMP threads sleep when idle instead of spinning: on a shared 2-core machine spinning threads of one process
     # starve the others (faiss training slowed ~50x under contention without this); the stages' children inherit it
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    use_offline_env()
     stages = args.stages.split(",")
     prev = args.results
     res: dict[str, Any] = json.loads(prev.read_text()) if prev.is_file() else {}

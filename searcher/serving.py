@@ -51,6 +51,7 @@ __all__ = [
     "check_queries",
     "check_response_budget",
     "describe_errors",
+    "is_typed_error",
     "protect",
     "uvicorn_config",
 ]
@@ -167,6 +168,16 @@ async def send_error(send: Send, status: int, code: str, detail: str, retry_afte
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": raw, "more_body": False})
+
+
+def is_typed_error(response: Any) -> bool:
+    """Whether an HTTP response's body (anything with `.json()`: httpx's, requests') is one of our typed JSON errors
+    (`{"code": str, "detail", ...}`), what a load test or a fuzzer holds every error answer to."""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("code"), str)
 
 
 def s3_error_response(exc: S3Error) -> Any:

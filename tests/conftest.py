@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from s3runtime.offline import use_offline_env
+
+use_offline_env()
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

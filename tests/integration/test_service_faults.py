@@ -228,17 +228,10 @@ def test_a_chunked_body_is_cut_off_while_it_streams(retrieve_url: str) -> None:
 
 def test_slowloris_and_idle_connections_are_closed_by_the_header_deadline(retrieve_url: str) -> None:
     port = _port(retrieve_url)
-    with socket.create_connection(("127.0.0.1", port)) as idle, socket.create_connection(("127.0.0.1", port)) as slow:
-        slow.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\n")
-        t0 = time.perf_counter()
-        closed = None
-        while time.perf_counter() - t0 < 6:
-            try:
-                slow.sendall(b"X-a: b\r\n")
-            except OSError:
-                closed = time.perf_counter() - t0
-                break
-            time.sleep(0.2)
+    from searcher.testing import slowloris
+
+    with socket.create_connection(("127.0.0.1", port)) as idle:
+        closed = slowloris("127.0.0.1", port, "/retrieve", line=b"X-a: b\r\n", every_s=0.2, limit_s=6)
         assert closed is not None and closed < 3, "a slowloris connection stayed open"  # was: open past 30 s
         idle.settimeout(3)
         assert idle.recv(1) == b""  # closed without a request
