@@ -328,7 +328,7 @@ class TrainingConfig(Section):
         "centred",
         description="How GRPO weighs the format term (invalid_penalty). 'centred': the task reward is group-normalised "
         "alone and the format term is only centred on its group's mean, so it moves an advantage by at most "
-        "invalid_penalty and a group whose task rewards are all equal gets small advantages (training/learn/algorithms.py "
+        "invalid_penalty and a group whose task rewards are all equal gets small advantages (training/learn/advantages.py "
         "group_advantages_format_centred). 'normalised': the format term is part of the reward the group normalises "
         "(attempts 1-2 of docs/transfer.md): a format-only difference then gets a full-size advantage. Either way the "
         "groups whose task rewards are all equal but whose rewards differ are counted (reward/format_only_groups).",

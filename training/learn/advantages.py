@@ -63,8 +63,8 @@ def grpo_advantages(rewards: list[float | None], results: Sequence[SearchResult]
     """GRPO's sequence advantages of scored rollouts (consecutive `group_size` rows = one question), and the count
     of format-only groups (task rewards all equal, rewards not: reward/format_only_groups, logged when a format term
     is on). `format_advantage` (training.format_advantage): 'centred' keeps the format term (`invalid_penalty`) at its
-    own scale, so it can never outweigh the task reward (training/learn/algorithms.py
-    `group_advantages_format_centred`); 'normalised' normalises reward + format term together (attempts 1-2).
+    own scale, so it can never outweigh the task reward (`group_advantages_format_centred` below); 'normalised'
+    normalises reward + format term together (attempts 1-2).
     `scale` (training.update.advantage_scale): 'group_std' divides by the group's std, 'none' does not (Dr. GRPO).
 
     >>> from s3core.types import SearchStep
