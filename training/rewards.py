@@ -19,9 +19,10 @@ the update. It is never turned into 0.
 - `penalize_invalid` — an optional format term on top of any of them (`training.invalid_penalty`, off by default as
   in the s3 paper): minus penalty x the fraction of the rollout's turns whose action was invalid. Without it an
   invalid turn costs nothing, and a small policy can drift into replies that only select (no query, no stop) while
-  every rollout keeps its reward: docs/transfer.md shows the 135M searcher doing exactly that. training/learn/advantages.py `grpo_advantages` keeps
-  it from outweighing the task reward under GRPO's std normalisation (training.format_advantage = 'centred': a group
-  whose task rewards are all equal no longer gets full-size advantages from it) and counts those format-only groups.
+  every rollout keeps its reward: docs/transfer.md shows the 135M searcher doing exactly that.
+  training/learn/advantages.py `grpo_advantages` keeps it from outweighing the task reward under GRPO's std
+  normalisation (training.format_advantage = 'centred': a group whose task rewards are all equal no longer gets
+  full-size advantages from it) and counts those format-only groups.
 
 `RewardScorer` turns SearchResults into these rewards, calling the frozen generator (and judge, via the metric)
 batched and concurrently through the generator layer. Where a rollout's documents are naive RAG's top-k exactly (same
