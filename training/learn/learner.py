@@ -16,7 +16,7 @@ The learner owns its state and both of its update paths: `update` (RL) and `sft_
 `end_warmup` (RL's reference becomes the warmed policy). The trainer (training/run/trainer.py) keeps what is not the
 learner's: the data order, the rollouts and rewards (through its executor), the advantages of GRPO, the metrics and
 the checkpoint's trainer_state.pt (it stores the state `save` returns, in the single learner's format).
-`pad_rollouts` turns rollouts into the `Batch`es both read.
+training/learn/api.py `pad_rollouts` turns rollouts into the `Batch`es both read.
 """
 
 from __future__ import annotations
