@@ -14,9 +14,9 @@ gradient is the single learner's, so the loss code is this file's `masked_update
 
 The learner owns its state and both of its update paths: `update` (RL) and `sft_update` (the format warm-up), and
 `end_warmup` (RL's reference becomes the warmed policy). The trainer (training/run/trainer.py) keeps what is not the
-learner's: the data order, the rollouts and rewards (through its executor), the rows of an update (their advantages: advantages.py), the metrics and
-the checkpoint's trainer_state.pt (it stores the state `save` returns, in the single learner's format).
-training/learn/api.py `pad_rollouts` turns rollouts into the `Batch`es both read.
+learner's: the data order, the rollouts and rewards (through its executor), the rows of an update (their advantages:
+advantages.py), the metrics and the checkpoint's trainer_state.pt (it stores the state `save` returns, in the single
+learner's format). training/learn/api.py `pad_rollouts` turns rollouts into the `Batch`es both read.
 """
 
 from __future__ import annotations
