@@ -18,7 +18,7 @@ Titles are compared after `norm` (ASCII, lower case, punctuation to spaces), wit
 parenthetical ("Kiss and Tell (1945 film)" is also "kiss and tell"). `cap_hit_shares` measures how often a generator's
 answers hit max_tokens; `paired_rows` builds the paired-bootstrap table (eval/stats.py) the report prints.
 `norm`, `title_variants`, `contains_phrase`, `first_words` and `VISIBLE_WORDS` are the copyable teacher's
-(training/prep/oracle.py, imported from there): one definition of what a searcher can copy, for A1 here and the warm-up there.
+(training/oracle.py, imported from there): one definition of what a searcher can copy, for A1 here and the warm-up there.
 """
 
 from __future__ import annotations
