@@ -491,7 +491,7 @@ def plot_s3(analyses: Sequence[S3Analysis], path: Path) -> Path | None:
 def write_analysis(s3: Sequence[S3Analysis], r1: Sequence[Any], training: Sequence[Any], out: Path,
                    extra_md: Sequence[str] = ()) -> dict[str, Path]:
     """analysis.md (+ .json), behavior.csv, per_turn.csv, hops.csv, behavior.png; the Search-R1 and training parts
-    come from eval/oversearch.py and training/run/collapse.py objects (their own `markdown`, `rows`, `plot`)."""
+    come from eval/oversearch.py and training/collapse.py objects (their own `markdown`, `rows`, `plot`)."""
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     md = ["# What the searchers do", ""]
