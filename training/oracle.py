@@ -19,7 +19,7 @@ replies come from this script, which knows the question's gold supporting paragr
   phrase of what the prompt showed (`visible_segments`, `query_is_visible`).
 
 - `"candidates"` (for searcher.queries_per_turn > 1): the copyable teacher's query, followed in the same JSON list by
-  the other title-like spans visible in the prompt (`training.spans.title_like_spans` of `visible_segments`: not
+  the other title-like spans visible in the prompt (`searcher.spans.title_like_spans` of `visible_segments`: not
   asked yet, not the title of a document already shown), up to `queries_per_turn`; its selection is the gold
   documents of the window those queries bring back. The student learns to list the visible candidates rather than to
   pick the one right span, the scripted heuristic control's breadth (docs/transfer.md); with nothing copyable left it
@@ -254,7 +254,7 @@ def candidate_queries(prompt: str, first: str, n: int, words: int = VISIBLE_WORD
     >>> candidate_queries(p, "Richard Wallace", 3, in_place=True), candidate_queries(p, "Richard Wallace", 1, in_place=True)
     (['Shirley Temple', 'Richard Wallace'], ['Richard Wallace'])
     """
-    from training.spans import title_like_spans  # spans reads oracle's norm: imported here, not at the top
+    from searcher.spans import title_like_spans
 
     skip = {norm(q) for q in _asked(prompt)}
     for w in _windows(prompt):

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from training.oracle import norm, title_variants
+from searcher.titles import norm, title_variants
 
 MAX_TITLE_WORDS = 10  # longest index title (in words) a span is matched against
 
