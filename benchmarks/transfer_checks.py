@@ -12,7 +12,8 @@
                                                               # index, runs under checks/<dataset>/runs/
 
 METHOD: naive_rag_top3 | naive_rag_topN (N = 4, 5, ...: the retriever's top-N) | no_retrieval | untrained (the base
-searcher model, smollm2-135m-instruct, in the same additive loop; --additive searcher.policy=vllm) | a1 | a2 (every missing
+searcher model, smollm2-135m-instruct, in the same additive loop; --additive searcher.policy=vllm) | title_following (the
+heuristic run live: the product searcher, on any --dataset) | a1 | a2 (every missing
 gold paragraph added: a perfect searcher) | heuristic (the title-following searcher) | heuristic_pruned (its
 documents without its non-gold additions) | a0 (attempt 2's
 policy made additive: needs --policy DIR and the searcher's additive setting) | policy_NAME (a searcher trained under
@@ -52,7 +53,7 @@ CAPS = (16, 32, 48)
 # index over its own paragraphs, its runs under RESULTS/<NAME>/runs/<generator>/<METHOD>
 OTHER = {"musique_dev200": ("musique", ROOT.parent / "shared" / "data" / "musique_dev200" / "musique.json"),
          "2wiki_dev200": ("2wiki", ROOT.parent / "shared" / "data" / "2wiki_dev200" / "wikihop.json")}
-OTHER_METHODS = ("naive_rag_top", "no_retrieval", "policy_")
+OTHER_METHODS = ("naive_rag_top", "no_retrieval", "policy_", "title_following")
 
 
 def _s3(*args: str) -> None:
@@ -162,8 +163,8 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
     data, index = _work(dataset) / "data", _work(dataset) / "index"
     if dataset != "hotpotqa_dev500":
         if not method.startswith(OTHER_METHODS):
-            raise SystemExit(f"{dataset} runs naive_rag_topN, no_retrieval and policy_NAME (the checks' contexts "
-                             f"files are hotpotqa_dev500's), not {method!r}")
+            raise SystemExit(f"{dataset} runs naive_rag_topN, no_retrieval, title_following and policy_NAME (the "
+                             f"checks' contexts files are hotpotqa_dev500's), not {method!r}")
         _prepare_other(dataset)
     elif not (index.is_dir() and (RESULTS / "contexts" / "a1.jsonl").is_file()):
         raise SystemExit("run `benchmarks/transfer_checks.py prepare` first")
@@ -216,7 +217,8 @@ def max_tokens(gen: str, limit: int, measure_at: int) -> dict[str, Any]:
     return out
 
 
-ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "a2", "heuristic", "heuristic_pruned", "a0")
+ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "a2", "heuristic", "heuristic_pruned", "title_following",
+         "a0")
 
 
 def report() -> dict[str, Any]:
@@ -288,7 +290,7 @@ def report() -> dict[str, Any]:
         _plot(out["generators"], RESULTS / "checks.png")
         lines += ["![GenAcc and paired differences](checks.png)", ""]
     for dataset in OTHER:
-        head = [f"# {dataset}: naive RAG and the trained searcher", "",
+        head = [f"# {dataset}: naive RAG, the title-following script and the trained searcher", "",
                 f"Its own bm25 index over its paragraphs (`run METHOD --dataset {dataset}`); the searcher was trained on "
                 "HotpotQA questions only.", ""]
         tables = _generator_tables(dataset, head, None, st_words)
@@ -322,7 +324,7 @@ def _generator_tables(dataset: str, lines: list[str], places: Any, st_words: int
             ids = _common_ids(sub, dataset)[:n]
             baselines = ["naive_rag_top3",  # the equal-documents controls, and the bar a trained searcher must clear
                          *[m for m in members if m.startswith("naive_rag_top") and m != "naive_rag_top3"],
-                         *[m for m in members if m == "heuristic"]]
+                         *[m for m in members if m in ("heuristic", "title_following")]]
             table = tc.paired_rows(sub, baselines, ids)
             entry: dict[str, Any] = {"questions": len(ids), "methods": table}
             lines += _table_lines(model, len(ids), table, baselines)
@@ -482,7 +484,8 @@ def main() -> int:
     r.add_argument("--generator", choices=GENERATORS, default="qwen15")
     r.add_argument("--limit", type=int, default=300)
     r.add_argument("--dataset", choices=["hotpotqa_dev500", *OTHER], default="hotpotqa_dev500",
-                   help="musique_dev200 / 2wiki_dev200: naive_rag_topN, no_retrieval and policy_NAME only")
+                   help="musique_dev200 / 2wiki_dev200: naive_rag_topN, no_retrieval, title_following and policy_NAME "
+                   "only")
     r.add_argument("--max-tokens", type=int, default=None, help="override configs/transfer3.toml's max_tokens")
     r.add_argument("--policy", default=None, help="a0 / policy_NAME: the policy directory")
     r.add_argument("--additive", action="append", default=[], metavar="KEY=VALUE",

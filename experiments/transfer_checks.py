@@ -12,6 +12,8 @@ contract `s3 eval --method searcher --contexts FILE` reads), so the real generat
     heuristic (control)   the product's title-following searcher (searcher/title_following.py): query every
                           title-like span visible in the question and the top-3, add the retrieved documents whose
                           title equals the span, up to a document cap
+    title_following       the heuristic run live by `s3 eval --method title_following` (the same searcher, no
+                          contexts file): its rows on the datasets that have no contexts files (musique, 2wiki)
     heuristic_pruned      the heuristic's documents without its non-gold additions (naive RAG's top-3 + only the
                           gold paragraphs the script added): whether dropping what it adds wrongly would help
     naive RAG top-N       the retriever's top-N of the question (`s3 eval --method naive_rag`, retriever.k = N): more
@@ -191,6 +193,8 @@ def eval_method_args(
     (['naive_rag'], ['retriever.k=4'], True)
     >>> eval_method_args("no_retrieval", Path("c"))
     (['no_retrieval'], [], False)
+    >>> eval_method_args("title_following", Path("c"))
+    (['title_following'], ['searcher.k=8', 'searcher.context_cap=5', 'searcher.max_turns=1'], True)
     >>> eval_method_args("policy_x", Path("c"), "p", ["searcher.min_turns=2"])
     (['searcher'], ['searcher.policy_path=p', 'searcher.min_turns=2'], True)
     """
@@ -204,6 +208,9 @@ def eval_method_args(
         return ["no_retrieval"], [], False
     if method == "untrained":  # the base searcher model in the same additive loop (configs/transfer3.toml), greedy
         return ["searcher"], extra, True
+    if method == "title_following":  # the heuristic run live (the product searcher), on any dataset with an index
+        return ["title_following"], [f"searcher.k={HEURISTIC_K}", f"searcher.context_cap={DOC_CAP}",
+                                     "searcher.max_turns=1"], True
     if method in ("a1", "a2", "heuristic", "heuristic_pruned"):
         return ["searcher", "--contexts", str(contexts / f"{method}.jsonl")], [], True
     if method == "a0":
@@ -217,7 +224,7 @@ def eval_method_args(
             raise ValueError(f"{method} needs --policy DIR (a checkpoint's policy/ folder or an exported policy)")
         return ["searcher"], [f"searcher.policy_path={policy}", *extra], True
     raise ValueError(f"unknown method {method!r}: naive_rag_topN, no_retrieval, untrained, a1, a2, heuristic, "
-                     "heuristic_pruned, a0 or policy_NAME")
+                     "heuristic_pruned, title_following, a0 or policy_NAME")
 
 
 # ------------------------------------------------------------------------------------------------ files and tables

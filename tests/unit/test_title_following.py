@@ -157,3 +157,14 @@ def test_the_transfer_checks_pruned_control_keeps_top_k_and_only_gold_additions(
     assert json.loads(json.dumps(row))["documents"] == [{"id": "t1", "title": "Erika Jayne"},
                                                         {"id": "m2", "title": "Marco da Silva (footballer)"}]
     assert tc.eval_method_args("heuristic_pruned", Path("c"))[0] == ["searcher", "--contexts", "c/heuristic_pruned.jsonl"]
+
+
+def test_the_module_doctests() -> None:
+    import doctest
+
+    import searcher.spans
+    import searcher.title_following
+
+    for mod in (searcher.title_following, searcher.spans):
+        res = doctest.testmod(mod, raise_on_error=False)
+        assert res.failed == 0 and res.attempted > 0, mod.__name__
