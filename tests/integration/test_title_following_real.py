@@ -95,3 +95,34 @@ def test_through_the_real_search_app_and_the_command_line(hotpot: tuple[Path, Pa
     assert main(["search", q.question, "--index", str(index), *sets, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [d["title"] for d in out["documents"]] == titles
+
+
+def test_s3_eval_runs_it_as_a_method_and_the_leaderboard_takes_it_as_the_baseline(
+        hotpot: tuple[Path, Path, list[QAExample]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`s3 eval --method title_following` (the real SmolLM2 generator, 2 questions): its rows are the script's
+    documents, its contexts.jsonl its trajectories; `s3 leaderboard --baseline title_following` pairs naive RAG
+    against it."""
+    from eval.rundir import RESULTS_FILE, read_results
+    from s3.cli import main
+
+    corpus, index, qs = hotpot
+    monkeypatch.setenv("S3_LLAMA_THREADS", "1")
+    data = corpus.parent
+    common = ["--dataset", str(data), "--index", str(index), "--limit", "2", "--no-progress",
+              "--generator", "local/smollm2-135m-instruct", "--set", "eval.use_judge=false",
+              "--set", "generator.max_tokens=16", "--set", f"generator.cache_path={tmp_path / 'c.sqlite'}"]
+    tf, rag = tmp_path / "title_following", tmp_path / "naive_rag"
+    assert main(["eval", "--method", "title_following", "--out", str(tf), *common,
+                 "--set", "searcher.context_cap=5", "--set", "searcher.k=8"]) == 0
+    assert main(["eval", "--method", "naive_rag", "--out", str(rag), *common]) == 0
+    rows = read_results(tf / RESULTS_FILE)
+    summary = json.loads((tf / "summary.json").read_text())
+    assert summary["config"]["searcher"] == {"class": "TitleFollowingSearcher", "kind": "title_following", "k": 8,
+                                             "max_turns": 1, "context_cap": 5}
+    expect = build_configured_searcher(CHECKS, build_retriever(RetrieverConfig(), index), k0=3).search(qs[:2])
+    assert [rows[q.id]["context_ids"] for q in qs[:2]] == [[d.id for d in r.documents] for r in expect]
+    traj = [json.loads(line) for line in (tf / "contexts.jsonl").read_text().splitlines()]
+    assert [t["id"] for t in traj] == [q.id for q in qs[:2]] and all(t["steps"][0]["turn"] == 0 for t in traj)
+    assert main(["leaderboard", str(tf), str(rag), "--baseline", "title_following", "--out", str(tmp_path / "lb")]) == 0
+    board = (tmp_path / "lb" / "leaderboard.md").read_text()
+    assert "| Title-following script |" in board and "GBR (naive RAG - title-following)" in board
