@@ -12,14 +12,17 @@
                                                               # index, runs under checks/<dataset>/runs/
 
 METHOD: naive_rag_top3 | naive_rag_topN (N = 4, 5, ...: the retriever's top-N) | no_retrieval | untrained (the base
-searcher model, smollm2-135m-instruct, in the same additive loop; --additive searcher.policy=vllm) | a1 | a2 (every missing
-gold paragraph added: a perfect searcher) | heuristic | a0 (attempt 2's
+searcher model, smollm2-135m-instruct, in the same additive loop; --additive searcher.policy=vllm) | title_following (the
+heuristic run live: the product searcher, on any --dataset) | a1 | a2 (every missing
+gold paragraph added: a perfect searcher) | heuristic (the title-following searcher) | heuristic_pruned (its
+documents without its non-gold additions) | a0 (attempt 2's
 policy made additive: needs --policy DIR and the searcher's additive setting) | policy_NAME (a searcher trained under
 configs/transfer3.toml: --policy DIR; e.g. `run policy_warmed60 --policy runs/transfer3/warmed60_policy
 --additive searcher.policy=vllm`, the vLLM engine for the searcher's greedy rollouts). Each is one resumable `s3 eval` run
 (configs/transfer3.toml; GenAcc = span check, else the 0.5B judge) in
 benchmarks/results/transfer3/checks/runs/<generator>/<METHOD>/: run the same command again and it resumes; a larger
---limit extends it. The contexts files (contexts/a1.jsonl, a2.jsonl, heuristic.jsonl; contexts/places.jsonl: where each
+--limit extends it. The contexts files (contexts/a1.jsonl, a2.jsonl, heuristic.jsonl, heuristic_pruned.jsonl;
+contexts/places.jsonl: where each
 question's missing gold title was visible, the report's diagnosis table) cover all 500 questions, so
 their runs' identity does not change with --limit. The logic (copyable gold, title-like spans, the paired table) is
 experiments/transfer_checks.py.
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import transfer_checks as tc
+from searcher.title_following import TitleFollowingSearcher
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +53,7 @@ CAPS = (16, 32, 48)
 # index over its own paragraphs, its runs under RESULTS/<NAME>/runs/<generator>/<METHOD>
 OTHER = {"musique_dev200": ("musique", ROOT.parent / "shared" / "data" / "musique_dev200" / "musique.json"),
          "2wiki_dev200": ("2wiki", ROOT.parent / "shared" / "data" / "2wiki_dev200" / "wikihop.json")}
-OTHER_METHODS = ("naive_rag_top", "no_retrieval", "policy_")
+OTHER_METHODS = ("naive_rag_top", "no_retrieval", "policy_", "title_following")
 
 
 def _s3(*args: str) -> None:
@@ -81,12 +85,19 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
     retriever = load_retriever(cfg.retriever, index)
     titles = tc.TitleIndex.of(d.title for d in iter_corpus(data / "corpus.jsonl"))
     tops = retriever.search([q.question for q in qs], cfg.retriever.k)
+    # the heuristic control is the product's title-following searcher at the checks' settings (one span turn, cap,
+    # k a span, the visible words): one batched call per step over all questions
+    script = TitleFollowingSearcher(
+        retriever, cfg.searcher.model_copy(update={"k": k, "context_cap": cap, "max_turns": 1,
+                                                   "begin_with_search": True}),
+        k0=cfg.retriever.k, titles=titles, words=words)
+    followed, _ = script.follow([q.question for q in qs])
     out = RESULTS / "contexts"
     out.mkdir(parents=True, exist_ok=True)
-    a1_rows, a2_rows, h_rows, place_rows = [], [], [], []
+    a1_rows, a2_rows, h_rows, p_rows, place_rows = [], [], [], [], []
     lacking = copyable = 0
     n_added_h = []
-    for q, top in zip(qs, tops, strict=True):
+    for q, top, h in zip(qs, tops, followed, strict=True):
         gold = [d for d in retriever.get(list(q.supporting_ids)) if d is not None]
         missing = [g for g in gold if g.id not in {d.id for d in top}]
         add = tc.copyable_gold(q.question, top, gold, words)
@@ -96,10 +107,14 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
         copyable += bool(add)
         a1_rows.append(tc.contexts_row(q.id, [*top, *add], added=[d.id for d in add], missing_gold=len(missing)))
         a2_rows.append(tc.contexts_row(q.id, tc.a2_documents(top, gold), added=[d.id for d in missing]))
-        h = tc.heuristic_documents(q.question, top, retriever.search, titles, cap=cap, k=k, words=words)
+        if [d.id for d in h.documents[:len(top)]] != [d.id for d in top]:
+            raise SystemExit(f"{q.id}: the title-following searcher's D0 is not naive RAG's top-{len(top)}")
         n_added_h.append(len(h.documents) - len(top))
         h_rows.append(tc.contexts_row(q.id, h.documents, n_queries=len(h.queries), added_by=h.added_by))
-    for name, rows in (("a1", a1_rows), ("a2", a2_rows), ("heuristic", h_rows), ("places", place_rows)):
+        kept = tc.pruned_documents(h.documents, h.added_by, set(q.supporting_ids))
+        p_rows.append(tc.contexts_row(q.id, kept, dropped=sorted(set(h.added_by) - {d.id for d in kept})))
+    for name, rows in (("a1", a1_rows), ("a2", a2_rows), ("heuristic", h_rows), ("heuristic_pruned", p_rows),
+                       ("places", place_rows)):
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     gold_ids = {q.id: set(q.supporting_ids) for q in qs}
     h_gold_added = sum(bool(set(r["added_by"]) & gold_ids[r["id"]]) for r in h_rows)
@@ -115,6 +130,8 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
         "missing_gold_places": {p: sum(r["place"] == p for r in place_rows) for p in tc.GOLD_PLACES},
         "heuristic_added_docs_gold_share": (
             sum(len(set(r["added_by"]) & gold_ids[r["id"]]) for r in h_rows) / max(sum(n_added_h), 1)),
+        "heuristic_pruned_mean_docs": statistics.fmean(len(r["documents"]) for r in p_rows),
+        "heuristic_pruned_questions_changed": sum(bool(r["dropped"]) for r in p_rows),
     }
     (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(stats, indent=2))
@@ -146,8 +163,8 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
     data, index = _work(dataset) / "data", _work(dataset) / "index"
     if dataset != "hotpotqa_dev500":
         if not method.startswith(OTHER_METHODS):
-            raise SystemExit(f"{dataset} runs naive_rag_topN, no_retrieval and policy_NAME (the checks' contexts "
-                             f"files are hotpotqa_dev500's), not {method!r}")
+            raise SystemExit(f"{dataset} runs naive_rag_topN, no_retrieval, title_following and policy_NAME (the "
+                             f"checks' contexts files are hotpotqa_dev500's), not {method!r}")
         _prepare_other(dataset)
     elif not (index.is_dir() and (RESULTS / "contexts" / "a1.jsonl").is_file()):
         raise SystemExit("run `benchmarks/transfer_checks.py prepare` first")
@@ -200,7 +217,8 @@ def max_tokens(gen: str, limit: int, measure_at: int) -> dict[str, Any]:
     return out
 
 
-ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "a2", "heuristic", "a0")
+ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "a2", "heuristic", "heuristic_pruned", "title_following",
+         "a0")
 
 
 def report() -> dict[str, Any]:
@@ -228,7 +246,10 @@ def report() -> dict[str, Any]:
                   f"{st['heuristic_mean_queries']:.1f} span queries a question, adds documents on "
                   f"{st['heuristic_questions_with_additions']} questions, a gold one on "
                   f"{st['heuristic_questions_adding_gold']}; share of added documents that are gold "
-                  f"{st['heuristic_added_docs_gold_share']:.3f}; mean documents {st['heuristic_mean_docs']:.2f}", ""]
+                  f"{st['heuristic_added_docs_gold_share']:.3f}; mean documents {st['heuristic_mean_docs']:.2f}"
+                  + (f"\n- heuristic_pruned (its non-gold additions removed): changed on "
+                     f"{st['heuristic_pruned_questions_changed']} questions, mean documents "
+                     f"{st['heuristic_pruned_mean_docs']:.2f}" if "heuristic_pruned_mean_docs" in st else ""), ""]
     mt_path = RESULTS / "max_tokens.json"
     if mt_path.is_file():
         mt = json.loads(mt_path.read_text())
@@ -269,7 +290,7 @@ def report() -> dict[str, Any]:
         _plot(out["generators"], RESULTS / "checks.png")
         lines += ["![GenAcc and paired differences](checks.png)", ""]
     for dataset in OTHER:
-        head = [f"# {dataset}: naive RAG and the trained searcher", "",
+        head = [f"# {dataset}: naive RAG, the title-following script and the trained searcher", "",
                 f"Its own bm25 index over its paragraphs (`run METHOD --dataset {dataset}`); the searcher was trained on "
                 "HotpotQA questions only.", ""]
         tables = _generator_tables(dataset, head, None, st_words)
@@ -303,7 +324,7 @@ def _generator_tables(dataset: str, lines: list[str], places: Any, st_words: int
             ids = _common_ids(sub, dataset)[:n]
             baselines = ["naive_rag_top3",  # the equal-documents controls, and the bar a trained searcher must clear
                          *[m for m in members if m.startswith("naive_rag_top") and m != "naive_rag_top3"],
-                         *[m for m in members if m == "heuristic"]]
+                         *[m for m in members if m in ("heuristic", "title_following")]]
             table = tc.paired_rows(sub, baselines, ids)
             entry: dict[str, Any] = {"questions": len(ids), "methods": table}
             lines += _table_lines(model, len(ids), table, baselines)
@@ -463,7 +484,8 @@ def main() -> int:
     r.add_argument("--generator", choices=GENERATORS, default="qwen15")
     r.add_argument("--limit", type=int, default=300)
     r.add_argument("--dataset", choices=["hotpotqa_dev500", *OTHER], default="hotpotqa_dev500",
-                   help="musique_dev200 / 2wiki_dev200: naive_rag_topN, no_retrieval and policy_NAME only")
+                   help="musique_dev200 / 2wiki_dev200: naive_rag_topN, no_retrieval, title_following and policy_NAME "
+                   "only")
     r.add_argument("--max-tokens", type=int, default=None, help="override configs/transfer3.toml's max_tokens")
     r.add_argument("--policy", default=None, help="a0 / policy_NAME: the policy directory")
     r.add_argument("--additive", action="append", default=[], metavar="KEY=VALUE",

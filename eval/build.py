@@ -38,7 +38,7 @@ from generator_adapters.judge import Judge
 from s3core.errors import ConfigError, DataFormatError
 from s3core.io import JsonObject, file_sha256
 from s3core.types import Document, QAExample
-from searcher.build import build_policy, build_retriever, build_searcher
+from searcher.build import build_configured_searcher, build_retriever
 from searcher.config import RetrieverConfig
 from searcher.retrieval.base import Retriever
 from searcher.retrieval.metrics import supporting_ids_in_index
@@ -68,7 +68,7 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
     method = opts.method
     rcfg = cfg.retriever
     index_dir = opts.index or cfg.resolve(rcfg.index)
-    needs_index = method in ("naive_rag", "search_r1", "search_r1_ret") or (method == "searcher" and opts.contexts is None)
+    needs_index = method in ("naive_rag", "title_following", "search_r1", "search_r1_ret") or (method == "searcher" and opts.contexts is None)
     if needs_index and index_dir is None:
         raise ConfigError(f"--method {method} needs a retrieval index: pass --index DIR or set retriever.index")
     retriever = None
@@ -110,17 +110,23 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
     else:
         assert retriever is not None  # needs_index above
         s = cfg.searcher
-        agent = build_searcher(s, retriever, build_policy(s), k0=rcfg.k,
-                               agent="search_r1" if method.startswith("search_r1") else "s3")
+        if method == "title_following":
+            s = s.model_copy(update={"kind": "title_following"})
+        agent = build_configured_searcher(s, retriever, k0=rcfg.k,
+                                          agent="search_r1" if method.startswith("search_r1") else "s3")
         contexts = agent_contexts(agent, own_answer=(method == "search_r1"), trajectories=opts.out / TRAJECTORIES_FILE)
-        config["searcher"] = {"class": type(agent).__name__, "policy": s.policy, "model": s.model,
-                              "policy_path": s.policy_path, "k": s.k, "max_turns": s.max_turns,
-                              "doc_token_budget": s.doc_token_budget, "max_select": s.max_select,
-                              "temperature": s.temperature, "gguf_sha256": _local_gguf_sha256(s.model)}
-        if s.queries_per_turn > 1:  # only then: the identity of every earlier run stays what it was
-            config["searcher"]["queries_per_turn"] = s.queries_per_turn
-        if s.policy == "vllm" and s.vllm.presence_penalty:
-            config["searcher"]["presence_penalty"] = s.vllm.presence_penalty
+        if s.kind == "title_following":  # a script: its identity is its settings, no model
+            config["searcher"] = {"class": type(agent).__name__, "kind": s.kind, "k": s.k,
+                                  "max_turns": min(s.max_turns, 1), "context_cap": s.max_contexts}
+        else:
+            config["searcher"] = {"class": type(agent).__name__, "policy": s.policy, "model": s.model,
+                                  "policy_path": s.policy_path, "k": s.k, "max_turns": s.max_turns,
+                                  "doc_token_budget": s.doc_token_budget, "max_select": s.max_select,
+                                  "temperature": s.temperature, "gguf_sha256": _local_gguf_sha256(s.model)}
+            if s.queries_per_turn > 1:  # only then: the identity of every earlier run stays what it was
+                config["searcher"]["queries_per_turn"] = s.queries_per_turn
+            if s.policy == "vllm" and s.vllm.presence_penalty:
+                config["searcher"]["presence_penalty"] = s.vllm.presence_penalty
         if method == "search_r1":
             config["generator"] = {"model": f"{s.model} (search_r1 agent)", "prompt_sha256": "search_r1"}
 

@@ -32,6 +32,7 @@ from s3core.types import Document, QAExample, SearchResult
 if TYPE_CHECKING:  # annotations only: `s3 search` imports this module at start-up
     from searcher.agent import S3Searcher
     from searcher.retrieval.base import Retriever
+    from searcher.title_following import TitleFollowingSearcher
 
 _ROW_SHAPE = '{"id", "documents": [{"id", ...}]}'
 
@@ -85,8 +86,10 @@ def _policy_error(result: SearchResult) -> str | None:
     return None
 
 
-def agent_contexts(agent: S3Searcher, own_answer: bool, trajectories: Path | None = None) -> ContextFn:
-    """An S3Searcher / SearchR1Agent (sync, batched) run off the event loop; `own_answer`: the agent's answer too.
+def agent_contexts(agent: S3Searcher | TitleFollowingSearcher, own_answer: bool,
+                   trajectories: Path | None = None) -> ContextFn:
+    """An S3Searcher / SearchR1Agent / TitleFollowingSearcher (sync, batched) run off the event loop; `own_answer`: the
+    agent's answer too.
     `trajectories`: a contexts.jsonl the agent's trajectories are appended to, a batch at a time (turns, queries,
     selections, stops: what the searcher did for each evaluated question; `s3 eval --contexts` replays it). A resumed
     run appends the retried questions again; readers keep the latest row per id."""

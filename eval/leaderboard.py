@@ -56,6 +56,7 @@ from s3core.errors import DataFormatError, S3Error
 METHOD_LABELS = {
     "no_retrieval": "No retrieval",
     "naive_rag": "Naive RAG",
+    "title_following": "Title-following script",
     "searcher": "s3 searcher",
     "search_r1": "Search-R1",
     "search_r1_ret": "Search-R1 (Ret)",
@@ -63,7 +64,7 @@ METHOD_LABELS = {
 GBR = "gbr"
 DEFAULT_BASELINE = "naive_rag"  # the paper's GBR: searcher - naive RAG
 GBR_RESAMPLES = 2000  # paired_diff_ci's resamples (benchmarks/transfer_checks.py's report uses the same)
-_GBR_NAMES = {"naive_rag": "naive RAG"}
+_GBR_NAMES = {"naive_rag": "naive RAG", "title_following": "title-following"}
 _LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 

@@ -9,8 +9,13 @@ contract `s3 eval --method searcher --contexts FILE` reads), so the real generat
     A2 (any searcher's)   naive RAG's top-3 plus EVERY missing gold paragraph, visible or not: a perfect searcher at
                           the heuristic's cap (HotpotQA has two gold paragraphs), the margin any searcher could have
                           over the heuristic
-    heuristic (control)   query every title-like span visible in the question and the top-3 (`title_like_spans`),
-                          add the retrieved documents whose title equals the span, up to a document cap
+    heuristic (control)   the product's title-following searcher (searcher/title_following.py): query every
+                          title-like span visible in the question and the top-3, add the retrieved documents whose
+                          title equals the span, up to a document cap
+    title_following       the heuristic run live by `s3 eval --method title_following` (the same searcher, no
+                          contexts file): its rows on the datasets that have no contexts files (musique, 2wiki)
+    heuristic_pruned      the heuristic's documents without its non-gold additions (naive RAG's top-3 + only the
+                          gold paragraphs the script added): whether dropping what it adds wrongly would help
     naive RAG top-N       the retriever's top-N of the question (`s3 eval --method naive_rag`, retriever.k = N): more
                           documents without better ones
 
@@ -18,13 +23,12 @@ Titles are compared after `norm` (ASCII, lower case, punctuation to spaces), wit
 parenthetical ("Kiss and Tell (1945 film)" is also "kiss and tell"). `cap_hit_shares` measures how often a generator's
 answers hit max_tokens; `paired_rows` builds the paired-bootstrap table (eval/stats.py) the report prints.
 `norm`, `title_variants`, `contains_phrase`, `first_words` and `VISIBLE_WORDS` are the copyable teacher's
-(training/oracle.py, imported from there): one definition of what a searcher can copy, for A1 here and the warm-up there.
+(training/prep/oracle.py, imported from there): one definition of what a searcher can copy, for A1 here and the warm-up there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,7 @@ from eval.stats import mean_ci, paired_diff_ci
 from s3core.errors import DataFormatError
 from s3core.types import Document
 from searcher.spans import MAX_TITLE_WORDS, TitleIndex, title_like_spans  # noqa: F401  (re-exported)
+from searcher.title_following import SearchFn, TitleFollowing, follow_titles
 
 # the copyable teacher's definitions, one for A1 here and the warm-up and training.data.keep_copyable there
 from training.prep.oracle import (  # noqa: F401  (re-exported: this module's API)
@@ -97,48 +102,28 @@ def query_kind(query: str | None, question: str, top: Sequence[Document], copyab
 # ------------------------------------------------------------------------------------------------ the heuristic
 
 
-SearchFn = Callable[[list[str], int], list[list[Document]]]
-
-
-@dataclass
-class HeuristicResult:
-    documents: list[Document]
-    queries: list[str]  # every span queried
-    added_by: dict[str, str]  # added document id -> the span whose query found it
+HeuristicResult = TitleFollowing  # documents, queries (every span searched), added_by (added id -> its span)
 
 
 def heuristic_documents(
     question: str, top: Sequence[Document], search: SearchFn, titles: TitleIndex | None = None, *,
     cap: int = DOC_CAP, k: int = HEURISTIC_K, words: int = VISIBLE_WORDS,
 ) -> HeuristicResult:
-    """The scripted control: the top documents, then, querying each title-like span visible in the question and the
-    top documents (`visible_segments`, in that order; a span that is a top document's own title is skipped), the
-    retrieved documents whose title equals the span (`title_variants`), in span order then rank order, until `cap`
-    documents. `search` is a retriever's batched search (queries, k) -> documents per query."""
-    if cap < len(top):
-        raise ValueError(f"cap {cap} is below the {len(top)} documents it starts from")
-    own = {v for d in top for v in title_variants(d.title)}
-    spans: list[str] = []
-    seen: set[str] = set()
-    for seg in visible_segments(question, top, words):
-        for s in title_like_spans(seg, titles):
-            key = norm(s)
-            if key not in seen and key not in own:
-                seen.add(key)
-                spans.append(s)
-    docs, added_by = list(top), {}
-    have = {d.id for d in docs}
-    if spans and len(docs) < cap:
-        for span, hits in zip(spans, search(spans, k), strict=True):
-            key = norm(span)
-            for d in hits:
-                if len(docs) >= cap:
-                    break
-                if d.id not in have and key in title_variants(d.title):
-                    docs.append(d)
-                    have.add(d.id)
-                    added_by[d.id] = span
-    return HeuristicResult(docs, spans, added_by)
+    """The scripted control for one question: the product's title-following searcher (searcher/title_following.py
+    `follow_titles`, the one definition) at the checks' settings (cap 5, k = 8 a span, 70 words of each top
+    document). `benchmarks/transfer_checks.py prepare` runs the searcher itself (`TitleFollowingSearcher.follow`)."""
+    return follow_titles(question, top, search, titles, cap=cap, k=k, words=words)
+
+
+def pruned_documents(documents: Sequence[Document], added_by: Mapping[str, str], gold: set[str]) -> list[Document]:
+    """The oracle-pruned control: the script's documents without the additions that are not gold (naive RAG's top-k,
+    then only the gold paragraphs the script added), in the script's order.
+
+    >>> d = lambda i: Document(id=i, title=i, text="")
+    >>> [x.id for x in pruned_documents([d("t"), d("x"), d("g")], {"x": "X", "g": "G"}, {"g", "t"})]
+    ['t', 'g']
+    """
+    return [d for d in documents if d.id not in added_by or d.id in gold]
 
 
 # ------------------------------------------------------------------------------------- where a searcher could reach
@@ -199,7 +184,8 @@ def eval_method_args(
 ) -> tuple[list[str], list[str], bool]:
     """What one check runs as (`benchmarks/transfer_checks.py run METHOD`): the `s3 eval --method` arguments, the
     `--set`s beyond the generator's, and whether the run reads the index (no_retrieval does not, and `s3 eval`
-    refuses an `--index` it would not use). `contexts` holds a1.jsonl, a2.jsonl and heuristic.jsonl; `policy` is a0's and
+    refuses an `--index` it would not use). `contexts` holds a1.jsonl, a2.jsonl, heuristic.jsonl and
+    heuristic_pruned.jsonl; `policy` is a0's and
     policy_NAME's policy directory; `extra_sets` are a0's additive setting, policy_NAME's and untrained's extra `--set`s.
     A method it does not know, or one missing what it needs, is a ValueError that says what to pass.
 
@@ -207,6 +193,8 @@ def eval_method_args(
     (['naive_rag'], ['retriever.k=4'], True)
     >>> eval_method_args("no_retrieval", Path("c"))
     (['no_retrieval'], [], False)
+    >>> eval_method_args("title_following", Path("c"))
+    (['title_following'], ['searcher.k=8', 'searcher.context_cap=5', 'searcher.max_turns=1'], True)
     >>> eval_method_args("policy_x", Path("c"), "p", ["searcher.min_turns=2"])
     (['searcher'], ['searcher.policy_path=p', 'searcher.min_turns=2'], True)
     """
@@ -220,7 +208,10 @@ def eval_method_args(
         return ["no_retrieval"], [], False
     if method == "untrained":  # the base searcher model in the same additive loop (configs/transfer3.toml), greedy
         return ["searcher"], extra, True
-    if method in ("a1", "a2", "heuristic"):
+    if method == "title_following":  # the heuristic run live (the product searcher), on any dataset with an index
+        return ["title_following"], [f"searcher.k={HEURISTIC_K}", f"searcher.context_cap={DOC_CAP}",
+                                     "searcher.max_turns=1"], True
+    if method in ("a1", "a2", "heuristic", "heuristic_pruned"):
         return ["searcher", "--contexts", str(contexts / f"{method}.jsonl")], [], True
     if method == "a0":
         if policy is None or not extra:
@@ -232,8 +223,8 @@ def eval_method_args(
         if policy is None:
             raise ValueError(f"{method} needs --policy DIR (a checkpoint's policy/ folder or an exported policy)")
         return ["searcher"], [f"searcher.policy_path={policy}", *extra], True
-    raise ValueError(f"unknown method {method!r}: naive_rag_topN, no_retrieval, untrained, a1, a2, heuristic, a0 or "
-                     "policy_NAME")
+    raise ValueError(f"unknown method {method!r}: naive_rag_topN, no_retrieval, untrained, a1, a2, heuristic, "
+                     "heuristic_pruned, title_following, a0 or policy_NAME")
 
 
 # ------------------------------------------------------------------------------------------------ files and tables

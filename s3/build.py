@@ -20,13 +20,13 @@ from typing import NamedTuple
 from s3.config import S3Config
 from s3core.errors import S3Error
 from searcher.agent import S3Searcher
-from searcher.build import AgentKind, build_policy, build_retriever, trained_settings
-from searcher.build import build_searcher as _build_loop
+from searcher.build import AgentKind, build_configured_searcher, build_retriever, trained_settings
 from searcher.retrieval.base import Retriever
+from searcher.title_following import TitleFollowingSearcher
 
 
 class BuiltSearcher(NamedTuple):
-    searcher: S3Searcher
+    searcher: S3Searcher | TitleFollowingSearcher  # searcher.kind: the s3 loop on a policy, or the title-following script
     retriever: Retriever
     index_dir: Path | None
 
@@ -59,5 +59,5 @@ def build_searcher(
         cfg, index = trained_config(cfg, policy, index)
     where = index_dir(cfg, index)
     retriever = build_retriever(cfg.retriever, where)
-    searcher = _build_loop(cfg.searcher, retriever, build_policy(cfg.searcher), k0=cfg.retriever.k, agent=agent)
+    searcher = build_configured_searcher(cfg.searcher, retriever, k0=cfg.retriever.k, agent=agent)
     return BuiltSearcher(searcher, retriever, where)

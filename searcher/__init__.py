@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from searcher.agent import S3Searcher, SearchR1Agent
     from searcher.build import (
         AgentKind,
+        build_configured_searcher,
         build_policy,
         build_retriever,
         build_searcher,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from searcher.config import RetrieverConfig, SearcherConfig, ServiceConfig
     from searcher.policy import Policy, ScriptedPolicy
     from searcher.retrieval import Retriever, build_index, load_retriever
+    from searcher.title_following import TitleFollowingSearcher
     from searcher.trained import TrainedSearcherRecord, apply_record, find_record
 
 # public name -> the module that defines it
@@ -45,6 +47,7 @@ _HOME = {
     "S3Searcher": "searcher.agent",
     "SearchR1Agent": "searcher.agent",
     "AgentKind": "searcher.build",
+    "build_configured_searcher": "searcher.build",
     "build_policy": "searcher.build",
     "build_retriever": "searcher.build",
     "build_searcher": "searcher.build",
@@ -58,6 +61,7 @@ _HOME = {
     "Retriever": "searcher.retrieval",
     "build_index": "searcher.retrieval",
     "load_retriever": "searcher.retrieval",
+    "TitleFollowingSearcher": "searcher.title_following",
     "TrainedSearcherRecord": "searcher.trained",
     "apply_record": "searcher.trained",
     "find_record": "searcher.trained",
@@ -73,8 +77,10 @@ __all__ = [
     "SearchR1Agent",
     "SearcherConfig",
     "ServiceConfig",
+    "TitleFollowingSearcher",
     "TrainedSearcherRecord",
     "apply_record",
+    "build_configured_searcher",
     "build_index",
     "build_policy",
     "build_retriever",

@@ -18,11 +18,12 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Literal
 
-from s3core.errors import S3Error
+from s3core.errors import ConfigError, S3Error
 from searcher.agent import S3Searcher, SearchR1Agent
 from searcher.config import RetrieverConfig, SearcherConfig
 from searcher.policy.base import Policy
 from searcher.retrieval.base import Retriever
+from searcher.title_following import TitleFollowingSearcher, build_title_following
 from searcher.trained import apply_record, find_record
 
 AgentKind = Literal["s3", "search_r1"]
@@ -52,6 +53,19 @@ def build_searcher(
     """The s3 loop (or the Search-R1 agent) over `retriever` and `policy`; `k0` = the naive-RAG k of begin-with-search."""
     cls = SearchR1Agent if agent == "search_r1" else S3Searcher
     return cls(policy, retriever, cfg, k0=k0)
+
+
+def build_configured_searcher(
+    cfg: SearcherConfig, retriever: Retriever, *, k0: int, agent: AgentKind = "s3", threads: int | None = None
+) -> S3Searcher | TitleFollowingSearcher:
+    """The searcher `cfg.kind` names over `retriever`: the s3 loop (or the Search-R1 agent) on the policy `cfg`
+    describes, or the title-following script (searcher/title_following.py; no policy is built)."""
+    if cfg.kind == "title_following":
+        if agent != "s3":
+            raise ConfigError("searcher.kind = 'title_following' is an s3 searcher (documents for a generator), not a "
+                              "Search-R1 agent")
+        return build_title_following(cfg, retriever, k0=k0)
+    return build_searcher(cfg, retriever, build_policy(cfg, threads=threads), k0=k0, agent=agent)
 
 
 def trained_settings(

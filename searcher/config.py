@@ -140,6 +140,14 @@ class VLLMConfig(Section):
 
 
 class SearcherConfig(Section):
+    kind: Literal["llm", "title_following"] = Field(
+        "llm",
+        description="What drives the search: 'llm' = a policy model (the s3 loop; the settings below), "
+        "'title_following' = a script, no model: it searches every title-like span of the question and of naive "
+        "RAG's top-k0 and adds the pages titled exactly as a span (k per span, up to context_cap; one span turn). It "
+        "needs titled documents (an index without titles is refused) and is the control trained searchers are "
+        "reported against (docs/transfer.md; cap 5 there).",
+    )
     policy: Literal["litellm", "transformers", "vllm"] = Field("litellm", description="Policy backend of the searcher LLM.")
     model: str = Field(
         "local/qwen2.5-coder-0.5b-instruct",

@@ -421,8 +421,9 @@ def create_search_app(
     from searcher.serving import ERROR_RESPONSES, ApiError, app_kwargs, check_response_budget, protect
 
     searcher_cfg = searcher.cfg if searcher_cfg is None else searcher_cfg
-    if model is None:
-        model = searcher_cfg.policy_path or searcher_cfg.model
+    if model is None:  # the title-following script has no model: /health names the script
+        model = ("title_following" if searcher_cfg.kind == "title_following"
+                 else searcher_cfg.policy_path or searcher_cfg.model)
     if index is not None:
         index = PurePath(index).name  # /health names the index, never a path of the serving machine
     price = policy_price(searcher_cfg)

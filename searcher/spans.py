@@ -2,7 +2,7 @@
 
 One definition for the scripted heuristic control (experiments/transfer_checks.py `heuristic_documents`: query every
 span visible in the question and naive RAG's top documents) and the candidates teacher of the warm-up
-(training/oracle.py, teacher "candidates": the spans it lists beside the missing gold title). Pure text functions.
+(training/prep/oracle.py, teacher "candidates": the spans it lists beside the missing gold title). Pure text functions.
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@
 The index and the searcher policy default to the config's ([retriever].index, [searcher] = the offline model).
 `--policy RUN_DIR` loads a trained searcher (transformers backend, or vLLM when searcher.policy=vllm is set) with the
 turns / k / selection / document budget and the index it was trained with; an explicit --index, --config or --set wins.
+
+`--set searcher.kind=title_following` runs the title-following script instead of a model (searcher/title_following.py):
+naive RAG's top-k, then the pages titled exactly as a title-like span of the question or of those documents (k
+documents a span, up to searcher.context_cap; the measured control: context_cap = 5). It needs titled documents: an
+index without titles is refused (there it would return naive RAG's top-k unchanged).
 """
 
 from __future__ import annotations
@@ -169,6 +174,8 @@ def print_trajectory(result: Any, retriever: Any = None, file: Any = None) -> No
     for step in result.steps:
         label = "begin-with-search" if step.turn == 0 else f"turn {step.turn}"
         query = f"query: {escape(repr(step.query))}" if step.query is not None else "(no query)"
+        if step.queries:  # several queries in one turn (a list of candidates, the title-following script's spans)
+            query = f"{len(step.queries)} queries: {escape(', '.join(map(repr, step.queries)))}"
         console.print(f"\n[bold cyan]{label}[/bold cyan]  {query}")
         if step.invalid_reason:
             console.print(f"  [red]invalid action:[/red] {escape(step.invalid_reason)}")

@@ -12,7 +12,7 @@ import pytest
 from eval.contexts import read_contexts_file
 from experiments import transfer_checks as tc
 from s3core.corpus import write_corpus
-from s3core.errors import DataFormatError
+from s3core.errors import ConfigError, DataFormatError
 from s3core.types import Document
 from searcher.config import RetrieverConfig
 from searcher.retrieval import build_index, load_retriever
@@ -103,7 +103,7 @@ def test_heuristic_adds_exact_title_matches_in_span_order_up_to_the_cap() -> Non
     assert [d.id for d in h.documents] == ["t1", "k1", "m1", "m2"]  # cap 4: Los Angeles does not fit
     assert h.added_by == {"k1": "Kiss and Tell", "m1": "Marco Da Silva", "m2": "Marco Da Silva"}
     assert [d.id for d in tc.heuristic_documents(q, top, search, cap=1).documents] == ["t1"]
-    with pytest.raises(ValueError, match="below"):
+    with pytest.raises(ConfigError, match="below"):
         tc.heuristic_documents(q, [*top, kt], search, cap=1)
 
 
@@ -194,7 +194,7 @@ def test_query_kinds_and_the_module_doctests() -> None:
 def test_each_check_runs_as_its_s3_eval_arguments_and_a_missing_piece_is_named(tmp_path: Path) -> None:
     """The method -> `s3 eval` mapping: no_retrieval reads no index (`s3 eval` refuses an --index it would not use:
     the first no_retrieval run stopped there), the contexts files, and errors that say what to pass."""
-    for method in ("heuristic", "a2"):
+    for method in ("heuristic", "heuristic_pruned", "a2"):
         assert tc.eval_method_args(method, tmp_path) == (
             ["searcher", "--contexts", str(tmp_path / f"{method}.jsonl")], [], True)
     assert tc.eval_method_args("untrained", tmp_path, None, ["searcher.policy=vllm"]) == (

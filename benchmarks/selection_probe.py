@@ -1,0 +1,164 @@
+"""The selection probe (issue 60, build step 2): can a searcher this size read? Selection alone, supervised.
+
+    .venv/bin/python benchmarks/selection_probe.py prepare          # HotpotQA train data + bm25 (runs/selection_probe/)
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/selection_probe.py run --model smollm2-135m-instruct \
+        --train 800 --heldout 200 --epochs 1                        # -> benchmarks/results/selection_probe/<model>/
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/selection_probe.py run --model qwen2.5-coder-0.5b-instruct --lora 16
+
+Windows (experiments/selection_probe.py): the question's own bm25 top-8 and a gold title query's top-8 over the
+training questions' paragraphs (../shared/data/train_hotpotqa1200), shown shuffled; the questions are split after a
+seeded shuffle, the held-out ones never trained on. The student (the offline GGUF converted to torch by the project's
+loader) scores a window from the logits of its first id token and is trained with the listwise gold-mass loss; the
+report is held-out gold recall at 2 for the student, selecting by position and by bm25 order, per window kind and
+gold rank, with the training time per example: report.md / report.json beside the loss curve (loss.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from experiments import selection_probe as sp
+
+ROOT = Path(__file__).resolve().parents[1]
+RAW = ROOT.parent / "shared" / "data" / "train_hotpotqa1200" / "hotpot_train.jsonl"
+WORK = ROOT / "runs" / "selection_probe"  # data and index: rebuilt, never committed
+RESULTS = ROOT / "benchmarks" / "results" / "selection_probe"
+
+
+def _s3(*args: str) -> None:
+    print("+ s3 " + " ".join(args), flush=True)
+    done = subprocess.run([sys.executable, "-m", "s3.cli", *args], check=False, cwd=ROOT)
+    if done.returncode:
+        raise SystemExit(f"s3 {args[0]} exited with {done.returncode}")
+
+
+def prepare() -> None:
+    data, index = WORK / "data", WORK / "index"
+    if not (data / "corpus.jsonl").is_file():
+        _s3("data", "prepare", "hotpotqa", "--input", str(RAW), "--out", str(data))
+    if not index.is_dir():
+        _s3("index", "build", "--corpus", str(data / "corpus.jsonl"), "--out", str(index))
+
+
+def _windows(train: int, heldout: int, seed: int) -> tuple[list[sp.Window], list[sp.Window]]:
+    from s3core.corpus import iter_corpus, read_questions
+    from searcher.config import RetrieverConfig
+    from searcher.retrieval import load_retriever
+
+    if not (WORK / "index").is_dir():
+        raise SystemExit("run `benchmarks/selection_probe.py prepare` first")
+    qs = [q for q in read_questions(WORK / "data" / "questions.jsonl") if q.supporting_ids]
+    random.Random(seed).shuffle(qs)
+    held_q, train_q = qs[:heldout], qs[heldout:heldout + train]
+    titles = {d.id: d.title for d in iter_corpus(WORK / "data" / "corpus.jsonl")}
+    bm25 = load_retriever(RetrieverConfig(), WORK / "index")
+    return (sp.build_windows(train_q, bm25.search, titles, seed=seed),
+            sp.build_windows(held_q, bm25.search, titles, seed=seed + 1))
+
+
+def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int, lora: int, seed: int) -> dict[str, Any]:
+    import torch
+
+    from searcher.policy.transformers_policy import TransformersPolicy
+
+    torch.manual_seed(seed)
+    train_w, held_w = _windows(train, heldout, seed)
+    t0 = time.perf_counter()
+    policy = TransformersPolicy.load(model)
+    load_s = time.perf_counter() - t0
+    net = policy.model
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        net = get_peft_model(net, LoraConfig(r=lora, lora_alpha=2 * lora, target_modules="all-linear"))
+    tok = policy.tokenizer
+    student = sp.Student(net, lambda s: tok.encode(s, add_special_tokens=False), sp.id_token_ids(tok),
+                         pad_id=policy.pad_id)
+    net.eval()
+    before = sp.selection_table(held_w, student.scores(held_w))
+    curve: list[dict[str, float]] = []
+    losses = student.train(train_w, epochs=epochs, lr=lr, batch=batch, seed=seed, log=curve.append)
+    after = sp.selection_table(held_w, student.scores(held_w))
+    out = {
+        "model": model, "lora_r": lora or None, "train_windows": len(train_w), "heldout_windows": len(held_w),
+        "epochs": epochs, "lr": lr, "batch": batch, "seed": seed, "select": sp.SELECT, "load_s": round(load_s, 1),
+        "s_per_example": statistics.median(student.times) if student.times else None,
+        "loss_first_50": statistics.fmean(losses[:50]) if losses else None,
+        "loss_last_50": statistics.fmean(losses[-50:]) if losses else None,
+        "untrained": before, "trained": after,
+    }
+    folder = RESULTS / model
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    (folder / "curve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve), encoding="utf-8")
+    (folder / "report.md").write_text("\n".join(report_lines(out)) + "\n", encoding="utf-8")
+    _plot(curve, folder / "loss.png", model)
+    print("\n".join(report_lines(out)))
+    return out
+
+
+def report_lines(r: dict[str, Any]) -> list[str]:
+    lines = [f"# Selection probe: {r['model']}" + (f" (LoRA r = {r['lora_r']})" if r["lora_r"] else ""), "",
+             f"Generated by `benchmarks/selection_probe.py run`: {r['train_windows']} training windows, "
+             f"{r['heldout_windows']} held-out windows (other questions), {r['epochs']} epoch(s), lr {r['lr']}, "
+             f"batch {r['batch']}; {r['s_per_example']:.2f} s per training example (median), model load "
+             f"{r['load_s']} s; loss {r['loss_first_50']:.3f} (first 50 steps) -> {r['loss_last_50']:.3f} (last 50).",
+             "", f"Held-out gold recall at {r['select']} (windows shown shuffled):", "",
+             "| windows | n | position [1, 2] | bm25 order | student untrained | student trained |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for group, t in r["trained"].items():
+        u = r["untrained"][group]
+        lines.append(f"| {group} | {t['windows']} | {t['position']:.3f} | {t['bm25']:.3f} | {u['student']:.3f} | "
+                     f"{t['student']:.3f} |")
+    return lines
+
+
+def _plot(curve: list[dict[str, float]], path: Path, model: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ys = [c["loss"] for c in curve]
+    win = max(1, len(ys) // 20)
+    ax.plot([statistics.fmean(ys[max(0, i - win):i + 1]) for i in range(len(ys))])
+    ax.set_xlabel("step")
+    ax.set_ylabel("listwise loss (running mean)")
+    ax.set_title(f"selection probe: {model}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="stage", required=True)
+    sub.add_parser("prepare", help="HotpotQA training data and its bm25 index")
+    r = sub.add_parser("run", help="train selection alone and report held-out gold recall")
+    r.add_argument("--model", default="smollm2-135m-instruct")
+    r.add_argument("--train", type=int, default=800, help="training questions (about 2 windows each)")
+    r.add_argument("--heldout", type=int, default=200, help="held-out questions")
+    r.add_argument("--epochs", type=int, default=1)
+    r.add_argument("--lr", type=float, default=2e-5)
+    r.add_argument("--batch", type=int, default=4)
+    r.add_argument("--lora", type=int, default=0, help="LoRA rank (0 = full fine-tuning; use it for the 0.5B)")
+    r.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    if a.stage == "prepare":
+        prepare()
+    else:
+        run(a.model, a.train, a.heldout, a.epochs, a.lr, a.batch, a.lora, a.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

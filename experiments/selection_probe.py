@@ -1,0 +1,268 @@
+"""Can a searcher this size read? (issue 60, build step 2): train SELECTION ALONE with supervised gold labels and
+measure held-out gold recall against selecting by position and by bm25 order.
+
+A window is what a searcher's selection sees: the question and up to `WINDOW` retrieved documents, numbered [1]..[n]
+in a SHUFFLED order (so the number carries no rank: a selector that reads must beat one that takes [1], [2]), each with
+its bm25 rank kept aside. Two kinds (`build_windows`): the question's own bm25 top-n ("question") and a title query's
+top-n ("title": the query is the title of one of the question's gold paragraphs, as a searcher that asked for the page
+would see it). Only windows holding at least one gold and one other paragraph are kept.
+
+The student scores every document in ONE forward pass, from the logits of the first id token after the prompt
+(`render`: "... The most useful document is [" -> the logits of "1".."n"; FIRST's listwise reading), and is trained
+with a listwise loss: minus the log of the probability mass its softmax puts on the gold documents (`listwise_loss`).
+Held-out selection quality (`selection_table`): gold recall at the selection size m (the share of the window's gold
+documents among the m selected), per window kind and per the gold's bm25 rank (1-3, 4-8), for the student, for
+selecting by position ([1]..[m] as shown) and by bm25 order (the m best ranks), with the time per training example.
+
+Pure functions and a small trainer over any causal LM whose tokenizer has single tokens for the ids; the command line
+is benchmarks/selection_probe.py.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from s3core.types import Document, QAExample
+
+WINDOW = 8  # documents a window shows (the searcher's k)
+SELECT = 2  # documents selected from a window (what a searcher keeps of one window, the trained ones' [1, 2])
+WORDS = 60  # words of each document shown after its title
+PROMPT_TAIL = "The most useful document is ["
+RANK_BUCKETS = ((1, 3), (4, 8))  # bm25 ranks: naive RAG's top-3, the rest of the window
+
+
+@dataclass
+class Window:
+    question_id: str
+    question: str
+    kind: str  # "question" | "title"
+    docs: list[Document]  # in the order shown
+    ranks: list[int]  # bm25 rank (1 = best) of each shown document
+    gold: list[bool]  # whether each shown document is a gold paragraph
+
+    @property
+    def n(self) -> int:
+        return len(self.docs)
+
+
+SearchFn = Callable[[list[str], int], list[list[Document]]]
+
+
+def make_window(q: QAExample, kind: str, ranked: Sequence[Document], rng: random.Random) -> Window | None:
+    """A window of `ranked` (best first) shown in a shuffled order; None when it lacks a gold or a non-gold document.
+
+    >>> d = lambda i: Document(id=i, title=i, text="")
+    >>> q = QAExample(id="q", question="?", golden_answers=["a"], metadata={"supporting_ids": ["g"]})
+    >>> w = make_window(q, "question", [d("x"), d("g"), d("y")], random.Random(0))
+    >>> sorted(zip(w.ranks, [x.id for x in w.docs], w.gold))
+    [(1, 'x', False), (2, 'g', True), (3, 'y', False)]
+    >>> make_window(q, "question", [d("x"), d("y")], random.Random(0)) is None
+    True
+    """
+    gold_ids = set(q.supporting_ids)
+    gold = [d.id in gold_ids for d in ranked]
+    if not any(gold) or all(gold):
+        return None
+    order = list(range(len(ranked)))
+    rng.shuffle(order)
+    return Window(q.id, q.question, kind, [ranked[i] for i in order], [i + 1 for i in order], [gold[i] for i in order])
+
+
+def build_windows(questions: Sequence[QAExample], search: SearchFn, titles: Mapping[str, str], *,
+                  window: int = WINDOW, seed: int = 0) -> list[Window]:
+    """Every question's windows: its own bm25 top-`window` ("question") and one gold title's ("title": the first gold
+    paragraph, by `supporting_ids` order, whose title `titles` knows), in question order; two batched searches."""
+    rng = random.Random(seed)
+    own = search([q.question for q in questions], window)
+    asks = [(i, titles[g]) for i, q in enumerate(questions) for g in q.supporting_ids[:1] if titles.get(g)]
+    by_title = dict(zip((i for i, _ in asks), search([t for _, t in asks], window), strict=True)) if asks else {}
+    out: list[Window] = []
+    for i, q in enumerate(questions):
+        for kind, ranked in (("question", own[i]), ("title", by_title.get(i))):
+            if ranked:
+                w = make_window(q, kind, ranked, rng)
+                if w is not None:
+                    out.append(w)
+    return out
+
+
+def render(w: Window, words: int = WORDS) -> str:
+    """The student's prompt: the question, the numbered documents (title and first `words` words), then
+    `PROMPT_TAIL`, after which the first generated token is the number of the document it rates most useful.
+
+    >>> w = Window("q", "Who?", "question", [Document(id="a", title="A", text="one two three")], [1], [True])
+    >>> print(render(w, words=2))
+    Question: Who?
+    [1] A: one two
+    The most useful document is [
+    """
+    lines = [f"Question: {w.question}"]
+    lines += [f"[{i}] {d.title}: {' '.join(d.text.split()[:words])}" for i, d in enumerate(w.docs, start=1)]
+    return "\n".join([*lines, PROMPT_TAIL])
+
+
+# ------------------------------------------------------------------------------------------------ selection rules
+
+
+def select_by_position(w: Window, m: int = SELECT) -> list[int]:
+    """The first `m` documents as shown (what a searcher that always answers [1, 2] keeps)."""
+    return list(range(min(m, w.n)))
+
+
+def select_by_bm25(w: Window, m: int = SELECT) -> list[int]:
+    """The `m` documents of the best bm25 ranks."""
+    return sorted(range(w.n), key=lambda i: w.ranks[i])[:m]
+
+
+def select_by_scores(scores: Sequence[float], m: int = SELECT) -> list[int]:
+    """The `m` best-scored documents (ties: the earlier shown).
+
+    >>> select_by_scores([0.1, 0.9, 0.5])
+    [1, 2]
+    """
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:m]
+
+
+def gold_recall(w: Window, chosen: Sequence[int]) -> float:
+    """The share of the window's gold documents among `chosen`.
+
+    >>> w = Window("q", "?", "question", [Document(id=i) for i in "abc"], [1, 2, 3], [True, False, True])
+    >>> gold_recall(w, [0, 1])
+    0.5
+    """
+    return sum(w.gold[i] for i in chosen) / sum(w.gold)
+
+
+def _bucket(rank: int) -> str:
+    return next((f"{a}-{b}" for a, b in RANK_BUCKETS if a <= rank <= b), f">{RANK_BUCKETS[-1][1]}")
+
+
+def selection_table(windows: Sequence[Window], scores: Sequence[Sequence[float]] | None, m: int = SELECT
+                    ) -> dict[str, dict[str, Any]]:
+    """Held-out gold recall at `m` per group (all, each window kind, each best gold bm25 rank bucket) for `position`,
+    `bm25` and (with `scores`, one list per window) `student`.
+
+    >>> ws = [Window("q", "?", "question", [Document(id=i) for i in "abc"], [3, 1, 2], [True, False, False])]
+    >>> t = selection_table(ws, [[0.9, 0.0, 0.1]], m=1)
+    >>> t["all"]["position"], t["all"]["bm25"], t["all"]["student"], t["all"]["windows"], list(t)
+    (1.0, 0.0, 1.0, 1, ['all', 'question', 'gold rank 1-3'])
+    """
+    rows: dict[str, dict[str, list[float]]] = {}
+    for j, w in enumerate(windows):
+        best = min(r for r, g in zip(w.ranks, w.gold, strict=True) if g)
+        got = {"position": gold_recall(w, select_by_position(w, m)), "bm25": gold_recall(w, select_by_bm25(w, m))}
+        if scores is not None:
+            got["student"] = gold_recall(w, select_by_scores(scores[j], m))
+        for group in ("all", w.kind, f"gold rank {_bucket(best)}"):
+            for k, v in got.items():
+                rows.setdefault(group, {}).setdefault(k, []).append(v)
+    return {g: {"windows": len(next(iter(v.values()))), **{k: sum(x) / len(x) for k, x in v.items()}}
+            for g, v in rows.items()}
+
+
+# ------------------------------------------------------------------------------------------------ the student
+
+
+def listwise_loss(logits: Any, gold: Any) -> Any:
+    """Minus the log of the softmax mass on the gold documents, averaged over windows. logits: (B, n) scores of the
+    ids 1..n; gold: (B, n) booleans (each row has a gold document). Rows may be padded with logits = -inf.
+
+    >>> import torch
+    >>> round(float(listwise_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[True, False]]))), 4)  # log 2
+    0.6931
+    """
+    import torch
+
+    logp = torch.log_softmax(logits, dim=-1)  # (B, n)
+    gold_logp = torch.logsumexp(logp.masked_fill(~gold, float("-inf")), dim=-1)  # (B,)
+    return -gold_logp.mean()
+
+
+@dataclass
+class Student:
+    """A causal LM read at its first generated token: `scores(prompts, n)` -> (B, n) logits of the ids "1".."n".
+
+    model: a transformers causal LM; encode: text -> token ids (no special tokens added beyond the model's own);
+    id_tokens: the token id of "1", "2", ... (one token each)."""
+
+    model: Any
+    encode: Callable[[str], list[int]]
+    id_tokens: list[int]
+    pad_id: int = 0
+    max_tokens: int = 1024
+    times: list[float] = field(default_factory=list)
+
+    def logits(self, prompts: Sequence[str], n: Sequence[int]) -> Any:
+        """(B, max n) logits of the id tokens at each prompt's last position; ids past a window's n are -inf."""
+        import torch
+
+        ids = [self.encode(p)[-self.max_tokens:] for p in prompts]
+        width = max(len(x) for x in ids)
+        batch = torch.full((len(ids), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(ids), width), dtype=torch.long)
+        for i, x in enumerate(ids):  # left padding: every prompt ends at the last position
+            batch[i, width - len(x):] = torch.tensor(x)
+            mask[i, width - len(x):] = 1
+        out = self.model(input_ids=batch, attention_mask=mask).logits[:, -1, :]  # (B, V)
+        top = max(n)
+        scores = out[:, self.id_tokens[:top]]  # (B, top)
+        keep = torch.arange(top)[None, :] < torch.tensor(list(n))[:, None]
+        return scores.masked_fill(~keep, float("-inf"))
+
+    def scores(self, windows: Sequence[Window], words: int = WORDS, batch: int = 4) -> list[list[float]]:
+        import torch
+
+        out: list[list[float]] = []
+        with torch.no_grad():
+            for lo in range(0, len(windows), batch):
+                part = windows[lo:lo + batch]
+                got = self.logits([render(w, words) for w in part], [w.n for w in part])
+                out += [row[: w.n].tolist() for row, w in zip(got, part, strict=True)]
+        return out
+
+    def train(self, windows: Sequence[Window], *, epochs: int = 1, lr: float = 2e-5, batch: int = 4,
+              words: int = WORDS, seed: int = 0, log: Callable[[dict[str, float]], None] | None = None) -> list[float]:
+        """Listwise training on `windows` (shuffled per epoch): the loss per step; `times`: seconds per example."""
+        import torch
+
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=lr)
+        rng = random.Random(seed)
+        losses: list[float] = []
+        self.model.train()
+        for _ in range(epochs):
+            order = list(windows)
+            rng.shuffle(order)
+            for lo in range(0, len(order), batch):
+                part = order[lo:lo + batch]
+                t0 = time.perf_counter()
+                logits = self.logits([render(w, words) for w in part], [w.n for w in part])
+                top = logits.shape[1]
+                gold = torch.tensor([[*w.gold, *[False] * (top - w.n)] for w in part])
+                loss = listwise_loss(logits, gold)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                self.times.append((time.perf_counter() - t0) / len(part))
+                losses.append(float(loss.detach()))
+                if log is not None:
+                    log({"step": len(losses), "loss": losses[-1], "s_per_example": self.times[-1]})
+        self.model.eval()
+        return losses
+
+
+def id_token_ids(tokenizer: Any, n: int = WINDOW) -> list[int]:
+    """The single token id of each of "1".."n" as it follows "[" in `PROMPT_TAIL`; a tokenizer that splits one is an
+    error (the student needs one token per id)."""
+    base = tokenizer.encode(PROMPT_TAIL, add_special_tokens=False)
+    out = []
+    for i in range(1, n + 1):
+        ids = tokenizer.encode(PROMPT_TAIL + str(i), add_special_tokens=False)
+        if ids[: len(base)] != base or len(ids) != len(base) + 1:
+            raise ValueError(f"the tokenizer does not give {i!r} one token after {PROMPT_TAIL!r}: {ids}")
+        out.append(ids[-1])
+    return out

@@ -1,0 +1,128 @@
+"""The title-following searcher on a REAL bm25s index over hotpotqa_dev500's 4,943 paragraphs (../shared/data): it
+reproduces the committed heuristic control's documents (benchmarks/results/transfer3/checks/contexts/heuristic.jsonl,
+written by the code it replaced) question for question; on the same corpus with its titles removed it is refused,
+and run anyway it returns naive RAG's top-3 unchanged; and it answers through the real /search app (uvicorn on
+loopback) and the `s3 search` command line. No model anywhere: bm25 only, seconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from test_service_http import LiveServer
+
+from dataprep import prepare
+from s3core.corpus import iter_corpus, read_questions, write_corpus
+from s3core.errors import ConfigError
+from s3core.types import Document, QAExample
+from searcher.build import build_configured_searcher, build_retriever
+from searcher.config import RetrieverConfig, SearcherConfig, ServiceConfig
+from searcher.retrieval import build_index
+from searcher.title_following import TitleFollowingSearcher
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = REPO / "benchmarks" / "results" / "transfer3" / "checks" / "contexts" / "heuristic.jsonl"
+# the transfer checks' settings (configs/transfer3.toml, experiments/transfer_checks.py): k0 3, k 8 a span, cap 5
+CHECKS = SearcherConfig(kind="title_following", k=8, context_cap=5, max_turns=1)
+
+
+@pytest.fixture(scope="module")
+def hotpot(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[QAExample]]:
+    raw = shared_data / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl"
+    if not raw.is_file():
+        pytest.skip(f"shared data missing: {raw}")
+    out = tmp_path_factory.mktemp("hotpot")
+    prepare("hotpotqa", [raw], out / "data")
+    index = build_index(out / "data" / "corpus.jsonl", "bm25", out / "index")
+    return out / "data" / "corpus.jsonl", index, read_questions(out / "data" / "questions.jsonl")
+
+
+def test_it_reproduces_the_committed_heuristic_contexts(hotpot: tuple[Path, Path, list[QAExample]]) -> None:
+    if not COMMITTED.is_file():
+        pytest.skip(f"{COMMITTED.relative_to(REPO)} is not in this checkout")
+    _, index, qs = hotpot
+    committed = {r["id"]: [d["id"] for d in r["documents"]]
+                 for r in map(json.loads, COMMITTED.read_text(encoding="utf-8").splitlines())}
+    s = build_configured_searcher(CHECKS, build_retriever(RetrieverConfig(), index), k0=3)
+    results = s.search(qs)
+    got = {q.id: [d.id for d in r.documents] for q, r in zip(qs, results, strict=True)}
+    same = sum(got[i] == committed[i] for i in committed)
+    assert len(committed) == 500 and same == 500, f"{same} of {len(committed)} questions match"
+    added = sum(len(r.documents) > 3 for r in results)
+    assert 250 <= added <= 450  # it adds on most questions (the committed stats: contexts/stats.json)
+    assert all(r.steps[0].retrieved_ids == [d.id for d in r.documents[:3]] for r in results)  # D0 kept, in order
+
+
+def test_without_titles_it_is_refused_and_would_be_naive_rag(hotpot: tuple[Path, Path, list[QAExample]],
+                                                              tmp_path: Path) -> None:
+    corpus, _, qs = hotpot
+    write_corpus(tmp_path / "corpus.jsonl", (Document(id=d.id, title="", text=d.text) for d in iter_corpus(corpus)))
+    bm25 = build_retriever(RetrieverConfig(), build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "index"))
+    with pytest.raises(ConfigError, match="needs titled documents"):
+        build_configured_searcher(CHECKS, bm25, k0=3)
+    results = TitleFollowingSearcher(bm25, CHECKS, k0=3).search(qs)
+    top3 = bm25.search([q.question for q in qs], 3)
+    assert [[d.id for d in r.documents] for r in results] == [[d.id for d in t] for t in top3]  # all 500
+    assert sum(bool(r.steps[-1].queries or r.steps[-1].query) for r in results) > 400  # it searched, found no title
+
+
+def test_through_the_real_search_app_and_the_command_line(hotpot: tuple[Path, Path, list[QAExample]],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from s3.cli import main
+    from searcher.service import create_search_app
+
+    _, index, qs = hotpot
+    q = next(x for x in qs if x.id == "5a8c7595554299585d9e36b6")  # Kiss and Tell -> Shirley Temple (a bridge title)
+    retriever = build_retriever(RetrieverConfig(), index)
+    searcher = build_configured_searcher(CHECKS, retriever, k0=3)
+    app = create_search_app(searcher, retriever, ServiceConfig(batch_window_ms=50), searcher_cfg=CHECKS)
+    with LiveServer(app) as srv:
+        health = httpx.get(f"{srv.url}/health", timeout=30).json()
+        assert health["model"] == "title_following" and health["corpus_size"] == 4943
+        r = httpx.post(f"{srv.url}/search", json={"question": q.question}, timeout=60)
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        titles = [d["title"] for d in body["documents"]]
+        assert "Shirley Temple" in titles and [d["turn"] for d in body["documents"]][:3] == [0, 0, 0]
+        assert body["cost"]["policy_calls"] == 0 and body["trajectory"]["stop"] == "search_complete"
+        assert "Shirley Temple" in body["trajectory"]["queries"] and not body["degraded"]
+    sets = ["--set", "searcher.kind=title_following", "--set", "searcher.context_cap=5", "--set", "searcher.k=8"]
+    assert main(["search", q.question, "--index", str(index), *sets, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [d["title"] for d in out["documents"]] == titles
+
+
+def test_s3_eval_runs_it_as_a_method_and_the_leaderboard_takes_it_as_the_baseline(
+        hotpot: tuple[Path, Path, list[QAExample]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`s3 eval --method title_following` (the real SmolLM2 generator, 2 questions): its rows are the script's
+    documents, its contexts.jsonl its trajectories; `s3 leaderboard --baseline title_following` pairs naive RAG
+    against it."""
+    from eval.rundir import RESULTS_FILE, read_results
+    from s3.cli import main
+
+    corpus, index, qs = hotpot
+    monkeypatch.setenv("S3_LLAMA_THREADS", "1")
+    data = corpus.parent
+    common = ["--dataset", str(data), "--index", str(index), "--limit", "2", "--no-progress",
+              "--generator", "local/smollm2-135m-instruct", "--set", "eval.use_judge=false",
+              "--set", "generator.max_tokens=16", "--set", f"generator.cache_path={tmp_path / 'c.sqlite'}"]
+    tf, rag = tmp_path / "title_following", tmp_path / "naive_rag"
+    assert main(["eval", "--method", "title_following", "--out", str(tf), *common,
+                 "--set", "searcher.context_cap=5", "--set", "searcher.k=8"]) == 0
+    assert main(["eval", "--method", "naive_rag", "--out", str(rag), *common]) == 0
+    rows = read_results(tf / RESULTS_FILE)
+    summary = json.loads((tf / "summary.json").read_text())
+    assert summary["config"]["searcher"] == {"class": "TitleFollowingSearcher", "kind": "title_following", "k": 8,
+                                             "max_turns": 1, "context_cap": 5}
+    expect = build_configured_searcher(CHECKS, build_retriever(RetrieverConfig(), index), k0=3).search(qs[:2])
+    assert [rows[q.id]["context_ids"] for q in qs[:2]] == [[d.id for d in r.documents] for r in expect]
+    traj = [json.loads(line) for line in (tf / "contexts.jsonl").read_text().splitlines()]
+    assert [t["id"] for t in traj] == [q.id for q in qs[:2]] and all(t["steps"][0]["turn"] == 0 for t in traj)
+    assert main(["leaderboard", str(tf), str(rag), "--baseline", "title_following", "--out", str(tmp_path / "lb")]) == 0
+    board = (tmp_path / "lb" / "leaderboard.md").read_text()
+    assert "| Title-following script |" in board and "GBR (naive RAG - title-following)" in board

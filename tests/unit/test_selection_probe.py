@@ -1,0 +1,91 @@
+"""The selection probe (experiments/selection_probe.py): windows from a real bm25 index (shuffled, ranks kept, gold
+labels), the baselines (position, bm25 order), gold recall per kind and rank, the listwise loss, and a student that
+learns: a tiny random causal LM trained on windows whose gold documents say so reads them better than position."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from experiments import selection_probe as sp
+from s3core.corpus import write_corpus
+from s3core.types import Document, QAExample
+from searcher.config import RetrieverConfig
+from searcher.retrieval import build_index, load_retriever
+
+
+def q(i: str, text: str, gold: list[str]) -> QAExample:
+    return QAExample(id=i, question=text, golden_answers=["x"], metadata={"supporting_ids": gold})
+
+
+def test_windows_from_a_real_bm25_index_keep_ranks_and_gold_and_are_shuffled(tmp_path: Path) -> None:
+    docs = [Document(id=f"d{i}", title=f"Page {i}", text=f"river castle town {'castle ' * i}") for i in range(10)]
+    docs.append(Document(id="g", title="Ostmark castle", text="Ostmark is a castle town on the river Sarn."))
+    write_corpus(tmp_path / "c.jsonl", docs)
+    bm25 = load_retriever(RetrieverConfig(), build_index(tmp_path / "c.jsonl", "bm25", tmp_path / "i"))
+    qs = [q("q1", "Which castle town lies on the river Sarn?", ["g"]), q("q2", "castle", ["zz"])]
+    ws = sp.build_windows(qs, bm25.search, {"g": "Ostmark castle"}, window=4, seed=1)
+    assert [(w.question_id, w.kind) for w in ws] == [("q1", "question"), ("q1", "title")]  # q2: no gold in reach
+    own = [d.id for d in bm25.search([qs[0].question], 4)[0]]
+    w = ws[0]
+    assert sorted(w.ranks) == [1, 2, 3, 4] and [own[r - 1] for r in w.ranks] == [d.id for d in w.docs]
+    assert w.gold == [d.id == "g" for d in w.docs]
+    assert sp.gold_recall(w, sp.select_by_bm25(w, 1)) == float(own[0] == "g")
+    prompt = sp.render(w)
+    assert prompt.startswith("Question: Which castle") and prompt.endswith(sp.PROMPT_TAIL) and "[4] " in prompt
+
+
+def test_the_table_splits_by_kind_and_rank_and_the_loss_is_the_gold_mass() -> None:
+    import torch
+
+    mk = sp.Window
+    ws = [mk("a", "?", "question", [Document(id=i) for i in "xyz"], [1, 2, 3], [True, False, False]),
+          mk("b", "?", "title", [Document(id=i) for i in "xyz"], [5, 4, 1], [True, False, False])]
+    t = sp.selection_table(ws, [[0.0, 1.0, 0.5], [1.0, 0.0, 0.0]], m=1)
+    assert t["all"] == {"windows": 2, "position": 1.0, "bm25": 0.5, "student": 0.5}
+    assert t["title"]["bm25"] == 0.0 and t["gold rank 4-8"]["windows"] == 1 and t["gold rank 1-3"]["student"] == 0.0
+    logits = torch.tensor([[2.0, 0.0, float("-inf")], [0.0, 0.0, 0.0]])
+    gold = torch.tensor([[False, True, False], [True, True, False]])
+    want = -(torch.log_softmax(logits[0], -1)[1] + torch.log(torch.tensor(2 / 3))) / 2
+    assert float(sp.listwise_loss(logits, gold)) == pytest.approx(float(want))
+
+
+def test_a_tiny_student_learns_to_read_the_gold_marker() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+
+    vocab = {w: i for i, w in enumerate(["<pad>", "[", "]", ":", "gold", "other", "Question", "?", "The", "most",
+                                        "useful", "document", "is", "T", *[str(i) for i in range(1, 9)]])}
+
+    def encode(text: str) -> list[int]:
+        for ch in "[]:?":
+            text = text.replace(ch, f" {ch} ")
+        return [vocab.get(t, 0) for t in text.split()]
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256)
+    student = sp.Student(transformers.LlamaForCausalLM(cfg), encode, [vocab[str(i)] for i in range(1, 5)])
+    rng = random.Random(0)
+
+    def window(i: int) -> sp.Window:
+        g = rng.randrange(4)
+        docs = [Document(id=f"{i}-{j}", title="T", text="gold" if j == g else "other") for j in range(4)]
+        return sp.Window(str(i), "?", "question", docs, [1, 2, 3, 4], [j == g for j in range(4)])
+
+    train, held = [window(i) for i in range(48)], [window(100 + i) for i in range(24)]
+    before = sp.selection_table(held, student.scores(held), m=1)["all"]
+    losses = student.train(train, epochs=40, lr=3e-3, batch=8)  # ~2 s
+    after = sp.selection_table(held, student.scores(held), m=1)["all"]
+    assert sum(losses[-6:]) / 6 < sum(losses[:6]) / 6  # it learns
+    assert after["student"] >= 0.9 > after["position"] and after["student"] > before["student"]
+    assert len(student.times) == len(losses) and all(t > 0 for t in student.times)
+
+
+def test_the_module_doctests() -> None:
+    import doctest
+
+    res = doctest.testmod(sp, raise_on_error=False)
+    assert res.failed == 0 and res.attempted > 0

@@ -1,0 +1,170 @@
+"""The title-following searcher (searcher/title_following.py): which spans it searches, which pages it keeps, the
+records it returns (the LLM searcher's SearchResult / SearchStep), its settings (cap, k, max_turns = 0), the
+deadline hook the services use, one batched retrieval call per step, and the refusal of a corpus without titles.
+Hand-made documents with hand-derived answers; the builder on a real bm25 index."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments import transfer_checks as tc
+from s3core.corpus import write_corpus
+from s3core.errors import ConfigError, S3Error
+from s3core.types import Document
+from searcher.build import build_configured_searcher
+from searcher.config import RetrieverConfig, SearcherConfig
+from searcher.retrieval import build_index, load_retriever
+from searcher.service import summarize_result
+from searcher.spans import TitleIndex
+from searcher.title_following import TitleFollowingSearcher, follow_titles, visible_spans
+
+
+def doc(i: str, title: str, text: str = "") -> Document:
+    return Document(id=i, title=title, text=text)
+
+
+class FakeRetriever:
+    """A retriever with hand-written rankings: the question's top documents and each span's hits."""
+
+    def __init__(self, table: dict[str, list[Document]]) -> None:
+        self.table = table
+        self.calls: list[tuple[list[str], int]] = []
+
+    def search(self, queries: list[str], k: int) -> list[list[Document]]:
+        self.calls.append((list(queries), k))
+        return [self.table.get(q, [])[:k] for q in queries]
+
+
+Q = "Did Erika Jayne star in Kiss and Tell?"
+T1 = doc("t1", "Erika Jayne", "Erika Jayne is a singer from Atlanta who met Marco Da Silva in Los Angeles.")
+KT = doc("k1", "Kiss and Tell (1945 film)", "Kiss and Tell is a film.")
+TABLE = {
+    Q: [T1],
+    "Kiss and Tell": [doc("x", "Kiss Me"), KT],  # the exact title ranks 2nd: still kept; "Kiss Me" is not
+    "Marco Da Silva": [doc("m1", "Marco Da Silva (dancer)"), doc("m2", "Marco da Silva (footballer)")],
+    "Los Angeles": [doc("la", "Los Angeles")],
+}
+
+
+def test_spans_are_read_in_order_and_a_top_documents_own_title_is_skipped() -> None:
+    assert visible_spans(Q, [T1]) == ["Kiss and Tell", "Marco Da Silva in Los Angeles", "Marco Da Silva", "Los Angeles"]
+    assert visible_spans(Q, [T1], words=0) == ["Kiss and Tell"]  # only the title of t1 is read: its own, skipped
+    # an index title variant makes a single word a span
+    assert visible_spans("Was Macintosh first?", [], TitleIndex.of(["Macintosh"])) == ["Macintosh"]
+    assert visible_spans("Was Macintosh first?", []) == []
+
+
+def test_search_returns_the_llm_searchers_records_with_d0_kept_and_exact_titles_added() -> None:
+    r = FakeRetriever(TABLE)
+    s = TitleFollowingSearcher(r, SearcherConfig(k=8, context_cap=4), k0=1)
+    (res,) = s.search([Q])
+    assert [d.id for d in res.documents] == ["t1", "k1", "m1", "m2"]  # cap 4: Los Angeles does not fit
+    assert r.calls == [([Q], 1), (["Kiss and Tell", "Marco Da Silva in Los Angeles", "Marco Da Silva", "Los Angeles"], 8)]
+    d0, turn = res.steps
+    assert (d0.turn, d0.query, d0.retrieved_ids, d0.selected_ids, d0.search_complete) == (0, Q, ["t1"], ["t1"], None)
+    assert (turn.turn, turn.query, turn.search_complete) == (1, "Kiss and Tell", True)
+    assert turn.queries == r.calls[1][0] and turn.selected_ids == ["k1", "m1", "m2"]
+    assert turn.retrieved_ids == ["x", "k1", "m1", "m2", "la"]
+    assert res.turns == 1 and res.error is None and res.trajectory is None
+    # what /search and MCP answer with: every document's admission turn, no policy call, no cost
+    out = summarize_result(res, max_turns=3)
+    assert [(d.id, d.turn) for d in out.documents] == [("t1", 0), ("k1", 1), ("m1", 1), ("m2", 1)]
+    assert out.cost is not None and out.cost.policy_calls == 0 and out.trajectory.stop == "search_complete"
+    assert out.trajectory.queries == [Q, *turn.queries]  # begin-with-search is the question, as in the loop
+    # the pure function agrees with the searcher, and the transfer checks' heuristic is the same function
+    f = follow_titles(Q, [T1], r.search, cap=4, k=8)
+    h = tc.heuristic_documents(Q, [T1], r.search, cap=4, k=8)
+    assert [d.id for d in f.documents] == [d.id for d in h.documents] == [d.id for d in res.documents]
+    assert f.added_by == {"k1": "Kiss and Tell", "m1": "Marco Da Silva", "m2": "Marco Da Silva"} == h.added_by
+
+
+def test_the_cap_k_and_max_turns_are_the_searcher_settings() -> None:
+    r = FakeRetriever(TABLE)
+    s = TitleFollowingSearcher(r, SearcherConfig(k=1, context_cap=9), k0=1)
+    (res,) = s.search([Q])
+    assert [d.id for d in res.documents] == ["t1", "m1", "la"]  # k = 1 a span: KT (rank 2) is not retrieved
+    (res,) = s.search([Q], cfg=SearcherConfig(k=8, max_turns=0, context_cap=9))
+    assert [d.id for d in res.documents] == ["t1"] and res.turns == 0 and res.steps[0].search_complete is True
+    (res,) = s.search([Q], cfg=SearcherConfig(k=8, context_cap=1))  # no room: no span is searched
+    assert [d.id for d in res.documents] == ["t1"] and len(r.calls[-1][0]) == 1
+    with pytest.raises(ConfigError, match="context_cap >= 3"):
+        TitleFollowingSearcher(r, SearcherConfig(context_cap=2), k0=3)
+    with pytest.raises(ConfigError, match="below"):
+        follow_titles(Q, [T1, KT], r.search, cap=1, k=8)
+
+
+def test_a_batch_makes_one_retrieval_call_per_step_and_keeps_question_order() -> None:
+    q2 = "Who is Shirley Temple?"
+    r = FakeRetriever({**TABLE, q2: [doc("s0", "Child actors")], "Shirley Temple": [doc("st", "Shirley Temple")]})
+    s = TitleFollowingSearcher(r, SearcherConfig(k=8, context_cap=3), k0=1)
+    a, b, c = s.search([Q, q2, "nothing named here"])
+    assert len(r.calls) == 2  # D0 for all three, then every span of every question at once
+    assert [d.id for d in a.documents] == ["t1", "k1", "m1"]
+    assert [d.id for d in b.documents] == ["s0", "st"]
+    assert c.documents == [] and c.turns == 0
+    assert s.last_stats.questions == 3 and s.last_stats.retrieval_calls == 2
+
+
+def test_a_cancelled_question_stops_at_d0_degraded_and_empty_questions_are_refused() -> None:
+    r = FakeRetriever(TABLE)
+    s = TitleFollowingSearcher(r, SearcherConfig(k=8, context_cap=5), k0=1)
+    (res,) = s.search([Q], cancelled=[lambda: True])
+    assert [d.id for d in res.documents] == ["t1"] and res.degraded and res.error_code == "deadline_exceeded"
+    with pytest.raises(S3Error, match="question 1 is empty"):
+        s.search([Q, "  "])
+
+
+def _index(tmp_path: Path, docs: list[Document]) -> Path:
+    write_corpus(tmp_path / "corpus.jsonl", docs)
+    return build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "index", RetrieverConfig(), overwrite=True)
+
+
+def test_built_from_the_config_on_a_real_bm25_index_and_a_corpus_without_titles_is_refused(tmp_path: Path) -> None:
+    docs = [
+        doc("a", "Garbage Warrior", "Garbage Warrior is a film about the architect Michael Reynolds."),
+        doc("b", "Michael Reynolds", "Michael Reynolds is an architect known for the Earthship."),
+        doc("c", "Earthship", "An Earthship is a kind of passive solar house."),
+        doc("d", "Reynolds Wrap", "Reynolds Wrap is an aluminium foil brand."),
+    ]
+    bm25 = load_retriever(RetrieverConfig(), _index(tmp_path / "titled", docs))
+    cfg = SearcherConfig(kind="title_following", k=3, context_cap=3)
+    s = build_configured_searcher(cfg, bm25, k0=1)
+    assert isinstance(s, TitleFollowingSearcher) and s.titles is not None and "earthship" in s.titles.variants
+    (res,) = s.search(["Who made the film Garbage Warrior?"])
+    # "Michael Reynolds" (a capitalised run, an index title) adds b; "Reynolds Wrap" is retrieved, not its title
+    assert [d.id for d in res.documents] == ["a", "b"] and res.steps[1].query == "Michael Reynolds"
+    with pytest.raises(ConfigError, match="runs no model"):
+        build_configured_searcher(cfg.model_copy(update={"policy_path": "runs/x"}), bm25, k0=1)
+    with pytest.raises(ConfigError, match="not a Search-R1 agent"):
+        build_configured_searcher(cfg, bm25, k0=1, agent="search_r1")
+    untitled = [doc(d.id, "", d.text) for d in docs]
+    plain = load_retriever(RetrieverConfig(), _index(tmp_path / "untitled", untitled))
+    with pytest.raises(ConfigError, match="needs titled documents, and none of the index's 4 documents has a title"):
+        build_configured_searcher(cfg, plain, k0=1)
+    # what it would do there: naive RAG's top-k unchanged (no retrieved title can equal a span)
+    (res,) = TitleFollowingSearcher(plain, cfg, k0=1).search(["Who made the film Garbage Warrior?"])
+    assert [d.id for d in res.documents] == ["a"] and res.steps[1].selected_ids == []
+
+
+def test_the_transfer_checks_pruned_control_keeps_top_k_and_only_gold_additions() -> None:
+    f = follow_titles(Q, [T1], FakeRetriever(TABLE).search, cap=5, k=8)
+    kept = tc.pruned_documents(f.documents, f.added_by, {"m2", "t1"})
+    assert [d.id for d in kept] == ["t1", "m2"]
+    row = tc.contexts_row("q", kept)
+    assert json.loads(json.dumps(row))["documents"] == [{"id": "t1", "title": "Erika Jayne"},
+                                                        {"id": "m2", "title": "Marco da Silva (footballer)"}]
+    assert tc.eval_method_args("heuristic_pruned", Path("c"))[0] == ["searcher", "--contexts", "c/heuristic_pruned.jsonl"]
+
+
+def test_the_module_doctests() -> None:
+    import doctest
+
+    import searcher.spans
+    import searcher.title_following
+
+    for mod in (searcher.title_following, searcher.spans):
+        res = doctest.testmod(mod, raise_on_error=False)
+        assert res.failed == 0 and res.attempted > 0, mod.__name__
