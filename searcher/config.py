@@ -218,6 +218,13 @@ class SearcherConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where the transformers policy runs ('auto' = cuda when available, else cpu)."
     )
+    runtime: Literal["auto", "torch", "llamacpp"] = Field(
+        "auto",
+        description="How an in-process policy (policy = 'transformers') answers: 'llamacpp' = exported once to GGUF "
+        "(a LoRA merged into its offline base) and run by llama.cpp with the previous turn's KV cache reused; 'torch' "
+        "= transformers; 'auto' = llamacpp on a CPU when llama-cpp-python is installed and the model has an offline "
+        "GGUF base, else torch. Inference only: training always runs torch.",
+    )
     vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="The vLLM engine (policy = 'vllm').")
 
     @property
