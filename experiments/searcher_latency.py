@@ -53,6 +53,7 @@ def warm(index: Path, questions: list[str], runtime: str, threads: int | None) -
     t0 = time.perf_counter()
     searcher = _searcher(index, runtime, threads)
     load = time.perf_counter() - t0
+    print(f"{runtime}: loaded in {load:.1f}s ({searcher.policy.name.split(':', 1)[0]})", file=sys.stderr, flush=True)
     searcher.search_one(questions[0])  # warm-up (first call pays lazy initialisation)
     secs, docs, valid = [], [], 0
     for q in questions:
@@ -60,6 +61,7 @@ def warm(index: Path, questions: list[str], runtime: str, threads: int | None) -
         r = searcher.search_one(q)
         secs.append(time.perf_counter() - t)
         docs.append([d.id for d in r.documents])
+        print(f"{runtime}: question {len(secs)}/{len(questions)} {secs[-1]:.2f}s", file=sys.stderr, flush=True)
         valid += all(s.invalid_reason is None for s in r.steps)
     return {"runtime": runtime, "policy": searcher.policy.name.split(":", 1)[0], "threads": threads,
             "load_s": round(load, 2), "n": len(questions), "p50_s": round(statistics.median(secs), 3),

@@ -6,7 +6,7 @@ greedily by llama-cpp-python with the KV cache of the previous prompt reused.
 Why: a search is 4 policy calls whose prompts grow by one window each (token mode: turn t's prompt = turn t-1's
 prompt + its reply + the new <information>). llama.cpp keeps the last sequence's KV cache and evaluates only the
 tokens after the longest common prefix, so each turn pays for its new window, not the whole history; its CPU
-kernels and a thread count that does not fight a second process (`s3core.devices.auto_cpu_threads`) do the rest.
+kernels and one thread (a second process on the cores cannot stall it; $S3_LLAMA_THREADS for more) do the rest.
 The tokenizer, the chat template and the stop rule are the transformers policy's (same ids, same cut), so the agent
 sees the same protocol; replies carry no log-probs (inference only: training keeps the transformers policy).
 
@@ -184,10 +184,12 @@ class LlamaCppPolicy(ChatTokenizerMixin):
         except ImportError as e:
             raise ConfigError(f"searcher.policy = 'llamacpp' needs llama-cpp-python and transformers (the 'local' and "
                               f"'train' extras): {e}") from None
-        from s3core.devices import auto_cpu_threads
-
         gguf, tok_dir = policy_gguf(spec, dtype)
-        n = threads or auto_cpu_threads()
+        # one thread unless told (threads, $S3_LLAMA_THREADS): llama.cpp's threads meet at a barrier after every layer,
+        # and a second process on the cores stalls them (measured here: a search that took ~10 s on 1 thread did not
+        # finish in 7 minutes on 2 threads once the load rose after start-up, when the load average said "idle")
+        env = os.environ.get("S3_LLAMA_THREADS")
+        n = threads or (int(env) if env and env.isdigit() and int(env) > 0 else 1)
         llm = Llama(model_path=str(gguf), n_ctx=n_ctx, n_batch=512, n_threads=n, n_threads_batch=n, verbose=False)
         return cls(llm, AutoTokenizer.from_pretrained(str(tok_dir)), name=f"llamacpp:{spec}")
 
