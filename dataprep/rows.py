@@ -36,7 +36,12 @@ def require_object(obj: object, where: str, what: str) -> JsonObject:
 def question_text(row: JsonObject, where: str) -> str:
     q = row.get("question", row.get("Question"))
     if not isinstance(q, str) or not q.strip():
-        raise fail(where, f"row has no 'question' text (keys: {sorted(row)[:12]})")
+        if "question" not in row and "Question" not in row and {"title", "text", "contents", "paragraph_text"} & set(row):
+            # a corpus row missing its text, not a question row
+            raise fail(where, f"corpus row without its text (keys: {sorted(row)[:12]}): a corpus row needs "
+                              "'contents', or 'title' with 'text'")
+        raise fail(where, f"row has no 'question' text (keys: {sorted(row)[:12]}); a corpus row needs 'contents', "
+                          "or 'title' with 'text'")
     return q.strip()
 
 
@@ -58,6 +63,9 @@ def add_question_row(b: Builder, row: JsonObject, where: str, src: SourceInfo) -
             answers = parse_answers(row[key], f"{where} ({key})")
             if answers:
                 break
+    if not answers:  # scored against nothing, it would spend a generator call and fail its row in every run
+        raise fail(where, f"question row without an answer (keys: {sorted(row)[:12]}): give 'golden_answers', a list "
+                          "of the accepted answers")
     meta: JsonObject = {}
     if isinstance(row.get("metadata"), dict):
         meta.update(row["metadata"])

@@ -291,6 +291,10 @@ def analyze_s3(run: RunData, probe: ProbeFn | None = None, genacc: PrefixGenAcc 
         raise S3Error(f"{run.dir}: no trajectories (contexts.jsonl): a searcher run made by `s3 eval --method searcher`"
                       " keeps them; an older run or another method has none to analyse")
     notes = []
+    untraced = sum(1 for q in run.rows if q not in run.contexts)
+    if untraced:  # said, never silent: the numbers below cover the questions with a trajectory only
+        notes.append(f"{untraced} of the run's {len(run.rows)} results rows have no trajectory in contexts.jsonl and "
+                     f"are left out: every number here is over the {len(traces)} questions with one")
     probes: dict[str, list[str]] = {}
     if probe is not None:
         stopped = [t for t in traces if needs_probe(t, run.gold.get(t.qid, set()), run.max_turns)]
@@ -308,6 +312,7 @@ def analyze_s3(run: RunData, probe: ProbeFn | None = None, genacc: PrefixGenAcc 
                             genacc_after=gen.get(t.qid)) for t in traces]
     summary = summarize(bs, run.max_turns, n_resamples=n_resamples)
     summary["genacc"] = mean_ci([(run.rows.get(b.qid) or {}).get("metrics", {}).get("genacc") for b in bs])
+    summary["rows"], summary["rows_without_trajectory"] = len(run.rows), untraced
     hop_items = []
     for b, _t in zip(bs, traces, strict=True):
         h = hops_of(b.qid, run.datasets.get(b.qid, run.dir.parent.name))

@@ -252,7 +252,9 @@ def summary_lines(a: Any) -> list[str]:
         return []
     s = a.summary
     if isinstance(a, S3Analysis):
-        return [f"GenAcc {_fmt(s.get('genacc'))} over {s['questions']} questions (95% bootstrap CI)",
+        left_out = (f"; {s['rows_without_trajectory']} of the run's {s['rows']} results rows have no trajectory and are "
+                    "left out of every number here" if s.get("rows_without_trajectory") else "")
+        return [f"GenAcc {_fmt(s.get('genacc'))} over {s['questions']} questions (95% bootstrap CI{left_out})",
                 f"queries per question {_fmt(s.get('queries_per_question'))}; redundant turns "
                 f"{_fmt(s.get('redundant_turn_rate'), True, with_n=True)}% of search turns; stops before the budget "
                 f"{_fmt(s.get('stop_rate'), True, with_n=True)}% (with support missing "

@@ -35,7 +35,7 @@ from generator_adapters.build import build_generator, build_judge
 from generator_adapters.config import GeneratorConfig, JudgeConfig
 from generator_adapters.generator import Generator
 from generator_adapters.judge import Judge
-from s3core.errors import ConfigError, DataFormatError
+from s3core.errors import ConfigError, DataFormatError, S3Error
 from s3core.io import JsonObject, file_sha256
 from s3core.types import Document, QAExample
 from searcher.build import build_configured_searcher, build_retriever
@@ -82,6 +82,8 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
         "method": method,
         "batch_size": opts.batch_size,
     }
+    if retriever is not None and method != "no_retrieval":
+        _check_same_corpus(index_dir, dataset)
     if retriever is not None:
         config["retriever"] = _retriever_fingerprint(rcfg, retriever, index_dir, dataset)
         config["retriever"]["index"] = _rel(index_dir, opts.out) if index_dir is not None else None
@@ -255,6 +257,28 @@ def _rel(path: Path, run_dir: Path) -> str:
     '../../../data/hotpot'
     """
     return os.path.relpath(path.resolve(), run_dir.resolve())
+
+
+def _check_same_corpus(index_dir: Path | None, dataset: Dataset) -> None:
+    """A dataset that brings its corpus is evaluated over an index of that corpus: an index whose manifest records
+    another corpus sha256 is refused before the first call (its documents would be scored against these questions)."""
+    if index_dir is None or dataset.corpus_path is None or not dataset.corpus_path.is_file():
+        return
+    from searcher.retrieval.store import read_manifest
+
+    try:
+        corpus = read_manifest(index_dir).corpus
+    except S3Error:
+        return  # not a local index of ours (prebuilt, remote): build_retriever already said what is wrong
+    if corpus is None or not corpus.sha256:
+        return
+    want = file_sha256(dataset.corpus_path)
+    if corpus.sha256 != want:
+        raise ConfigError(
+            f"the index {index_dir} was built from another corpus ({corpus.path or '?'}, sha256 {corpus.sha256[:12]}...) "
+            f"than the dataset's {dataset.corpus_path} (sha256 {want[:12]}...): build its index with `s3 index build "
+            f"--corpus {dataset.corpus_path} --out DIR` and pass --index DIR"
+        )
 
 
 def _retriever_fingerprint(

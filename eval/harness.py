@@ -150,10 +150,25 @@ def load_dataset(dir: Path, limit: int | None = None) -> Dataset:
         seen.add(q.id)
     if limit is not None:
         questions = questions[:limit]
+    unanswered = [q.id for q in questions if not q.golden_answers]
+    if unanswered:  # checked before the first paid call: such a row can only fail
+        raise DataFormatError(f"{dir}: {len(unanswered)} of {len(questions)} questions have no golden_answers (first: "
+                              f"{unanswered[0]!r}); every question needs the answers it is scored against")
     qfile = dir / str(manifest.get("questions_file") or "questions.jsonl")
-    name = str(manifest.get("name") or dir.resolve().name)
+    name = str(manifest.get("name") or dataset_name(dir))
     return Dataset(name=name, dir=dir, questions=questions, manifest=manifest,
                    questions_sha256=file_sha256(qfile), corpus_path=corpus_path)
+
+
+# folder names that say nothing about the data in them: a dataset in one is named after the folder above it
+GENERIC_DIR_NAMES = frozenset({"data", "dataset", "prepared"})
+
+
+def dataset_name(dir: Path) -> str:
+    """A dataset's name from its folder (when its manifest has none): the folder's own name, or for a generic folder
+    (`hotpotqa_dev500/data`) the one above it, so two benchmarks' runs never share the name "data"."""
+    d = dir.resolve()
+    return d.parent.name if d.name.lower() in GENERIC_DIR_NAMES and d.parent.name else d.name
 
 
 # ----------------------------------------------------------------------------------------------- the loop

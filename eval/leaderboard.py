@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eval.harness import GENERIC_DIR_NAMES, dataset_name
 from eval.methods import METHODS
 from eval.rundir import RESULTS_FILE, read_results, row_failed
 from eval.stats import paired_diff_ci
@@ -121,6 +122,8 @@ def load_run(path: Path, label: str | None = None) -> RunInfo:
     cfg = s.get("config") or {}
     try:
         dataset = str(cfg["dataset"]["name"])
+        if dataset.lower() in GENERIC_DIR_NAMES and cfg["dataset"].get("dir"):  # a run written before names were fixed
+            dataset = dataset_name(f.parent / str(cfg["dataset"]["dir"]))
         method = str(cfg["method"])
         generator = str((cfg.get("generator") or {}).get("model") or cfg.get("agent", {}).get("model") or "?")
     except (KeyError, TypeError):
@@ -241,6 +244,7 @@ class Row:
     ci: dict[str, list[float] | None] = field(default_factory=dict)  # GBR rows: dataset -> paired-bootstrap 95%
     n_paired: dict[str, int] = field(default_factory=dict)  # GBR rows: dataset -> questions both runs scored
     mean_ci: list[float] | None = None  # GBR rows: the mean column's interval (see the module docstring)
+    n_scored: dict[str, int] = field(default_factory=dict)  # dataset -> questions its run scored (not GBR rows)
 
     def __post_init__(self) -> None:
         self.name = self.name or self.method
@@ -288,17 +292,30 @@ class Leaderboard:
         return ["Generator", "Method", *self.datasets, "Mean", "Cost ($)", "$ / correct", "Cache saved ($)",
                 "Latency (s/q)"]
 
+    def mixed(self) -> set[str]:
+        """Datasets whose runs scored different numbers of questions: their cells are not over one question set."""
+        out = set()
+        for d in self.datasets:
+            ns = {r.n_scored[d] for r in self.rows if r.method != GBR and d in r.n_scored}
+            if len(ns) > 1:
+                out.add(d)
+        return out
+
     def table(self) -> list[list[str]]:
         out = []
+        mixed = self.mixed()
         for r in self.rows:
             signed = r.method == GBR
-            cells = [self.fmt_cell(r.cells.get(d, (None, None)), signed, r.ci.get(d)) for d in self.datasets]
+            cells = [self.fmt_cell(r.cells.get(d, (None, None)), signed, r.ci.get(d))
+                     + (f" n={r.n_scored[d]}" if d in mixed and d in r.n_scored else "") for d in self.datasets]
+            mean = self.fmt_cell(r.mean, signed, r.mean_ci)
+            if r.method != GBR and mixed & set(r.n_scored) and mean != "-":
+                mean += " *"  # over datasets whose rows scored different question sets: see the footnote
             cost = ("unknown" if r.method != GBR else "-") if r.cost_usd is None else f"{r.cost_usd:.4f}"
             per = "-" if r.cost_per_correct_usd is None else f"{r.cost_per_correct_usd:.5f}"
             saved = "-" if r.saved_usd is None else f"{r.saved_usd:.4f}"
             lat = "-" if r.mean_latency_s is None else f"{r.mean_latency_s:.2f}"
-            out.append([r.generator, r.label, *cells, self.fmt_cell(r.mean, signed, r.mean_ci), cost, per, saved,
-                        lat])
+            out.append([r.generator, r.label, *cells, mean, cost, per, saved, lat])
         return out
 
     def footnotes(self) -> list[str]:
@@ -308,6 +325,16 @@ class Leaderboard:
         if any(r.ci.get(d) for r in self.rows for d in self.datasets):
             lines.append(f"GBR [interval]: paired-bootstrap 95% over the questions both runs scored "
                          f"({self.n_resamples} resamples, seed {self.seed}; eval/stats.py paired_diff_ci).")
+        mixed = self.mixed()
+        if mixed:
+            lines.append(f"n=: the runs of {', '.join(sorted(mixed))} scored different numbers of questions, so their "
+                         "cells are not over one question set; Mean * averages such cells and is not comparable "
+                         "between rows (the GBR rows are paired over the questions both runs scored).")
+        failed = [f"{r.generator}/{r.label}/{r.dataset}: {r.n_failed}" for r in self.runs if r.n_failed]
+        if failed:
+            lines.append("Failed (unscored, excluded from means) questions: " + "; ".join(failed) + ".")
+        ns = sorted({r.n_scored for r in self.runs})
+        lines.append(f"Scored questions per run: {', '.join(str(n) for n in ns)}.")
         return lines + self.notes
 
     def markdown(self) -> str:
@@ -321,11 +348,6 @@ class Leaderboard:
                      "price); $ / correct: cost over the correct answers (GenAcc summed); cache saved: what answers "
                      "served from the response cache would have cost.")
         lines += foot[1:]
-        failed = [f"{r.generator}/{r.label}/{r.dataset}: {r.n_failed}" for r in self.runs if r.n_failed]
-        if failed:
-            lines.append("Failed (unscored, excluded from means) questions: " + "; ".join(failed) + ".")
-        ns = sorted({r.n_scored for r in self.runs})
-        lines.append(f"Scored questions per run: {', '.join(str(n) for n in ns)}.")
         return "\n".join(lines) + "\n"
 
     def html(self, reports: dict[str, str] | None = None) -> str:
@@ -498,7 +520,7 @@ def build_leaderboard(paths: list[Path], labels: Mapping[Path, str] | None = Non
                 mean=(_mean([c[0] for c in cells.values()]), _mean([c[1] for c in cells.values()])),
                 cost_usd=cost, mean_latency_s=lat, n_failed=sum(r.n_failed for r in mine),
                 cost_per_correct_usd=cost / correct if cost is not None and correct else None,
-                saved_usd=sum(r.saved_usd for r in mine), name=lab,
+                saved_usd=sum(r.saved_usd for r in mine), name=lab, n_scored={r.dataset: r.n_scored for r in mine},
             )
             by_label[lab] = row
             rows.append(row)

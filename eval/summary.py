@@ -57,6 +57,8 @@ def summarize(
         "n_failed": len(failed),
         "n_missing": (max(0, n_expected - len(rows)) if n_expected is not None else 0),
         "failed_by_kind": errors,
+        # the cause in words (results.jsonl has every row's): the verdict line names it, not only its kind
+        "first_error": next((" ".join(str(r["error"]).split())[:300] for r in failed if r.get("error")), None),
         "totals": totals,
         "config": config,
     }
@@ -69,6 +71,8 @@ def verdict(summary: dict[str, Any], max_failed_fraction: float) -> str | None:
     total = scored + failed + int(summary.get("n_missing", 0))
     kinds = ", ".join(f"{k} {v}" for k, v in sorted((summary.get("failed_by_kind") or {}).items(), key=lambda x: -x[1]))
     why = f" ({kinds})" if kinds else ""
+    if summary.get("first_error"):
+        why += f"; the first: {summary['first_error']}"
     resume = "fix the cause and run the same command again to retry the failed rows"
     if scored == 0:
         return f"nothing was scored: {failed} of {total} rows failed{why}; {resume}"

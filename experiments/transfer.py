@@ -8,7 +8,8 @@
 
 select: `training.run.evaluate.heldout_rewards` (the training reward, greedy) on the held-out 10% for the untrained policy
 and every checkpoint kept in the run; the checkpoint with the highest held-out Acc of the searcher's documents is
-chosen (ties: the earlier one) and its LoRA adapter copied to benchmarks/results/transfer/policy. Only that one is
+chosen (ties: the earlier one) and its LoRA adapter copied to searcher/policies/smollm2-135m-hotpotqa (the
+searcher s3 ships). Only that one is
 evaluated on the dev slices; selection.md lists every checkpoint evaluated anywhere.
 
 evaluate: for hotpotqa_dev500 (first 300 questions) and musique_dev200 (first 100), each over its own paragraphs (bm25),
@@ -88,7 +89,7 @@ def _selection_line(label: str, r: dict[str, Any], chosen: str) -> str:
 def select(config: str) -> dict[str, Any]:
     """The checkpoint with the highest held-out Acc(searcher docs): from the trainer's own held-out evaluations
     (RUN_DIR/heldout.jsonl, training.heldout.every) when the run has them, else by evaluating every checkpoint kept;
-    the untrained base model is evaluated here. Its adapter goes to benchmarks/results/transfer/policy."""
+    the untrained base model is evaluated here. Its adapter goes to searcher/policies/smollm2-135m-hotpotqa."""
     from s3.config import load_config
     from searcher.trained import relocate_record
     from training.run.evaluate import heldout_rewards
@@ -146,7 +147,7 @@ def select(config: str) -> dict[str, Any]:
     adapter = adapter_of(name)
     if adapter is None:
         raise SystemExit(f"the chosen checkpoint {name} is neither in {run}/checkpoints nor in the snapshot")
-    policy_dir = RESULTS / "policy"
+    policy_dir = ROOT / "searcher/policies/smollm2-135m-hotpotqa"  # where the product finds it (searcher.default_policy)
     if policy_dir.exists():
         shutil.rmtree(policy_dir)
     shutil.copytree(adapter, policy_dir, ignore=shutil.ignore_patterns(*TOKENIZER_FILES))  # loads with its base's

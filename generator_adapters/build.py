@@ -8,6 +8,7 @@ from __future__ import annotations
 from generator_adapters.config import GeneratorConfig, JudgeConfig
 from generator_adapters.generator import Generator
 from generator_adapters.judge import Judge
+from s3core.errors import ConfigError
 
 
 def _register_if_local(model: str, setting: str) -> None:
@@ -21,13 +22,38 @@ def _register_if_local(model: str, setting: str) -> None:
         register_local_provider()
 
 
+def check_provider(model: str, api_base: str | None, setting: str) -> None:
+    """A model string litellm cannot route (no provider: a bare name such as `qwen2.5-coder-0.5b-instruct`) is refused
+    before the first call, with the fix, instead of failing every row with BadRequestError. litellm decides which
+    providers it knows (`get_llm_provider`); an offline model's bare name is pointed at its `local/` form."""
+    if model.startswith("local/"):
+        return  # ours: `_register_if_local` checked its data wheels
+    import litellm
+
+    quiet = litellm.suppress_debug_info
+    litellm.suppress_debug_info = True  # litellm prints its provider list to stdout on a miss; the error below says it
+    try:
+        litellm.get_llm_provider(model=model, api_base=api_base)
+    except litellm.BadRequestError:
+        from s3runtime.local_models import MODELS
+
+        hint = (f"the offline model is 'local/{model}'" if model.lower() in MODELS else
+                "write it as 'provider/name' (e.g. 'openai/gpt-4o-mini', 'hosted_vllm/NAME' with an api_base), or "
+                "'local/NAME' for an offline model (`s3 models list`)")
+        raise ConfigError(f"{setting} = {model!r}: litellm knows no provider for this model name; {hint}") from None
+    finally:
+        litellm.suppress_debug_info = quiet
+
+
 def build_generator(cfg: GeneratorConfig) -> Generator:
     """The frozen generator G of `cfg` (any litellm model; `local/...` = offline, in process)."""
     _register_if_local(cfg.model, "generator.model")
+    check_provider(cfg.model, cfg.api_base, "generator.model")
     return Generator(cfg)
 
 
 def build_judge(cfg: JudgeConfig) -> Judge:
     """The GenAcc judge of `cfg`."""
     _register_if_local(cfg.model, "judge.model")
+    check_provider(cfg.model, cfg.api_base, "judge.model")
     return Judge(cfg)

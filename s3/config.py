@@ -223,8 +223,11 @@ def load_config(
         merge_tables(data, layer)
     sets = apply_overrides({}, overrides or [])
     explicit.update(_dotted_keys(sets))
-    merge_tables(data, sets)
     where = f" in {', '.join(str(f) for f in files)}" if files else ""
+    if sets:  # the files alone first, so a bad --set is blamed on the command line, not on the last file
+        build_model(S3Config, data, where=where)
+        where = " in --set " + ", ".join(overrides or []) + (f" (over {', '.join(str(f) for f in files)})" if files else "")
+    merge_tables(data, sets)
     cfg = build_model(S3Config, data, where=where)
     cfg._base_dir = base
     cfg._explicit = frozenset(explicit)

@@ -5,7 +5,7 @@ below it (`s3runtime`, `s3core`) alone:
 
     from searcher import build_trained_searcher
 
-    searcher = build_trained_searcher("benchmarks/results/transfer/policy", index="indexes/wiki")
+    searcher = build_trained_searcher(index="indexes/wiki")   # the shipped one; or a run directory first
     result = searcher.search_one("Who directed the film about the inventor of the Earthship?")
     [d.title for d in result.documents]
 

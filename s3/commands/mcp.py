@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,13 +21,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     m = sub.add_parser(
         "mcp", parents=[common], help="serve the searcher as MCP tools (stdio or streamable HTTP)",
         description="A Model Context Protocol server with three tools: gather_context(question, max_documents?) "
-        "runs the searcher (a trained --policy RUN_DIR, or zero-shot) and returns the selected documents, the "
+        "runs the searcher (the shipped trained one, a trained --policy RUN_DIR, or --untrained zero-shot) and returns the selected documents, the "
         "trajectory and its cost; search(queries, k?) is plain batched retrieval; get_document(id) one passage. "
         "stdio (the default) is what MCP clients start as a subprocess; --transport http serves streamable HTTP "
         "(stateless, JSON responses) at http://HOST:PORT/mcp with the [service] limits and bearer auth.",
     )
-    m.add_argument("--index", type=Path, default=None, help="index directory (default: the trained run's, else retriever.index)")
-    m.add_argument("--policy", type=Path, default=None, help="a trained searcher: run directory, checkpoint or policy folder")
+    from s3.commands.serve import add_searcher_args
+
+    add_searcher_args(m)
     m.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="stdio (default) or streamable HTTP")
     m.add_argument("--host", default=None, help="HTTP bind address (default: service.host)")
     m.add_argument("--port", type=int, default=None, help="HTTP port (default: service.port; 0 = a free one)")

@@ -4,8 +4,9 @@
     s3 search --index runs/index/hotpot --questions dev.jsonl --out runs/contexts.jsonl
     s3 search --policy runs/train/smoke "who ...?"       # a trained searcher: its settings and its index
 
-The index and the searcher policy default to the config's ([retriever].index, [searcher] = the offline model).
-`--policy RUN_DIR` loads a trained searcher (transformers backend, or vLLM when searcher.policy=vllm is set) with the
+The index defaults to the config's [retriever].index; the searcher to the trained one that ships with s3
+(searcher.default_policy: a LoRA adapter on the offline SmolLM2-135M, on the loop it was trained with), `--untrained`
+the zero-shot LLM searcher ([searcher] model, the offline Qwen 0.5B). `--policy RUN_DIR` loads another trained searcher (transformers backend, or vLLM when searcher.policy=vllm is set) with the
 turns / k / selection / document budget and the index it was trained with; an explicit --index, --config or --set wins.
 
 `--set searcher.kind=title_following` runs the title-following script instead of a model (searcher/title_following.py):
@@ -50,16 +51,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="questions advanced in lockstep per batch (default 8)")
     p.add_argument("--json", action="store_true",
                    help="print the single question's result as JSON: the record /search and MCP gather_context return")
-    _add_searcher_args(p)
+    from s3.commands.serve import add_searcher_args
+
+    add_searcher_args(p)
     p.set_defaults(handler=_search)
-
-
-def _add_searcher_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--index", type=Path, default=None, help="index directory (default: the trained run's, else retriever.index)")
-    p.add_argument(
-        "--policy", type=Path, default=None,
-        help="a trained searcher: run directory, checkpoint or policy folder (applies its recorded settings and index)",
-    )
 
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
@@ -72,6 +67,7 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 
 def _search(args: argparse.Namespace, cfg: S3Config) -> int:
     from s3.build import build_searcher as build
+    from s3.commands.serve import untrained
 
     if args.question and args.questions:
         raise S3Error("give a question or --questions FILE, not both")
@@ -83,17 +79,24 @@ def _search(args: argparse.Namespace, cfg: S3Config) -> int:
         raise S3Error(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.question is not None and not args.question.strip():
         raise S3Error("the question is empty")
+    limit = cfg.service.max_query_chars
+    if args.question is not None and len(args.question.strip()) > limit:  # what /search refuses, before the model loads
+        raise S3Error(f"the question is {len(args.question.strip())} characters, more than service.max_query_chars="
+                      f"{limit} (a search prompt must fit the searcher's context window)")
     if args.questions:
         return _search_file(args, cfg)
-    searcher, retriever, _ = build(cfg, args.index, args.policy)
+    searcher, retriever, _ = build(untrained(args, cfg), args.index, args.policy)
     (result,) = searcher.search([args.question.strip()])
     if args.json:  # the record /search and MCP gather_context answer with (searcher/service.py SearchResponse)
-        from searcher.service import policy_price, summarize_result
+        from searcher.service import SearchSettings, policy_price, summarize_result
 
         loop = searcher.cfg
-        print(summarize_result(result, max_turns=loop.max_turns, price=policy_price(loop)).model_dump_json(indent=2))
+        settings = SearchSettings(k=loop.k, max_turns=loop.max_turns)  # what /search fills in for its defaults
+        print(summarize_result(result, settings, price=policy_price(loop)).model_dump_json(indent=2))
     else:
-        print_trajectory(result, retriever)
+        print_trajectory(result, retriever, additive=searcher.cfg.additive)
+    if result.error is not None:  # degraded: the documents above are what was admitted before it ended
+        raise S3Error(f"the search ended early ({result.error_code or 'error'}): {result.error}")
     return 0
 
 
@@ -102,6 +105,7 @@ def _search_file(args: argparse.Namespace, cfg: S3Config) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from s3.build import build_searcher as build
+    from s3.commands.serve import untrained
     from s3core.corpus import read_questions
 
     questions = read_questions(args.questions)
@@ -119,7 +123,7 @@ def _search_file(args: argparse.Namespace, cfg: S3Config) -> int:
     console.print(f"{len(questions)} questions, {len(questions) - len(todo)} already in {out}, {len(todo)} to search")
     if not todo:
         return 0
-    searcher, _, _ = build(cfg, args.index, args.policy)
+    searcher, _, _ = build(untrained(args, cfg), args.index, args.policy)
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     n_docs = n_turns = 0
@@ -161,9 +165,10 @@ def _titles(result: Any, retriever: Any) -> dict[str, str]:
     return titles
 
 
-def print_trajectory(result: Any, retriever: Any = None, file: Any = None) -> None:
+def print_trajectory(result: Any, retriever: Any = None, file: Any = None, *, additive: bool = False) -> None:
     """Print a SearchResult readably: per turn the query, retrieved titles (selected ones marked), stop flag,
-    then the final documents D_s3."""
+    then the final documents D_s3, each with why it is there. `additive`: the searcher ran with searcher.additive
+    (naive RAG's top-k is kept whatever it selects)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -189,15 +194,22 @@ def print_trajectory(result: Any, retriever: Any = None, file: Any = None) -> No
             table.add_row(mark, escape(doc_id), escape(titles.get(doc_id, "")))
         if step.retrieved_ids:
             console.print(table)
-        how = " (no <important_info>: whole window admitted, A.5)" if step.selection_fallback else ""
+        how = (f" (the reply selected none: all {len(step.retrieved_ids)} documents of this window are kept)"
+               if step.selection_fallback else "")
         console.print(f"  selected: {escape(', '.join(step.selected_ids)) or '-'}{how}")
         if step.search_complete is not None:
             console.print(f"  search_complete: {step.search_complete}")
         console.print(f"  [dim]{step.policy_seconds:.2f}s policy, {step.retrieval_seconds:.3f}s retrieval[/dim]")
-    console.print(f"\n[bold]Final documents ({len(result.documents)}):[/bold]")
+    first = result.steps[0] if result.steps and result.steps[0].turn == 0 else None
+    kept = set(first.retrieved_ids) if additive and first is not None else set()
+    picked = {i for s in result.steps for i in s.selected_ids}
+    note = (" — naive RAG's top documents of the question are always kept (additive searcher), then what it selected"
+            if kept else "")
+    console.print(f"\n[bold]Final documents ({len(result.documents)}):[/bold]{note}")
     for i, d in enumerate(result.documents, start=1):
         score = f"  score {d.score:.2f}" if d.score is not None else ""
-        console.print(f"  {i}. {escape(f'[{d.id}]')} {escape(d.title)}{score}")
+        why = "  (top-k, kept)" if d.id in kept and d.id not in picked else "  (top-k, selected)" if d.id in kept else ""
+        console.print(f"  {i}. {escape(f'[{d.id}]')} {escape(d.title)}{score}{why}")
     if result.answer is not None:
         console.print(f"\n[bold]Answer:[/bold] {escape(result.answer)}")
     console.print(f"[dim]{result.turns} turn{'' if result.turns == 1 else 's'}, {result.seconds:.2f}s[/dim]")

@@ -1,6 +1,7 @@
 """`s3 serve` (/search, /retrieve, /health for a (trained) searcher) and `s3 serve-retriever` (/retrieve alone).
 
-    s3 serve --policy runs/train/smoke --port 8000          # the trained searcher, with the index it was trained on
+    s3 serve --index indexes/wiki --port 8000               # the shipped trained searcher over your index
+    s3 serve --policy runs/train/smoke --port 8000          # your trained searcher, with the index it was trained on
     s3 serve-retriever --index indexes/wiki --port 8001     # one retriever for many trainers (Search-R1 contract)
     s3 serve-generator --model smollm2-135m-instruct        # a frozen generator behind vLLM's OpenAI server
 
@@ -25,11 +26,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser(
         "serve", parents=[common], help="serve /search, /retrieve and /health over HTTP (FastAPI)",
         description="Serve the searcher: POST /search {question, k?, max_turns?}, POST /retrieve (Search-R1 "
-        "contract), GET /health. Host, port, limits and timeouts come from [service]. With --policy RUN_DIR the "
-        "searcher is served with the settings and the index it was trained with (explicit --index / --set win).",
+        "contract), GET /health. Host, port, limits and timeouts come from [service]. The searcher is the trained one "
+        "that ships with s3 (searcher.default_policy; --untrained: the zero-shot LLM searcher.model); with --policy "
+        "RUN_DIR it is served with the settings and the index it was trained with (explicit --index / --set win).",
     )
-    s.add_argument("--index", type=Path, default=None, help="index directory (default: the trained run's, else retriever.index)")
-    s.add_argument("--policy", type=Path, default=None, help="a trained searcher: run directory, checkpoint or policy folder")
+    add_searcher_args(s)
     s.add_argument("--host", default=None, help="bind address (default: service.host)")
     s.add_argument("--port", type=int, default=None, help="port (default: service.port; 0 = a free one)")
     s.set_defaults(handler=_serve)
@@ -96,13 +97,30 @@ def address(args: argparse.Namespace, cfg: S3Config) -> tuple[str, int]:
 def served_searcher(args: argparse.Namespace, cfg: S3Config) -> tuple[S3Config, Any, Any, Path | None]:
     """The searcher `s3 serve` and `s3 mcp` serve: a --policy with the settings and index it was trained with (an
     explicit --index / --set wins), else the config's. Returns (config, searcher, retriever, index)."""
-    from s3.build import build_searcher, trained_config
+    from s3.build import build_searcher, searcher_config
 
-    index = args.index
-    if args.policy is not None:
-        cfg, index = trained_config(cfg, args.policy, index)
+    cfg, index = searcher_config(untrained(args, cfg), args.policy, args.index)
     searcher, retriever, index = build_searcher(cfg, index)
     return cfg, searcher, retriever, index
+
+
+def add_searcher_args(p: argparse.ArgumentParser) -> None:
+    """--index, --policy and --untrained: which searcher a command runs (s3 search, serve, mcp)."""
+    p.add_argument("--index", type=Path, default=None, help="index directory (default: the trained run's, else retriever.index)")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--policy", type=Path, default=None,
+                     help="a trained searcher: run directory, checkpoint or policy folder (applies its recorded settings "
+                     "and index; default: the shipped one, searcher.default_policy)")
+    who.add_argument("--untrained", action="store_true",
+                     help="the untrained zero-shot LLM searcher (searcher.model) instead of the shipped trained one "
+                     "(= --set searcher.default_policy=none)")
+
+
+def untrained(args: argparse.Namespace, cfg: S3Config) -> S3Config:
+    """`cfg` with searcher.default_policy = none when --untrained was given."""
+    if not getattr(args, "untrained", False):
+        return cfg
+    return cfg.model_copy(update={"searcher": cfg.searcher.model_copy(update={"default_policy": None})})
 
 
 def _serve(args: argparse.Namespace, cfg: S3Config) -> int:

@@ -69,10 +69,17 @@ def load_policy(cfg: SearcherConfig, *, threads: int | None = None) -> Policy:
         from s3core.devices import resolve_device
         from searcher.policy.transformers_policy import TransformersPolicy
 
+        device = resolve_device(cfg.device)
+        fast = _llamacpp(cfg, spec, device, threads)
+        if fast is not None:
+            return fast
+
         # inference only (search, serve, mcp, eval): a LoRA adapter is merged into its base (the trainer loads its
         # policy through TransformersPolicy.load itself, unmerged)
-        return TransformersPolicy.load(spec, threads=threads, device=resolve_device(cfg.device),
-                                       gen_batch=cfg.generate_batch, merge_adapter=True)
+        from s3core.devices import auto_cpu_threads
+
+        return TransformersPolicy.load(spec, threads=threads or (auto_cpu_threads() if device == "cpu" else None),
+                                       device=device, gen_batch=cfg.generate_batch, merge_adapter=True)
     if cfg.policy == "vllm":
         from pathlib import Path
 
@@ -84,3 +91,22 @@ def load_policy(cfg: SearcherConfig, *, threads: int | None = None) -> Policy:
             where = merged_adapter_dir(where)  # vLLM loads full weights: the LoRA merged into its base, cached
         return VLLMPolicy(str(where), engine=cfg.vllm)
     raise ConfigError(f"unknown searcher.policy {cfg.policy!r}: use litellm, transformers or vllm")
+
+
+def _llamacpp(cfg: SearcherConfig, spec: str, device: str, threads: int | None) -> Policy | None:
+    """The llama.cpp runtime of an in-process policy (searcher.runtime), or None for torch. 'auto' takes it on a CPU
+    when llama-cpp-python is installed and the policy has an offline GGUF base; 'llamacpp' insists (errors say why)."""
+    if cfg.runtime == "torch" or (cfg.runtime == "auto" and device != "cpu"):
+        return None
+    from searcher.policy.llamacpp_policy import LlamaCppPolicy
+
+    if cfg.runtime == "llamacpp":
+        return LlamaCppPolicy.load(spec, threads=threads)
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        return None
+    try:
+        return LlamaCppPolicy.load(spec, threads=threads)
+    except ConfigError:  # no offline GGUF base, not a llama model: torch serves it
+        return None

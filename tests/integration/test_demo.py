@@ -1,5 +1,5 @@
 """`s3 demo --quick` end to end: real corpus package, real bm25 index, real offline Qwen 0.5B generator and the
-committed trained searcher (benchmarks/results/transfer/policy on the offline SmolLM2-135M)."""
+shipped trained searcher (searcher/policies/smollm2-135m-hotpotqa on the offline SmolLM2-135M), the default."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ def test_demo_quick_runs_and_writes_its_report(tmp_path: Path) -> None:
     assert results["methods"]["naive_rag"]["support_recall"] is not None
     assert results["methods"]["searcher"]["mean_turns"] is not None
     # the trained searcher, on the loop its searcher.json recorded (additive, cap 5, k = 8)
-    assert results["searcher"]["policy"] == "benchmarks/results/transfer/policy"
+    assert results["searcher"]["policy"] == "shipped: smollm2-135m-hotpotqa"
     assert (results["searcher"]["additive"], results["searcher"]["context_cap"], results["searcher"]["k"]) == (True, 5, 8)
-    assert "s3 searcher (trained: benchmarks/results/transfer/policy)" in r.stdout
+    assert "s3 searcher (trained: shipped: smollm2-135m-hotpotqa)" in r.stdout
     for ext in ("md", "csv", "html", "png"):
         assert (out / "report" / f"leaderboard.{ext}").stat().st_size > 0
     assert "GenAcc" in r.stdout and "One trajectory" in r.stdout and "begin-with-search" in r.stdout

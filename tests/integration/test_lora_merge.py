@@ -30,7 +30,7 @@ def test_inference_load_merges_the_adapter_and_answers_the_same(tmp_path: Path) 
     adapter = pol.save(tmp_path / "adapter")
     assert (adapter / "adapter_config.json").is_file()
 
-    served = load_policy(SearcherConfig(policy="transformers", policy_path=str(adapter)))
+    served = load_policy(SearcherConfig(policy="transformers", policy_path=str(adapter), runtime="torch"))
     trained = TransformersPolicy.load(str(adapter))  # what the trainer resumes from: the adapter stays
     assert isinstance(trained.model, peft.PeftModel)
     assert not isinstance(served.model, peft.PeftModel)  # type: ignore[attr-defined]

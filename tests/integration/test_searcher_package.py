@@ -1,5 +1,5 @@
 """The documented way to use a trained searcher with `searcher/` alone (searcher/__init__.py): the committed transfer
-policy (benchmarks/results/transfer/policy, a LoRA adapter on the offline SmolLM2-135M) over a tiny bm25 index; the
+policy (searcher/policies/smollm2-135m-hotpotqa, a LoRA adapter on the offline SmolLM2-135M) over a tiny bm25 index; the
 adapter is committed without tokenizer files and loads with its base model's tokenizer."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "transfer"
+SHIPPED = Path(__file__).resolve().parents[2] / "searcher" / "policies" / "smollm2-135m-hotpotqa"
 DOCS = [
     Document(id="earthship", title="Earthship", text="An Earthship is a passive solar house designed by Michael Reynolds."),
     Document(id="garbage", title="Garbage Warrior", text="Garbage Warrior is a 2007 film by Oliver Hodge about Reynolds."),
@@ -30,7 +30,8 @@ def test_a_trained_searcher_from_the_searcher_package_alone(tmp_path: Path) -> N
 
     write_corpus(tmp_path / "corpus.jsonl", DOCS)
     index = build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "indexes" / "wiki")
-    searcher = build_trained_searcher(RESULTS / "policy", index=index)
+    searcher = build_trained_searcher(index=index)  # no policy named: the shipped one
+    assert searcher.policy.name == f"transformers:{SHIPPED}"
     assert isinstance(searcher, S3Searcher)
     assert (searcher.cfg.max_turns, searcher.cfg.k, searcher.cfg.max_new_tokens) == (3, 8, 48)  # its searcher.json
     assert (searcher.cfg.additive, searcher.cfg.context_cap) == (True, 5)
@@ -45,7 +46,7 @@ def test_an_adapter_without_tokenizer_files_loads_with_its_bases() -> None:
 
     from searcher.policy.transformers_policy import TransformersPolicy, resolve_checkpoint
 
-    bare = RESULTS / "policy"
+    bare = SHIPPED
     assert not (bare / "tokenizer_config.json").exists() and (bare / "adapter_config.json").is_file()
     base = AutoTokenizer.from_pretrained(str(resolve_checkpoint("smollm2-135m-instruct")))  # the adapter's base
     loaded = TransformersPolicy.load(str(bare))

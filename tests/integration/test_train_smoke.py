@@ -325,7 +325,7 @@ def test_oracle_warmup_teaches_the_format_and_becomes_the_reference(tmp_path: Pa
 def test_a_lora_run_ships_its_adapter_as_a_complete_small_policy(tmp_path: Path) -> None:
     """training.learner.lora: every checkpoint's adapter/ holds the adapter (a few MB), the tokenizer and searcher.json, and
     names its base by the offline model name, so the folder copied anywhere loads on top of that base with
-    `s3 search --policy FOLDER` (what benchmarks/results/transfer/policy is)."""
+    `s3 search --policy FOLDER` (what searcher/policies/smollm2-135m-hotpotqa is)."""
     from s3.config import load_config
     from training.run.trainer import make_trainer
 

@@ -421,7 +421,7 @@ def test_flashrag_corpus_and_questions_merge(tmp_path: Path) -> None:
     assert (m.counts.questions, m.counts.paragraphs, m.counts.duplicates_merged) == (1, 2, 1)
     # a record that is neither a corpus record nor a question is an error naming its line
     neither = write_jsonl(tmp_path / "neither.jsonl", [{"id": "1", "title": "T"}])
-    with pytest.raises(DataFormatError, match=r"neither\.jsonl:1: row has no 'question' text"):
+    with pytest.raises(DataFormatError, match=r"neither\.jsonl:1: corpus row without its text .*a corpus row needs 'contents', or 'title' with 'text'"):
         load("flashrag", [corpus_file, neither])
 
 

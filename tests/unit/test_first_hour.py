@@ -100,7 +100,7 @@ def test_a_missing_training_index_is_not_rebuilt_from_a_corpus_that_is_not_there
 
     policy = tmp_path / "transfer" / "policy"
     policy.mkdir(parents=True)
-    src = REPO / "benchmarks" / "results" / "transfer" / "policy"
+    src = REPO / "searcher" / "policies" / "smollm2-135m-hotpotqa"
     record = json.loads((src / "searcher.json").read_text())
     (policy / "searcher.json").write_text(json.dumps(record))
     readme = (src / "README.md").read_text() if (src / "README.md").is_file() else (
@@ -124,7 +124,7 @@ def test_a_missing_index_whose_corpus_is_there_keeps_the_recorded_rebuild(tmp_pa
     policy.mkdir(parents=True)
     (tmp_path / "run" / "data").mkdir()
     (tmp_path / "run" / "data" / "corpus.jsonl").write_text('{"id": "a", "contents": "x"}\n')
-    record = json.loads((REPO / "benchmarks/results/transfer/policy/searcher.json").read_text())
+    record = json.loads((REPO / "searcher/policies/smollm2-135m-hotpotqa/searcher.json").read_text())
     record["retriever"].update(index="../data/index",
                                rebuild="s3 index build --corpus ../data/corpus.jsonl --backend bm25 --out ../data/index")
     (policy / "searcher.json").write_text(json.dumps(record))

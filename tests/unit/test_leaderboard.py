@@ -117,3 +117,43 @@ def test_bad_run_dirs(tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text("{}")
     with pytest.raises(DataFormatError, match=r"no config\.dataset\.name"):
         build_leaderboard([tmp_path])
+
+
+def test_runs_over_different_question_sets_are_marked_and_the_html_keeps_every_footnote(tmp_path: Path) -> None:
+    """Runs of one dataset that scored different numbers of questions (a1 on 100 beside top-3 on 500): their cells
+    carry n=, the Mean is starred and not comparable, and the HTML has the same footnotes as the markdown."""
+    a = write_run(tmp_path, "local/a", "naive_rag", "hotpotqa", 0.40, 0.10)
+    b = write_run(tmp_path, "local/a", "searcher", "hotpotqa", 0.46, 0.12)
+    s = json.loads((a / "summary.json").read_text())
+    s["n_scored"] = 500
+    (a / "summary.json").write_text(json.dumps(s))
+    board = build_leaderboard([a, b])
+    md = board.markdown()
+    assert "| local/a | Naive RAG | 40.0 (10.0) n=500 | 40.0 (10.0) * |" in md
+    assert "46.0 (12.0) n=100 | 46.0 (12.0) * |" in md
+    assert "scored different numbers of questions" in md and "Scored questions per run: 100, 500." in md
+    html = board.html()
+    for line in ("scored different numbers of questions", "Scored questions per run: 100, 500."):
+        assert line in html
+    # one question set: no marks
+    plain = build_leaderboard([write_run(tmp_path / "p", "local/a", "naive_rag", "hotpotqa", 0.4, 0.1),
+                               write_run(tmp_path / "p", "local/a", "searcher", "hotpotqa", 0.46, 0.12)]).markdown()
+    assert "n=" not in plain.split("\n\n")[0] and " * |" not in plain
+
+
+def test_a_dataset_in_a_generic_folder_is_named_after_the_folder_above(tmp_path: Path) -> None:
+    """Runs written with dataset "data" (its folder) take the name of the folder above it, so HotpotQA and MuSiQue
+    runs share one board instead of being refused as one dataset with two corpora."""
+    from eval.harness import dataset_name
+
+    assert dataset_name(tmp_path / "hotpotqa_dev500" / "data") == "hotpotqa_dev500"
+    assert dataset_name(tmp_path / "mine") == "mine"
+    runs = []
+    for ds in ("hotpotqa_dev500", "musique_dev200"):
+        d = write_run(tmp_path / ds, "local/a", "naive_rag", "data", 0.3, 0.1, corpus=f"c-{ds}")
+        s = json.loads((d / "summary.json").read_text())
+        (tmp_path / ds / "data").mkdir()
+        s["config"]["dataset"]["dir"] = "../data"
+        (d / "summary.json").write_text(json.dumps(s))
+        runs.append(d)
+    assert build_leaderboard(runs).datasets == ["hotpotqa_dev500", "musique_dev200"]

@@ -213,7 +213,9 @@ def test_cli_on_the_committed_checks_matches_their_report(tmp_path: Path) -> Non
     lines = (tmp_path / "lb" / "leaderboard.csv").read_text(encoding="utf-8").splitlines()
     table = {r["label"]: r for r in csv.DictReader(lines) if r["method"] == "gbr"}
     a1 = table["a1"]
-    assert (a1["data_genacc"], a1["data_gbr_ci95_lo"], a1["data_gbr_ci95_hi"], a1["data_gbr_n"]) == (
+    # the committed runs recorded the dataset as "data" (its folder): named after the folder above it now
+    assert (a1["hotpotqa_dev500_genacc"], a1["hotpotqa_dev500_gbr_ci95_lo"], a1["hotpotqa_dev500_gbr_ci95_hi"],
+            a1["hotpotqa_dev500_gbr_n"]) == (
         "11.0", "4.0", "20.0", "100")
     # the report has one table per finished length; each leaderboard row pairs its run with the baseline over the
     # questions both scored, which is the report's table of that length
@@ -223,7 +225,7 @@ def test_cli_on_the_committed_checks_matches_their_report(tmp_path: Path) -> Non
     compared = 0
     for name in names[1:]:
         row = table[name]
-        n = int(row["data_gbr_n"])
+        n = int(row["hotpotqa_dev500_gbr_n"])
         refs = [m["vs"]["naive_rag_top3"] for t in tables if t["questions"] == n
                 for m in t["methods"] if m["method"] == name]
         if not refs:
@@ -232,10 +234,10 @@ def test_cli_on_the_committed_checks_matches_their_report(tmp_path: Path) -> Non
         (ref,) = refs
         compared += 1
         # the CSV rounds points to 2 decimals (eval/leaderboard.py; the heuristic's upper bound on 500 is 11.005 -> 11.0)
-        assert float(row["data_genacc"]) == pytest.approx(round(100 * ref["diff"], 2))
-        assert [float(row["data_gbr_ci95_lo"]), float(row["data_gbr_ci95_hi"])] == pytest.approx(
+        assert float(row["hotpotqa_dev500_genacc"]) == pytest.approx(round(100 * ref["diff"], 2))
+        assert [float(row["hotpotqa_dev500_gbr_ci95_lo"]), float(row["hotpotqa_dev500_gbr_ci95_hi"])] == pytest.approx(
             [round(100 * x, 2) for x in ref["ci95"]])
-        assert int(row["data_gbr_n"]) == ref["n"]
+        assert int(row["hotpotqa_dev500_gbr_n"]) == ref["n"]
     assert compared >= 1
     md = (tmp_path / "lb" / "leaderboard.md").read_text()
     assert "| GBR (a1 - naive_rag_top3) | +11.0 [+4.0, +20.0] (+9.0) |" in md

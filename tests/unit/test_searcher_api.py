@@ -97,7 +97,7 @@ def test_the_documented_part_by_part_usage(tmp_path: Path) -> None:
 def test_trained_settings_apply_the_record_and_load_the_policy_in_process(tmp_path: Path) -> None:
     from searcher import RetrieverConfig, SearcherConfig, trained_settings
 
-    policy = ROOT / "benchmarks" / "results" / "transfer" / "policy"
+    policy = ROOT / "searcher" / "policies" / "smollm2-135m-hotpotqa"
     mine = tmp_path / "mine"
     record = json.loads((policy / "searcher.json").read_text())
     scfg, rcfg, index = trained_settings(policy, SearcherConfig(max_turns=1), RetrieverConfig(), index=mine)

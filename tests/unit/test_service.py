@@ -382,7 +382,7 @@ def test_print_trajectory_shows_turns_titles_and_selection() -> None:
     buf = io.StringIO()
     print_trajectory(_result("who?"), FakeRetriever(), file=buf)
     text = buf.getvalue()
-    for needle in ("begin-with-search", "turn 1", "turn 2", "'second'", "Ta", "Tc", "A.5", "search_complete: True",
+    for needle in ("begin-with-search", "turn 1", "turn 2", "'second'", "Ta", "Tc", "the reply selected none: all", "search_complete: True",
                    "Final documents (4)", "[f] Tf"):
         assert needle in text, needle
 

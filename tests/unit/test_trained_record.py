@@ -121,7 +121,7 @@ def test_the_index_fingerprint_is_what_the_index_is_not_where_or_when_it_was_bui
 
 
 def test_a_copied_policy_folder_keeps_finding_its_index(tmp_path: Path) -> None:
-    """`relocate_record`: an exported checkpoint (benchmarks/results/transfer/policy) re-bases the record's paths,
+    """`relocate_record`: an exported checkpoint (searcher/policies/smollm2-135m-hotpotqa) re-bases the record's paths,
     which are relative to the record, so `s3 search --policy COPY` still finds (and can rebuild) the training index."""
     from searcher.trained import relocate_record
 

@@ -1,0 +1,106 @@
+"""How long the shipped trained searcher takes per question, on the runtime chosen automatically against today's
+torch path (issue 61), and whether the runtime changes its documents.
+
+    run(data_dir, index_dir, n_new=20, n_old=5) -> {"new": {...}, "old": {...}, "ratio_p50", "same_documents", ...}
+
+Warm: the searcher is built once (model loaded, index open), then `search_one` per question, timed one at a time —
+what `/search` runs for a lone request, without the few milliseconds of HTTP. "old" is the path before issue 61:
+torch (transformers, the LoRA merged) with torch's default threads (every core). "new" is `searcher.runtime = auto`
+(llama.cpp on a CPU, threads from `s3core.devices.auto_cpu_threads`). Cold: `s3 search` as a subprocess, one
+question, load included.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from searcher.build import build_policy, build_retriever, build_searcher, trained_settings
+from searcher.config import RetrieverConfig, SearcherConfig
+from searcher.policies import shipped_policy
+
+
+def prepare(shared: Path, work: Path) -> tuple[Path, Path]:
+    """hotpotqa_dev500 prepared into work/data and indexed (bm25) into work/index, once."""
+    from dataprep.prepare import prepare as prepare_data
+    from searcher.retrieval import build_index
+
+    data, index = work / "data", work / "index"
+    if not (data / "questions.jsonl").is_file():
+        prepare_data("hotpotqa", [shared / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl"], data)
+    if not (index / "index.json").is_file():
+        build_index(data / "corpus.jsonl", "bm25", index, RetrieverConfig())
+    return data, index
+
+
+def _searcher(index: Path, runtime: str, threads: int | None) -> Any:
+    scfg, rcfg, _ = trained_settings(shipped_policy(), SearcherConfig(runtime=runtime),  # type: ignore[arg-type]
+                                     RetrieverConfig(), index=index)
+    return build_searcher(scfg, build_retriever(rcfg, index), build_policy(scfg, threads=threads), k0=rcfg.k)
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+def warm(index: Path, questions: list[str], runtime: str, threads: int | None) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    searcher = _searcher(index, runtime, threads)
+    load = time.perf_counter() - t0
+    print(f"{runtime}: loaded in {load:.1f}s ({searcher.policy.name.split(':', 1)[0]})", file=sys.stderr, flush=True)
+    searcher.search_one(questions[0])  # warm-up (first call pays lazy initialisation)
+    secs, docs, valid = [], [], 0
+    for q in questions:
+        t = time.perf_counter()
+        r = searcher.search_one(q)
+        secs.append(time.perf_counter() - t)
+        docs.append([d.id for d in r.documents])
+        print(f"{runtime}: question {len(secs)}/{len(questions)} {secs[-1]:.2f}s", file=sys.stderr, flush=True)
+        valid += all(s.invalid_reason is None for s in r.steps)
+    return {"runtime": runtime, "policy": searcher.policy.name.split(":", 1)[0], "threads": threads,
+            "load_s": round(load, 2), "n": len(questions), "p50_s": round(statistics.median(secs), 3),
+            "p95_s": round(pct(secs, 0.95), 3), "min_s": round(min(secs), 3), "max_s": round(max(secs), 3),
+            "valid_questions": valid, "seconds": [round(x, 3) for x in secs], "documents": docs}
+
+
+def cold(index: Path, question: str, runtime: str) -> float:
+    """`s3 search --index INDEX QUESTION` from a fresh process (imports, model load, search)."""
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "s3.cli", "search", "--index", str(index), question,
+                    "--set", f"searcher.runtime={runtime}"], check=True, capture_output=True, text=True,
+                   env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    return round(time.perf_counter() - t, 2)
+
+
+def run(data: Path, index: Path, n_new: int = 20, n_old: int = 5, colds: int = 1) -> dict[str, Any]:
+    from s3core.corpus import read_questions
+
+    qs = [q.question for q in read_questions(data / "questions.jsonl")][: max(n_new, n_old)]
+    new = warm(index, qs[:n_new], "auto", None)
+    old = warm(index, qs[:n_old], "torch", os.cpu_count())
+    same = sum(a == b for a, b in zip(new["documents"], old["documents"], strict=False))
+    return {
+        "load_1min": os.getloadavg()[0], "cpus": os.cpu_count(), "new": new, "old": old,
+        "ratio_p50": round(old["p50_s"] / new["p50_s"], 2) if new["p50_s"] else None,
+        "same_documents": same, "compared": min(n_new, n_old),
+        "cold_new_s": [cold(index, qs[0], "auto") for _ in range(colds)],
+    }
+
+
+def markdown(res: dict[str, Any]) -> str:
+    n, o = res["new"], res["old"]
+    lines = ["| path | policy runtime | questions | p50 (s) | p95 (s) | range (s) | valid replies | load (s) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, r in (("new (searcher.runtime = auto)", n), ("today's (torch, default threads)", o)):
+        lines.append(f"| {name} | {r['policy']} | {r['n']} | {r['p50_s']} | {r['p95_s']} | {r['min_s']}-{r['max_s']} "
+                     f"| {r['valid_questions']}/{r['n']} | {r['load_s']} |")
+    lines += ["", f"p50 ratio (today / new): {res['ratio_p50']}x; the same documents on {res['same_documents']} of "
+              f"{res['compared']} questions both paths ran; cold `s3 search` (load included): {res['cold_new_s']} s.",
+              f"1-minute load average at the end: {res['load_1min']:.2f} on {res['cpus']} CPUs (contended: other jobs ran)."]
+    return "\n".join(lines) + "\n"
