@@ -48,10 +48,10 @@ NAMING_KEYS = ("searcher.model", "searcher.api_base", "searcher.policy_path")
 def default_policy(cfg: S3Config) -> Path | None:
     """The trained searcher to use when none is named: searcher.default_policy's shipped folder, unless the
     configuration names a searcher itself (policy_path, an explicit searcher.model or api_base, searcher.policy set to
-    'litellm') or default_policy is none. None = the searcher the configuration describes (the untrained LLM one)."""
+    'litellm', searcher.kind = 'title_following': the script, no model) or default_policy is none. None = the searcher the configuration describes (the untrained LLM one)."""
     s = cfg.searcher
     named = s.policy_path is not None or any(k in cfg.explicit_keys for k in NAMING_KEYS)
-    if named or s.default_policy is None or ("searcher.policy" in cfg.explicit_keys and s.policy == "litellm"):
+    if named or s.kind != "llm" or s.default_policy is None or ("searcher.policy" in cfg.explicit_keys and s.policy == "litellm"):
         return None
     from searcher.policies import shipped_policy
 

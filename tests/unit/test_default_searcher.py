@@ -61,6 +61,13 @@ def test_naming_a_searcher_or_untrained_runs_the_untrained_llm_searcher(sets: li
     assert got.searcher.policy_path is None and got.searcher.policy == "litellm"
 
 
+def test_the_title_following_script_is_not_overridden_by_the_shipped_policy(tmp_path: Path) -> None:
+    cfg = load_config(None, ["searcher.kind=title_following", f"retriever.index={tmp_path / 'mine'}"])
+    assert default_policy(cfg) is None
+    got, _ = searcher_config(cfg)
+    assert got.searcher.kind == "title_following" and got.searcher.policy_path is None
+
+
 def test_the_untrained_flag_is_the_setting() -> None:
     from s3.commands.serve import untrained
 
