@@ -113,7 +113,7 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
         assert retriever is not None  # needs_index above
         s = cfg.searcher
         if method == "title_following":
-            s = s.model_copy(update={"kind": "title_following"})
+            s = s.model_copy(update={"kind": "title_following", "policy_path": None})  # the method names the script
         agent = build_configured_searcher(s, retriever, k0=rcfg.k,
                                           agent="search_r1" if method.startswith("search_r1") else "s3")
         contexts = agent_contexts(agent, own_answer=(method == "search_r1"), trajectories=opts.out / TRAJECTORIES_FILE)
