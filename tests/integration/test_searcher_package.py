@@ -31,7 +31,8 @@ def test_a_trained_searcher_from_the_searcher_package_alone(tmp_path: Path) -> N
     write_corpus(tmp_path / "corpus.jsonl", DOCS)
     index = build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "indexes" / "wiki")
     searcher = build_trained_searcher(index=index)  # no policy named: the shipped one
-    assert searcher.policy.name == f"transformers:{SHIPPED}"
+    # searcher.runtime = auto: llama.cpp over the merged policy's GGUF on a CPU with llama-cpp-python (the set-up's)
+    assert searcher.policy.name == f"llamacpp:{SHIPPED}"
     assert isinstance(searcher, S3Searcher)
     assert (searcher.cfg.max_turns, searcher.cfg.k, searcher.cfg.max_new_tokens) == (3, 8, 48)  # its searcher.json
     assert (searcher.cfg.additive, searcher.cfg.context_cap) == (True, 5)
