@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from s3core.errors import ConfigError, S3Error
 from s3core.types import Document, QAExample, SearchResult, SearchStep
+from searcher.agent import LoopStats  # the services read the LLM searcher's accounting
 from searcher.config import SearcherConfig
 from searcher.retrieval.base import Retriever
 from searcher.spans import TitleIndex, title_like_spans
@@ -152,19 +153,6 @@ def _titled(titles: TitleIndex | None) -> bool:
     return titles is None or bool(titles.variants)
 
 
-@dataclass
-class _Stats:
-    """Wall-clock accounting of the last `search()` call (the LLM searcher's LoopStats fields the services read)."""
-
-    questions: int = 0
-    seconds: float = 0.0
-    policy_seconds: float = 0.0
-    retrieval_seconds: float = 0.0
-    policy_calls: int = 0
-    retrieval_calls: int = 0
-    batch_sizes: list[int] = field(default_factory=list)
-
-
 class TitleFollowingSearcher:
     """The title-following script as a searcher: `search(questions, *, cfg=, cancelled=)` returns the LLM searcher's
     SearchResult records, so `s3 search`, `s3 serve` (/search), `s3 mcp` and `s3 eval` run it like any searcher.
@@ -188,7 +176,7 @@ class TitleFollowingSearcher:
         self.k0 = k0
         self.titles = titles
         self.words = words
-        self.last_stats = _Stats()
+        self.last_stats = LoopStats()
         self._cap(self.cfg)
 
     @property
@@ -269,7 +257,7 @@ class TitleFollowingSearcher:
                 raise S3Error(f"question {i} is empty: every question needs some text")
             items.append((text.strip(), qid))
         run = self.cfg if cfg is None else cfg
-        self.last_stats = _Stats(questions=len(items), batch_sizes=[len(items)])
+        self.last_stats = LoopStats(questions=len(items), batch_sizes=[len(items)])
         t0 = time.perf_counter()
         gone = [bool(c()) for c in cancelled] if cancelled is not None else [False] * len(items)
         found, (d0_s, spans_s) = self.follow([q for q, _ in items], cfg=run, skip=gone)
