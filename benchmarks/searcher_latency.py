@@ -2,15 +2,19 @@
 cold, and whether the documents change (logic: experiments/searcher_latency.py).
 
     .venv/bin/python benchmarks/searcher_latency.py --work runs/latency --n-new 20 --n-old 5
+    .venv/bin/python benchmarks/searcher_latency.py --floor 20    # llama.cpp's own rates on the f16 / q8_0 exports
+                                                                  # and the tokens a search evaluates: the floor
+                                                                  # (--exports: the warm loop on each export too)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
-from experiments.searcher_latency import markdown, prepare, run
+from experiments.searcher_latency import exports, kernels, markdown, prepare, run, token_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,9 +26,26 @@ def main() -> None:
     ap.add_argument("--n-new", type=int, default=20)
     ap.add_argument("--n-old", type=int, default=5)
     ap.add_argument("--colds", type=int, default=1)
+    ap.add_argument("--floor", type=int, default=0, metavar="N",
+                    help="instead of the timing: kernel rates and the tokens N questions evaluate (floor.json)")
+    ap.add_argument("--exports", action="store_true", help="with --floor: the warm loop on the f16 and q8_0 exports")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "searcher_latency")
     a = ap.parse_args()
     data, index = prepare(a.shared, a.work)
+    if a.floor:
+        from s3core.corpus import read_questions
+        from searcher.policies import shipped_policy
+        from searcher.policy.llamacpp_policy import policy_gguf
+
+        files = [policy_gguf(str(shipped_policy()), t)[0] for t in ("f16", "q8_0")]
+        qs = [q.question for q in read_questions(data / "questions.jsonl")][: a.floor]
+        floor = {"load_1min_start": os.getloadavg()[0], "kernels": kernels(files), "tokens": token_budget(index, qs),
+                 "exports": exports(index, qs) if a.exports else None}
+        floor["load_1min_end"] = os.getloadavg()[0]
+        a.out.mkdir(parents=True, exist_ok=True)
+        (a.out / "floor.json").write_text(json.dumps(floor, indent=1) + "\n")
+        print(json.dumps({k: v for k, v in floor.items() if k != "tokens"} | {"tokens": floor["tokens"]["median"]}))
+        return
     res = run(data, index, a.n_new, a.n_old, a.colds)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "results.json").write_text(json.dumps(res, indent=1) + "\n")

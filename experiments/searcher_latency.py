@@ -2,6 +2,9 @@
 torch path (issue 61), and whether the runtime changes its documents.
 
     run(data_dir, index_dir, n_new=20, n_old=5) -> {"new": {...}, "old": {...}, "ratio_p50", "same_documents", ...}
+    kernels(gguf_files, threads=1) -> [{"file", "threads", "prompt_tok_s", "decode_tok_s"}, ...]   # the floor
+    token_budget(index, questions) -> {"new_prompt_tokens", "reused_tokens", "written_tokens"} per question
+    exports(index, questions) -> each GGUF export's p50 and documents, and how many match the first's
 
 Warm: the searcher is built once (model loaded, index open), then `search_one` per question, timed one at a time —
 what `/search` runs for a lone request, without the few milliseconds of HTTP. "old" is the path before issue 61:
@@ -91,6 +94,87 @@ def run(data: Path, index: Path, n_new: int = 20, n_old: int = 5, colds: int = 1
         "same_documents": same, "compared": min(n_new, n_old),
         "cold_new_s": [cold(index, qs[0], "auto") for _ in range(colds)],
     }
+
+
+def kernels(files: list[Path], threads: int = 1, prompt: int = 800, written: int = 40, reps: int = 3) -> list[dict[str, Any]]:
+    """llama.cpp's own rates on each GGUF file, no agent around it: `prompt` tokens evaluated in one call (what a
+    turn's new window costs) and `written` tokens one at a time (what a reply costs); medians over `reps`. A search's
+    floor is new_prompt_tokens / prompt_tok_s + written_tokens / decode_tok_s."""
+    from llama_cpp import Llama
+
+    rows = []
+    ids = [(i * 7919) % 40000 + 100 for i in range(prompt)]  # fixed token ids inside the vocabulary
+    for f in files:
+        llm = Llama(model_path=str(f), n_ctx=4096, n_batch=512, n_threads=threads, n_threads_batch=threads,
+                    verbose=False)
+        pp, tg = [], []
+        for _ in range(reps):
+            llm.reset()
+            t = time.perf_counter()
+            llm.eval(ids)
+            pp.append(prompt / (time.perf_counter() - t))
+            t = time.perf_counter()
+            for i in range(written):
+                llm.eval([123 + i])
+            tg.append(written / (time.perf_counter() - t))
+        rows.append({"file": f.name, "threads": threads, "prompt_tok_s": round(statistics.median(pp), 1),
+                     "prompt_tok_s_range": [round(min(pp), 1), round(max(pp), 1)],
+                     "decode_tok_s": round(statistics.median(tg), 1),
+                     "decode_tok_s_range": [round(min(tg), 1), round(max(tg), 1)]})
+        print(f"kernels: {rows[-1]}", file=sys.stderr, flush=True)
+        del llm
+    return rows
+
+
+def token_budget(index: Path, questions: list[str]) -> dict[str, Any]:
+    """What the llama.cpp policy evaluates per question: prompt tokens it had to compute (after the KV cache of the
+    previous prompt), prompt tokens the cache served, and tokens it wrote, summed over the question's policy calls."""
+    searcher = _searcher(index, "llamacpp", None)
+    policy = searcher.policy
+    searcher.search_one(questions[0])  # the instructions' KV is cached from here on, as in a warm server
+    inner = policy.generate
+    calls: list[tuple[int, int, int]] = []
+
+    def counted(prompts: Any, **kw: Any) -> Any:
+        outs = inner(prompts, **kw)
+        calls.extend((o.prompt_tokens, policy.reused_tokens, o.completion_tokens) for o in outs)
+        return outs
+
+    policy.generate = counted
+    per_q = []
+    for q in questions:
+        calls.clear()
+        searcher.search_one(q)
+        per_q.append({"calls": len(calls), "new_prompt_tokens": sum(p - r for p, r, _ in calls),
+                      "reused_tokens": sum(r for _, r, _ in calls), "written_tokens": sum(w for *_, w in calls)})
+    med = {k: statistics.median(r[k] for r in per_q) for k in per_q[0]}
+    return {"n": len(per_q), "median": med, "questions": per_q}
+
+
+def exports(index: Path, questions: list[str], dtypes: tuple[str, ...] = ("q8_0", "f16")) -> dict[str, Any]:
+    """The warm loop on each GGUF export of the shipped policy (its seconds and documents), and on how many
+    questions every export returns the same documents as the first: whether a smaller export may be the default."""
+    from searcher.policy.llamacpp_policy import LlamaCppPolicy
+
+    scfg, rcfg, _ = trained_settings(shipped_policy(), SearcherConfig(runtime="llamacpp"), RetrieverConfig(),
+                                     index=index)
+    out: dict[str, Any] = {}
+    for dtype in dtypes:
+        policy = LlamaCppPolicy.load(str(shipped_policy()), dtype=dtype)
+        searcher = build_searcher(scfg, build_retriever(rcfg, index), policy, k0=rcfg.k)
+        searcher.search_one(questions[0])
+        secs, docs = [], []
+        for q in questions:
+            t = time.perf_counter()
+            docs.append([d.id for d in searcher.search_one(q).documents])
+            secs.append(round(time.perf_counter() - t, 3))
+        out[dtype] = {"p50_s": round(statistics.median(secs), 3), "seconds": secs, "documents": docs}
+        print(f"export {dtype}: p50 {out[dtype]['p50_s']}s", file=sys.stderr, flush=True)
+        del policy, searcher
+    first = out[dtypes[0]]["documents"]
+    out["same_documents"] = {d: sum(a == b for a, b in zip(first, out[d]["documents"], strict=True)) for d in dtypes[1:]}
+    out["n"] = len(questions)
+    return out
 
 
 def markdown(res: dict[str, Any]) -> str:
