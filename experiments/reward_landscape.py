@@ -16,8 +16,8 @@ selected, 3 turns) on two sets of training questions, the ones naive RAG FAILS (
 sample of all of them:
 
     S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/reward_landscape.py --config configs/transfer.toml --landscape833 \
-        --set generator.cache_path=/work/runs/transfer/llm_cache.sqlite \
-        --fails 200 --sample 200 --runs /work/runs/landscape --out benchmarks/results/transfer/landscape_833 \
+        --set generator.cache_path=$RUNS/transfer/llm_cache.sqlite \
+        --fails 200 --sample 200 --runs $RUNS/landscape --out benchmarks/results/transfer/landscape_833 \
         [--searcher smollm2-135m:100 --searcher qwen2.5-0.5b:100 --searcher qwen2.5-1.5b:60]
 
 - (b) / (a) oracle selection from the question's top-3 / top-8: the gold supporting paragraphs among them (at most
