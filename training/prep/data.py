@@ -109,17 +109,23 @@ def _exclude(
 
 def baseline_key(cfg: TrainSettings, index_fingerprint: str) -> dict[str, Any]:
     """What a cached baseline depends on: generator (model + fingerprint), prompt, retriever, k, metric."""
-    return _baseline_key(cfg.generator_resolved, cfg.judge_resolved, cfg.eval, cfg.retriever, index_fingerprint)
+    generator = cfg.generator_resolved
+    return _baseline_key(generator.model, _generator_fingerprint(generator), cfg.judge_resolved, cfg.eval,
+                         cfg.retriever, index_fingerprint)
 
 
-def _baseline_key(generator: GeneratorConfig, judge: JudgeConfig, e: EvalConfig, retriever: RetrieverConfig,
-                  index_fingerprint: str) -> dict[str, Any]:
+def _generator_fingerprint(generator: GeneratorConfig) -> dict[str, Any]:
     gen = build_generator(generator)
     fp = gen.fingerprint()
     gen.close()
+    return fp
+
+
+def _baseline_key(model: str, generator_fingerprint: dict[str, Any], judge: JudgeConfig, e: EvalConfig,
+                  retriever: RetrieverConfig, index_fingerprint: str) -> dict[str, Any]:
     return {
-        "generator": generator.model,
-        "generator_fingerprint": fp,
+        "generator": model,
+        "generator_fingerprint": generator_fingerprint,
         "retriever": retriever.backend,
         "index": index_fingerprint,
         "k": retriever.k,
@@ -269,6 +275,7 @@ class Preparation:
         self.generator, self.judge, self.eval = cfg.generator_resolved, cfg.judge_resolved, cfg.eval
         self.log, self.spend = log, spend
         self._retrievers: dict[Path, Retriever] = {}
+        self._generator_fp: dict[str, Any] | None = None
 
     def prepared(self) -> TrainingSet:
         """The training set, prepared first where it is not (`s3 train`'s preparation stage, the same work as
@@ -329,8 +336,12 @@ class Preparation:
                            baseline_key=key)
 
     def key(self, index_dir: Path) -> dict[str, Any]:
-        """The cached baseline's key over `index_dir` (`baseline_key`)."""
-        return _baseline_key(self.generator, self.judge, self.eval, self.retrieval, _index_fingerprint(index_dir))
+        """The cached baseline's key over `index_dir` (`baseline_key`; the generator's fingerprint taken once, the
+        index's each time: a preparation may build the index between two keys)."""
+        if self._generator_fp is None:
+            self._generator_fp = _generator_fingerprint(self.generator)
+        return _baseline_key(self.generator.model, self._generator_fp, self.judge, self.eval, self.retrieval,
+                             _index_fingerprint(index_dir))
 
     def prepare(self) -> dict[str, Any]:
         """Build (or complete) the training directory and return its manifest, in five steps, each skipped where it is
