@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-HOTPOT = Path("/work/shared/data/hotpotqa_dev500/hotpotqa_dev_500.jsonl")
+ROOT = Path(__file__).resolve().parents[1]
+HOTPOT = Path(os.environ.get("S3_SHARED_DATA", ROOT.parent / "shared" / "data")) / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl"
 
 
 def _qps(fn: Any, n: int, repeat: int) -> float:

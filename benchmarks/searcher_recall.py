@@ -1,7 +1,7 @@
 """Support recall of the untrained s3 searcher (offline 0.5B model through litellm) on HotpotQA dev vs naive RAG.
 
     nice -n 10 .venv/bin/python benchmarks/searcher_recall.py --n 100 --preset cpu
-    nice -n 10 .venv/bin/python benchmarks/searcher_recall.py --n 100 --preset paper --out /work/runs/searcher_recall_paper
+    nice -n 10 .venv/bin/python benchmarks/searcher_recall.py --n 100 --preset paper --out $TMPDIR/searcher_recall_paper
 
 Builds (once) a bm25s index over the paragraphs of ../shared/data/hotpotqa_dev500 under --out (never in the repo),
 runs the searcher question by question (resumable: finished questions are read back from contexts.jsonl) and
@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=100, help="questions (the first n of the file)")
     ap.add_argument("--preset", choices=["cpu", "paper"], default="cpu", help="cpu = configs/cpu.toml; paper = the defaults")
     ap.add_argument("--model", default="local/qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--out", type=Path, default=None, help="run folder (default /work/runs/searcher_recall_<preset>)")
+    ap.add_argument("--out", type=Path, default=None, help="run folder (default: searcher_recall_<preset> in the temp folder)")
     ap.add_argument("--index-dir", type=Path, default=None, help="share a bm25 index folder between runs")
     ap.add_argument("--set", action="append", default=[], help="extra searcher overrides key=value (e.g. k=3)")
     ap.add_argument("--summary-only", action="store_true", help="recompute summary.json from contexts.jsonl")
@@ -104,7 +105,7 @@ def main() -> int:
     from searcher.policy.litellm_policy import LiteLLMPolicy
     from searcher.retrieval.metrics import support_recall
 
-    out: Path = args.out or Path(f"/work/runs/searcher_recall_{args.preset}")
+    out: Path = args.out or Path(tempfile.gettempdir()) / f"searcher_recall_{args.preset}"
     out.mkdir(parents=True, exist_ok=True)
     retriever, questions = prepare(args.index_dir or out)
     questions = [q for q in questions if q.supporting_ids][: args.n]  # support recall is never None below

@@ -16,8 +16,8 @@ selected, 3 turns) on two sets of training questions, the ones naive RAG FAILS (
 sample of all of them:
 
     S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/reward_landscape.py --config configs/transfer.toml --landscape833 \
-        --set generator.cache_path=/work/runs/transfer/llm_cache.sqlite \
-        --fails 200 --sample 200 --runs /work/runs/landscape --out benchmarks/results/transfer/landscape_833 \
+        --set generator.cache_path=$RUNS/transfer/llm_cache.sqlite \
+        --fails 200 --sample 200 --runs $RUNS/landscape --out benchmarks/results/transfer/landscape_833 \
         [--searcher smollm2-135m:100 --searcher qwen2.5-0.5b:100 --searcher qwen2.5-1.5b:60]
 
 - (b) / (a) oracle selection from the question's top-3 / top-8: the gold supporting paragraphs among them (at most
@@ -188,13 +188,14 @@ def load_prepared(cfg: Any, retriever_factory: Callable[[Path], Any]) -> Prepare
     prepare-training` writes them when missing, without its baseline step), yes/no dropped, the held-out tail cut,
     and the committed baseline cache: a row counts when its key is today's (generator, prompt, retriever, k, metric;
     the index fingerprint of today's index or of the manifest's) and its document ids are today's top-3."""
+    from dataprep.training_sources import load_sources
     from s3core.io import read_jsonl, write_json_atomic, write_jsonl_atomic
     from training.prep import data as td
 
     d = td.training_dir(cfg)
     qpath, cpath = d / "questions.jsonl", d / "corpus.jsonl"
     if not qpath.is_file() or not cpath.is_file():
-        docs, qs, _ = td._load_sources(cfg)
+        docs, qs, _ = load_sources(cfg.training.data.sources, cfg.base_dir)
         if cfg.training.data.exclude_sources:
             docs, qs, _ = td._exclude(docs, qs, cfg.training.data.exclude_sources, cfg.base_dir)
         if cfg.training.data.shuffle_seed is not None:
@@ -208,7 +209,7 @@ def load_prepared(cfg: Any, retriever_factory: Callable[[Path], Any]) -> Prepare
             write_json_atomic(d / "preparation.json", {"loaded_questions": len(qs)})
     prep = json.loads((d / "preparation.json").read_text()) if (d / "preparation.json").is_file() else {}
     manifest = json.loads((d / "manifest.json").read_text()) if (d / "manifest.json").is_file() else {}
-    index_dir = td.ensure_index(cfg, d)
+    index_dir = td.Preparation(cfg, d).ensure_index()
     questions = [QAExample.model_validate(r) for r in read_jsonl(qpath)]
     counts = {"loaded": int(prep.get("loaded_questions", len(questions))),
               "after_exclude_sources": len(questions)}

@@ -183,7 +183,7 @@ def path_from(folder: str | Path, path: str | Path) -> str:
     """`path` as a manifest in `folder` records it: relative to that folder (the folder and the data can move
     together, e.g. a committed prepared directory in a fresh clone elsewhere), absolute when no relative path exists.
 
-    >>> path_from("/work/main/data", "/work/shared/a.json")
+    >>> path_from("/srv/s3/main/data", "/srv/s3/shared/a.json")
     '../../shared/a.json'
     """
     target, base = Path(path).resolve(), Path(folder).resolve()

@@ -1,4 +1,5 @@
-"""The s3 searcher loop (batched, lockstep) and the Search-R1 end-to-end agent built on the same machinery.
+"""The s3 searcher loop (batched, lockstep) and the Search-R1 end-to-end agent on the same loop: what differs between
+them (prompt, parsing, the end, the result) is each one's protocol object, searcher/loops.py.
 
     searcher = S3Searcher(policy, retriever, cfg.searcher, k0=cfg.retriever.k)
     results = searcher.search(["Who directed Garbage Warrior?", ...])
@@ -22,31 +23,18 @@ An invalid reply becomes an observation telling the policy what was wrong; it us
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from s3core.errors import ConfigError, S3Error
 from s3core.types import Document, QAExample, SearchResult, SearchStep, Trajectory, construct_trusted
 from searcher.config import SearcherConfig
+from searcher.loops import DONE, S3_LOOP, SEARCH_R1_LOOP, Decision, LoopProtocol, Render
 from searcher.policy.base import Message, Policy, PolicyOutput, PolicyPrompt, TokenPrompt, uses_token_ids
-from searcher.protocol import (
-    INFORMATION_CHAT_HEAD,
-    INFORMATION_CHAT_TAIL,
-    INFORMATION_HEAD,
-    INFORMATION_TAIL,
-    S3_STOP,
-    SEARCH_R1_STOP,
-    build_s3_prompt,
-    build_search_r1_prompt,
-    invalid_observation,
-    parse_s3_reply,
-    parse_search_r1_reply,
-    render_information,
-    search_r1_invalid_observation,
-    search_required_observation,
-)
+from searcher.protocol import render_information
 from searcher.titles import norm, title_variants
 
 __all__ = ["LoopStats", "S3Searcher", "SearchR1Agent", "SupportsSearch", "admission_stats"]
@@ -76,30 +64,16 @@ class LoopStats:
         return max(self.seconds - self.policy_seconds - self.retrieval_seconds, 0.0)
 
 
-@dataclass
-class _Step:
-    """A SearchStep being filled in on the hot path (plain attribute writes, no pydantic per write); it becomes the
-    public, frozen-schema `SearchStep` once, when the question's result is built. Same fields as SearchStep, and not
-    slotted on purpose: the instance `__dict__` holds exactly those fields and becomes the record's `__dict__` as is."""
-
-    turn: int
-    query: str | None = None
-    retrieved_ids: list[str] = field(default_factory=list)
-    selected_ids: list[str] = field(default_factory=list)
-    selection_fallback: bool = False
-    search_complete: bool | None = None
-    invalid_reason: str | None = None
-    policy_text: str = ""
-    policy_seconds: float = 0.0
-    retrieval_seconds: float = 0.0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    queries: list[str] | None = None
-
-    def record(self) -> SearchStep:
-        """The finished step as a SearchStep (no copy, no validation: every value was written by the loop with its
-        type; test_agent checks the fields match). The draft is not used after this."""
-        return construct_trusted(SearchStep, self.__dict__)
+def _new_step(turn: int, query: str | None = None, retrieved_ids: list[str] | None = None,
+              retrieval_seconds: float = 0.0, queries: list[str] | None = None) -> SearchStep:
+    """A SearchStep to be filled in on the hot path: built without validation (every value is written by the loop
+    with its type; test_agent checks the records against the schema), then written field by field."""
+    return construct_trusted(SearchStep, {
+        "turn": turn, "query": query, "retrieved_ids": [] if retrieved_ids is None else retrieved_ids,
+        "selected_ids": [], "selection_fallback": False, "search_complete": None, "invalid_reason": None,
+        "policy_text": "", "policy_seconds": 0.0, "retrieval_seconds": retrieval_seconds, "prompt_tokens": 0,
+        "completion_tokens": 0, "queries": queries,
+    })
 
 
 @dataclass(slots=True)
@@ -113,8 +87,8 @@ class _Rollout:
     ids: list[int] = field(default_factory=list)  # token policies: the full context so far
     trajectory: Trajectory | None = None
     window: list[Document] = field(default_factory=list)
-    step: _Step | None = None  # the step of the current window, completed by the next reply
-    steps: list[_Step] = field(default_factory=list)
+    step: SearchStep | None = None  # the step of the current window, completed by the next reply
+    steps: list[SearchStep] = field(default_factory=list)
     docs: dict[str, Document] = field(default_factory=dict)  # D_s3 in admission order
     content_keys: set[tuple[str, str]] = field(default_factory=set)
     answer: str | None = None
@@ -125,18 +99,6 @@ class _Rollout:
     error_code: str | None = None
 
 
-class _Decision(NamedTuple):
-    """What the loop does with a question after a reply (immutable: one per reply, so a NamedTuple)."""
-
-    query: str | None = None
-    done: bool = False
-    observation: str | None = None  # inserted when the action was invalid
-    queries: tuple[str, ...] = ()  # several queries of one turn (searcher.queries_per_turn > 1), query their first
-
-
-_DONE = _Decision(done=True)
-
-
 @dataclass(frozen=True, slots=True)
 class _Run:
     """The settings of one `search()` call, read from its config once (not per reply or window), and passed down the
@@ -144,7 +106,7 @@ class _Run:
 
     cfg: SearcherConfig
     cap: int  # #MaxContexts
-    lines: dict[str, tuple[str, str]] | None  # rendered lines cut to cfg.doc_token_budget (None: whole passages)
+    render: Render  # the window's lines, cut to cfg.doc_token_budget (cached per budget; whole passages: no cache)
 
 
 class S3Searcher:
@@ -156,9 +118,11 @@ class S3Searcher:
     k0: begin-with-search depth; must equal the naive-RAG k (retriever.k, 3) so that GBR compares like with like.
     count_tokens: token counter for the per-document budget (default: whitespace words; token policies use their
         tokenizer).
+    protocol: what this agent makes of the loop (searcher/loops.py: prompt, parsing, the end, the result; default:
+        the class's, s3's here).
     """
 
-    stop_strings: tuple[str, ...] = S3_STOP
+    protocol: LoopProtocol = S3_LOOP
 
     def __init__(
         self,
@@ -168,7 +132,10 @@ class S3Searcher:
         k0: int = 3,
         *,
         count_tokens: Callable[[str], int] | None = None,
+        protocol: LoopProtocol | None = None,
     ) -> None:
+        if protocol is not None:
+            self.protocol = protocol  # this instance's, over the class's
         self.policy = policy
         self.retriever = retriever
         self.cfg = cfg if cfg is not None else SearcherConfig.model_validate({})
@@ -203,12 +170,15 @@ class S3Searcher:
         if cfg.additive:
             self._check_additive(cfg)
         budget = cfg.doc_token_budget
-        return _Run(cfg, cfg.max_contexts, self._line_cache(budget) if budget is not None else None)
+        lines = self._line_cache(budget) if budget is not None else None
+        render = functools.partial(render_information, doc_token_budget=budget, count_tokens=self.count_tokens,
+                                   cache=lines)
+        return _Run(cfg, cfg.max_contexts, render)
 
     def _check_additive(self, cfg: SearcherConfig) -> None:
         """An additive searcher keeps D0 whole: it needs a D0 (begin-with-search) and room for it under the cap."""
         cap = cfg.max_contexts
-        if not self._begins_with_search(cfg):
+        if not self.protocol.begins_with_search(cfg):
             raise ConfigError("searcher.additive keeps the begin-with-search documents: it needs "
                               "searcher.begin_with_search = true (and is not an option of the Search-R1 agent)")
         if cap < self.k0:
@@ -273,7 +243,7 @@ class S3Searcher:
         cfg = run.cfg
         states = [_Rollout(index=offset + i, question=q, question_id=qid) for i, (q, qid) in enumerate(items)]
         self._begin(states, stats, run)
-        T = cfg.max_turns
+        T, protocol = cfg.max_turns, self.protocol
         for r in range(T + 1):
             if cancelled is not None:
                 self._leave_if_cancelled(states, t0, cancelled, run)
@@ -284,7 +254,7 @@ class S3Searcher:
             tp = time.perf_counter()
             outs = self.policy.generate(
                 prompts,
-                stop=self.stop_strings,
+                stop=protocol.stop,
                 max_new_tokens=cfg.max_new_tokens,
                 temperature=cfg.temperature,
             )
@@ -295,7 +265,7 @@ class S3Searcher:
             if len(outs) != len(active):
                 raise RuntimeError(f"policy {self.policy.name} returned {len(outs)} replies for {len(active)} prompts")
             to_search: list[tuple[_Rollout, tuple[str, ...]]] = []
-            record_reply, decide, share, last = self._record_reply, self._decide, dt / len(active), r == T
+            record_reply, decide, share, last = self._record_reply, self._judge, dt / len(active), r == T
             for st, out in zip(active, outs, strict=True):
                 record_reply(st, out, share)
                 decision = decide(st, out, last, run)
@@ -310,28 +280,27 @@ class S3Searcher:
                 else:
                     # invalid action: tell the policy what was wrong; this turn is used up, no window
                     st.window = []
-                    st.step = _Step(turn=r + 1)
+                    st.step = _new_step(r + 1)
                     self._insert(st, decision.observation or "")
             if to_search:
                 tr = time.perf_counter()
                 flat = [q for _, qs in to_search for q in qs]
-                k = self._turn_k(cfg)
+                k = protocol.turn_k(cfg, self.k0)
                 hits = self.retriever.search(flat, k)
                 dr = time.perf_counter() - tr
                 stats.retrieval_seconds += dr
                 stats.retrieval_calls += 1
                 if len(hits) != len(flat):
                     raise RuntimeError(f"retriever returned {len(hits)} result lists for {len(flat)} queries")
-                observe, insert, share = self._window_observation, self._insert, dr / len(to_search)
+                observe, insert, share = protocol.observation, self._insert, dr / len(to_search)
                 at = 0
                 for st, qs in to_search:
                     n = len(qs)
                     docs = hits[at] if n == 1 else interleave(qs, hits[at:at + n], k)
                     at += n
                     st.window = list(docs)
-                    st.step = _Step(turn=r + 1, query=qs[0], retrieved_ids=[d.id for d in docs], retrieval_seconds=share,
-                                    queries=list(qs) if n > 1 else None)
-                    insert(st, observe(st.window, run))
+                    st.step = _new_step(r + 1, qs[0], [d.id for d in docs], share, list(qs) if n > 1 else None)
+                    insert(st, observe(st.window, run.render, self.token_mode))
         now = time.perf_counter() - t0
         results = []
         for st in states:
@@ -339,7 +308,7 @@ class S3Searcher:
                 st.steps.append(st.step)
             results.append(construct_trusted(SearchResult, {
                 "question_id": st.question_id, "question": st.question, "documents": list(st.docs.values()),
-                "steps": [x.record() for x in st.steps], "answer": st.answer, "trajectory": st.trajectory,
+                "steps": st.steps, "answer": st.answer, "trajectory": st.trajectory,
                 "seconds": st.finished_at or now, "error": st.error, "error_code": st.error_code,
             }))  # every field from the loop's own typed state (test_agent checks the result against the schema)
         return results
@@ -368,7 +337,7 @@ class S3Searcher:
         """Begin-with-search (one batched retrieval of every question) and the first prompt."""
         d0: list[list[Document]] = [[] for _ in states]
         dr = 0.0
-        bws = self._begins_with_search(run.cfg)
+        bws = self.protocol.begins_with_search(run.cfg)
         if bws and states:
             tr = time.perf_counter()
             d0 = [list(x) for x in self.retriever.search([st.question for st in states], self.k0)]
@@ -384,13 +353,8 @@ class S3Searcher:
             if additive:  # naive RAG's top-k as it came (ids and order; no content dedup among them), then additions
                 st.docs.update((d.id, d) for d in docs)
                 st.content_keys.update((d.title, d.text) for d in docs)
-            st.step = _Step(
-                turn=0,
-                query=st.question if bws else None,
-                retrieved_ids=[d.id for d in docs],
-                retrieval_seconds=dr / len(states) if bws else 0.0,
-            )
-            prompt = self._first_prompt(st.question, docs if bws else None, run)
+            st.step = _new_step(0, st.question if bws else None, [d.id for d in docs], dr / len(states) if bws else 0.0)
+            prompt = self.protocol.first_prompt(st.question, docs if bws else None, run.cfg, run.render)
             user: Message = {"role": "user", "content": prompt}
             if self.token_mode:
                 ids = list(self.policy.encode_chat([user]))  # type: ignore[attr-defined]
@@ -406,7 +370,7 @@ class S3Searcher:
             st.ids.extend(out.token_ids)
         elif not self.token_mode:
             st.messages.append({"role": "assistant", "content": out.text})
-        step = st.step if st.step is not None else _Step(turn=-1)
+        step = st.step if st.step is not None else _new_step(-1)
         step.policy_text = out.text
         step.policy_seconds = seconds
         step.prompt_tokens = out.prompt_tokens
@@ -438,115 +402,37 @@ class S3Searcher:
                 final[d.id] = d
                 seen.add(key)
 
-    # --------------------------------------------------------------------------------- s3-specific hooks (overridable)
-    def _begins_with_search(self, cfg: SearcherConfig) -> bool:
-        return cfg.begin_with_search
-
-    def _turn_k(self, cfg: SearcherConfig) -> int:
-        return cfg.k
-
-    def _render(self, docs: Sequence[Document], run: _Run) -> str:
-        return render_information(docs, run.cfg.doc_token_budget, self.count_tokens, cache=run.lines)
-
-    def _first_prompt(self, question: str, d0: list[Document] | None, run: _Run) -> str:
-        cfg = run.cfg
-        return build_s3_prompt(question, self._render(d0, run) if d0 is not None else None, cfg.max_select,
-                               cfg.queries_per_turn)
-
-    def _window_observation(self, docs: list[Document], run: _Run) -> str:
-        """The text inserted after a query: the rendered window wrapped in <information> tags, built in one join
-        (= information_observation(self._render(docs)); a chat message gets it without the surrounding blank lines,
-        which `_insert` would strip)."""
-        head, tail = (INFORMATION_HEAD, INFORMATION_TAIL) if self.token_mode else (INFORMATION_CHAT_HEAD, INFORMATION_CHAT_TAIL)
-        return render_information(docs, run.cfg.doc_token_budget, self.count_tokens, cache=run.lines, head=head,
-                                  tail=tail)
-
-    def _decide(self, st: _Rollout, out: PolicyOutput, last_turn: bool, run: _Run) -> _Decision:
+    def _judge(self, st: _Rollout, out: PolicyOutput, last_turn: bool, run: _Run) -> Decision:
+        """The loop's next move for a question after its reply: a failed policy call ends it degraded, any other
+        reply is the protocol's to decide; the documents it admits join the result."""
         step = st.step
         assert step is not None
+        protocol = self.protocol
+        if protocol.keeps_read and st.window:  # the documents the policy read count as its context
+            self._admit(st, st.window, None)
         if out.error is not None:
             step.invalid_reason = f"policy call failed: {out.error}"
             self._fail(st, f"policy call failed: {out.error}", out.error_code or "upstream_error", run)
-            return _DONE
-        window, cfg = st.window, run.cfg
-        action = parse_s3_reply(out.text, len(window), cfg.max_select)
-        step.search_complete = action.search_complete
-        step.invalid_reason = action.invalid_reason
-        # selection over the current window (Appendix A.5 when there is no <important_info>)
-        if action.selected is not None:
-            chosen = [window[i - 1] for i in action.selected]
-            step.selected_ids = [d.id for d in chosen]
-            self._admit(st, chosen, run.cap)
-        elif window and cfg.no_selection == "all":
-            step.selected_ids = [d.id for d in window]
-            step.selection_fallback = True
-            self._admit(st, window, run.cap)
-        if last_turn:
-            return _DONE
-        if action.search_complete is True:
-            if cfg.min_turns:
-                searched = sum(1 for s in st.steps if s.turn > 0 and s.query is not None) + (step.turn > 0 and step.query is not None)
-                if searched < cfg.min_turns:
-                    step.invalid_reason = f"search_complete before the minimum of {cfg.min_turns} search turn(s)"
-                    return _Decision(observation=search_required_observation(cfg.min_turns))
-            return _DONE
-        if action.wants_search:
-            if action.queries and cfg.queries_per_turn > 1:
-                return _Decision(action.query, queries=action.queries[: cfg.queries_per_turn])
-            return _Decision(action.query)  # positional: the query is the first field (a hot path)
-        return _Decision(observation=invalid_observation(action.invalid_reason or "no action"))
+            return DONE
+        decision = protocol.decide(out.text, st.window, step, st.steps, run.cfg, last_turn)
+        if decision.admit:
+            self._admit(st, decision.admit, run.cap)
+        if decision.answer is not None:
+            st.answer = decision.answer
+        return decision
 
 
 class SearchR1Agent(S3Searcher):
     """Search-R1 end to end (search-r1.md Table 1): the policy reasons in `<think>`, searches with
     `<search>query</search>`, reads `<information>`, and answers in `<answer>`; `SearchResult.answer` is its answer.
 
-    Same lockstep batching and token masks as S3Searcher. No begin-with-search (the template starts from the bare
-    question); every search retrieves top-k0 (Search-R1's topk, 3); the result's `documents` are all retrieved
+    The same loop (lockstep batching, token masks) on Search-R1's protocol (searcher/loops.py `SearchR1Loop`): no
+    begin-with-search, every search retrieves top-k0 (Search-R1's topk, 3), the result's `documents` are all retrieved
     documents, deduplicated, in turn order (the paper's "Search-R1 (Ret)" context). After `max_turns` searches the
     policy gets one last reply in which it can only answer.
     """
 
-    stop_strings = SEARCH_R1_STOP
-
-    def _begins_with_search(self, cfg: SearcherConfig) -> bool:
-        return False
-
-    def _turn_k(self, cfg: SearcherConfig) -> int:
-        return self.k0
-
-    def _render(self, docs: Sequence[Document], run: _Run) -> str:
-        return render_information(docs, run.cfg.doc_token_budget, self.count_tokens, style="search_r1", cache=run.lines)
-
-    def _first_prompt(self, question: str, d0: list[Document] | None, run: _Run) -> str:
-        return build_search_r1_prompt(question)
-
-    def _window_observation(self, docs: list[Document], run: _Run) -> str:
-        return f"\n\n<information>{self._render(docs, run).strip()}</information>\n\n"
-
-    def _decide(self, st: _Rollout, out: PolicyOutput, last_turn: bool, run: _Run) -> _Decision:
-        step = st.step
-        assert step is not None
-        if st.window:  # the documents the policy read count as its context
-            self._admit(st, st.window, None)
-        if out.error is not None:
-            step.invalid_reason = f"policy call failed: {out.error}"
-            self._fail(st, f"policy call failed: {out.error}", out.error_code or "upstream_error", run)
-            return _DONE
-        action = parse_search_r1_reply(out.text)
-        step.invalid_reason = action.invalid_reason
-        if action.answer is not None:
-            st.answer = action.answer
-            step.search_complete = True
-            return _DONE
-        if last_turn:
-            if action.query is not None:
-                step.invalid_reason = "search budget exhausted before an <answer>"
-            return _DONE
-        if action.query is not None:
-            step.search_complete = False
-            return _Decision(query=action.query)
-        return _Decision(observation=search_r1_invalid_observation(action.invalid_reason or "no action"))
+    protocol: LoopProtocol = SEARCH_R1_LOOP
 
 
 def interleave(queries: Sequence[str], ranked: Sequence[Sequence[Document]], k: int) -> list[Document]:

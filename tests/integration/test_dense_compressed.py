@@ -5,6 +5,7 @@ written before the id map existed still loads."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import httpx
@@ -21,7 +22,7 @@ from searcher.retrieval.vector_index import exact_topk, open_vectors, recall_vs
 
 pytestmark = pytest.mark.integration
 
-FLASHRAG = Path("/work/shared/data/flashrag_sample/sample_data.jsonl")
+FLASHRAG = Path(os.environ.get("S3_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")) / "flashrag_sample" / "sample_data.jsonl"
 N = 100
 
 

@@ -11,6 +11,7 @@ Pins carry a small tolerance (0.01) for harmless float-order changes in dependen
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from searcher.retrieval import build_index, load_retriever, recall_at_k
 
 pytestmark = pytest.mark.integration
 
-HOTPOT = Path("/work/shared/data/hotpotqa_dev500/hotpotqa_dev_500.jsonl")
+HOTPOT = Path(os.environ.get("S3_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")) / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl"
 TOL = 0.01
 DENSE_QUESTIONS = 100
 

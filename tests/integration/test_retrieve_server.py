@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,7 +17,7 @@ from searcher.retrieval.server import create_retrieve_app, serve_in_thread
 
 pytestmark = pytest.mark.integration
 
-FLASHRAG = Path("/work/shared/data/flashrag_sample/sample_data.jsonl")
+FLASHRAG = Path(os.environ.get("S3_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")) / "flashrag_sample" / "sample_data.jsonl"
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,22 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("training_data")]
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "train_hotpotqa_musique100" / "hotpotqa_train.json"
 
 
-def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_paragraphs(tmp_path: Path) -> None:
+def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_paragraphs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from dataprep import load
     from s3.config import load_config
+    from training.prep import data as prep_data
     from training.prep.data import prepare_training
+
+    built: list[Path] = []  # the real retriever, counted: one preparation loads its index once for every step
+    real_build = prep_data.build_retriever
+
+    def counted(cfg, index_dir):  # type: ignore[no-untyped-def]
+        built.append(index_dir)
+        return real_build(cfg, index_dir)
+
+    monkeypatch.setattr(prep_data, "build_retriever", counted)
 
     corpus, questions = load("hotpotqa", [DATA])
     questions = [q for q in questions if q.golden_answers[0].lower() not in ("yes", "no")][:10]
@@ -46,6 +58,7 @@ def test_keep_answerable_drops_questions_the_generator_fails_even_with_gold_para
         manifest = prepare_training(cfg, log=lambda s: None)
         calls = srv.stats()["requests"]
         assert calls > 0
+        assert built == [tmp_path / "data" / "index"]  # the baseline's top-k and the gold paragraphs: one retriever
         kept = [json.loads(line) for line in (tmp_path / "data" / "train.jsonl").read_text().splitlines()]
         loaded = [json.loads(line) for line in (tmp_path / "data" / "questions.jsonl").read_text().splitlines()]
         usable = [q for q in loaded if q["golden_answers"][0].lower() not in ("yes", "no")]

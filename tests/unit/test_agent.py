@@ -381,22 +381,62 @@ def test_min_turns_turns_an_early_stop_into_an_observation_asking_for_a_query() 
     assert res0.turns == 0 and res0.steps[0].invalid_reason is None
 
 
-def test_step_draft_has_exactly_the_search_step_fields() -> None:
-    import dataclasses
-
+def test_step_records_are_search_steps_with_every_field_built_without_validation() -> None:
     from s3core.types import SearchStep
-    from searcher.agent import _Step
+    from searcher.agent import _new_step
 
-    assert [f.name for f in dataclasses.fields(_Step)] == list(SearchStep.model_fields)
-    full = _Step(turn=2, query="q", retrieved_ids=["a"], selected_ids=["a"], selection_fallback=True,
-                 search_complete=False, invalid_reason="r", policy_text="t", policy_seconds=0.5,
-                 retrieval_seconds=0.25, prompt_tokens=3, completion_tokens=4)
-    rec = full.record()
-    assert isinstance(rec, SearchStep)
-    assert rec.model_dump() == {f.name: getattr(full, f.name) for f in dataclasses.fields(_Step)}
-    # the draft's instance dict (handed over as the record's) holds exactly the fields, also with defaults only
-    assert list(vars(_Step(turn=1))) == list(SearchStep.model_fields)
-    assert SearchStep.model_validate(_Step(turn=1).record().model_dump()) == _Step(turn=1).record()
+    # the record's instance dict holds exactly SearchStep's fields (construct_trusted), with the schema's defaults
+    assert list(vars(_new_step(1))) == list(SearchStep.model_fields)
+    assert _new_step(1) == SearchStep(turn=1)
+    full = _new_step(2, "q", ["a"], 0.25, ["q", "r"])
+    full.selected_ids, full.selection_fallback, full.policy_text = ["a"], True, "t"  # what the loop writes later
+    assert SearchStep.model_validate(full.model_dump()) == full
+    assert full.model_dump() == SearchStep(turn=2, query="q", retrieved_ids=["a"], retrieval_seconds=0.25,
+                                           queries=["q", "r"], selected_ids=["a"], selection_fallback=True,
+                                           policy_text="t").model_dump()
+    assert _new_step(1).retrieved_ids is not _new_step(1).retrieved_ids  # no list shared between steps
+
+
+def test_a_loop_protocol_of_its_own_runs_on_the_same_loop() -> None:
+    """A new agent is one protocol object (searcher/loops.py), no subclass: here one that answers 'DONE <n>' after
+    n searches and keeps the first document of every window it read."""
+    from searcher.loops import DONE, Decision
+
+    class CountDown:
+        stop: tuple[str, ...] = ("</q>",)
+        keeps_read: bool = False
+
+        def begins_with_search(self, cfg: SearcherConfig) -> bool:
+            return False
+
+        def turn_k(self, cfg: SearcherConfig, k0: int) -> int:
+            return 2
+
+        def first_prompt(self, question: str, d0: Any, cfg: SearcherConfig, render: Any) -> str:
+            assert d0 is None  # no begin-with-search
+            return f"ask about {question}"
+
+        def observation(self, window: Sequence[Document], render: Any, token_mode: bool) -> str:
+            return render(window)
+
+        def decide(self, text: str, window: Sequence[Document], step: Any, steps: Any, cfg: SearcherConfig,
+                   last_turn: bool) -> Decision:
+            if text.startswith("DONE"):
+                return Decision(done=True, answer=text.split()[1], admit=window[:1])
+            if last_turn:
+                return DONE
+            return Decision(text.removeprefix("<q>"), admit=window[:1])
+
+    replies = iter(["<q>alpha", "<q>beta", "DONE 2"])
+    policy = ScriptedPolicy(lambda p, i: next(replies))
+    retr = TinyRetriever()
+    res = S3Searcher(policy, retr, CFG, protocol=CountDown()).search_one("q?")
+    assert retr.calls == [(["alpha"], 2), (["beta"], 2)]
+    assert policy.calls[0] == [[{"role": "user", "content": "ask about q?"}]]  # the protocol's first prompt
+    assert res.answer == "2" and [d.id for d in res.documents] == ["alpha-1", "beta-1"]
+    assert [(s.turn, s.query, s.retrieved_ids) for s in res.steps] == [
+        (0, None, []), (1, "alpha", ["alpha-1", "alpha-2"]), (2, "beta", ["beta-1", "beta-2"])]
+    assert S3Searcher(policy, retr, CFG).protocol is not SearchR1Agent(policy, retr, CFG).protocol
 
 
 def test_results_are_valid_search_results_and_rerendering_windows_uses_the_line_cache() -> None:

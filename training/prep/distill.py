@@ -49,10 +49,8 @@ DISTILL_FILE = "distill.jsonl"
 Log = Callable[[str], object]
 
 
-def _key(cfg: TrainSettings, index_dir: Path) -> str:
+def _key(cfg: TrainSettings, baseline_key: dict[str, Any]) -> str:
     """What a cached score depends on: the baseline's key (generator, prompt, retriever, k, metric) and the loop."""
-    from training.prep.data import _index_fingerprint, baseline_key
-
     s = cfg.searcher
     loop: dict[str, Any] = {"k": s.k, "max_turns": s.max_turns, "max_select": s.max_select, "doc_token_budget": s.doc_token_budget,
             "context_cap": s.context_cap}
@@ -61,7 +59,7 @@ def _key(cfg: TrainSettings, index_dir: Path) -> str:
     teacher = cfg.training.sft.teacher
     if teacher != "gold_title":  # the same: attempts 1-2's keys unchanged
         loop["teacher"] = teacher
-    key = {"baseline": baseline_key(cfg, _index_fingerprint(index_dir)), "loop": loop}
+    key = {"baseline": baseline_key, "loop": loop}
     return text_sha256(json.dumps(key, sort_keys=True, default=str))[:16]
 
 
@@ -89,7 +87,10 @@ def rejection_sample(cfg: TrainSettings, examples: list[QAExample], oracle: S3Se
     if missing:
         raise S3Error(f"training.sft.keep = 'gbr_positive' needs the naive-RAG baseline of every candidate ({len(missing)} "
                       f"have none, e.g. {missing[0]!r}): use reward 'gbr' or 'acc_plus_gbr' (s3 mode)")
-    key = _key(cfg, data.index_dir)
+    if data.baseline_key is None:
+        raise S3Error("training.sft.keep = 'gbr_positive' needs a training set loaded with its naive-RAG baseline "
+                      "(training/prep/data.py `load_training_set`)")
+    key = _key(cfg, data.baseline_key)
     path = run_dir / DISTILL_FILE
     repair_tail(path)
     done: dict[str, dict[str, Any]] = {}

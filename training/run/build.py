@@ -49,8 +49,7 @@ if TYPE_CHECKING:
     from training.learn.learner import Learner
     from training.learn.learner_group import LearnerGroup
 
-__all__ = ["Prepared", "TrainingParts", "build_training", "loop_config", "new_learner", "prepare_run",
-           "resume_point"]
+__all__ = ["Prepared", "TrainingParts", "build_training", "loop_config", "new_learner", "prepare_run"]
 
 Log = Callable[[str], None]
 
@@ -101,17 +100,18 @@ def prepare_run(cfg: TrainSettings, log: Log = print) -> Prepared:
     makes. The training set ([training.data]; training/prep/data.py: prepared where it is not, the work of
     `s3 prepare-training`) and, for a warm-up with training.sft.keep = 'gbr_positive' (or 'gold_added') still to run, the questions
     whose oracle trajectory beats naive RAG (or adds gold beyond its top-k) (training/prep/distill.py; cached in RUN_DIR/distill.jsonl)."""
-    from training.prep.data import prepared_training_set
+    from training.prep.data import Preparation
 
     tc = cfg.training
     _agent_kind(cfg)  # a configuration the builder refuses pays for nothing first
-    data = prepared_training_set(cfg, log)
+    prep = Preparation(cfg, log=log)
+    data = prep.prepared()
     run_dir = _run_dir(cfg)
-    resume_dir = resume_point(run_dir)
+    resume_dir = latest_checkpoint(run_dir)
     done = checkpoint_step(resume_dir) if resume_dir is not None else 0
     if not tc.sft.steps or tc.sft.keep == "all" or done >= tc.sft.steps:
         return Prepared(data)
-    return Prepared(data, _distill(cfg, data, run_dir, resume_dir, log))
+    return Prepared(data, _distill(cfg, data, prep.retriever(data.index_dir), run_dir, resume_dir, log))
 
 
 class _StudentTokens(ChatTokenizerMixin):
@@ -121,14 +121,14 @@ class _StudentTokens(ChatTokenizerMixin):
         self.tokenizer, self.name = tokenizer, "student tokenizer"
 
 
-def _distill(cfg: TrainSettings, data: TrainingSet, run_dir: Path, resume_dir: Path | None, log: Log) -> list[int]:
+def _distill(cfg: TrainSettings, data: TrainingSet, retriever: Retriever, run_dir: Path, resume_dir: Path | None,
+             log: Log) -> list[int]:
     """The warm-up's questions: those whose trajectory of the oracle the warm-up imitates (the same loop, retriever and
     tokenizer) beats naive RAG with the frozen generator (training/prep/distill.py)."""
     from training.learn.learner import load_tokenizer
     from training.prep.distill import rejection_sample, retrieval_sample
 
     examples, _ = split_heldout(cfg, data.examples)
-    retriever = build_retriever(cfg.retriever, data.index_dir)
     tokens = _StudentTokens(load_tokenizer(cfg.training, resume_dir))
     oracle = oracle_agent(cfg, examples, data, retriever, loop_config(cfg), tokens)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -159,11 +159,6 @@ def split_heldout(cfg: TrainSettings, examples: list[QAExample]) -> tuple[list[Q
     if n >= len(examples):
         raise S3Error(f"training.heldout.questions={n} leaves no training question ({len(examples)})")
     return examples[:-n], examples[-n:]
-
-
-def resume_point(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint of a run directory (checkpoints/latest), or None for a fresh run."""
-    return latest_checkpoint(run_dir)
 
 
 def loop_config(cfg: TrainSettings) -> SearcherConfig:
@@ -273,7 +268,7 @@ def build_training(cfg: TrainSettings, prepared: Prepared, log: Log = print) -> 
     data = prepared.data
     examples, heldout = split_heldout(cfg, data.examples)
     retriever = build_retriever(cfg.retriever, data.index_dir)
-    resume_dir = resume_point(run_dir)
+    resume_dir = latest_checkpoint(run_dir)  # the newest complete checkpoint (None: a fresh run)
     learner: Learner | None = None
     learners: LearnerGroup | None = None
     if cfg.ray.learners > 1:
