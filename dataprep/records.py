@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from s3core.errors import DataFormatError
-from s3core.io import iter_jsonl
+from s3core.io import iter_jsonl, json_error_text
 
 __all__ = ["iter_records"]
 
@@ -49,22 +49,32 @@ def _is_json_lines(p: Path) -> bool:
     """True when the first non-empty line is a whole JSON object (JSON lines); False for an array or one
     (pretty-printed) object. Raises DataFormatError on an empty file or one that does not start like JSON."""
     with p.open("r", encoding="utf-8") as fh:
-        first = ""
+        first, line = "", 1
         while chunk := fh.read(1 << 16):
             stripped = chunk.lstrip(_JSON_WS + "\ufeff")
+            line += chunk[: len(chunk) - len(stripped)].count("\n")
             if stripped:
                 first = stripped[0]
                 break
         if not first:
             raise DataFormatError(f"{p}: the file is empty")
         if first not in "[{":
-            raise DataFormatError(f"{p}: expected JSON (an array, JSON lines or an object), found {first!r}")
+            raise DataFormatError(f"{p}:{line}: expected JSON (an array, JSON lines or an object), found {first!r}")
         if first == "[":
             return False
         fh.seek(0)
-        first_line = next((line for line in fh if line.strip()), "")
+        lines = (line.lstrip("\ufeff") for line in fh if line.strip())
+        first_line = next(lines, "")
+        if _is_object_line(first_line):
+            return True
+        # a first line that does not parse: JSON lines all the same when a line after it is a whole object (then the
+        # error names that first line), else one pretty-printed object, whose inner lines are never whole objects
+        return any(_is_object_line(line) for _, line in zip(range(5), lines, strict=False))
+
+
+def _is_object_line(line: str) -> bool:
     try:
-        return isinstance(json.loads(first_line), dict)
+        return isinstance(json.loads(line), dict)
     except json.JSONDecodeError:
         return False
 
@@ -93,7 +103,7 @@ def _line_of(text: str, i: int) -> int:
 def _decode_error(p: Path, text: str, e: json.JSONDecodeError) -> DataFormatError:
     # an error at the very end (a truncated file) points at the last line that has content
     last = 1 + text.rstrip().count("\n")
-    return DataFormatError(f"{p}:{min(e.lineno, last)}: not valid JSON ({e.msg} at column {e.colno})")
+    return DataFormatError(f"{p}:{min(e.lineno, last)}: not valid JSON ({json_error_text(e)})")
 
 
 def _iter_json_document(p: Path, text: str) -> Iterator[tuple[int, object]]:

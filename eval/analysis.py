@@ -2,7 +2,7 @@
 
     runs = [load_run(Path(d)) for d in dirs]                 # results.jsonl + contexts.jsonl + run.json + questions
     a = analyze_s3(run, probe=bridge_probe(retriever, k), genacc=PrefixGenAcc(accuracy, docs, limit=40))
-    write_analysis([a, ...], out)                            # analysis.md, behavior.csv, per_turn.csv, hops.csv, PNGs
+    write_analysis([a, ...], out)                            # analysis.md, behavior.csv, per_turn.csv, PNGs (+ hops.csv)
 
 s3 mode (eval/behavior.py holds the definitions, shared with the trainer's `search/` rows): redundant turns,
 premature stops, marginal support recall and GenAcc per turn, selection precision / recall, query drift, and the
@@ -292,9 +292,14 @@ def analyze_s3(run: RunData, probe: ProbeFn | None = None, genacc: PrefixGenAcc 
                       " keeps them; an older run or another method has none to analyse")
     notes = []
     untraced = sum(1 for q in run.rows if q not in run.contexts)
-    if untraced:  # said, never silent: the numbers below cover the questions with a trajectory only
-        notes.append(f"{untraced} of the run's {len(run.rows)} results rows have no trajectory in contexts.jsonl and "
-                     f"are left out: every number here is over the {len(traces)} questions with one")
+    # GenAcc is the run's, over every scored row (what summary.json and the leaderboard say); the behaviour needs a
+    # trajectory, so it is over the questions with one, and a row without one is said, never silently dropped
+    run_genacc = mean_ci([(row.get("metrics") or {}).get("genacc") for row in run.rows.values()],
+                         n_resamples=n_resamples)
+    if untraced:
+        notes.append(f"{untraced} of the run's {len(run.rows)} results rows have no trajectory in contexts.jsonl: "
+                     f"GenAcc is over the {run_genacc['n']} scored rows, every behaviour number over the "
+                     f"{len(traces)} questions with a trajectory")
     probes: dict[str, list[str]] = {}
     if probe is not None:
         stopped = [t for t in traces if needs_probe(t, run.gold.get(t.qid, set()), run.max_turns)]
@@ -311,7 +316,7 @@ def analyze_s3(run: RunData, probe: ProbeFn | None = None, genacc: PrefixGenAcc 
                             probe_ids=probes.get(t.qid, []) if probe is not None else None,
                             genacc_after=gen.get(t.qid)) for t in traces]
     summary = summarize(bs, run.max_turns, n_resamples=n_resamples)
-    summary["genacc"] = mean_ci([(run.rows.get(b.qid) or {}).get("metrics", {}).get("genacc") for b in bs])
+    summary["genacc"] = run_genacc
     summary["rows"], summary["rows_without_trajectory"] = len(run.rows), untraced
     hop_items = []
     for b, _t in zip(bs, traces, strict=True):
@@ -346,7 +351,7 @@ def _fmt(r: dict[str, Any] | None, pct: bool = False, with_n: bool = False) -> s
 
 
 S3_RATES = [
-    ("genacc", "GenAcc (final D_s3)", True),
+    ("genacc", "GenAcc (final D_s3, every scored row)", True),
     ("queries_per_question", "queries per question", False),
     ("redundant_turn_rate", "redundant turns (% of search turns)", True),
     ("redundant_support_rate", "... support already complete", True),
@@ -377,14 +382,16 @@ def s3_rows(analyses: Sequence[S3Analysis]) -> list[dict[str, Any]]:
     return out
 
 
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> bool:
+    """Write `rows` as CSV; False (nothing written) when there are none."""
     if not rows:
-        return
+        return False
     keys = list(dict.fromkeys(k for r in rows for k in r))
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows(rows)
+    return True
 
 
 def s3_markdown(analyses: Sequence[S3Analysis]) -> list[str]:
@@ -396,7 +403,11 @@ def s3_markdown(analyses: Sequence[S3Analysis]) -> list[str]:
              "rate is a share of (questions, search turns, stops, replies); a rate per turn or per stop resamples whole "
              "questions.", ""]
     lines += ["| | " + " | ".join(a.run.name for a in analyses) + " |", "| --- |" + " ---: |" * len(analyses)]
-    lines.append("| questions | " + " | ".join(str(a.summary["questions"]) for a in analyses) + " |")
+    lines.append("| questions with a trajectory | " + " | ".join(str(a.summary["questions"]) for a in analyses)
+                 + " |")
+    if any(a.summary.get("rows_without_trajectory") for a in analyses):
+        lines.append("| results rows without one | " + " | ".join(str(a.summary.get("rows_without_trajectory", 0))
+                                                             for a in analyses) + " |")
     for key, label, pct in S3_RATES:
         if any(key in a.summary for a in analyses):
             lines.append(f"| {label} | " + " | ".join(_fmt(a.summary.get(key), pct, with_n=True) for a in analyses)
@@ -452,6 +463,7 @@ def plot_s3(analyses: Sequence[S3Analysis], path: Path) -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for a in analyses:
@@ -466,6 +478,7 @@ def plot_s3(analyses: Sequence[S3Analysis], path: Path) -> Path | None:
     axes[1].set_title("marginal support recall of turn t")
     for ax in axes[:2]:
         ax.set_xlabel("turn")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # turns are whole: no 0.5, 1.5 ticks
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     keys = [("redundant_turn_rate", "redundant\nturns"), ("stop_rate", "stops"),
@@ -495,8 +508,9 @@ def plot_s3(analyses: Sequence[S3Analysis], path: Path) -> Path | None:
 
 def write_analysis(s3: Sequence[S3Analysis], r1: Sequence[Any], training: Sequence[Any], out: Path,
                    extra_md: Sequence[str] = ()) -> dict[str, Path]:
-    """analysis.md (+ .json), behavior.csv, per_turn.csv, hops.csv, behavior.png; the Search-R1 and training parts
-    come from eval/oversearch.py and training/collapse.py objects (their own `markdown`, `rows`, `plot`)."""
+    """analysis.md (+ .json), behavior.csv, per_turn.csv, hops.csv (only where questions carry annotated hops:
+    `hops_of`), behavior.png; the Search-R1 and training parts come from eval/oversearch.py and training/collapse.py objects
+    (their own `markdown`, `rows`, `plot`). Returns the files written."""
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     md = ["# What the searchers do", ""]
@@ -506,10 +520,16 @@ def write_analysis(s3: Sequence[S3Analysis], r1: Sequence[Any], training: Sequen
     for part in training:
         md += part.markdown()
     md += list(extra_md)
-    _write_csv(out / "behavior.csv", s3_rows(s3) + [r for p in r1 for r in p.rows()])
-    _write_csv(out / "per_turn.csv", [{"run": a.run.name, **r} for a in s3 for r in a.summary["per_turn"]])
     hop_items: list[Any] = [a for a in s3 if a.hops] + [p for p in r1 if getattr(p, "hops", None)]
-    _write_csv(out / "hops.csv", hop_rows(hop_items))
+    for name, rows in (("behavior.csv", s3_rows(s3) + [r for p in r1 for r in p.rows()]),
+                       ("per_turn.csv", [{"run": a.run.name, **r} for a in s3 for r in a.summary["per_turn"]]),
+                       ("hops.csv", hop_rows(hop_items))):
+        if _write_csv(out / name, rows):
+            files[name] = out / name
+    if (s3 or r1) and not hop_items:
+        (out / "hops.csv").unlink(missing_ok=True)  # an earlier analysis's, of other runs
+        md += ["No hops.csv: no question of these runs carries an annotated hop count (MuSiQue's ids, Bamboogle); "
+               "HotpotQA and 2WikiMultihopQA have none.", ""]
     p = plot_s3(s3, out / "behavior.png")
     if p:
         md += ["![per-turn recall and rates](behavior.png)", ""]

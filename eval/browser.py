@@ -252,9 +252,11 @@ def summary_lines(a: Any) -> list[str]:
         return []
     s = a.summary
     if isinstance(a, S3Analysis):
-        left_out = (f"; {s['rows_without_trajectory']} of the run's {s['rows']} results rows have no trajectory and are "
-                    "left out of every number here" if s.get("rows_without_trajectory") else "")
-        return [f"GenAcc {_fmt(s.get('genacc'))} over {s['questions']} questions (95% bootstrap CI{left_out})",
+        g = s.get("genacc") or {}
+        left_out = (f"; {s['rows_without_trajectory']} of the run's {s['rows']} results rows have no trajectory: "
+                    f"the numbers below are over the {s['questions']} questions with one"
+                    if s.get("rows_without_trajectory") else "")
+        return [f"GenAcc {_fmt(g)} over {g.get('n', 0)} scored questions (95% bootstrap CI){left_out}",
                 f"queries per question {_fmt(s.get('queries_per_question'))}; redundant turns "
                 f"{_fmt(s.get('redundant_turn_rate'), True, with_n=True)}% of search turns; stops before the budget "
                 f"{_fmt(s.get('stop_rate'), True, with_n=True)}% (with support missing "

@@ -51,7 +51,7 @@ from typing import Any
 from eval.harness import GENERIC_DIR_NAMES, dataset_name
 from eval.methods import METHODS
 from eval.rundir import RESULTS_FILE, read_results, row_failed
-from eval.stats import paired_diff_ci
+from eval.stats import paired_diff_ci, stratified_mean_ci
 from s3core.errors import DataFormatError, S3Error
 
 METHOD_LABELS = {
@@ -301,6 +301,10 @@ class Leaderboard:
                 out.add(d)
         return out
 
+    def partial(self, r: Row) -> bool:
+        """A row (not GBR) without a run on every dataset of the board: its Mean averages fewer datasets."""
+        return r.method != GBR and len(self.datasets) > 1 and set(r.n_scored) != set(self.datasets)
+
     def table(self) -> list[list[str]]:
         out = []
         mixed = self.mixed()
@@ -309,8 +313,8 @@ class Leaderboard:
             cells = [self.fmt_cell(r.cells.get(d, (None, None)), signed, r.ci.get(d))
                      + (f" n={r.n_scored[d]}" if d in mixed and d in r.n_scored else "") for d in self.datasets]
             mean = self.fmt_cell(r.mean, signed, r.mean_ci)
-            if r.method != GBR and mixed & set(r.n_scored) and mean != "-":
-                mean += " *"  # over datasets whose rows scored different question sets: see the footnote
+            if r.method != GBR and (mixed & set(r.n_scored) or self.partial(r)) and mean != "-":
+                mean += " *"  # over other question sets than the rows beside it: see the footnote
             cost = ("unknown" if r.method != GBR else "-") if r.cost_usd is None else f"{r.cost_usd:.4f}"
             per = "-" if r.cost_per_correct_usd is None else f"{r.cost_per_correct_usd:.5f}"
             saved = "-" if r.saved_usd is None else f"{r.saved_usd:.4f}"
@@ -330,6 +334,10 @@ class Leaderboard:
             lines.append(f"n=: the runs of {', '.join(sorted(mixed))} scored different numbers of questions, so their "
                          "cells are not over one question set; Mean * averages such cells and is not comparable "
                          "between rows (the GBR rows are paired over the questions both runs scored).")
+        partial = [f"{r.generator}/{r.label}" for r in self.rows if self.partial(r)]
+        if partial:
+            lines.append(f"Mean * of {', '.join(partial)}: a row without a run on every dataset averages only the "
+                         "datasets it has, so its Mean is not comparable with the other rows'.")
         failed = [f"{r.generator}/{r.label}/{r.dataset}: {r.n_failed}" for r in self.runs if r.n_failed]
         if failed:
             lines.append("Failed (unscored, excluded from means) questions: " + "; ".join(failed) + ".")
@@ -538,19 +546,55 @@ def build_leaderboard(paths: list[Path], labels: Mapping[Path, str] | None = Non
                        n_resamples=n_resamples, seed=seed)
 
 
+def mean_interval(board: Leaderboard, row: Row,
+                  cache: dict[Path, dict[str, tuple[float | None, float | None]] | None] | None = None
+                  ) -> list[float] | None:
+    """The 95% interval of a row's mean over datasets, for the PNG: a bootstrap over questions, each dataset's
+    questions resampled within it (eval/stats.py `stratified_mean_ci`; a GBR row resamples its paired differences and
+    keeps the table's pooled interval where it has one). A row of one dataset: that dataset's interval. None where a
+    run kept no results.jsonl (then the PNG draws no bar and says so)."""
+    cache = {} if cache is None else cache
+    if row.method == GBR and row.mean_ci:
+        return row.mean_ci
+    present = [d for d in board.datasets if row.cells.get(d, (None, None))[0] is not None]
+    runs = {(r.generator, r.label, r.dataset): r for r in board.runs}
+    if len(present) == 1:
+        return row.ci.get(present[0]) if row.method == GBR else runs[(row.generator, row.name, present[0])].genacc_ci
+    groups: list[list[float]] = []
+    for d in present:
+        names = [row.name] + ([row.baseline or DEFAULT_BASELINE] if row.method == GBR else [])
+        scores = [_scores(runs[(row.generator, name, d)], cache) for name in names]
+        if any(sc is None for sc in scores):
+            return None
+        per_q = [{q: g for q, (g, _) in sc.items() if g is not None} for sc in scores if sc is not None]
+        if len(per_q) == 1:
+            groups.append(list(per_q[0].values()))
+        else:  # a GBR row: the paired differences over the questions both runs scored
+            groups.append([per_q[0][q] - per_q[1][q] for q in sorted(per_q[0].keys() & per_q[1].keys())])
+    ci = stratified_mean_ci(groups, n_resamples=board.n_resamples, seed=board.seed)
+    return list(ci) if ci else None
+
+
 def plot_leaderboard(board: Leaderboard, path: Path) -> None:
     """Grouped bars: one group per dataset (+ mean), one bar per generator x label, GenAcc with 95% CI; with GBR
-    rows, a second panel of their differences (points) with their paired-bootstrap intervals."""
+    rows, a second panel of their differences (points) with their paired-bootstrap intervals. One colour per run
+    (generator x label) in both panels, one legend; a GBR bar has the colour of the run it compares (hatched). The
+    mean bars' intervals: `mean_interval`; no error bar where there is no interval (never a zero-width one)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.patches import Patch
 
     rows = [r for r in board.rows if r.method != GBR]
     gbrs = [r for r in board.rows if r.method == GBR]
     groups = [*board.datasets, "mean"]
     ci = {(r.generator, r.label, r.dataset): r.genacc_ci for r in board.runs}
+    palette = plt.get_cmap("tab10" if len(rows) <= 10 else "tab20")
+    colour = {(r.generator, r.name): palette(i % palette.N) for i, r in enumerate(rows)}
+    cache: dict[Path, dict[str, tuple[float | None, float | None]] | None] = {}
+    mean_ci = {id(r): mean_interval(board, r, cache) for r in board.rows}
     w = max(7.0, 1.8 * len(groups) + 0.5 * len(rows))
     if gbrs:
         fig, axes = plt.subplots(2, 1, figsize=(w, 9.6))
@@ -558,8 +602,10 @@ def plot_leaderboard(board: Leaderboard, path: Path) -> None:
     else:
         fig, ax = plt.subplots(figsize=(w, 4.8))
     x = np.arange(len(groups))
+    missing_mean = False
 
-    def bars(axis: Any, these: list[Row], interval: Any, scale: float) -> None:
+    def bars(axis: Any, these: list[Row], interval: Any, scale: float, hatch: str | None) -> None:
+        nonlocal missing_mean
         bw = 0.8 / max(len(these), 1)
         for i, r in enumerate(these):
             vals, lo, hi = [], [], []
@@ -567,25 +613,34 @@ def plot_leaderboard(board: Leaderboard, path: Path) -> None:
                 g = r.mean[0] if d == "mean" else r.cells.get(d, (None, None))[0]
                 v = scale * g if g is not None else np.nan
                 vals.append(v)
-                c = interval(r, d)
-                lo.append(v - scale * c[0] if c and g is not None else 0.0)
-                hi.append(scale * c[1] - v if c and g is not None else 0.0)
+                c = mean_ci[id(r)] if d == "mean" else interval(r, d)
+                missing_mean |= d == "mean" and g is not None and not c
+                lo.append(v - scale * c[0] if c and g is not None else np.nan)  # nan: no error bar
+                hi.append(scale * c[1] - v if c and g is not None else np.nan)
             axis.bar(x + (i - (len(these) - 1) / 2) * bw, vals, bw, yerr=[lo, hi], capsize=2,
+                     color=colour[(r.generator, r.name)], hatch=hatch, edgecolor="white" if hatch else None,
                      label=f"{r.generator} · {r.label}")
         axis.set_xticks(x)
         axis.set_xticklabels(groups)
-        axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
         axis.grid(axis="y", alpha=0.3)
 
-    bars(ax, rows, lambda r, d: ci.get((r.generator, r.name, d)) if d != "mean" else None, 100.0)
+    bars(ax, rows, lambda r, d: ci.get((r.generator, r.name, d)), 100.0, None)
     ax.set_ylabel("GenAcc (%)")
-    ax.set_title("GenAcc by dataset (bars: 95% bootstrap CI)")
+    ax.set_title("GenAcc by dataset (bars: 95% bootstrap CI over questions)")
     if gbrs:
-        bars(gax, gbrs, lambda r, d: r.mean_ci if d == "mean" else r.ci.get(d), 100.0)
+        bars(gax, gbrs, lambda r, d: r.ci.get(d), 100.0, "//")
         gax.axhline(0.0, color="black", linewidth=0.8)
         gax.set_ylabel("GenAcc difference (points)")
-        gax.set_title("GBR rows (bars: paired-bootstrap 95% CI over the questions both runs scored)")
-        fig.tight_layout()
+        gax.set_title("GBR rows: the run of that colour minus the baseline (paired-bootstrap 95% CI over the "
+                      "questions both runs scored)")
+    handles = [Patch(color=colour[(r.generator, r.name)], label=f"{r.generator} · {r.label}") for r in rows]
+    handles += [Patch(facecolor=colour[(r.generator, r.name)], hatch="//", edgecolor="white",
+                      label=f"{r.generator} · {r.label}") for r in gbrs]
+    note = ("mean: the mean over datasets, its interval a bootstrap over each dataset's questions"
+            + ("; no error bar where a run kept no results.jsonl" if missing_mean else ""))
+    fig.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False,
+               title=note, title_fontsize=7)
+    fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 

@@ -184,6 +184,7 @@ class R1Analysis:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
 
         bs = self.summary["by_searches"]
         if not bs:
@@ -194,6 +195,7 @@ class R1Analysis:
             ys = [b[key]["mean"] if b[key]["mean"] is not None else float("nan") for b in bs]
             ax.bar([x + off for x in xs], ys, 0.4, label=lab)
         ax.set_xlabel("search steps in the question")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a count of steps: no 0.5, 1.5 ticks
         ax.set_ylabel("rate")
         ax.set_title(f"Search-R1: {self.run.name}")
         ax.legend(fontsize=8)

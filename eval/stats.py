@@ -28,16 +28,33 @@ def bootstrap_ci(
     Resamples `len(values)` items with replacement `n_resamples` times; the interval is the
     ((1 - confidence) / 2, (1 + confidence) / 2) quantiles of the resampled means.
     """
+    return stratified_mean_ci([values], n_resamples=n_resamples, seed=seed, confidence=confidence)
+
+
+def stratified_mean_ci(
+    groups: Sequence[Sequence[float]], n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """Percentile-bootstrap interval of the mean over `groups` of each group's mean (a leaderboard row's mean over
+    datasets: each dataset's questions resampled within the dataset, `len(group)` with replacement, the dataset means
+    averaged); None when a group is empty or there is none. One group is `bootstrap_ci` (the same draws).
+
+    >>> lo, hi = stratified_mean_ci([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0]], n_resamples=500)
+    >>> lo < (0.75 + 1 / 3) / 2 < hi
+    True
+    """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
+    xs = [np.asarray(g, dtype=np.float64) for g in groups]
+    if not xs or any(x.size == 0 for x in xs):
         return None
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.size, size=(n_resamples, x.size))  # (R, N)
-    means = x[idx].mean(axis=1)  # (R,)
+    means = np.zeros(n_resamples)  # (R,)
+    for x in xs:
+        idx = rng.integers(0, x.size, size=(n_resamples, x.size))  # (R, N_group)
+        means += x[idx].mean(axis=1)
+    means /= len(xs)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
     return float(lo), float(hi)

@@ -402,6 +402,7 @@ def plot_timelines(runs: dict[str, str | Path], out: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from training.rundir import read_timeline
 
@@ -416,6 +417,7 @@ def plot_timelines(runs: dict[str, str | Path], out: Path) -> Path:
             ax.barh(step + lanes[phase], width, left=start, height=0.2, color=colours[phase],
                     edgecolor="black" if phase != "wait" else "none", linewidth=0.3)
         ax.set_ylabel("step")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole
         ax.invert_yaxis()
         ax.set_title(label, fontsize=9, loc="left")
         ax.set_xlim(0, t_max * 1.02)

@@ -71,6 +71,8 @@ def iter_jsonl(
     if not p.is_file():
         raise DataFormatError(f"file not found: {p}")
     for lineno, text, complete, is_last in _lines(p, strict_utf8=strict_utf8):
+        if lineno == 1:
+            text = text.lstrip("\ufeff")  # a byte-order mark some editors write
         if not text.strip():
             continue
         if torn_tail == "skip" and is_last and not complete:
@@ -80,10 +82,34 @@ def iter_jsonl(
         except json.JSONDecodeError as e:
             if torn_tail == "skip" and is_last:
                 return
-            raise DataFormatError(f"{p}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+            raise DataFormatError(f"{p}:{lineno}: not valid JSON ({json_error_text(e, text)})") from None
         if not isinstance(obj, dict):
             raise DataFormatError(f"{p}:{lineno}: expected {what}, got {type(obj).__name__}")
         yield lineno, obj
+
+
+def json_error_text(e: json.JSONDecodeError, line: str | None = None) -> str:
+    """What is wrong with JSON that did not parse, for people: `Expecting ',' delimiter at column 26`. With `line`
+    (the one JSON-lines line that was parsed) the column is within that line, and a line that ends before its value
+    is complete says so, instead of json's position past the line's end ("line 2, column 1" of a one-line text).
+
+    >>> import json
+    >>> text = '{"id": "b", "text": "beta"\n'
+    >>> try:
+    ...     json.loads(text)
+    ... except json.JSONDecodeError as e:
+    ...     print(json_error_text(e, text))
+    the line ends at column 26 before its JSON is complete: a closing brace, bracket or quote is missing (Expecting ',' delimiter)
+    """
+    if line is not None:
+        body = line.rstrip()
+        if e.pos >= len(body):
+            return (f"the line ends at column {len(body)} before its JSON is complete: a closing brace, bracket or "
+                    f"quote is missing ({e.msg.removesuffix(' at')})")
+        col = e.pos + 1 - (line.rfind("\n", 0, e.pos) + 1)
+    else:
+        col = e.colno
+    return f"{e.msg}{'' if e.msg.endswith(' at') else ' at'} column {col}"
 
 
 def read_jsonl(path: str | Path, *, torn_tail: Literal["error", "skip"] = "error") -> list[JsonObject]:

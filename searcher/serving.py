@@ -51,6 +51,7 @@ __all__ = [
     "check_queries",
     "check_response_budget",
     "describe_errors",
+    "is_json_type",
     "is_typed_error",
     "protect",
     "uvicorn_config",
@@ -106,6 +107,16 @@ def describe_errors(errors: Sequence[Mapping[str, Any]], *, skip: tuple[str, ...
         parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
     more = f"; and {len(errors) - most} more" if len(errors) > most else ""
     return "; ".join(parts) + more if parts else "invalid request"
+
+
+def is_json_type(content_type: str | None) -> bool:
+    """A Content-Type FastAPI reads a body as JSON with: application/json or application/*+json, parameters aside.
+
+    >>> is_json_type("application/json; charset=utf-8"), is_json_type("application/x-www-form-urlencoded")
+    (True, False)
+    """
+    mime = (content_type or "").split(";")[0].strip().lower()
+    return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
 
 
 def check_queries(queries: Sequence[str], topk: int | None, cfg: ServiceConfig, *, topk_name: str = "topk") -> None:
@@ -347,6 +358,14 @@ def protect(app: Any, cfg: ServiceConfig, *, open_paths: Iterable[str] = OPEN_PA
 
     async def on_validation(request: Any, exc: Exception) -> Any:
         assert isinstance(exc, RequestValidationError)
+        ctype = request.headers.get("content-type")
+        if not is_json_type(ctype):
+            # FastAPI reads a body as JSON only under a JSON Content-Type (none at all is refused too: its strict
+            # content type, which keeps a browser page from posting to a service on localhost): say which to send
+            got = f"not {ctype!r}" if ctype else "and this request had none"
+            return error_response(415, "unsupported_media_type",
+                                  f"the body must be JSON sent with Content-Type: application/json, {got} (curl -d "
+                                  "sends application/x-www-form-urlencoded: add -H 'Content-Type: application/json')")
         return error_response(422, "invalid_request", describe_errors(exc.errors()))
 
     async def on_s3(request: Any, exc: Exception) -> Any:

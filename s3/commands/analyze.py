@@ -26,8 +26,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "GenAcc, over-/under-search, hops, collapse (md, csv, png)",
         description="Analyse `s3 eval` runs of the searcher (s3 mode) and Search-R1 modes, and training runs "
         "(metrics.jsonl: search/ metrics and search collapse). Rates carry 95% bootstrap intervals over questions; "
-        "several runs are compared side by side. Writes OUT/analysis.md, analysis.json, behavior.csv, per_turn.csv, "
-        "hops.csv and PNG plots.",
+        "several runs are compared side by side. Writes OUT/analysis.md, analysis.json, behavior.csv, per_turn.csv "
+        "and PNG plots, and hops.csv only where questions carry an annotated hop count (MuSiQue's ids, Bamboogle; "
+        "not HotpotQA or 2WikiMultihopQA: analysis.md then says there is none).",
     )
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="`s3 eval` run folders and/or training run folders")
     p.add_argument("--out", required=True, metavar="DIR", help="where the report goes")

@@ -35,7 +35,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                         "questions you report recall on")
     b.set_defaults(handler=_index_build)
     i = isub.add_parser("info", help="print an index directory's manifest", parents=[common])
-    i.add_argument("--index", required=True)
+    i.add_argument("dir", nargs="?", metavar="DIR", help="the index directory (or --index DIR)")
+    i.add_argument("--index", default=None, help="the index directory (default: DIR, else retriever.index)")
     i.set_defaults(handler=_index_info)
 
     r = sub.add_parser("retrieve", help="query an index: one query, or a questions file", parents=[common])
@@ -90,9 +91,16 @@ def _index_build(args: argparse.Namespace, cfg: S3Config) -> int:
 
 
 def _index_info(args: argparse.Namespace, cfg: S3Config) -> int:
+    from s3.build import index_dir
+    from s3core.errors import S3Error
     from searcher.retrieval import read_manifest
 
-    print(json.dumps(read_manifest(args.index).model_dump(mode="json"), indent=2))
+    if args.dir and args.index and Path(args.dir) != Path(args.index):
+        raise S3Error(f"two indexes given: DIR {args.dir} and --index {args.index}; give one")
+    where = index_dir(cfg, Path(args.dir or args.index) if args.dir or args.index else None)
+    if where is None:
+        raise S3Error("no index directory to describe (this backend has none): pass DIR")
+    print(json.dumps(read_manifest(where).model_dump(mode="json"), indent=2))
     return 0
 
 

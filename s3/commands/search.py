@@ -86,13 +86,16 @@ def _search(args: argparse.Namespace, cfg: S3Config) -> int:
     if args.questions:
         return _search_file(args, cfg)
     searcher, retriever, _ = build(untrained(args, cfg), args.index, args.policy)
+    if args.json:  # the settings /search answers a request without k / max_turns with, from the same function
+        from searcher.service import SearchRequest, check_request, policy_price, summarize_result
+
+        try:
+            settings = check_request(SearchRequest(question=args.question), cfg.service, searcher.cfg)
+        except ValueError as e:
+            raise S3Error(str(e)) from None
     (result,) = searcher.search([args.question.strip()])
     if args.json:  # the record /search and MCP gather_context answer with (searcher/service.py SearchResponse)
-        from searcher.service import SearchSettings, policy_price, summarize_result
-
-        loop = searcher.cfg
-        settings = SearchSettings(k=loop.k, max_turns=loop.max_turns)  # what /search fills in for its defaults
-        print(summarize_result(result, settings, price=policy_price(loop)).model_dump_json(indent=2))
+        print(summarize_result(result, settings, price=policy_price(searcher.cfg)).model_dump_json(indent=2))
     else:
         print_trajectory(result, retriever, additive=searcher.cfg.additive)
     if result.error is not None:  # degraded: the documents above are what was admitted before it ended

@@ -46,7 +46,10 @@ def test_table_cells_mean_and_gbr(tmp_path: Path) -> None:
     md = board.markdown()
     # runs written before spend was recorded: no cost per correct answer, nothing saved
     assert "| local/a | Naive RAG | 40.0 (10.0) | 10.0 (2.0) | 25.0 (6.0) | 0.7500 | - | 0.0000 | 3.00 |" in md
-    assert "| local/a | No retrieval | 20.0 (5.0) | - | 20.0 (5.0) |" in md
+    # no run on musique: its Mean is over hotpotqa only, marked and explained (issue 61 item 4)
+    assert "| local/a | No retrieval | 20.0 (5.0) | - | 20.0 (5.0) * |" in md
+    assert "Mean * of local/a/No retrieval: a row without a run on every dataset averages only the datasets" in md
+    assert "| local/a | Naive RAG | 40.0 (10.0) | 10.0 (2.0) | 25.0 (6.0) |" in md  # every dataset: no mark
     # GBR = searcher - naive RAG, per dataset and on the mean, in points
     assert "| local/a | GBR (searcher - naive RAG) | +6.0 (+2.0) | +5.0 (+1.0) | +5.5 (+1.5) | - | - | - | - |" in md
     assert "local/a/searcher/musique: 2" in md
@@ -69,7 +72,7 @@ def test_cost_columns(tmp_path: Path) -> None:
     (c / "summary.json").write_text(json.dumps(s))
     md = build_leaderboard([a, b, c]).markdown()
     assert "| openai/x | Naive RAG | 40.0 (10.0) | 10.0 (2.0) | 25.0 (6.0) | 0.7500 | 0.01500 | 0.1500 |" in md
-    assert "| openai/y | Naive RAG | 30.0 (10.0) | - | 30.0 (10.0) | unknown | - | 0.0000 |" in md
+    assert "| openai/y | Naive RAG | 30.0 (10.0) | - | 30.0 (10.0) * | unknown | - | 0.0000 |" in md  # hotpotqa only
 
 
 def test_writes_markdown_csv_html_png(tmp_path: Path) -> None:

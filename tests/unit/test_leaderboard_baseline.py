@@ -241,3 +241,89 @@ def test_cli_on_the_committed_checks_matches_their_report(tmp_path: Path) -> Non
     assert compared >= 1
     md = (tmp_path / "lb" / "leaderboard.md").read_text()
     assert "| GBR (a1 - naive_rag_top3) | +11.0 [+4.0, +20.0] (+9.0) |" in md
+
+
+def _bars(axis: Any) -> dict[str, Any]:
+    """label -> BarContainer of a leaderboard panel."""
+    from matplotlib.container import BarContainer
+
+    return {str(c.get_label()): c for c in axis.containers if isinstance(c, BarContainer)}
+
+
+def _interval_at(container: Any, bar: Any) -> tuple[float, float] | None:
+    """The error bar drawn on `bar` (lo, hi) in axis units; None where none is drawn (a NaN or no segment)."""
+    import math
+
+    x = bar.get_x() + bar.get_width() / 2
+    for seg in container.errorbar.lines[2][0].get_segments():
+        if len(seg) != 2:  # matplotlib leaves a NaN interval's segment empty
+            continue
+        (sx, lo), (_, hi) = seg
+        if abs(sx - x) < 1e-9 and not (math.isnan(lo) or math.isnan(hi)):
+            return lo, hi
+    return None
+
+
+def test_png_mean_bars_have_an_interval_and_a_run_keeps_its_colour_in_both_panels(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PNG (issue 61 item 4): each mean bar carries a bootstrap interval over questions (each dataset's questions
+    resampled within it; GBR: the paired differences), never a zero-width one; a run without results.jsonl over two
+    datasets gets no mean bar and the figure says so; a run's colour is the same in the GenAcc and GBR panels, and
+    one figure legend names them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from eval.leaderboard import plot_leaderboard
+
+    rag_a, s3_a = [0.0, 1.0, 0.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 1.0, 1.0, 1.0]
+    rag_b, s3_b = [0.0, 0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 1.0, 1.0, 0.0]
+    runs = [write_run(tmp_path, "none-a", "no_retrieval", qs(0, 0, 0, 1, 0, 0)),
+            write_run(tmp_path, "none-b", "no_retrieval", qs(0, 0, 1, 0, 0), dataset="other"),
+            write_run(tmp_path, "rag-a", "naive_rag", qs(*rag_a)), write_run(tmp_path, "s3-a", "searcher", qs(*s3_a)),
+            write_run(tmp_path, "rag-b", "naive_rag", qs(*rag_b), dataset="other"),
+            write_run(tmp_path, "s3-b", "searcher", qs(*s3_b), dataset="other")]
+    for d in runs[:2]:
+        (d / "results.jsonl").unlink()  # a run that kept only its summary: no per-question rows to resample
+    board = build_leaderboard(runs)
+    figs: list[Any] = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    plot_leaderboard(board, tmp_path / "lb.png")
+    (fig,) = figs
+    top, bottom = fig.axes[:2]
+    bars, gbars = _bars(top), _bars(bottom)
+    assert sorted(bars) == [f"{GEN} · Naive RAG", f"{GEN} · No retrieval", f"{GEN} · s3 searcher"]
+    assert list(gbars) == [f"{GEN} · GBR (searcher - naive RAG)"]
+    by_row = {r.label: r for r in board.rows}
+    searcher, gbr = by_row["s3 searcher"], by_row["GBR (searcher - naive RAG)"]
+    drawn: dict[str, tuple[float, float]] = {}
+    for container, row in [(bars[f"{GEN} · s3 searcher"], searcher), (bars[f"{GEN} · Naive RAG"], by_row["Naive RAG"]),
+                           (gbars[f"{GEN} · GBR (searcher - naive RAG)"], gbr)]:
+        mean_bar = container.patches[-1]  # the last group is "mean"
+        mean = row.mean[0]
+        assert mean is not None and mean_bar.get_height() == pytest.approx(100 * mean)
+        got = _interval_at(container, mean_bar)
+        assert got is not None and got[1] - got[0] > 1.0, (row.label, got)  # a real interval, not [m, m]
+        assert got[0] <= mean_bar.get_height() <= got[1], (row.label, got)
+        drawn[row.label] = got
+    none = bars[f"{GEN} · No retrieval"]
+    assert _interval_at(none, none.patches[-1]) is None  # no results.jsonl: no bar, not a zero-width one
+    assert _interval_at(none, none.patches[0]) is not None  # its datasets' intervals come from summary.json
+    # one colour per run across the panels, one legend for the figure
+    colour = {name: c.patches[0].get_facecolor() for name, c in bars.items()}
+    assert len(set(colour.values())) == 3
+    assert gbars[f"{GEN} · GBR (searcher - naive RAG)"].patches[0].get_facecolor() == colour[f"{GEN} · s3 searcher"]
+    assert not top.get_legend() and not bottom.get_legend() and len(fig.legends) == 1
+    legend = fig.legends[0]
+    assert {t.get_text() for t in legend.get_texts()} == {*bars, *gbars}
+    # the mean intervals by hand: each dataset's questions resampled within it (GBR: the paired differences)
+    from eval.stats import stratified_mean_ci
+
+    hand = stratified_mean_ci([s3_a, s3_b], n_resamples=2000, seed=0)
+    assert hand is not None and drawn["s3 searcher"] == pytest.approx([100 * v for v in hand])
+    assert gbr.mean_ci is None  # 6 and 5 paired questions: the table gives no pooled interval, the PNG resamples
+    diffs = [[s - r for s, r in zip(s3_a, rag_a, strict=True)], [s - r for s, r in zip(s3_b, rag_b, strict=True)]]
+    hand = stratified_mean_ci(diffs, n_resamples=2000, seed=0)
+    assert hand is not None and drawn["GBR (searcher - naive RAG)"] == pytest.approx([100 * v for v in hand])
+    assert "no error bar where a run kept no results.jsonl" in legend.get_title().get_text()

@@ -461,6 +461,28 @@ def test_every_invalid_body_is_one_typed_error_whose_detail_is_a_line_of_text() 
             assert "errors.pydantic.dev" not in err["detail"] and "\n" not in err["detail"]
 
 
+def test_a_body_that_is_not_sent_as_json_says_which_content_type_to_send() -> None:
+    """`curl -d '{"question": ...}'` sends application/x-www-form-urlencoded: the answer names the Content-Type to
+    send (415), not "Input should be a valid dictionary" (issue 61 item 8). A body with no Content-Type at all gets
+    the same answer (FastAPI's strict content type: no CSRF from a browser page to a service on localhost)."""
+    body = json.dumps({"question": "who"}).encode()
+    with _client(FakeSearcher(), ServiceConfig(batch_window_ms=1)) as client:
+        for path, payload in (("/search", body), ("/retrieve", json.dumps({"queries": ["x"]}).encode())):
+            for ctype in ("application/x-www-form-urlencoded", "text/plain"):
+                r = client.post(path, content=payload, headers={"content-type": ctype})
+                assert r.status_code == 415, (path, ctype, r.text)
+                err = r.json()
+                assert err["code"] == "unsupported_media_type" and "valid dictionary" not in err["detail"], err
+                assert err["detail"].startswith("the body must be JSON sent with Content-Type: application/json, "
+                                                f"not '{ctype}'"), err
+        r = client.post("/search", content=body)  # no Content-Type header at all
+        assert "content-type" not in {k.lower() for k in r.request.headers}
+        assert r.status_code == 415 and r.json()["detail"].startswith(
+            "the body must be JSON sent with Content-Type: application/json, and this request had none"), r.text
+        r = client.post("/search", content=body, headers={"content-type": "application/json; charset=utf-8"})
+        assert r.status_code == 200, r.text
+
+
 def test_search_json_prints_the_search_record_and_one_turn_is_singular(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -475,5 +497,10 @@ def test_search_json_prints_the_search_record_and_one_turn_is_singular(
     record = SearchResponse.model_validate_json(capsys.readouterr().out)  # the record /search and MCP answer with
     assert record.trajectory.turns == 1 and record.trajectory.stop == "max_turns" and record.cost is not None
     assert [d.id for d in record.documents] == ["who?-0-0", "who?-1-0"]
+    # settings: what /search fills for a request without k / max_turns, never null (issue 61 item 8)
+    with _client(fake, ServiceConfig(batch_window_ms=1)) as client:
+        served = client.post("/search", json={"question": "who?"}).json()
+    assert record.settings == SearchSettings(k=fake.cfg.k, max_turns=1)
+    assert record.model_dump(mode="json")["settings"] == served["settings"] == {"k": fake.cfg.k, "max_turns": 1}
     assert main(["search", "who?"]) == 0
     assert "1 turn," in capsys.readouterr().out

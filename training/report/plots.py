@@ -36,6 +36,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, smooth: int = 5
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from training.rundir import read_metrics
 
@@ -61,6 +62,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, smooth: int = 5
                 line.set_label(k)
         ax.set_title(title)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 0.5, 1.5 ticks
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
@@ -96,6 +98,7 @@ def plot_timeline(run_dir: str | Path, out: str | Path | None = None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
 
     from training.rundir import read_timeline
 
@@ -113,6 +116,7 @@ def plot_timeline(run_dir: str | Path, out: str | Path | None = None) -> Path:
                     va="center", fontsize=7)
     ax.set_xlabel("seconds")
     ax.set_ylabel("step")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)
     ax.legend(handles=[Patch(color=c, label=k) for k, c in TIMELINE_COLOURS.items()], fontsize=8, loc="lower right")
