@@ -114,8 +114,8 @@ def paired_drop(best: list[dict[str, Any]], now: list[dict[str, Any]], key: str)
     ...             [{"id": "a", "reward": 0.0}, {"id": "b", "reward": 0.5}], "reward")
     (-0.5, 0.5, 2)
     """
-    b = {str(r["id"]): _num(r.get(key)) for r in best}
-    d = [v - b[str(r["id"])] for r in now if (v := _num(r.get(key))) is not None and b.get(str(r["id"])) is not None]
+    b = {str(r["id"]): v for r in best if (v := _num(r.get(key))) is not None}
+    d = [v - b[str(r["id"])] for r in now if (v := _num(r.get(key))) is not None and str(r["id"]) in b]
     if not d:
         return 0.0, 0.0, 0
     se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else 0.0
@@ -321,7 +321,8 @@ def train_healing(build: Callable[[], Any], max_steps: int | None = None,
     last `train`'s result with every rollback of this call under "rollbacks"."""
     import time
 
-    t0, rollbacks, end = time.monotonic(), [], None
+    t0, end = time.monotonic(), None
+    rollbacks: list[dict[str, Any]] = []
     while True:
         trainer = build()
         try:
