@@ -70,6 +70,7 @@ class S3Trainer:
 
     pipeline: RolloutPipeline | None = None  # the batches in flight (training/rollouts/pipeline.py), from the first RL step
     _inflight: list[dict[str, Any]] | None = None  # a checkpoint's batches in flight, until the pipeline takes them
+    rolled_back: dict[str, Any] | None = None  # the rollback decision train() stopped on (training/run/recovery.py)
 
     def __init__(self, parts: TrainingParts, log: Callable[[str], None] = print) -> None:
         self.parts = parts
@@ -84,7 +85,6 @@ class S3Trainer:
         self.step = 0
         self.resumed_from: str | None = None
         self.stopped: str | None = None  # why train() stopped early (budget reached), else None
-        self.rolled_back: dict[str, Any] | None = None  # the rollback decision train() stopped on
         self.last_batches: list[Batch] = []  # the last update's padded micro-batches
         self.metrics = rundir.MetricsWriter(self.run_dir)
         try:
