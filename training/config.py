@@ -297,6 +297,35 @@ class TrainingCheckpoint(Section):
     keep: int = Field(2, ge=1, description="Newest checkpoints kept in output_dir/checkpoints (the held-out best besides).")
 
 
+class TrainingRecovery(Section):
+    """[training.recovery]: the run heals itself (training/run/recovery.py): a trigger rolls the run back to its last
+    good checkpoint, changes what addresses the cause, and goes on; at most max_rollbacks times, then it stops."""
+
+    enabled: bool = Field(True, description="Roll back on a trigger (false: the triggers only log, as before).")
+    max_rollbacks: int = Field(3, ge=0, description="Rollbacks a run may make; one more trigger stops it (exit 4).")
+    collapse: bool = Field(True, description="Trigger on training/run/collapse.py's kinds (stopped searching, "
+                           "invalid actions climbing).")
+    collapse_window: int = Field(5, ge=2, description="RL steps the collapse signals are smoothed over (2 windows "
+                                 "of history before it can fire).")
+    nonfinite: bool = Field(True, description="Trigger on a NaN / inf loss or gradient norm.")
+    spike_k: float = Field(10.0, gt=0, description="A loss or gradient norm above median + spike_k x MAD (scaled to "
+                           "a standard deviation) of the trailing spike_window RL steps is a spike.")
+    spike_window: int = Field(20, ge=4, description="Trailing RL steps the spike test's median and MAD are taken "
+                              "over (at least spike_window / 2 of them before it can fire).")
+    kl_max: float | None = Field(1.0, gt=0, description="Trigger when losses/kl (k3 estimate of KL to the reference, "
+                                 "per policy token) exceeds this (the healthy committed runs stay under 0.3); None = off.")
+    heldout_z: float | None = Field(2.0, gt=0, description="Trigger when the held-out reward falls below the run's "
+                                    "best by more than heldout_z standard errors of the paired per-question "
+                                    "difference (and by at least heldout_min_drop); None = off.")
+    heldout_min_drop: float = Field(0.02, ge=0, description="The smallest held-out drop that can trigger.")
+    lr_factor: float = Field(0.5, gt=0, le=1, description="A rollback multiplies the learning rate by this (the "
+                             "causes that call for it: training/run/recovery.py).")
+    kl_factor: float = Field(2.0, ge=1, description="A rollback for a collapse or a KL excursion multiplies "
+                             "training.update.kl_coef by this.")
+    skip: bool = Field(True, description="A rollback skips the batches from its checkpoint to the trigger (PaLM's "
+                       "loss-spike recipe): the next step draws the batch after the trigger's.")
+
+
 class TrainingConfig(Section):
     backend: Literal["local", "ray"] = Field(
         "local",
@@ -353,6 +382,7 @@ class TrainingConfig(Section):
     sft: TrainingSft = Field(default_factory=TrainingSft)
     learner: TrainingLearner = Field(default_factory=TrainingLearner)
     checkpoint: TrainingCheckpoint = Field(default_factory=TrainingCheckpoint)
+    recovery: TrainingRecovery = Field(default_factory=TrainingRecovery)
 
     @model_validator(mode="before")
     @classmethod

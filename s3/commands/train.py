@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,19 +95,22 @@ def _train(args: argparse.Namespace, cfg: S3Config) -> int:
         cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"budget_usd": args.max_cost_usd})})
     if args.dry_run:
         return _train_dry_run(cfg)
-    t0 = time.monotonic()
-    trainer = make_trainer(cfg)
-    freeze_loaded_heap()  # policy, reference, generator, index and libraries: out of every later full GC pass
-    try:
+    from training.run.recovery import RECOVERY_EXIT_CODE, RecoveryExhausted, train_healing
+
+    def build() -> Any:
+        trainer = make_trainer(cfg)  # again after each rollback: resumed from its checkpoint, with its changes
+        freeze_loaded_heap()  # policy, reference, generator, index and libraries: out of every later full GC pass
+        return trainer
+
+    try:  # the Ray backend's workers stop with each trainer (train_healing closes it)
         # the budget is the command's: the start-up (models, engines, data) is spent from it
-        budget = args.max_minutes * 60 - (time.monotonic() - t0) if args.max_minutes is not None else None
-        out = trainer.train(max_steps=args.max_steps, max_seconds=budget)
-    finally:
-        trainer.close()  # the Ray backend's workers stop with the command
+        budget = args.max_minutes * 60 if args.max_minutes is not None else None
+        out = train_healing(build, max_steps=args.max_steps, max_seconds=budget)
+    except RecoveryExhausted as e:
+        print(f"s3 train: {e}", file=sys.stderr)
+        return RECOVERY_EXIT_CODE
     print(json.dumps({k: v for k, v in out.items() if k != "last"}))
     if out.get("stopped"):
-        import sys
-
         from generator_adapters.budget import BUDGET_EXIT_CODE
 
         print(f"{out['stopped']} (--max-cost-usd / training.budget_usd); stopped at step {out['steps']} with its "

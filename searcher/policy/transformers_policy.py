@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from s3core.errors import ConfigError, S3Error
+from s3core.runs import policy_checkpoint
 from searcher.policy.base import ChatTokenizerMixin, PolicyOutput, PolicyPrompt
 from searcher.policy.prefix_kv import (
     MIN_SHARED_PREFIX,
@@ -99,14 +100,15 @@ def converted_gguf_dir(gguf_file: Path, sha256: str | None = None, cache_root: P
 
 def resolve_checkpoint(spec: str) -> Path | str:
     """Where to load `spec` from: a checkpoint directory (a HF model dir, a trainer checkpoint step_N, or a training
-    run directory = its newest checkpoint), a .gguf file (converted), an offline model name
-    ('smollm2-135m-instruct', 'local/qwen2.5-coder-0.5b-instruct'; converted), or a hub name (passed through)."""
+    run directory = its held-out best checkpoint, else its newest: s3core/runs.py), a .gguf file (converted), an
+    offline model name ('smollm2-135m-instruct', 'local/qwen2.5-coder-0.5b-instruct'; converted), or a hub name (passed
+    through)."""
     p = Path(spec).expanduser()
     if p.is_dir():
-        # a training run dir (its newest checkpoint) or one trainer checkpoint (step_N/policy) also work
-        latest = p / "checkpoints" / "latest"
-        if latest.is_file():
-            p = p / "checkpoints" / latest.read_text().strip()
+        # a training run dir (checkpoints/best, else latest) or one trainer checkpoint (step_N/policy) also work
+        chosen = policy_checkpoint(p)
+        if chosen is not None:
+            p = chosen
         if (p / "policy").is_dir() and not (p / "config.json").is_file():
             p = p / "policy"
         if not ((p / "config.json").is_file() or (p / "adapter_config.json").is_file()):

@@ -46,9 +46,10 @@ def test_the_best_checkpoint_is_the_highest_held_out_acc_up_to_the_step(tmp_path
     rows = [(8, 0.20), (10, 0.31), (20, 0.25), (20, 0.31), (30, float("nan")), (40, 0.9)]
     (tmp_path / rundir.HELDOUT_FILE).write_text("".join(
         json.dumps({"step": s, "checkpoint": f"step_{s:06d}", "heldout/acc_s3": a}) + "\n" for s, a in rows))
-    # ties go to the earlier step; a repeated step's last row wins; NaN (nothing scored) and rows past the
+    # ties go to the newer step; a repeated step's last row wins; NaN (nothing scored) and rows past the
     # trainer's step (left by a run that was cut before its checkpoint) are passed over
-    assert rundir.best_checkpoint(tmp_path, 30) == "step_000010"
+    assert rundir.best_checkpoint(tmp_path, 30) == "step_000020"
+    assert rundir.best_checkpoint(tmp_path, 19) == "step_000010"
     assert [r["step"] for r in rundir.heldout_rows(tmp_path, up_to=20)] == [8, 10, 20]
 
 
@@ -82,8 +83,10 @@ def test_a_checkpoint_is_renamed_into_place_latest_and_best_follow_and_old_ones_
     assert sorted(p.name for p in ckpts.glob("step_*")) == ["step_000002", "step_000003", "step_000004"]
     assert not list(ckpts.glob(".*.tmp")) and rundir.checkpoint_step(rundir.checkpoint_path(tmp_path, 4)) == 4
     assert [json.loads(x)["id"] for x in (tmp_path / rundir.HELDOUT_QUESTIONS_FILE).read_text().splitlines()] == ["q1"]
-    out = export_policy(tmp_path, tmp_path / "exported")  # a run directory: its newest checkpoint's policy/
-    assert (out / "weights").read_text() == "4"
+    out = export_policy(tmp_path, tmp_path / "exported")  # a run directory: its best checkpoint's policy/
+    assert (out / "weights").read_text() == "2"
+    (ckpts / "best").unlink()  # a run without held-out evaluation: its newest
+    assert (export_policy(tmp_path, tmp_path / "exported2") / "weights").read_text() == "4"
     with pytest.raises(S3Error, match="not a training checkpoint"):
         export_policy(tmp_path / "checkpoints", tmp_path / "x")
 

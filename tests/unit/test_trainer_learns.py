@@ -100,6 +100,9 @@ def _config(base: Path, algorithm: str, lora: bool, staleness: int = 0, offpolic
                 "offpolicy": offpolicy, "advantage_scale": scale, "drop_flat_groups": grpo},
         learner={"lora": lora, "lora_r": 8, "lora_alpha": 16, "micro_batch_size": 16},
         total_steps=STEPS, checkpoint={"every": STEPS},
+        # the toy's optimum is far from its random reference (KL ~ log 10 a token): the recovery's KL bound
+        # (training.recovery.kl_max, for real runs) is not for it; the other triggers stay on
+        recovery={"kl_max": None},
     )
 
 

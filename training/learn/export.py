@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from s3core.errors import S3Error
-from training.rundir import latest_checkpoint
+from training.rundir import policy_checkpoint
 
 __all__ = ["export_adapter", "export_policy"]
 
 
 def export_policy(checkpoint: str | Path, out: str | Path, base_model: str | None = None) -> Path:
-    """Export a checkpoint (or a run directory's newest) as a plain Hugging Face dir. A LoRA checkpoint (adapter/) is
-    merged into its base."""
-    ckpt = latest_checkpoint(Path(checkpoint)) or Path(checkpoint)
+    """Export a checkpoint (or a run directory's chosen one: checkpoints/best, else latest) as a plain Hugging Face dir.
+    A LoRA checkpoint (adapter/) is merged into its base."""
+    ckpt = policy_checkpoint(Path(checkpoint)) or Path(checkpoint)
     out = Path(out)
     if (ckpt / "adapter").is_dir() and base_model:
         from peft import PeftModel

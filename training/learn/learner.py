@@ -404,8 +404,14 @@ class Learner:
             return forward_logprobs(self.tc, self.model, batch.to(self.device))[0]
 
     def step_scheduler(self) -> float:
-        """The scheduler's step after an update; the learning rate it sets."""
-        self.scheduler.step()
+        """The scheduler's step after an update; the learning rate it sets. A step whose update had no row (every
+        group flat) steps it too, without an optimizer step: torch warns of that when the scheduler is fresh (a run's
+        first step, the start after a rollback), which is what the loop means here."""
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+            self.scheduler.step()
         return self.learning_rate()
 
     def learning_rate(self) -> float:
@@ -422,8 +428,12 @@ class Learner:
                 "value_head": self.value_head.state_dict() if self.value_head is not None else None}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        """A checkpoint's optimizer, scheduler and critic state; an optimizer / scheduler of None keeps this learner's
+        own fresh ones (the start after a rollback: training/run/recovery.py)."""
+        if state.get("optimizer") is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
         if self.value_head is not None and state.get("value_head") is not None:
             self.value_head.load_state_dict(state["value_head"])
 

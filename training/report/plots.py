@@ -1,5 +1,6 @@
 """`s3 plot RUN_DIR`: training curves (reward, losses, search behaviour) as one PNG, a search collapse marked at the
-step it began (training/run/collapse.py), and whether the RL reward rose beyond its step-to-step noise (`reward_trend`);
+step it began (training/run/collapse.py), each rollback (training/run/recovery.py) an arrow from the step it was
+triggered at back to its checkpoint in every panel, and whether the RL reward rose beyond its step-to-step noise (`reward_trend`);
 `plot_timeline`: what ran when in each RL step (RUN_DIR/timeline.jsonl: rollout, scoring, update; asynchronous RL
 overlaps them, docs/async-rl.md)."""
 
@@ -38,9 +39,10 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, smooth: int = 5
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from training.rundir import read_metrics
+    from training.rundir import read_metrics, rollback_events
 
     rows = read_metrics(run_dir)
+    rollbacks = rollback_events(run_dir)
     if not rows:
         raise S3Error(f"{run_dir}/metrics.jsonl has no rows yet")
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
@@ -74,7 +76,17 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, smooth: int = 5
         search_ax.axvline(c.step, color="red", ls="--", lw=1.5)
         search_ax.annotate(f"{c.kind.replace('_', ' ')}\nfrom step {c.step}", (c.step, 0.95),
                            xycoords=("data", "axes fraction"), color="red", fontsize=8, va="top")
+    for ax in axes:
+        for rb in rollbacks:  # where it was triggered, and back to the checkpoint it went on from
+            ax.axvline(rb["step"], color="purple", ls=":", lw=1.5)
+            ax.annotate("", xy=(rb["recovery/to_step"], 0.9), xytext=(rb["step"], 0.9), xycoords=("data", "axes fraction"),
+                        arrowprops={"arrowstyle": "->", "color": "purple"})
+            ax.annotate(f"rollback {rb['recovery/rollback'] + 1}\n{rb['recovery/trigger']}", (rb["step"], 0.88),
+                        xycoords=("data", "axes fraction"), color="purple", fontsize=7, va="top")
     title = str(Path(run_dir).name)
+    if rollbacks:
+        title += f"  —  {len(rollbacks)} rollback(s): " + "; ".join(
+            f"{rb['recovery/trigger']} at step {rb['step']} -> {rb['recovery/to_step']}" for rb in rollbacks)
     if collapses:
         title += "  —  SEARCH COLLAPSE: " + "; ".join(f"{c.kind.replace('_', ' ')} from step {c.step}" for c in collapses)
     fig.suptitle(title, color="red" if collapses else "black")

@@ -40,23 +40,37 @@ class DataOrder:
     batches the uninterrupted run would have. The warm-up steps (`warmup_steps`) draw from a stream of their own, and
     the RL steps start the main stream at its beginning: ceil(n / batch_size) RL steps put every training question in a
     rollout batch (`rl_coverage`). With a distillation `pool` (training.sft.keep = 'gbr_positive') the warm-up stream
-    permutes the pool's questions only."""
+    permutes the pool's questions only. `shifts` (a run's rollbacks, training/run/recovery.py `skips`): (T, n) = the
+    RL steps after step T draw the batch n data steps further on (the skipped batches are never drawn again)."""
 
     ids: tuple[str, ...]
     batch_size: int
     seed: int = 0
     warmup_steps: int = 0
     pool: tuple[int, ...] | None = None  # indices into ids; None = every question
+    shifts: tuple[tuple[int, int], ...] = ()  # (after step T, skip n batches): the rollbacks' skipped batches
 
     @classmethod
-    def of(cls, tc: TrainingConfig, examples: list[QAExample], pool: list[int] | None = None) -> DataOrder:
+    def of(cls, tc: TrainingConfig, examples: list[QAExample], pool: list[int] | None = None,
+           shifts: tuple[tuple[int, int], ...] = ()) -> DataOrder:
         return cls(ids=tuple(e.id for e in examples), batch_size=tc.rollout.batch_size, seed=tc.seed,
-                   warmup_steps=tc.sft.steps, pool=None if pool is None else tuple(pool))
+                   warmup_steps=tc.sft.steps, pool=None if pool is None else tuple(pool), shifts=shifts)
+
+    def data_step(self, step: int) -> int:
+        """The data step step `step` (0-based) draws: itself, past the batches the rollbacks skipped (RL steps only).
+
+        >>> DataOrder(ids=tuple("abcd"), batch_size=1, shifts=((3, 2),)).data_step(3)
+        5
+        """
+        if step < self.warmup_steps:
+            return step
+        return step + sum(n for after, n in self.shifts if step >= after)
 
     def batch_indices(self, step: int) -> list[int]:
-        """Question indices (into `ids`) of `step` (0-based)."""
+        """Question indices (into `ids`) of `step` (0-based; past the skipped batches: `data_step`)."""
         import torch
 
+        step = self.data_step(step)
         n, b = len(self.ids), self.batch_size
         warm = step < self.warmup_steps
         stream, pos = (1, step * b) if warm else (0, (step - self.warmup_steps) * b)

@@ -27,7 +27,8 @@ thread, rollouts too when the engine is not the learner's own model) with weight
 keeps the batches in flight. s = 0 is the synchronous loop, call for call.
 
 Resume: `s3 train` on an existing run directory continues from `checkpoints/latest` (same data order: the order is a
-function of (seed, epoch), and the position is stored). The PPO critic is a value head on the policy's last hidden
+function of (seed, epoch), and the position is stored). A trigger after an RL step (NaN, spike, KL, collapse, a held-out
+fall) rolls the run back: `train` returns the decision, and training/run/recovery.py's `train_healing` resumes. The PPO critic is a value head on the policy's last hidden
 states (detached: it learns with training.update.critic_learning_rate without moving the actor).
 """
 
@@ -46,8 +47,8 @@ from training.learn.api import Batch, pad_rollouts
 from training.rollouts.budget import BudgetReached
 from training.rollouts.pipeline import RolloutPipeline
 from training.run.build import TrainingParts, build_training, prepare_run
-from training.run.collapse import CollapseWatch
 from training.run.evaluate import evaluate_heldout
+from training.run.recovery import Recovery, healed, learner_state, planted, planted_spec, skips
 from training.run.rng import capture_rng, restore_rng
 from training.run.schedule import DataOrder, HeldoutSchedule, in_groups
 from training.run.step import (
@@ -69,6 +70,7 @@ class S3Trainer:
 
     pipeline: RolloutPipeline | None = None  # the batches in flight (training/rollouts/pipeline.py), from the first RL step
     _inflight: list[dict[str, Any]] | None = None  # a checkpoint's batches in flight, until the pipeline takes them
+    rolled_back: dict[str, Any] | None = None  # the rollback decision train() stopped on (training/run/recovery.py)
 
     def __init__(self, parts: TrainingParts, log: Callable[[str], None] = print) -> None:
         self.parts = parts
@@ -78,7 +80,7 @@ class S3Trainer:
         self.data, self.retriever, self.loop_cfg = parts.data, parts.retriever, parts.loop_cfg
         self.tokenizer, self.oracle_agent = parts.tokenizer, parts.oracle
         self.executor, self.learner = parts.executor, parts.learner
-        self.order = DataOrder.of(self.tc, self.examples, parts.sft_pool)
+        self.order = DataOrder.of(self.tc, self.examples, parts.sft_pool, shifts=skips(self.run_dir))
         self.schedule = HeldoutSchedule.of(self.tc, len(self.heldout))
         self.step = 0
         self.resumed_from: str | None = None
@@ -134,8 +136,7 @@ class S3Trainer:
         return self.pipeline
 
     def _release_pipeline(self) -> None:
-        """Keep what is in flight (for the checkpoint that follows) and stop the pipeline: a stopped one (budget
-        reached) starts nothing; the next RL step makes a new one from what was kept."""
+        """Keep what is in flight (for the checkpoint that follows) and stop the pipeline (budget reached)."""
         if self.pipeline is not None:
             self._inflight = self.pipeline.state()
             self.pipeline.close()
@@ -157,6 +158,7 @@ class S3Trainer:
         """The rewards of a step's rollouts and the generator usage they cost (the pipeline's scoring job: one at a
         time, in order, so the usage since the last report is this batch's)."""
         scored = self.executor.score(batch.results, self._examples(batch.idx), step=step)
+        scored = planted(planted_spec(), self.order.data_step(step) + 1, batch.results, scored)  # S3_PLANTED_FAILURE
         return ScoredBatch(scored, self.executor.step_stats())
 
     # ------------------------------------------------------------------ one step
@@ -317,7 +319,7 @@ class S3Trainer:
         self.order.check(state["data_order"], int(state["step"]), ckpt)
         self.step = int(state["step"])
         self._inflight = rundir.read_inflight(ckpt)  # the batches in flight at the checkpoint (none when synchronous)
-        self.learner.load_state({k: state[k] for k in ("optimizer", "scheduler", "value_head")})
+        self.learner.load_state(learner_state(self.run_dir, ckpt, state))  # a fresh optimizer after a rollback
         note = restore_rng(state["rng"])
         if note:
             self.log(f"train: resume: {note}")
@@ -336,7 +338,7 @@ class S3Trainer:
         last: dict[str, float] = {}
         t_start = time.monotonic()
         seen = rundir.step_times(self.run_dir) if max_seconds is not None else {}
-        watch = CollapseWatch(rundir.metrics_rows(self.run_dir))
+        recovery = Recovery(tc, self.run_dir, self.log)  # training/run/recovery.py (collapse.py's warnings too)
         saved_at = -1
         try:
             while self.step < end:
@@ -366,8 +368,9 @@ class S3Trainer:
                         f"invalid {last['search/invalid_action_rate']:.2f} turns {last['search/turns']:.2f} "
                         f"{last['charts/step_seconds']:.1f}s"
                     )
-                    for warning in watch.update({"step": self.step, **last}):  # training/run/collapse.py
-                        self.log(warning)
+                    if (rollback := recovery.after_step({"step": self.step, **last})) is not None:
+                        self.rolled_back = rollback  # nothing of this step is checkpointed; the caller resumes
+                        break
                 seen[kind] = last["charts/step_seconds"]
                 if "charts/heldout_seconds" in last:
                     seen["heldout"] = last["charts/heldout_seconds"]
@@ -375,7 +378,7 @@ class S3Trainer:
                 if due and self.step < end:
                     self.save_checkpoint()
                     saved_at = self.step
-            if (self.step > start and saved_at != self.step) or rundir.latest_checkpoint(self.run_dir) is None:
+            if not self.rolled_back and (saved_at != self.step > start or rundir.latest_checkpoint(self.run_dir) is None):
                 self.save_checkpoint()
         except BaseException:
             if self.pipeline is not None:
@@ -386,10 +389,11 @@ class S3Trainer:
                 self.pipeline.drain()  # nothing of this call runs on after it (a later train() continues it)
             self.metrics.close()
         return {"steps": self.step, "started_at": start, "last": last, "run_dir": str(self.run_dir),
-                "stopped": self.stopped}  # "budget reached: ..." or None
+                "stopped": self.stopped, "rollback": self.rolled_back}  # "budget reached: ...", a rollback, or None
 
 
 def make_trainer(cfg: TrainSettings, log: Callable[[str], None] = print) -> S3Trainer:
     """The parts of `cfg` (training/run/build.py) and the loop over them. training.mode = 'search_r1' builds Search-R1's
     parts (SearchR1Agent rollouts, the policy's own answer scored; no generator, no baseline); the loop is the same."""
+    cfg = healed(cfg, cfg.resolve(cfg.training.output_dir))  # the run's rollbacks' changes (training/run/recovery.py)
     return S3Trainer(build_training(cfg, prepare_run(cfg, log), log), log)  # prepare, build, loop

@@ -1,0 +1,182 @@
+"""A planted collapse, with training.recovery off and on, both runs' curves in one PNG and the numbers in a small JSON
+(benchmarks/results/self_healing/):
+
+    .venv/bin/python benchmarks/self_healing.py [--out benchmarks/results/self_healing] [--work DIR]
+    .venv/bin/python benchmarks/self_healing.py --world smoke --work DIR     # the smoke config through `s3 train`
+
+--world toy (the default; ~1 minute): the real loop (`S3Trainer.train` under `train_healing`, as `s3 train` runs it)
+over tests/unit/test_self_healing.py's world: a tiny random Llama that learns to write one rewarded token, 16 held-out
+questions evaluated every 2 steps. S3_PLANTED_FAILURE=flip@3-6 makes the reward's sign wrong for the batches of steps
+3-6 while the policy is still learning: it unlearns the token, every group's rewards turn equal (flat: GRPO has nothing
+left to learn from, the collapse the transfer runs met) and, without recovery, it stays there.
+
+--world smoke: configs/smoke.toml (SmolLM2-135M searcher, the offline SmolLM2 generator, bm25) through `s3 train`
+with S3_PLANTED_FAILURE=stop_pays@A-B (1 for a rollout that made no search query, 0 for one that did). Hours on 2
+shared cores (its first step took 334 s there), and the untrained SmolLM2 writes no valid action (invalid rate 1.00),
+so it has no search to stop: it needs a format warm-up first (training.sft.steps).
+
+For each run: the held-out reward at the end and by step, the pre-collapse best (the best evaluation before the
+planted stretch) and the final evaluation's paired difference from it (per question, with its standard error:
+"within noise" = within 2 s.e.), the training reward of the last 3 steps, and the rollbacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from training import rundir  # noqa: E402
+
+RUNS = {"recovery off": "off", "recovery on": "on"}
+
+
+def run_toy(work: Path, plant: str) -> dict[str, int | None]:
+    """Both runs of the toy world, in this process (the failure planted through S3_PLANTED_FAILURE)."""
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    import test_self_healing as world  # the test's world: the tiny Llama and its executor
+    import test_trainer_learns as toy
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ["S3_PLANTED_FAILURE"] = f"flip@{plant}"
+
+    class Factory:  # tmp_path_factory's one method the tiny model's builder uses
+        def mktemp(self, name: str) -> Path:
+            (work / name).mkdir(parents=True, exist_ok=True)
+            return work / name
+
+    base = toy.tiny_lm_dir.__wrapped__(Factory())
+    for name in RUNS.values():
+        tc = world._tc(base, 14, heldout=16, recovery={"enabled": name == "on"})
+        world._run(base, work / name, tc, heldout=16)
+    return {name: 0 for name in RUNS.values()}
+
+
+def run_smoke(work: Path, plant: str, steps: int, every: int, lr: float) -> dict[str, int | None]:
+    codes: dict[str, int | None] = {}
+    for name in RUNS.values():
+        sets = [f"training.output_dir={work / name}", f"training.total_steps={steps}",
+                "training.data.max_questions=40", "training.heldout.questions=12", f"training.heldout.every={every}",
+                f"training.checkpoint.every={every}", "training.rollout.group_size=4",
+                f"training.update.learning_rate={lr}", "training.recovery.collapse_window=3",
+                f"training.recovery.enabled={'true' if name == 'on' else 'false'}"]
+        env = {**os.environ, "S3_PLANTED_FAILURE": f"stop_pays@{plant}", "OMP_NUM_THREADS": "1",
+               "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+        cmd = [sys.executable, "-m", "s3.cli", "train", "--config", str(ROOT / "configs" / "smoke.toml"),
+               *[x for s in sets for x in ("--set", s)]]
+        print("$", " ".join(cmd), flush=True)
+        codes[name] = subprocess.run(cmd, env=env, cwd=ROOT).returncode
+    return codes
+
+
+def paired(run: Path, a: int, b: int) -> dict[str, float]:
+    """The held-out evaluation after step b minus the one after step a, per question: mean, s.e., n."""
+    ra = {q["id"]: q["reward"] for q in rundir.heldout_question_rows(run, a) if q.get("reward") is not None}
+    d = [q["reward"] - ra[q["id"]] for q in rundir.heldout_question_rows(run, b)
+         if q.get("reward") is not None and q["id"] in ra]
+    se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else 0.0
+    return {"mean": sum(d) / len(d) if d else math.nan, "se": se, "n": len(d)}
+
+
+def summary(run: Path, plant_start: int, exit_code: int | None, world: str) -> dict[str, Any]:
+    rows = rundir.metrics_rows(run)
+    held = rundir.heldout_rows(run)
+    qpq = [r["search/queries_per_question"] for r in rows if "search/queries_per_question" in r]
+    before = [h for h in held if int(h["step"]) < plant_start]
+    best = max(before, key=lambda h: (h["heldout/reward"], h["step"])) if before else None
+    last = held[-1] if held else None
+    out: dict[str, Any] = {
+        "exit_code": exit_code, "steps": rows[-1]["step"] if rows else 0,
+        "train_reward_last3": sum(r["reward/mean"] for r in rows[-3:]) / max(1, len(rows[-3:])),
+        "heldout_reward_by_step": {int(h["step"]): round(float(h["heldout/reward"]), 4) for h in held},
+        "heldout_reward_end": None if last is None else float(last["heldout/reward"]),
+        "pre_collapse_best": None if best is None else {"step": int(best["step"]),
+                                                         "heldout_reward": float(best["heldout/reward"])},
+        "rollbacks": [{"trigger": e["recovery/trigger"], "at_step": e["step"], "to_step": e["recovery/to_step"],
+                       "onset": e["recovery/onset"]} for e in rundir.rollback_events(run)],
+        "changes": [r["summary"] for r in rundir.recovery_rows(run)],
+    }
+    if qpq and world == "smoke":  # the toy's rollouts never search
+        out["queries_per_question_last3"] = sum(qpq[-3:]) / len(qpq[-3:])
+    if best is not None and last is not None:
+        d = paired(run, int(best["step"]), int(last["step"]))
+        out["end_minus_best"] = d
+        out["within_noise_of_best"] = bool(d["mean"] >= -2 * d["se"] - 1e-9)
+    return out
+
+
+def plot(work: Path, out: Path, plant: tuple[int, int], world: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key = "search/queries_per_question" if world == "smoke" else "reward/mean"
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for (label, name), colour in zip(RUNS.items(), ("tab:red", "tab:green"), strict=True):
+        run = work / name
+        rows, held = rundir.metrics_rows(run), rundir.heldout_rows(run)
+        axes[0].plot([r["step"] for r in rows], [r.get(key, math.nan) for r in rows], color=colour, label=label)
+        axes[1].plot([h["step"] for h in held], [h["heldout/reward"] for h in held], "o-", color=colour, label=label)
+        for e in rundir.rollback_events(run):
+            for ax in axes:
+                ax.annotate("", xy=(e["recovery/to_step"], 0.5), xytext=(e["step"], 0.5),
+                            xycoords=("data", "axes fraction"), arrowprops={"arrowstyle": "->", "color": colour})
+                ax.axvline(e["step"], color=colour, ls=":", lw=1)
+                ax.annotate(f"rollback: {e['recovery/trigger']}", (e["step"], 0.55), xycoords=("data", "axes fraction"),
+                            color=colour, fontsize=7)
+    for ax, title in zip(axes, (f"training {key} (its rollouts)", "held-out reward"), strict=True):
+        ax.axvspan(plant[0] - 0.5, plant[1] + 0.5, color="grey", alpha=0.15, label="planted failure's batches")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"a planted collapse ({world} world), training.recovery off and on", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=72)
+    plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--world", choices=["toy", "smoke"], default="toy")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "self_healing"))
+    ap.add_argument("--work", required=True, help="where the runs go (a fresh folder)")
+    ap.add_argument("--plant", default=None, help="the steps whose batches carry the failure, A-B (toy: 3-6, "
+                    "smoke: 7-14)")
+    ap.add_argument("--steps", type=int, default=24, help="smoke: total steps")
+    ap.add_argument("--every", type=int, default=3, help="smoke: held-out evaluation and checkpoint interval")
+    ap.add_argument("--lr", type=float, default=1e-4, help="smoke: learning rate")
+    ap.add_argument("--plot-only", action="store_true", help="the PNG and JSON from finished runs")
+    args = ap.parse_args()
+    work, out = Path(args.work), Path(args.out)
+    plant_arg = args.plant or ("3-6" if args.world == "toy" else "7-14")
+    lo, _, hi = plant_arg.partition("-")
+    plant = (int(lo), int(hi or lo))
+    codes: dict[str, int | None] = {name: None for name in RUNS.values()}
+    if not args.plot_only:
+        codes = run_toy(work, plant_arg) if args.world == "toy" else run_smoke(work, plant_arg, args.steps,
+                                                                                args.every, args.lr)
+    failure = "flip" if args.world == "toy" else "stop_pays"
+    result = {"world": args.world, "planted": f"S3_PLANTED_FAILURE={failure}@{plant_arg}",
+              "command": f"benchmarks/self_healing.py --world {args.world} --work DIR",
+              "runs": {label: summary(work / name, plant[0], codes[name], args.world) for label, name in RUNS.items()}}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "self_healing.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(work, out / "self_healing.png", plant, args.world)
+    print(json.dumps(result["runs"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,197 @@
+"""Training that heals itself (training/run/recovery.py, issue 62), on the REAL loop: `S3Trainer.train` over the toy
+task of tests/unit/test_trainer_learns.py (a tiny random Llama that learns to write one rewarded token), made again
+from its rollback's checkpoint by `train_healing` after each rollback, as `s3 train` runs it. The failures are
+planted in the rewards through the product's own switch (S3_PLANTED_FAILURE: training/run/recovery.py `planted`):
+
+- a NaN loss (`nan@K`): rolled back, finished, no NaN in any saved weight; synchronous and asynchronous
+  (training.rollout.max_staleness = 1: the pipeline's batches rolled out by the abandoned weights are dropped);
+- a reward whose sign is wrong for a stretch of batches (`flip@A-B`): the policy unlearns, the held-out reward falls
+  below its best beyond its paired noise, the run rolls back past the stretch and ends within noise of its best;
+  with recovery off the same run ends collapsed;
+- the bounded number of rollbacks: one more trigger stops the run with a message naming the trigger and what was
+  tried (RecoveryExhausted; `s3 train` exits 4);
+- a kill during a rollback (after the decision was written, and after it was acted on), then a resume: the same
+  metrics rows as the run never killed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from test_trainer_learns import PROMPTS, ToyExecutor, _rollouts, tiny_lm_dir  # noqa: E402, F401
+
+from s3.config import load_config  # noqa: E402
+from s3core.types import QAExample, SearchResult  # noqa: E402
+from training import rundir  # noqa: E402
+from training.config import TrainingConfig  # noqa: E402
+from training.learn.learner import Learner  # noqa: E402
+from training.prep.data import TrainingSet  # noqa: E402
+from training.run.build import TrainingParts  # noqa: E402
+from training.run.recovery import PLANT_ENV, RecoveryExhausted, healed, train_healing  # noqa: E402
+from training.run.trainer import S3Trainer  # noqa: E402
+
+GROUP = 8
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Any:
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+class HeldoutToy(ToyExecutor):
+    """The toy's executor, with held-out questions (ids h0, h1, ...: the prompts in turn)."""
+
+    def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]:
+        prompts = [PROMPTS[int(e.id[1:]) % len(PROMPTS)] for e in examples]
+        return _rollouts(self.learner.model, prompts, self.gen)
+
+
+def _tc(base: Path, steps: int, *, lora: bool = False, staleness: int = 0, heldout: int = 0,
+        recovery: dict[str, Any] | None = None, every: int = 2) -> TrainingConfig:
+    return TrainingConfig(
+        algorithm="grpo", base_model=str(base), seed=0,
+        rollout={"group_size": GROUP, "batch_size": len(PROMPTS), "temperature": 1.0, "max_staleness": staleness},
+        update={"learning_rate": 1e-2, "kl_coef": 0.001, "drop_flat_groups": True},
+        learner={"lora": lora, "lora_r": 8, "lora_alpha": 16, "micro_batch_size": 16},
+        heldout={"questions": heldout, "every": every if heldout else 0},
+        total_steps=steps, checkpoint={"every": every, "keep": 2},
+        # the toy's optimum is far from its random reference (KL ~ log 10 a token): the KL bound is for real runs
+        recovery={"kl_max": None, **(recovery or {})},
+    )
+
+
+def _build(base: Path, run_dir: Path, tc: TrainingConfig, heldout: int = 0) -> S3Trainer:
+    """A trainer over the toy's parts resuming from the run's latest checkpoint with the rollbacks' changes (what
+    make_trainer does for `s3 train`)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg = healed(load_config(None, []).model_copy(update={"training": tc}), run_dir)
+    tc = cfg.training
+    resume = rundir.latest_checkpoint(run_dir)
+    torch.manual_seed(0)
+    learner = Learner(tc, "cpu", run_dir, resume)
+    examples = [QAExample(id=f"p{i}", question=f"prompt {i}", golden_answers=["c"]) for i in range(len(PROMPTS))]
+    held = [QAExample(id=f"h{i}", question=f"held {i}", golden_answers=["c"]) for i in range(heldout)]
+    data = TrainingSet(directory=run_dir, examples=examples, baseline={}, index_dir=None, manifest={})  # type: ignore[arg-type]
+    parts = TrainingParts(cfg=cfg, run_dir=run_dir, device="cpu", data=data, examples=examples, heldout=held,
+                          retriever=_NoDocs(), loop_cfg=cfg.searcher, learner=learner,  # type: ignore[arg-type]
+                          tokenizer=learner.tokenizer, executor=HeldoutToy(learner, None), resume_dir=resume)
+    return S3Trainer(parts, log=lambda s: None)
+
+
+class _NoDocs:
+    def search(self, queries: list[str], k: int) -> list[list[Any]]:
+        return [[] for _ in queries]
+
+
+def _run(base: Path, run_dir: Path, tc: TrainingConfig, heldout: int = 0) -> dict[str, Any]:
+    return train_healing(lambda: _build(base, run_dir, tc, heldout))
+
+
+def _all_finite(run_dir: Path) -> bool:
+    from safetensors.torch import load_file
+
+    files = list((run_dir / "checkpoints").glob("step_*/policy/*.safetensors"))
+    assert files, "no saved weights"
+    return all(bool(torch.isfinite(t).all()) for f in files for t in load_file(str(f)).values())
+
+
+def _rows(run_dir: Path) -> list[dict[str, Any]]:
+    """metrics rows and rollback events without the wall-clock keys (what differs between two identical runs)."""
+    def keep(k: str) -> bool:
+        return not any(t in k for t in ("seconds", "weight_sync", "overlap"))
+
+    return [{k: v for k, v in r.items() if keep(k)} for r in [*rundir.metrics_rows(run_dir),
+                                                               *rundir.rollback_events(run_dir)]]
+
+
+@pytest.mark.parametrize("staleness", [0, 1], ids=["sync", "async-s1"])
+def test_a_nan_loss_is_rolled_back_and_the_run_finishes(tiny_lm_dir: Path, tmp_path: Path, staleness: int,  # noqa: F811
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PLANT_ENV, "nan@3")  # while it is still learning
+    out = _run(tiny_lm_dir, tmp_path, _tc(tiny_lm_dir, 10, staleness=staleness))
+    assert out["steps"] == 10
+    events = rundir.rollback_events(tmp_path)
+    assert [(e["recovery/trigger"], e["step"], e["recovery/to_step"]) for e in events] == [("nonfinite", 3, 2)]
+    rows = rundir.metrics_rows(tmp_path)
+    assert [r["step"] for r in rows] == list(range(1, 11))
+    assert all(math.isfinite(r["losses/total"]) for r in rows if "losses/total" in r), "a NaN row is still on the branch"
+    assert _all_finite(tmp_path)
+    # the rollback's changes reached the learner: half the learning rate from step 3 on
+    assert rows[1]["charts/learning_rate"] == pytest.approx(1e-2) and rows[2]["charts/learning_rate"] == pytest.approx(5e-3)
+    # the batch of step 3 is skipped (step 3 trained on the batch step 4 would have drawn), and the run learned on
+    assert rundir.recovery_rows(tmp_path)[0]["changes"]["skip"] == 1
+    assert min(r["reward/mean"] for r in rows[-3:]) >= 0.9, [round(r["reward/mean"], 3) for r in rows]
+
+
+def test_a_wrong_reward_stretch_is_healed_by_the_held_out_check(tiny_lm_dir: Path, tmp_path: Path,  # noqa: F811
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reward's sign wrong for the batches of steps 3-6, while the policy is still learning: without recovery it
+    unlearns the rewarded token, every group's rewards turn equal (flat: nothing left to learn from) and the run ends
+    collapsed; with it the held-out fall is caught, the run rolls back past the stretch and ends within noise of
+    its best."""
+    monkeypatch.setenv(PLANT_ENV, "flip@3-6")
+    on, off = tmp_path / "on", tmp_path / "off"
+    _run(tiny_lm_dir, off, _tc(tiny_lm_dir, 14, heldout=16, recovery={"enabled": False}), heldout=16)
+    out = _run(tiny_lm_dir, on, _tc(tiny_lm_dir, 14, heldout=16), heldout=16)
+    held_off = {r["step"]: r["heldout/reward"] for r in rundir.heldout_rows(off)}
+    held_on = {r["step"]: r["heldout/reward"] for r in rundir.heldout_rows(on)}
+    print("held-out without recovery", held_off, "\nwith", held_on, "\nrollbacks",
+          [(e["recovery/trigger"], e["step"], e["recovery/to_step"]) for e in rundir.rollback_events(on)])
+    best_off = max(v for s, v in held_off.items() if s <= 2)
+    assert held_off[14] < best_off - 0.3, "the planted stretch should collapse the run without recovery"
+    assert out["rollbacks"] and all(e["recovery/trigger"] == "heldout_drop" for e in rundir.rollback_events(on))
+    assert held_on[14] >= max(held_on.values()) - 0.1, f"not within noise of its best: {held_on}"
+    assert held_on[14] > held_off[14] + 0.3
+
+
+def test_rollbacks_are_bounded_and_the_stop_names_the_trigger(tiny_lm_dir: Path, tmp_path: Path,  # noqa: F811
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PLANT_ENV, "nan@5-10")
+    with pytest.raises(RecoveryExhausted) as e:
+        _run(tiny_lm_dir, tmp_path, _tc(tiny_lm_dir, 10, recovery={"max_rollbacks": 1}))
+    msg = str(e.value)
+    assert "nonfinite" in msg and "max_rollbacks = 1" in msg and "rollback 1 (nonfinite at step 5) to step 4" in msg
+    assert "learning rate" in msg and "skipped" in msg
+    assert _all_finite(tmp_path)
+
+
+class Killed(BaseException):
+    """A kill, where the test puts one (BaseException: nothing catches it on the way out)."""
+
+
+@pytest.mark.parametrize("where", ["decided", "acted"])
+def test_a_kill_during_a_rollback_resumes_to_the_same_rows(tiny_lm_dir: Path, tmp_path: Path, where: str,  # noqa: F811
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed after the decision was written (before acting on it), or after acting (before the run went on), then
+    resumed: the same metrics rows and rollback events as the run never killed."""
+    monkeypatch.setenv(PLANT_ENV, "nan@5")
+    tc = _tc(tiny_lm_dir, 8)
+    _run(tiny_lm_dir, tmp_path / "whole", tc)
+
+    killed = tmp_path / "killed"
+    real = rundir.roll_back
+
+    def kill(run_dir: Path, decision: dict[str, Any]) -> None:
+        if where == "acted":
+            real(run_dir, decision)
+        raise Killed
+
+    monkeypatch.setattr(rundir, "roll_back", kill)
+    with pytest.raises(Killed):
+        _run(tiny_lm_dir, killed, tc)
+    monkeypatch.setattr(rundir, "roll_back", real)
+    assert len(rundir.recovery_rows(killed)) == 1
+    out = _run(tiny_lm_dir, killed, tc)  # `s3 train` again
+    assert out["steps"] == 8
+    assert _rows(killed) == _rows(tmp_path / "whole")
