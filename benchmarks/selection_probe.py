@@ -85,7 +85,18 @@ def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int
     net.eval()
     before = sp.selection_table(held_w, student.scores(held_w))
     curve: list[dict[str, float]] = []
-    losses = student.train(train_w, epochs=epochs, lr=lr, batch=batch, seed=seed, log=curve.append)
+    steps = epochs * -(-len(train_w) // batch)
+
+    def log(row: dict[str, float]) -> None:
+        curve.append(row)
+        if row["step"] % 25 == 0 or row["step"] == steps:
+            recent = [c["loss"] for c in curve[-25:]]
+            left = (steps - row["step"]) * batch * statistics.median(student.times[-25:])
+            print(f"step {row['step']}/{steps}: loss {statistics.fmean(recent):.3f} (last 25), "
+                  f"{row['s_per_example']:.2f} s an example, ~{left / 60:.0f} min left", flush=True)
+
+    print(f"{len(train_w)} training windows, {len(held_w)} held-out; model loaded in {load_s:.0f} s", flush=True)
+    losses = student.train(train_w, epochs=epochs, lr=lr, batch=batch, seed=seed, log=log)
     after = sp.selection_table(held_w, student.scores(held_w))
     out = {
         "model": model, "lora_r": lora or None, "train_windows": len(train_w), "heldout_windows": len(held_w),

@@ -207,7 +207,8 @@ class Student:
         for i, x in enumerate(ids):  # left padding: every prompt ends at the last position
             batch[i, width - len(x):] = torch.tensor(x)
             mask[i, width - len(x):] = 1
-        out = self.model(input_ids=batch, attention_mask=mask).logits[:, -1, :]  # (B, V)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # each prompt's own positions, from 0 after its padding
+        out = self.model(input_ids=batch, attention_mask=mask, position_ids=positions).logits[:, -1, :]  # (B, V)
         top = max(n)
         scores = out[:, self.id_tokens[:top]]  # (B, top)
         keep = torch.arange(top)[None, :] < torch.tensor(list(n))[:, None]

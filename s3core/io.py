@@ -89,7 +89,7 @@ def iter_jsonl(
 
 
 def json_error_text(e: json.JSONDecodeError, line: str | None = None) -> str:
-    """What is wrong with JSON that did not parse, for people: `Expecting ',' delimiter at column 26`. With `line`
+    r"""What is wrong with JSON that did not parse, for people: `Expecting ',' delimiter at column 26`. With `line`
     (the one JSON-lines line that was parsed) the column is within that line, and a line that ends before its value
     is complete says so, instead of json's position past the line's end ("line 2, column 1" of a one-line text).
 

@@ -272,7 +272,7 @@ def test_ablation_reads_both_attempts_held_out_rows_and_splits_warm_up_from_rl(t
     _write(prev / "heldout.jsonl", [held(8, 0.19), held(20, 0.25), held(70, 0.2)])
     _write(prev / "metrics.jsonl", [{"step": s, "charts/sft": 1.0} for s in range(1, 9)])
     _write(transfer.RESULTS / "selection.jsonl", [{**base, "acc_s3_mean": 0.15}])
-    _write(run / "heldout.jsonl", [held(16, 0.18), held(20, 0.17), held(30, 0.3), held(40, 0.3), held(60, 0.22)])
+    _write(run / "heldout.jsonl", [held(16, 0.18), held(20, 0.17), held(30, 0.3), held(40, 0.29), held(60, 0.22)])
     _write(run / "metrics.jsonl", [{"step": s, "charts/sft": 1.0} for s in range(1, 17)] + [{"step": 17}])
     _write(run / "heldout_questions.jsonl", [{"step": 30, "id": f"q{i}", "acc_s3": a, "acc_rag": b}
                                              for i, (a, b) in enumerate(((1, 0), (1, 0), (0, 1), (1, 1), (0, 0), (1, 0)))]
