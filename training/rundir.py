@@ -276,16 +276,17 @@ def roll_back(run_dir: Path, decision: dict[str, Any]) -> None:
     the rows still on the run's branch; its event row is appended to metrics.jsonl (once)."""
     ckpts = run_dir / CHECKPOINTS
     target = checkpoint_path(run_dir, int(decision["to_step"]))
-    for p in ckpts.glob("step_*"):
-        if p.is_dir() and p != target and checkpoint_step(p) > int(decision["to_step"]):
-            shutil.rmtree(p, ignore_errors=True)
     (target / INFLIGHT_FILE).unlink(missing_ok=True)
-    set_pointer(run_dir, "latest", target.name)
+    set_pointer(run_dir, "latest", target.name)  # the pointers first: a kill below never leaves one dangling
     best = best_checkpoint(run_dir, int(decision["to_step"]))
     if best is not None and (ckpts / best).is_dir():
         set_pointer(run_dir, "best", best)
-    elif (ckpts / "best").is_file() and not (ckpts / str(pointer(run_dir, "best"))).is_dir():
+    elif (old := pointer(run_dir, "best")) is not None and (
+            not (ckpts / old).is_dir() or checkpoint_step(ckpts / old) > int(decision["to_step"])):  # it goes below
         (ckpts / "best").unlink()
+    for p in ckpts.glob("step_*"):
+        if p.is_dir() and p != target and checkpoint_step(p) > int(decision["to_step"]):
+            shutil.rmtree(p, ignore_errors=True)
     if all(int(r["recovery/rollback"]) != int(decision["rollback"]) for r in rollback_events(run_dir)):
         row = {"step": int(decision["step"]), "event": "rollback", "recovery/rollback": int(decision["rollback"]),
                "recovery/to_step": int(decision["to_step"]), "recovery/onset": int(decision["onset"]),

@@ -138,6 +138,7 @@ def test_the_rollback_goes_to_the_newest_checkpoint_before_the_onset_that_passed
     assert r.target(onset=8) == 4  # 6 failed the held-out check; 3 was never evaluated
     assert r.target(onset=4) == 2
     assert r.target(onset=2) is None
+    assert _rec(tmp_path, heldout_z=None).target(onset=8) == 6  # the held-out check off: every checkpoint passes
     plain = tmp_path / "plain"  # a run without held-out evaluation: any checkpoint before the onset
     for s in (2, 3):
         _ckpt(plain, s)
@@ -261,3 +262,15 @@ def test_the_module_examples_hold() -> None:
     from training.run import recovery
 
     assert doctest.testmod(recovery, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def test_a_resumed_run_checks_against_the_rows_up_to_its_checkpoint(tmp_path: Path) -> None:
+    """Rows a killed run wrote past the checkpoint it resumes from are trained again, not history: the spike
+    window, the KL onset and the collapse watch see what a run never killed saw."""
+    rows = _steady(10) + [{"step": s, "losses/grad_norm": 50.0, "losses/kl": 0.01} for s in (11, 12)]
+    (tmp_path / rundir.METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tc = TrainingConfig(recovery={"spike_window": 10}, update={"learning_rate": 1e-4, "kl_coef": 0.01})
+    assert [int(r["step"]) for r in Recovery(tc, tmp_path, log=lambda s: None, start=10).rows] == list(range(1, 11))
+    assert len(Recovery(tc, tmp_path, log=lambda s: None).rows) == 12
+    f = Recovery(tc, tmp_path, log=lambda s: None, start=10).check({"step": 11, "losses/grad_norm": 50.0})
+    assert f is not None and f.trigger == "spike"

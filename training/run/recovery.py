@@ -184,9 +184,12 @@ def planted(spec: str | None, step: int, results: list[SearchResult], scored: Re
 class Recovery:
     """The triggers over a run's rows, and the rollback decision (see the module docstring)."""
 
-    def __init__(self, tc: TrainingConfig, run_dir: Path, log: Callable[[str], None]) -> None:
+    def __init__(self, tc: TrainingConfig, run_dir: Path, log: Callable[[str], None], start: int | None = None) -> None:
+        """start: the step the run resumes from; rows past it (written before a kill, to be trained again) are not
+        history, so a resumed run checks each step against the same rows as one never killed."""
         self.tc, self.rc, self.run_dir, self.log = tc, tc.recovery, run_dir, log
-        self.rows = [r for r in rundir.metrics_rows(run_dir) if not r.get("charts/sft")]
+        self.rows = [r for r in rundir.metrics_rows(run_dir)
+                     if not r.get("charts/sft") and (start is None or int(r["step"]) <= start)]
         self.watch = CollapseWatch(self.rows)  # its warnings, each kind once, whatever recovery does
         self.seen: set[str] = set()  # the triggers logged (recovery off: each once)
 
@@ -252,7 +255,8 @@ class Recovery:
         key = self._key()
         mean, se, n = paired_drop(rundir.heldout_question_rows(self.run_dir, best_step),
                                   rundir.heldout_question_rows(self.run_dir, step), key)
-        assert self.rc.heldout_z is not None
+        if self.rc.heldout_z is None:  # the held-out check is off: every evaluated checkpoint passes
+            return None
         if n == 0 or -mean <= max(self.rc.heldout_z * se, self.rc.heldout_min_drop):
             return None
         return (f"held-out {key} {mean:+.3f} against step {best_step}'s (the best) over {n} paired questions, "

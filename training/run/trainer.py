@@ -331,14 +331,16 @@ class S3Trainer:
         """Run until training.total_steps (or `max_steps` more steps); checkpoint every checkpoint.every and at the
         end. `max_seconds`: do not start a step that would not finish within that budget by the last step's wall time
         (and the last held-out evaluation's, when the next step has one); the run then stops with a checkpoint at
-        the step it reached, which resumes exactly (the data order is a function of seed and step)."""
+        the step it reached, which resumes exactly (the data order is a function of seed and step). With
+        training.recovery on, a trigger returns early with "rollback" set and checkpoints/latest moved back: call it
+        through `training.run.recovery.train_healing` (as `s3 train` does) to go on from there."""
         tc = self.tc
         start = self.step
         end = tc.total_steps if max_steps is None else min(tc.total_steps, self.step + max_steps)
         last: dict[str, float] = {}
         t_start = time.monotonic()
         seen = rundir.step_times(self.run_dir) if max_seconds is not None else {}
-        recovery = Recovery(tc, self.run_dir, self.log)  # training/run/recovery.py (collapse.py's warnings too)
+        recovery = Recovery(tc, self.run_dir, self.log, start)  # training/run/recovery.py (collapse.py's warnings too)
         saved_at = -1
         try:
             while self.step < end:
