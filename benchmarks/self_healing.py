@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/self_healing.py --world smoke --work DIR     # the smoke config through `s3 train`
 
 --world toy (the default; ~1 minute): the real loop (`S3Trainer.train` under `train_healing`, as `s3 train` runs it)
-over tests/unit/test_self_healing.py's world: a tiny random Llama that learns to write one rewarded token, 16 held-out
+over the toy world of training/testing.py (tests/unit/test_self_healing.py's): a tiny random Llama that learns to write one rewarded token, 16 held-out
 questions evaluated every 2 steps. S3_PLANTED_FAILURE=flip@3-6 makes the reward's sign wrong for the batches of steps
 3-6 while the policy is still learning: it unlearns the token, every group's rewards turn equal (flat: GRPO has nothing
 left to learn from, the collapse the transfer runs met) and, without recovery, it stays there.
@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -41,25 +40,28 @@ RUNS = {"recovery off": "off", "recovery on": "on"}
 
 
 def run_toy(work: Path, plant: str) -> dict[str, int | None]:
-    """Both runs of the toy world, in this process (the failure planted through S3_PLANTED_FAILURE)."""
-    sys.path.insert(0, str(ROOT / "tests" / "unit"))
-    import test_self_healing as world  # the test's world: the tiny Llama and its executor
-    import test_trainer_learns as toy
+    """Both runs of the toy world (training/testing.py), in this process (the failure planted through
+    S3_PLANTED_FAILURE); each run's exit code as `s3 train` gives it (4: recovery exhausted)."""
     import torch
+
+    from s3.config import load_config
+    from training.run.recovery import RecoveryExhausted, train_healing
+    from training.testing import healing_config, tiny_lm, toy_trainer
 
     torch.set_num_threads(1)
     os.environ["S3_PLANTED_FAILURE"] = f"flip@{plant}"
-
-    class Factory:  # tmp_path_factory's one method the tiny model's builder uses
-        def mktemp(self, name: str) -> Path:
-            (work / name).mkdir(parents=True, exist_ok=True)
-            return work / name
-
-    base = toy.tiny_lm_dir.__wrapped__(Factory())
+    base = tiny_lm(work / "tiny_lm")
+    codes: dict[str, int | None] = {}
     for name in RUNS.values():
-        tc = world._tc(base, 14, heldout=16, recovery={"enabled": name == "on"})
-        world._run(base, work / name, tc, heldout=16)
-    return {name: 0 for name in RUNS.values()}
+        tc = healing_config(base, 14, heldout=16, recovery={"enabled": name == "on"})
+        try:
+            settings = load_config(None, []).model_copy(update={"training": tc})
+            train_healing(lambda s=settings, name=name: toy_trainer(s, work / name, heldout=16))
+            codes[name] = 0
+        except RecoveryExhausted as e:
+            print(f"{name}: {e}", flush=True)
+            codes[name] = 4
+    return codes
 
 
 def run_smoke(work: Path, plant: str, steps: int, every: int, lr: float) -> dict[str, int | None]:
@@ -80,12 +82,12 @@ def run_smoke(work: Path, plant: str, steps: int, every: int, lr: float) -> dict
 
 
 def paired(run: Path, a: int, b: int) -> dict[str, float]:
-    """The held-out evaluation after step b minus the one after step a, per question: mean, s.e., n."""
-    ra = {q["id"]: q["reward"] for q in rundir.heldout_question_rows(run, a) if q.get("reward") is not None}
-    d = [q["reward"] - ra[q["id"]] for q in rundir.heldout_question_rows(run, b)
-         if q.get("reward") is not None and q["id"] in ra]
-    se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else 0.0
-    return {"mean": sum(d) / len(d) if d else math.nan, "se": se, "n": len(d)}
+    """The held-out evaluation after step b minus the one after step a, per question: mean, s.e., n (the recovery's
+    own paired comparison)."""
+    from training.run.recovery import paired_drop
+
+    mean, se, n = paired_drop(rundir.heldout_question_rows(run, a), rundir.heldout_question_rows(run, b), "reward")
+    return {"mean": mean, "se": se, "n": n}
 
 
 def summary(run: Path, plant_start: int, exit_code: int | None, world: str) -> dict[str, Any]:

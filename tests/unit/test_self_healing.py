@@ -26,19 +26,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from test_trainer_learns import PROMPTS, ToyExecutor, _rollouts, tiny_lm_dir  # noqa: E402, F401
-
 from s3.config import load_config  # noqa: E402
-from s3core.types import QAExample, SearchResult  # noqa: E402
 from training import rundir  # noqa: E402
 from training.config import TrainingConfig  # noqa: E402
-from training.learn.learner import Learner  # noqa: E402
-from training.prep.data import TrainingSet  # noqa: E402
-from training.run.build import TrainingParts  # noqa: E402
-from training.run.recovery import PLANT_ENV, RecoveryExhausted, healed, train_healing  # noqa: E402
-from training.run.trainer import S3Trainer  # noqa: E402
-
-GROUP = 8
+from training.run.recovery import PLANT_ENV, RecoveryExhausted, train_healing  # noqa: E402
+from training.testing import healing_config, tiny_lm, toy_trainer  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -49,53 +41,14 @@ def _one_thread() -> Any:
     torch.set_num_threads(n)
 
 
-class HeldoutToy(ToyExecutor):
-    """The toy's executor, with held-out questions (ids h0, h1, ...: the prompts in turn)."""
-
-    def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]:
-        prompts = [PROMPTS[int(e.id[1:]) % len(PROMPTS)] for e in examples]
-        return _rollouts(self.learner.model, prompts, self.gen)
-
-
-def _tc(base: Path, steps: int, *, lora: bool = False, staleness: int = 0, heldout: int = 0,
-        recovery: dict[str, Any] | None = None, every: int = 2) -> TrainingConfig:
-    return TrainingConfig(
-        algorithm="grpo", base_model=str(base), seed=0,
-        rollout={"group_size": GROUP, "batch_size": len(PROMPTS), "temperature": 1.0, "max_staleness": staleness},
-        update={"learning_rate": 1e-2, "kl_coef": 0.001, "drop_flat_groups": True},
-        learner={"lora": lora, "lora_r": 8, "lora_alpha": 16, "micro_batch_size": 16},
-        heldout={"questions": heldout, "every": every if heldout else 0},
-        total_steps=steps, checkpoint={"every": every, "keep": 2},
-        # the toy's optimum is far from its random reference (KL ~ log 10 a token): the KL bound is for real runs
-        recovery={"kl_max": None, **(recovery or {})},
-    )
-
-
-def _build(base: Path, run_dir: Path, tc: TrainingConfig, heldout: int = 0) -> S3Trainer:
-    """A trainer over the toy's parts resuming from the run's latest checkpoint with the rollbacks' changes (what
-    make_trainer does for `s3 train`)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cfg = healed(load_config(None, []).model_copy(update={"training": tc}), run_dir)
-    tc = cfg.training
-    resume = rundir.latest_checkpoint(run_dir)
-    torch.manual_seed(0)
-    learner = Learner(tc, "cpu", run_dir, resume)
-    examples = [QAExample(id=f"p{i}", question=f"prompt {i}", golden_answers=["c"]) for i in range(len(PROMPTS))]
-    held = [QAExample(id=f"h{i}", question=f"held {i}", golden_answers=["c"]) for i in range(heldout)]
-    data = TrainingSet(directory=run_dir, examples=examples, baseline={}, index_dir=None, manifest={})  # type: ignore[arg-type]
-    parts = TrainingParts(cfg=cfg, run_dir=run_dir, device="cpu", data=data, examples=examples, heldout=held,
-                          retriever=_NoDocs(), loop_cfg=cfg.searcher, learner=learner,  # type: ignore[arg-type]
-                          tokenizer=learner.tokenizer, executor=HeldoutToy(learner, None), resume_dir=resume)
-    return S3Trainer(parts, log=lambda s: None)
-
-
-class _NoDocs:
-    def search(self, queries: list[str], k: int) -> list[list[Any]]:
-        return [[] for _ in queries]
+@pytest.fixture(scope="module")
+def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_lm(tmp_path_factory.mktemp("tiny_lm") / "tiny")
 
 
 def _run(base: Path, run_dir: Path, tc: TrainingConfig, heldout: int = 0) -> dict[str, Any]:
-    return train_healing(lambda: _build(base, run_dir, tc, heldout))
+    settings = load_config(None, []).model_copy(update={"training": tc})
+    return train_healing(lambda: toy_trainer(settings, run_dir, heldout=heldout))
 
 
 def _all_finite(run_dir: Path) -> bool:
@@ -116,10 +69,10 @@ def _rows(run_dir: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("staleness", [0, 1], ids=["sync", "async-s1"])
-def test_a_nan_loss_is_rolled_back_and_the_run_finishes(tiny_lm_dir: Path, tmp_path: Path, staleness: int,  # noqa: F811
+def test_a_nan_loss_is_rolled_back_and_the_run_finishes(tiny_lm_dir: Path, tmp_path: Path, staleness: int,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PLANT_ENV, "nan@3")  # while it is still learning
-    out = _run(tiny_lm_dir, tmp_path, _tc(tiny_lm_dir, 10, staleness=staleness))
+    out = _run(tiny_lm_dir, tmp_path, healing_config(tiny_lm_dir, 10, staleness=staleness))
     assert out["steps"] == 10
     events = rundir.rollback_events(tmp_path)
     assert [(e["recovery/trigger"], e["step"], e["recovery/to_step"]) for e in events] == [("nonfinite", 3, 2)]
@@ -134,7 +87,7 @@ def test_a_nan_loss_is_rolled_back_and_the_run_finishes(tiny_lm_dir: Path, tmp_p
     assert min(r["reward/mean"] for r in rows[-3:]) >= 0.9, [round(r["reward/mean"], 3) for r in rows]
 
 
-def test_a_wrong_reward_stretch_is_healed_by_the_held_out_check(tiny_lm_dir: Path, tmp_path: Path,  # noqa: F811
+def test_a_wrong_reward_stretch_is_healed_by_the_held_out_check(tiny_lm_dir: Path, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The reward's sign wrong for the batches of steps 3-6, while the policy is still learning: without recovery it
     unlearns the rewarded token, every group's rewards turn equal (flat: nothing left to learn from) and the run ends
@@ -142,8 +95,8 @@ def test_a_wrong_reward_stretch_is_healed_by_the_held_out_check(tiny_lm_dir: Pat
     its best."""
     monkeypatch.setenv(PLANT_ENV, "flip@3-6")
     on, off = tmp_path / "on", tmp_path / "off"
-    _run(tiny_lm_dir, off, _tc(tiny_lm_dir, 14, heldout=16, recovery={"enabled": False}), heldout=16)
-    out = _run(tiny_lm_dir, on, _tc(tiny_lm_dir, 14, heldout=16), heldout=16)
+    _run(tiny_lm_dir, off, healing_config(tiny_lm_dir, 14, heldout=16, recovery={"enabled": False}), heldout=16)
+    out = _run(tiny_lm_dir, on, healing_config(tiny_lm_dir, 14, heldout=16), heldout=16)
     held_off = {r["step"]: r["heldout/reward"] for r in rundir.heldout_rows(off)}
     held_on = {r["step"]: r["heldout/reward"] for r in rundir.heldout_rows(on)}
     print("held-out without recovery", held_off, "\nwith", held_on, "\nrollbacks",
@@ -155,11 +108,11 @@ def test_a_wrong_reward_stretch_is_healed_by_the_held_out_check(tiny_lm_dir: Pat
     assert held_on[14] > held_off[14] + 0.3
 
 
-def test_rollbacks_are_bounded_and_the_stop_names_the_trigger(tiny_lm_dir: Path, tmp_path: Path,  # noqa: F811
+def test_rollbacks_are_bounded_and_the_stop_names_the_trigger(tiny_lm_dir: Path, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PLANT_ENV, "nan@5-10")
     with pytest.raises(RecoveryExhausted) as e:
-        _run(tiny_lm_dir, tmp_path, _tc(tiny_lm_dir, 10, recovery={"max_rollbacks": 1}))
+        _run(tiny_lm_dir, tmp_path, healing_config(tiny_lm_dir, 10, recovery={"max_rollbacks": 1}))
     msg = str(e.value)
     assert "nonfinite" in msg and "max_rollbacks = 1" in msg and "rollback 1 (nonfinite at step 5) to step 4" in msg
     assert "learning rate" in msg and "skipped" in msg
@@ -171,12 +124,12 @@ class Killed(BaseException):
 
 
 @pytest.mark.parametrize("where", ["decided", "acted"])
-def test_a_kill_during_a_rollback_resumes_to_the_same_rows(tiny_lm_dir: Path, tmp_path: Path, where: str,  # noqa: F811
+def test_a_kill_during_a_rollback_resumes_to_the_same_rows(tiny_lm_dir: Path, tmp_path: Path, where: str,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Killed after the decision was written (before acting on it), or after acting (before the run went on), then
     resumed: the same metrics rows and rollback events as the run never killed."""
     monkeypatch.setenv(PLANT_ENV, "nan@5")
-    tc = _tc(tiny_lm_dir, 8)
+    tc = healing_config(tiny_lm_dir, 8)
     _run(tiny_lm_dir, tmp_path / "whole", tc)
 
     killed = tmp_path / "killed"

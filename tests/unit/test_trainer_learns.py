@@ -37,18 +37,10 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from s3.config import load_config  # noqa: E402
-from s3core.types import Document, QAExample, SearchResult, Trajectory  # noqa: E402
 from training.config import TrainingConfig  # noqa: E402
 from training.learn.learner import Learner  # noqa: E402
-from training.prep.data import TrainingSet  # noqa: E402
-from training.rewards import RewardBatch  # noqa: E402
-from training.run.build import TrainingParts  # noqa: E402
-from training.run.trainer import S3Trainer  # noqa: E402
+from training.testing import PROMPTS, VOCAB, tiny_lm, toy_reward, toy_rollouts, toy_trainer  # noqa: E402
 
-VOCAB = ["<pad>", "<s>", "a", "b", "c", "d", "p", "q", "x", "y"]
-TARGET = VOCAB.index("c")  # the one behaviour that earns the reward
-ENV = [VOCAB.index("x"), VOCAB.index("y")]  # what the environment inserts between the two policy turns
-PROMPTS = [[1, 6, 6], [1, 6, 7], [1, 7, 6], [1, 7, 7]]  # four "questions", in tokens the environment never writes
 GROUP = 8  # rollouts per prompt (GRPO's group)
 STEPS = 12  # the fixed budget of optimizer steps (the learning runs reach >= 0.96 by step 5)
 EVAL_SAMPLES = 64  # fresh rollouts per prompt for the measured reward
@@ -67,24 +59,8 @@ def _one_thread() -> Any:
 
 @pytest.fixture(scope="module")
 def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 1-layer random Llama over VOCAB with a word-level tokenizer, saved as a plain HF dir (training.base_model).
-    Hidden size 128: LoRA leaves the output head frozen, so the largest logit the adapters can reach is about
-    |head row| x sqrt(hidden) (the final RMSNorm fixes the hidden state's norm); at hidden 64 LoRA stalls near 0.72."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    out = tmp_path_factory.mktemp("tiny_lm") / "tiny"
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="<s>",
-                                                pad_token="<pad>")
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=len(VOCAB), hidden_size=128, intermediate_size=256, num_hidden_layers=1,
-                                   num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=16,
-                                   tie_word_embeddings=False, initializer_range=0.05, bos_token_id=1, eos_token_id=1,
-                                   pad_token_id=0)
-    transformers.LlamaForCausalLM(cfg).save_pretrained(str(out))
-    fast.save_pretrained(str(out))
-    return out
+    """The toy world's tiny random Llama (training/testing.py `tiny_lm`), built once per module."""
+    return tiny_lm(tmp_path_factory.mktemp("tiny_lm") / "tiny")
 
 
 def _config(base: Path, algorithm: str, lora: bool, staleness: int = 0, offpolicy: str = "decoupled",
@@ -106,73 +82,10 @@ def _config(base: Path, algorithm: str, lora: bool, staleness: int = 0, offpolic
     )
 
 
-def _rollouts(model: Any, prompts: list[list[int]], gen: Any, invert_mask: bool = False) -> list[SearchResult]:
-    """One rollout of each prompt, sampled from the model at temperature 1: policy token, environment tokens, policy
-    token, each policy token with its log-prob (the rollout engine's)."""
-    model.eval()
-    with torch.no_grad():
-        x = torch.tensor(prompts)  # (N, 3)
-        lp1 = torch.log_softmax(model(input_ids=x).logits[:, -1].float(), -1)
-        a1 = torch.multinomial(lp1.exp(), 1, generator=gen)  # (N, 1)
-        x2 = torch.cat([x, a1, torch.tensor([ENV] * len(x))], dim=1)
-        lp2 = torch.log_softmax(model(input_ids=x2).logits[:, -1].float(), -1)
-        a2 = torch.multinomial(lp2.exp(), 1, generator=gen)
-    results = []
-    for i, prompt in enumerate(x.tolist()):
-        t1, t2 = int(a1[i]), int(a2[i])
-        tr = Trajectory(prompt_ids=prompt)
-        tr.append([t1], not invert_mask, [float(lp1[i, t1])])
-        tr.append(list(ENV), invert_mask)
-        tr.append([t2], not invert_mask, [float(lp2[i, t2])])
-        results.append(SearchResult(question=str(prompt), trajectory=tr))
-    return results
-
-
-def _reward(result: SearchResult) -> float:
-    """The share of the two policy tokens (response positions 0 and 3, whatever the mask says) that are TARGET."""
-    assert result.trajectory is not None
-    ids = result.trajectory.response_ids
-    return ((ids[0] == TARGET) + (ids[3] == TARGET)) / 2
-
-
-class ToyExecutor:
-    """The StepExecutor of the toy task: rollouts sampled from the learner's own model (the engine is the learner, as
-    with training.rollout.engine = 'transformers': sync has nothing to load), rewards from their tokens. `defect`:
-    'sign' returns the rewards negated, 'mask' marks the environment's tokens as the policy's and back."""
-
-    def __init__(self, learner: Learner, defect: str | None) -> None:
-        self.learner, self.defect = learner, defect
-        self.gen = torch.Generator().manual_seed(0)
-
-    def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]:
-        prompts = [PROMPTS[int(e.id.removeprefix("p"))] for e in examples]
-        return _rollouts(self.learner.model, prompts, self.gen, invert_mask=self.defect == "mask")
-
-    def score(self, results: list[SearchResult], examples: list[QAExample], step: int | None = None) -> RewardBatch:
-        sign = -1.0 if self.defect == "sign" else 1.0
-        return RewardBatch(rewards=[sign * _reward(r) for r in results])
-
-    def sync(self) -> float | None:
-        return None
-
-    def step_stats(self) -> dict[str, float]:
-        return {}
-
-    def close(self) -> None:
-        return None
-
-
-class NoRetriever:
-    """The toy world has no documents (the loop's search/ probe asks it for none)."""
-
-    def search(self, queries: list[str], k: int) -> list[list[Document]]:
-        return [[] for _ in queries]
-
-
 def _mean_reward(learner: Learner, seed: int) -> float:
     gen = torch.Generator().manual_seed(seed)
     prompts = [p for p in PROMPTS for _ in range(EVAL_SAMPLES)]
-    return sum(_reward(r) for r in _rollouts(learner.model, prompts, gen)) / len(prompts)
+    return sum(toy_reward(r) for r in toy_rollouts(learner.model, prompts, gen)) / len(prompts)
 
 
 def _train(base: Path, run_dir: Path, algorithm: str, lora: bool, defect: str | None, staleness: int = 0,
@@ -181,17 +94,11 @@ def _train(base: Path, run_dir: Path, algorithm: str, lora: bool, defect: str | 
     of each a step); the fresh-sample mean reward before and after. staleness s > 0: training.rollout.max_staleness
     = s (the pipeline rolls batches out ahead). `curve` (if given) receives the fresh-sample reward after every
     step."""
-    torch.manual_seed(0)
-    tc = _config(base, algorithm, lora, staleness, offpolicy, scale)
-    cfg = load_config(None, []).model_copy(update={"training": tc})  # the default settings, the toy's [training]
-    learner = Learner(tc, "cpu", run_dir)
+    tc = _config(base, algorithm, lora, staleness, offpolicy, scale)  # the default settings, the toy's [training]
+    trainer = toy_trainer(load_config(None, []).model_copy(update={"training": tc}), run_dir, defect=defect,
+                          resume=False)
+    learner = trainer.learner
     before = _mean_reward(learner, seed=1000)
-    examples = [QAExample(id=f"p{i}", question=f"prompt {i}", golden_answers=["c"]) for i in range(len(PROMPTS))]
-    data = TrainingSet(directory=run_dir, examples=examples, baseline={}, index_dir=None, manifest={})  # type: ignore[arg-type]
-    parts = TrainingParts(cfg=cfg, run_dir=run_dir, device="cpu", data=data, examples=examples, heldout=[],
-                          retriever=NoRetriever(), loop_cfg=cfg.searcher, learner=learner,  # type: ignore[arg-type]
-                          tokenizer=learner.tokenizer, executor=ToyExecutor(learner, defect))
-    trainer = S3Trainer(parts, log=lambda s: None)
     try:
         if curve is None:
             trainer.train()
