@@ -89,6 +89,26 @@ def tiny_policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The toy world's tiny random Llama (training/testing.py `tiny_lm`: 10 tokens, 1 layer), built once."""
+    pytest.importorskip("transformers")
+    from training.testing import tiny_lm
+
+    return tiny_lm(tmp_path_factory.mktemp("tiny_lm") / "tiny")
+
+
+@pytest.fixture
+def one_torch_thread():  # type: ignore[no-untyped-def]
+    """One torch thread for the test: a tiny model gains nothing from two, and on a busy machine two threads'
+    barriers turn a 2-second test into a minute (`pytestmark = pytest.mark.usefixtures("one_torch_thread")`)."""
+    torch = pytest.importorskip("torch")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 _ASYNC_CLIENTS_KEPT: list[object] = []
 
 

@@ -30,20 +30,9 @@ from s3.config import load_config  # noqa: E402
 from training import rundir  # noqa: E402
 from training.config import TrainingConfig  # noqa: E402
 from training.run.recovery import PLANT_ENV, RecoveryExhausted, train_healing  # noqa: E402
-from training.testing import healing_config, tiny_lm, toy_trainer  # noqa: E402
+from training.testing import healing_config, toy_trainer  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_lm(tmp_path_factory.mktemp("tiny_lm") / "tiny")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _run(base: Path, run_dir: Path, tc: TrainingConfig, heldout: int = 0) -> dict[str, Any]:

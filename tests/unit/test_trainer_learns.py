@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -39,7 +38,7 @@ pytest.importorskip("peft")
 from s3.config import load_config  # noqa: E402
 from training.config import TrainingConfig  # noqa: E402
 from training.learn.learner import Learner  # noqa: E402
-from training.testing import PROMPTS, VOCAB, tiny_lm, toy_reward, toy_rollouts, toy_trainer  # noqa: E402
+from training.testing import PROMPTS, VOCAB, toy_reward, toy_rollouts, toy_trainer  # noqa: E402
 
 GROUP = 8  # rollouts per prompt (GRPO's group)
 STEPS = 12  # the fixed budget of optimizer steps (the learning runs reach >= 0.96 by step 5)
@@ -47,20 +46,7 @@ EVAL_SAMPLES = 64  # fresh rollouts per prompt for the measured reward
 OPTIMUM, THRESHOLD, DEFECT_CEILING = 1.0, 0.9, 0.5
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    """One torch thread: a model this small gains nothing from two, and on a busy machine two threads' barriers
-    turn a 2-second test into a minute."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The toy world's tiny random Llama (training/testing.py `tiny_lm`), built once per module."""
-    return tiny_lm(tmp_path_factory.mktemp("tiny_lm") / "tiny")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _config(base: Path, algorithm: str, lora: bool, staleness: int = 0, offpolicy: str = "decoupled",
