@@ -64,7 +64,8 @@ def _windows(train: int, heldout: int, seed: int) -> tuple[list[sp.Window], list
             sp.build_windows(held_q, bm25.search, titles, seed=seed + 1))
 
 
-def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int, lora: int, seed: int) -> dict[str, Any]:
+def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int, lora: int, seed: int,
+        tag: str = "") -> dict[str, Any]:
     import torch
 
     from searcher.policy.transformers_policy import TransformersPolicy
@@ -106,7 +107,7 @@ def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int
         "loss_last_50": statistics.fmean(losses[-50:]) if losses else None,
         "untrained": before, "trained": after,
     }
-    folder = RESULTS / model
+    folder = RESULTS / (f"{model}-{tag}" if tag else model)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     (folder / "curve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve), encoding="utf-8")
@@ -163,11 +164,12 @@ def main() -> int:
     r.add_argument("--batch", type=int, default=4)
     r.add_argument("--lora", type=int, default=0, help="LoRA rank (0 = full fine-tuning; use it for the 0.5B)")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--tag", default="", help="results go to <model>-<tag>/ (another setting beside the first)")
     a = ap.parse_args()
     if a.stage == "prepare":
         prepare()
     else:
-        run(a.model, a.train, a.heldout, a.epochs, a.lr, a.batch, a.lora, a.seed)
+        run(a.model, a.train, a.heldout, a.epochs, a.lr, a.batch, a.lora, a.seed, a.tag)
     return 0
 
 
