@@ -69,7 +69,7 @@ MOVED_MODULES = {
 
 def write_config(run_dir: Path, config_json: str) -> None:
     """The run's whole configuration as config.json (the trainer writes it at every start)."""
-    (run_dir / CONFIG_FILE).write_text(config_json)
+    write_text_atomic(run_dir / CONFIG_FILE, config_json)
 
 
 # ---------------------------------------------------------------------------------------------------- metrics
@@ -148,14 +148,15 @@ class MetricsWriter:
 
 
 def append_timeline(run_dir: Path, row: dict[str, Any]) -> None:
-    """One RL step's timeline row (a line torn by a kill is cut first)."""
+    """One RL step's timeline row, marked with the run's generation (a line torn by a kill is cut first)."""
     repair_tail(run_dir / TIMELINE_FILE)
-    append_jsonl(run_dir / TIMELINE_FILE, [row])
+    append_jsonl(run_dir / TIMELINE_FILE, [{**row, "generation": len(recovery_rows(run_dir))}])
 
 
 def read_timeline(run_dir: str | Path) -> list[dict[str, Any]]:
-    """timeline.jsonl's rows, the last per step (a resumed run may repeat one), by step."""
-    rows = {int(r["step"]): r for r in read_log_jsonl(Path(run_dir) / TIMELINE_FILE) if "step" in r}
+    """timeline.jsonl's rows, the last per step (a resumed run may repeat one), by step; rows a rollback abandoned
+    left out."""
+    rows = {int(r["step"]): r for r in _live(Path(run_dir), read_log_jsonl(Path(run_dir) / TIMELINE_FILE))}
     return [rows[k] for k in sorted(rows)]
 
 

@@ -274,3 +274,12 @@ def test_a_resumed_run_checks_against_the_rows_up_to_its_checkpoint(tmp_path: Pa
     assert len(Recovery(tc, tmp_path, log=lambda s: None).rows) == 12
     f = Recovery(tc, tmp_path, log=lambda s: None, start=10).check({"step": 11, "losses/grad_norm": 50.0})
     assert f is not None and f.trigger == "spike"
+
+
+def test_the_timeline_passes_over_the_steps_a_rollback_abandoned(tmp_path: Path) -> None:
+    for s in range(1, 6):
+        rundir.append_timeline(tmp_path, {"step": s, "branch": "old"})
+    rundir.append_recovery(tmp_path, {"rollback": 0, "step": 5, "trigger": "nonfinite", "onset": 5, "to_step": 2,
+                                      "changes": {}, "summary": ""})
+    rundir.append_timeline(tmp_path, {"step": 3, "branch": "new"})
+    assert [(r["step"], r["branch"]) for r in rundir.read_timeline(tmp_path)] == [(1, "old"), (2, "old"), (3, "new")]
