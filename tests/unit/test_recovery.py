@@ -30,6 +30,7 @@ from training.run.recovery import (
     paired_drop,
     planted,
     robust_spike,
+    skip_for,
     skips,
 )
 from training.run.schedule import DataOrder
@@ -283,3 +284,24 @@ def test_the_timeline_passes_over_the_steps_a_rollback_abandoned(tmp_path: Path)
                                       "changes": {}, "summary": ""})
     rundir.append_timeline(tmp_path, {"step": 3, "branch": "new"})
     assert [(r["step"], r["branch"]) for r in rundir.read_timeline(tmp_path)] == [(1, "old"), (2, "old"), (3, "new")]
+
+
+def test_a_rollback_behind_an_earlier_ones_target_abandons_its_skip_and_draws_no_batch_twice(tmp_path: Path) -> None:
+    """Rollback A: at step 12 back to 10 (skip 2: the new branch's step 11 draws data step 12); rollback B: at step
+    14 of that branch back to 8, before A's target. B's branch must not draw again what A's drew (data steps 8-9,
+    12-13) nor what A skipped (10-11): A's shift goes with its branch point and B's covers every data step since 8."""
+    def decide(k: int, step: int, to: int) -> None:
+        skip = skip_for(skips(tmp_path), to, step)
+        rundir.append_recovery(tmp_path, {"rollback": k, "step": step, "trigger": "t", "onset": step, "to_step": to,
+                                          "changes": {"skip": skip}, "summary": ""})
+
+    def drawn(first: int, last: int) -> list[int]:  # the data steps of 1-based steps first..last on today's branch
+        order = DataOrder(ids=tuple(range(40)), batch_size=1, shifts=skips(tmp_path))
+        return [order.data_step(s - 1) for s in range(first, last + 1)]
+
+    decide(0, 12, 10)
+    assert skips(tmp_path) == ((10, 2),) and drawn(11, 14) == [12, 13, 14, 15]
+    used = set(drawn(1, 10)) | set(range(10, 12)) | set(drawn(11, 14))  # A's branch to step 14, and what A skipped
+    decide(1, 14, 8)
+    assert skips(tmp_path) == ((8, 8),)
+    assert drawn(9, 12) == [16, 17, 18, 19] and not set(drawn(9, 20)) & used

@@ -139,10 +139,27 @@ def healed(cfg: TrainSettings, run_dir: Path) -> TrainSettings:
 
 
 def skips(run_dir: Path) -> tuple[tuple[int, int], ...]:
-    """The batches the rollbacks skip: (after step T, n) = the steps after T draw the batch n further on
-    (training/run/schedule.py `DataOrder.shifts`)."""
-    return tuple((int(r["to_step"]), int(r["changes"]["skip"])) for r in rundir.recovery_rows(run_dir)
-                 if r["changes"].get("skip"))
+    """The batches the rollbacks skip on the run's branch: (after step T, n) = the steps after T draw the batch n
+    further on (training/run/schedule.py `DataOrder.shifts`). A later rollback to a step before an earlier one's T
+    abandons that branch point, and its shift with it (the later skip counts the data steps it covered: `skip_for`)."""
+    kept: list[tuple[int, int]] = []
+    for r in rundir.recovery_rows(run_dir):
+        to = int(r["to_step"])
+        kept = [(after, n) for after, n in kept if after <= to]
+        if r["changes"].get("skip"):
+            kept.append((to, int(r["changes"]["skip"])))
+    return tuple(kept)
+
+
+def skip_for(shifts: tuple[tuple[int, int], ...], to: int, step: int) -> int:
+    """How far the steps after checkpoint `to` must shift so that the next one draws the batch after step `step`'s
+    (every batch the abandoned steps drew, or skipped, is skipped): step - to, plus the shifts of branch points in
+    (to, step] that the rollback abandons.
+
+    >>> skip_for((), 2, 3), skip_for(((10, 5),), 8, 12), skip_for(((8, 2),), 8, 12)
+    (1, 9, 4)
+    """
+    return step - to + sum(n for after, n in shifts if to < after <= step)
 
 
 def fresh_start(run_dir: Path, ckpt: Path) -> bool:
@@ -296,7 +313,7 @@ class Recovery:
                 f"{tried}); a smaller training.checkpoint.every keeps more to go back to")
         kl = found.trigger in ("kl", *COLLAPSE_KINDS) and self.tc.update.kl_coef > 0
         changes = {"fresh_optimizer": True, "lr_factor": rc.lr_factor, "kl_factor": rc.kl_factor if kl else 1.0,
-                   "skip": found.step - to if rc.skip else 0}
+                   "skip": skip_for(skips(self.run_dir), to, found.step) if rc.skip else 0}
         lr = self.tc.update.learning_rate * rc.lr_factor
         summary = ", ".join(
             [f"fresh optimizer, learning rate {self.tc.update.learning_rate:.3g} -> {lr:.3g}"]
