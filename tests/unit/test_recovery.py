@@ -22,6 +22,7 @@ from training import rundir
 from training.config import TrainingConfig
 from training.rewards import RewardBatch
 from training.run.recovery import (
+    Finding,
     Recovery,
     RecoveryExhausted,
     fresh_start,
@@ -305,3 +306,14 @@ def test_a_rollback_behind_an_earlier_ones_target_abandons_its_skip_and_draws_no
     decide(1, 14, 8)
     assert skips(tmp_path) == ((8, 8),)
     assert drawn(9, 12) == [16, 17, 18, 19] and not set(drawn(9, 20)) & used
+
+
+@pytest.mark.parametrize(("trigger", "to"), [("stopped_searching", 6), ("kl", 6), ("nonfinite", 8), ("spike", 8)])
+def test_triggers_seen_in_rollouts_or_kl_go_back_past_the_checkpoint_that_made_them(tmp_path: Path, trigger: str,
+                                                                                   to: int) -> None:
+    """Step 9's rollouts and KL come from checkpoint 8's weights: a collapse or KL excursion from step 9 on goes back
+    to 6; a NaN or spike in step 9's own update leaves checkpoint 8 good."""
+    for s in (6, 8):
+        _ckpt(tmp_path, s)
+    decision = _rec(tmp_path).roll_back(Finding(trigger, 11, 9, "planted"))
+    assert decision["to_step"] == to

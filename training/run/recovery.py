@@ -305,7 +305,9 @@ class Recovery:
                 f"training.recovery.max_rollbacks = {rc.max_rollbacks} rollbacks; tried: {tried}. The run directory "
                 "keeps its checkpoints (checkpoints/best is the held-out choice); raise max_rollbacks, lower "
                 "training.update.learning_rate or look at metrics.jsonl (s3 plot)")
-        to = self.target(found.onset)
+        # a step's KL and rollouts come from the weights before its update (checkpoint onset - 1 made them): those
+        # triggers go back past it; a NaN, a spike and a held-out fall are in the onset's own update or checkpoint
+        to = self.target(found.onset - 1 if found.trigger in ("kl", *COLLAPSE_KINDS) else found.onset)
         if to is None:
             raise RecoveryExhausted(
                 f"training stopped at step {found.step}: {found.trigger} ({found.detail}) began at step "
