@@ -239,7 +239,7 @@ def test_planted_failures_change_only_their_steps_and_a_bad_spec_is_named() -> N
     assert all(math.isnan(x) for x in planted("nan@3", 3, [searched, stopped], rb).rewards)  # type: ignore[arg-type]
     assert planted("flip@2-4", 3, [searched, stopped], rb).rewards == [-0.5, None]
     assert planted("stop_pays@1-9", 3, [searched, stopped], rb).rewards == [0.0, 1.0]
-    for bad in ("nan", "nan@x", "melt@3"):
+    for bad in ("nan", "nan@x", "melt@3", "nann@50"):  # a typo is named at the first step, not at step 50
         with pytest.raises(S3Error, match="S3_PLANTED_FAILURE"):
             planted(bad, 3, [searched], RewardBatch(rewards=[0.5]))
 

@@ -186,15 +186,15 @@ def planted(spec: str | None, step: int, results: list[SearchResult], scored: Re
         first, last = int(lo), int(hi or lo)
     except ValueError:
         raise S3Error(f"{PLANT_ENV}={spec!r}: expected KIND@K or KIND@A-B (steps)") from None
+    if kind not in ("nan", "flip", "stop_pays"):  # named at the first step, not when the run reaches A
+        raise S3Error(f"{PLANT_ENV}={spec!r}: unknown failure {kind!r} (nan, flip, stop_pays)")
     if not first <= step <= last:
         return scored
     if kind == "nan":
         return replace(scored, rewards=[math.nan for _ in scored.rewards])
     if kind == "flip":
         return replace(scored, rewards=[None if r is None else -r for r in scored.rewards])
-    if kind == "stop_pays":
-        return replace(scored, rewards=[0.0 if any(s.turn > 0 and s.query for s in r.steps) else 1.0 for r in results])
-    raise S3Error(f"{PLANT_ENV}={spec!r}: unknown failure {kind!r} (nan, flip, stop_pays)")
+    return replace(scored, rewards=[0.0 if any(s.turn > 0 and s.query for s in r.steps) else 1.0 for r in results])
 
 
 # ------------------------------------------------------------------------------ the check after each step
