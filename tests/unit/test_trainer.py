@@ -50,6 +50,11 @@ def test_missing_baseline_is_an_error_not_a_fallback(tmp_path: Path) -> None:
         load_training_set(cfg)
     with pytest.raises(S3Error, match="not prepared"):
         load_training_set(cfg, tmp_path / "missing")
+    # a manifest cut short by a kill, or without its index, is named (and prepared again by `s3 train`)
+    for text, why in (('{"index": "ind', "is not JSON"), ('{"counts": {}}', 'has no "index"'), ("[]", 'has no "index"')):
+        (tmp_path / "manifest.json").write_text(text)
+        with pytest.raises(S3Error, match=why):
+            load_training_set(cfg)
 
 
 def test_cli_registers_training_commands() -> None:

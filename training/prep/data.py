@@ -310,11 +310,15 @@ class Preparation:
         for p in (mpath, tpath):
             if not p.is_file():
                 raise S3Error(f"training data not prepared: {p} is missing (run `s3 prepare-training`)")
-        manifest = json.loads(mpath.read_text())
+        try:
+            manifest = json.loads(mpath.read_text())
+            index_dir = Path(manifest["index"])
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            why = "has no \"index\"" if isinstance(e, KeyError | TypeError) else f"is not JSON ({e})"
+            raise S3Error(f"training data not prepared: {mpath} {why} (`s3 prepare-training` prepares it again)") from None
         examples = [QAExample.model_validate(r) for r in read_jsonl(tpath)]
         if not examples:
             raise S3Error(f"{tpath} has no training question left after the filters {manifest.get('counts')}")
-        index_dir = Path(manifest["index"])
         if not index_dir.is_absolute():
             index_dir = d / index_dir  # inside the training directory: wherever the directory is (a clone, a copy)
         baseline: dict[str, float] = {}
@@ -525,39 +529,41 @@ class Preparation:
         spend, log = self.spend, self.log
         retriever = self.retriever()
         accuracy = build_accuracy(self.generator, self.judge, self.eval)
-        bs = self.data.baseline_batch
-        budget = spend.budget(path.parent) if spend is not None and not spend.dry_run else None
-        if spend is not None and (spend.dry_run or spend.limit_usd is not None):
-            require_known_prices(accuracy.clients(), "--max-cost-usd")  # an unknown price is refused, never taken as 0
-        repair_tail(path)  # a line torn by a kill: cut before appending
-        for start in range(0, len(todo), bs):
-            batch = todo[start : start + bs]
-            docs = documents(retriever, batch)
-            qs, golds = [q.question for q in batch], [q.golden_answers for q in batch]
-            usd = float(sum(accuracy.project(qs, docs, golds))) if spend is not None else 0.0
-            if spend is not None and spend.dry_run:
-                spend.projected_usd += usd
-                spend.projected_calls += len(batch)
-                continue
-            if budget is not None:
-                budget.check(usd, f"prepare-training: {what} of questions {start + 1}-{start + len(batch)} of {len(todo)}")
-                budget.reserve(usd)
-            before = float(accuracy.usage().get("cost_usd") or 0.0)
-            try:
-                acc = run_sync(accuracy(qs, docs, golds))
-            finally:
+        try:
+            bs = self.data.baseline_batch
+            budget = spend.budget(path.parent) if spend is not None and not spend.dry_run else None
+            if spend is not None and (spend.dry_run or spend.limit_usd is not None):
+                require_known_prices(accuracy.clients(), "--max-cost-usd")  # an unknown price is refused, never taken as 0
+            repair_tail(path)  # a line torn by a kill: cut before appending
+            for start in range(0, len(todo), bs):
+                batch = todo[start : start + bs]
+                docs = documents(retriever, batch)
+                qs, golds = [q.question for q in batch], [q.golden_answers for q in batch]
+                usd = float(sum(accuracy.project(qs, docs, golds))) if spend is not None else 0.0
+                if spend is not None and spend.dry_run:
+                    spend.projected_usd += usd
+                    spend.projected_calls += len(batch)
+                    continue
                 if budget is not None:
-                    budget.settle(usd, float(accuracy.usage().get("cost_usd") or 0.0) - before)
-                    write_json_atomic(path.parent / SPEND_FILE, {"spent_usd": budget.spent_usd})
-            rows = [{"id": q.id, "acc": a, "key": khash, "doc_ids": [d.id for d in ds]}
-                    for q, a, ds in zip(batch, acc, docs, strict=True)]
-            append_jsonl(path, rows)
-            cached.update({q.id: a for q, a in zip(batch, acc, strict=True)})
-            log(f"prepare-training: {what} {min(start + bs, len(todo))}/{len(todo)}")
-        usage: dict[str, Any] = {k: v for k, v in accuracy.usage().items() if k not in ("generator_calls",)}
-        if usage.get("unknown_cost_calls"):
-            usage["cost_usd"] = None
-        accuracy.close()
+                    budget.check(usd, f"prepare-training: {what} of questions {start + 1}-{start + len(batch)} of {len(todo)}")
+                    budget.reserve(usd)
+                before = float(accuracy.usage().get("cost_usd") or 0.0)
+                try:
+                    acc = run_sync(accuracy(qs, docs, golds))
+                finally:
+                    if budget is not None:
+                        budget.settle(usd, float(accuracy.usage().get("cost_usd") or 0.0) - before)
+                        write_json_atomic(path.parent / SPEND_FILE, {"spent_usd": budget.spent_usd})
+                rows = [{"id": q.id, "acc": a, "key": khash, "doc_ids": [d.id for d in ds]}
+                        for q, a, ds in zip(batch, acc, docs, strict=True)]
+                append_jsonl(path, rows)
+                cached.update({q.id: a for q, a in zip(batch, acc, strict=True)})
+                log(f"prepare-training: {what} {min(start + bs, len(todo))}/{len(todo)}")
+            usage: dict[str, Any] = {k: v for k, v in accuracy.usage().items() if k not in ("generator_calls",)}
+            if usage.get("unknown_cost_calls"):
+                usage["cost_usd"] = None
+        finally:
+            accuracy.close()  # its clients, whatever stopped it (a budget, a failed call, a kill)
         cost = "unknown (no price)" if usage.get("cost_usd") is None else f"${usage['cost_usd']:.6f}"
         log(f"prepare-training: {what} cost {cost} for {int(usage.get('paid_calls', 0))} paid calls, "
             f"{int(usage.get('cache_hits', 0))} cache hits")
