@@ -325,11 +325,7 @@ class Preparation:
         key = None
         if self.reward_reads_baseline:
             key = self.key(index_dir)
-            khash = _key_hash(key)
-            if bpath.is_file():
-                for r in read_jsonl(bpath, torn_tail="skip"):
-                    if r.get("key") == khash and r.get("acc") is not None:
-                        baseline[r["id"]] = float(r["acc"])
+            baseline = {k: float(v) for k, v in _cached_acc(bpath, _key_hash(key)).items() if v is not None}
             missing = [e.id for e in examples if e.id not in baseline]
             if missing:
                 raise S3Error(
@@ -404,9 +400,10 @@ class Preparation:
         """The retriever ([retriever]) over `index_dir` (default: this preparation's index), built on first use and
         kept: one index is loaded once however many steps search it."""
         d = self.index_dir if index_dir is None else index_dir
-        if d not in self._retrievers:
-            self._retrievers[d] = build_retriever(self.retrieval, d)
-        return self._retrievers[d]
+        key = d.resolve()  # one index under two spellings (relative, absolute) is still loaded once
+        if key not in self._retrievers:
+            self._retrievers[key] = build_retriever(self.retrieval, d)
+        return self._retrievers[key]
 
     def _load(self) -> tuple[list[QAExample], dict[str, int], list[dict[str, Any]]]:
         """Step 1: the questions and paragraphs of training.data.sources, less what an evaluation slice has
