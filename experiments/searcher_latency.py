@@ -128,7 +128,10 @@ def kernels(files: list[Path], threads: int = 1, prompt: int = 800, written: int
 
 def token_budget(index: Path, questions: list[str]) -> dict[str, Any]:
     """What the llama.cpp policy evaluates per question: prompt tokens it had to compute (after the KV cache of the
-    previous prompt), prompt tokens the cache served, and tokens it wrote, summed over the question's policy calls."""
+    previous prompt), prompt tokens the cache served, and tokens it wrote, summed over the question's policy calls
+    (the search loop calls the policy with one prompt at a time, so its `reused_tokens` belongs to that prompt)."""
+    if not questions:
+        raise ValueError("token_budget needs at least one question")
     searcher = _searcher(index, "llamacpp", None)
     policy = searcher.policy
     searcher.search_one(questions[0])  # the instructions' KV is cached from here on, as in a warm server
@@ -136,17 +139,22 @@ def token_budget(index: Path, questions: list[str]) -> dict[str, Any]:
     calls: list[tuple[int, int, int]] = []
 
     def counted(prompts: Any, **kw: Any) -> Any:
+        if len(prompts) != 1:
+            raise ValueError(f"token_budget counts one prompt a call; the loop sent {len(prompts)}")
         outs = inner(prompts, **kw)
         calls.extend((o.prompt_tokens, policy.reused_tokens, o.completion_tokens) for o in outs)
         return outs
 
     policy.generate = counted
     per_q = []
-    for q in questions:
-        calls.clear()
-        searcher.search_one(q)
-        per_q.append({"calls": len(calls), "new_prompt_tokens": sum(p - r for p, r, _ in calls),
-                      "reused_tokens": sum(r for _, r, _ in calls), "written_tokens": sum(w for *_, w in calls)})
+    try:
+        for q in questions:
+            calls.clear()
+            searcher.search_one(q)
+            per_q.append({"calls": len(calls), "new_prompt_tokens": sum(p - r for p, r, _ in calls),
+                          "reused_tokens": sum(r for _, r, _ in calls), "written_tokens": sum(w for *_, w in calls)})
+    finally:
+        policy.generate = inner
     med = {k: statistics.median(r[k] for r in per_q) for k in per_q[0]}
     return {"n": len(per_q), "median": med, "questions": per_q}
 
