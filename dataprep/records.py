@@ -67,6 +67,8 @@ def _is_json_lines(p: Path) -> bool:
         first_line = next(lines, "")
         if _is_object_line(first_line):
             return True
+        if first_line.strip() == "{":  # a pretty-printed object opens on a line of its own; no JSON-lines line does
+            return False
         # a first line that does not parse: JSON lines all the same when a line after it is a whole object (then the
         # error names that first line), else one pretty-printed object, whose inner lines are never whole objects
         return any(_is_object_line(line) for _, line in zip(range(5), lines, strict=False))

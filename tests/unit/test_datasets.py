@@ -103,6 +103,10 @@ def test_iter_records_sniffs_content_not_extension(tmp_path: Path) -> None:
     assert [r for _, r in iter_records(as_array)] == rows
     assert [r for _, r in iter_records(as_lines)] == rows
     assert list(iter_records(one_obj)) == [(1, {"x": {"y": 1}})]
+    # one whose inner lines are whole objects (an array's last element) is still one object, not JSON lines
+    nested = tmp_path / "nested.json"
+    nested.write_text('{\n  "rows": [\n    {"a": 1},\n    {"a": 2}\n  ]\n}\n', encoding="utf-8")
+    assert list(iter_records(nested)) == [(1, {"rows": [{"a": 1}, {"a": 2}]})]
     # line numbers of array elements
     assert [ln for ln, _ in iter_records(as_array)] == [2, 5]
     assert [ln for ln, _ in iter_records(as_lines)] == [1, 2]
