@@ -99,6 +99,7 @@ def training(api: str, tmp: Path, steps: int) -> dict[str, Any]:
     from s3.config import load_config
     from training.report.dryrun import dry_run
     from training.rollouts.budget import BudgetedExecutor
+    from training.run.recovery import train_healing
     from training.run.trainer import make_trainer
     from training.rundir import read_metrics
 
@@ -117,23 +118,35 @@ def training(api: str, tmp: Path, steps: int) -> dict[str, Any]:
 
     res: dict[str, Any] = {"steps": steps}
     t0 = time.perf_counter()
-    t = make_trainer(cfg(10.0), log=lambda s: None)
+    quiet = lambda s: None  # noqa: E731
+    t = make_trainer(cfg(10.0), log=quiet)
     d = dry_run(t.parts, t.step)
     res["dry_run"] = d
-    t.train(max_steps=1)  # what one step really costs, then a budget of 2.5 steps' worth
+    first = [t]  # the dry run's trainer takes the first step; a rollback (train_healing) builds a fresh one
+    # as `s3 train` runs it (a recovery trigger rolls back and goes on): what one step really costs, then a budget of
+    # 2.5 steps' worth, the run resumed from that step's checkpoint with it
+    train_healing(lambda: first.pop() if first else make_trainer(cfg(10.0), log=quiet), max_steps=1)
     budget = round(2.5 * read_metrics(run)[0]["cost/usd_step"], 6)
-    assert isinstance(t.executor, BudgetedExecutor)  # training.budget_usd is set
-    t.executor.budget.limit_usd = budget
-    out = t.train()
-    t.close()
+
+    def budgeted() -> Any:
+        t = make_trainer(cfg(budget), log=quiet)
+        assert isinstance(t.executor, BudgetedExecutor)  # training.budget_usd is set
+        return t
+
+    out = train_healing(budgeted)
     rows = read_metrics(run)
     res["budgeted"] = {"budget_usd": budget, "stopped": out["stopped"], "stopped_at_step": out["steps"],
                        "spent_usd": rows[-1].get("cost/usd_total") if rows else 0.0,
                        "checkpoint": (run / "checkpoints" / "latest").read_text().strip()}
-    t = make_trainer(cfg(2 * d["projected_usd"]), log=lambda s: None)
-    resumed_from = t.step
-    out = t.train()
-    t.close()
+    resumed: list[int] = []
+
+    def resume() -> Any:
+        t = make_trainer(cfg(2 * d["projected_usd"]), log=quiet)
+        resumed.append(t.step)
+        return t
+
+    out = train_healing(resume)
+    resumed_from = resumed[0]
     rows = read_metrics(run)
     res["resumed"] = {"budget_usd": round(2 * d["projected_usd"], 6), "resumed_from_step": resumed_from,
                       "steps": out["steps"], "stopped": out["stopped"], "spent_usd": rows[-1]["cost/usd_total"],

@@ -5,6 +5,8 @@ cold, and whether the documents change (logic: experiments/searcher_latency.py).
     .venv/bin/python benchmarks/searcher_latency.py --floor 20    # llama.cpp's own rates on the f16 / q8_0 exports
                                                                   # and the tokens a search evaluates: the floor
                                                                   # (--exports: the warm loop on each export too)
+    .venv/bin/python benchmarks/searcher_latency.py --launches quiet=runs/latency/quiet1,... busy=runs/latency/busy1,...
+                                                                  # medians and ranges over launches (launches.md)
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ import json
 import os
 from pathlib import Path
 
-from experiments.searcher_latency import exports, kernels, markdown, prepare, run, token_budget
+from experiments.searcher_latency import (
+    exports,
+    kernels,
+    launches,
+    launches_markdown,
+    markdown,
+    prepare,
+    run,
+    token_budget,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +41,20 @@ def main() -> None:
                     help="instead of the timing: kernel rates and the tokens N questions evaluate (floor.json)")
     ap.add_argument("--exports", action="store_true", help="with --floor: the warm loop on the f16 and q8_0 exports")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "searcher_latency")
+    ap.add_argument("--launches", nargs="+", metavar="COND=DIR,DIR,...", default=None,
+                    help="instead of the timing: summarise earlier launches (each DIR a --out of one) per condition")
     a = ap.parse_args()
+    if a.launches:
+        groups = {}
+        for spec in a.launches:
+            cond, _, dirs = spec.partition("=")
+            groups[cond] = [json.loads((Path(d) / "results.json").read_text()) for d in dirs.split(",") if d]
+        summary = launches(groups)
+        a.out.mkdir(parents=True, exist_ok=True)
+        (a.out / "launches.json").write_text(json.dumps({"summary": summary, "launches": groups}, indent=1) + "\n")
+        (a.out / "launches.md").write_text(launches_markdown(summary))
+        print(launches_markdown(summary))
+        return
     data, index = prepare(a.shared, a.work)
     if a.floor:
         from s3core.corpus import read_questions

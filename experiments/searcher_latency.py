@@ -5,11 +5,12 @@ torch path (issue 61), and whether the runtime changes its documents.
     kernels(gguf_files, threads=1) -> [{"file", "threads", "prompt_tok_s", "decode_tok_s"}, ...]   # the floor
     token_budget(index, questions) -> {"new_prompt_tokens", "reused_tokens", "written_tokens"} per question
     exports(index, questions) -> each GGUF export's p50 and documents, and how many match the first's
+    launches({"quiet": [res, ...], "busy": [...]}) -> per condition, the median and range over launches of each number
 
 Warm: the searcher is built once (model loaded, index open), then `search_one` per question, timed one at a time —
 what `/search` runs for a lone request, without the few milliseconds of HTTP. "old" is the path before issue 61:
 torch (transformers, the LoRA merged) with torch's default threads (every core). "new" is `searcher.runtime = auto`
-(llama.cpp on a CPU, threads from `s3core.devices.auto_cpu_threads`). Cold: `s3 search` as a subprocess, one
+(llama.cpp on a CPU, its threads governed call by call: searcher/policy/threads.py). Cold: `s3 search` as a subprocess, one
 question, load included.
 """
 
@@ -66,7 +67,9 @@ def warm(index: Path, questions: list[str], runtime: str, threads: int | None) -
         docs.append([d.id for d in r.documents])
         print(f"{runtime}: question {len(secs)}/{len(questions)} {secs[-1]:.2f}s", file=sys.stderr, flush=True)
         valid += all(s.invalid_reason is None for s in r.steps)
+    gov = getattr(searcher.policy, "governor", None)  # llama.cpp's thread governor: where it ended, how often it fell
     return {"runtime": runtime, "policy": searcher.policy.name.split(":", 1)[0], "threads": threads,
+            "governor": None if gov is None else {"threads_at_end": gov.threads, "drops": gov.drops},
             "load_s": round(load, 2), "n": len(questions), "p50_s": round(statistics.median(secs), 3),
             "p95_s": round(pct(secs, 0.95), 3), "min_s": round(min(secs), 3), "max_s": round(max(secs), 3),
             "valid_questions": valid, "seconds": [round(x, 3) for x in secs], "documents": docs}
@@ -194,5 +197,56 @@ def markdown(res: dict[str, Any]) -> str:
                      f"| {r['valid_questions']}/{r['n']} | {r['load_s']} |")
     lines += ["", f"p50 ratio (today / new): {res['ratio_p50']}x; the same documents on {res['same_documents']} of "
               f"{res['compared']} questions both paths ran; cold `s3 search` (load included): {res['cold_new_s']} s.",
-              f"1-minute load average at the end: {res['load_1min']:.2f} on {res['cpus']} CPUs (contended: other jobs ran)."]
+              f"1-minute load average at the end: {res['load_1min']:.2f} on {res['cpus']} CPUs."]
+    return "\n".join(lines) + "\n"
+
+
+LAUNCH_KEYS = {"new p50 (s)": ("new", "p50_s"), "new p95 (s)": ("new", "p95_s"), "old p50 (s)": ("old", "p50_s"),
+               "old p95 (s)": ("old", "p95_s"), "p50 ratio old / new": ("ratio_p50",), "cold new (s)": ("cold_new_s",),
+               "new load (s)": ("new", "load_s"), "old load (s)": ("old", "load_s"), "load average": ("load_1min",)}
+
+
+def _get(res: dict[str, Any], path: tuple[str, ...]) -> float:
+    v: Any = res
+    for k in path:
+        v = v[k]
+    return float(statistics.median(v)) if isinstance(v, list) else float(v)
+
+
+def launches(groups: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Each condition's launches (separate processes of `run`) summarised: per number the median over launches and
+    its range, the questions each launch timed, and the documents both runtimes chose alike, summed over launches.
+
+    >>> r = {"new": {"p50_s": 2.0, "p95_s": 3.0, "load_s": 1.0, "n": 4}, "old": {"p50_s": 8.0, "p95_s": 9.0,
+    ...      "load_s": 2.0, "n": 2}, "ratio_p50": 4.0, "cold_new_s": [5.0], "load_1min": 0.1, "same_documents": 2,
+    ...      "compared": 2}
+    >>> launches({"quiet": [r, r | {"ratio_p50": 6.0}, r | {"ratio_p50": 5.0}]})["quiet"]["p50 ratio old / new"]
+    {'median': 5.0, 'range': [4.0, 6.0]}
+    """
+    out: dict[str, Any] = {}
+    for cond, rs in groups.items():
+        if not rs:
+            raise ValueError(f"no launch of condition {cond!r}")
+        row: dict[str, Any] = {"launches": len(rs), "questions_new": rs[0]["new"]["n"], "questions_old": rs[0]["old"]["n"],
+                               "same_documents": sum(r["same_documents"] for r in rs),
+                               "compared": sum(r["compared"] for r in rs)}
+        for name, path in LAUNCH_KEYS.items():
+            xs = [_get(r, path) for r in rs]
+            row[name] = {"median": round(statistics.median(xs), 3), "range": [round(min(xs), 3), round(max(xs), 3)]}
+        out[cond] = row
+    return out
+
+
+def launches_markdown(summary: dict[str, Any]) -> str:
+    conds = list(summary)
+    lines = ["| | " + " | ".join(f"{c} (median, range over {summary[c]['launches']} launches)" for c in conds) + " |",
+             "| --- | " + " | ".join("---:" for _ in conds) + " |"]
+    for name in LAUNCH_KEYS:
+        cells = [f"{summary[c][name]['median']} ({summary[c][name]['range'][0]}-{summary[c][name]['range'][1]})"
+                 for c in conds]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("| questions timed a launch (new / old) | "
+                 + " | ".join(f"{summary[c]['questions_new']} / {summary[c]['questions_old']}" for c in conds) + " |")
+    lines.append("| same documents, both runtimes | "
+                 + " | ".join(f"{summary[c]['same_documents']} of {summary[c]['compared']}" for c in conds) + " |")
     return "\n".join(lines) + "\n"

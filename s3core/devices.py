@@ -28,6 +28,13 @@ def auto_cpu_threads(limit: int = 2) -> int:
 
 
 def cuda_available() -> bool:
+    """Whether torch sees a CUDA GPU. Without an NVIDIA driver on the machine the answer is no without importing torch
+    (~3-6 s of a cold `s3 search` on the llama.cpp runtime, which never needs torch)."""
+    import sys
+
+    linux = sys.platform.startswith("linux")  # the NVIDIA kernel module writes this file (in containers too)
+    if linux and "torch" not in sys.modules and not os.path.exists("/proc/driver/nvidia/version"):
+        return False
     try:
         import torch
     except ImportError:

@@ -69,6 +69,11 @@ def start_cluster(out: Path, cpus: tuple[float, float], object_store_mb: int) ->
             args: dict[str, Any] = {"num_cpus": n_cpus, "resources": {label: 100.0}, "temp_dir": str(tmp),
                                     "object_store_memory": object_store_mb * 1024 * 1024}
             if cluster is None:
+                # ray.cluster_utils writes the head's address under Ray's default temp folder (/tmp/ray), whatever
+                # temp_dir says, and does not make it: on a machine that never ran Ray the cluster would not start
+                from ray._private.utils import get_ray_address_file
+
+                Path(get_ray_address_file(None)).parent.mkdir(parents=True, exist_ok=True)
                 cluster = Cluster(initialize_head=True, connect=False, head_node_args={**args, "include_dashboard": False})
                 node: Any = cluster.head_node
             else:
@@ -102,12 +107,13 @@ def train(cfg: Any, labels: dict[str, str]) -> tuple[list[dict[str, Any]], dict[
     """The short training run (training.total_steps), its actors' placement, its last metrics row, its data dir and
     index."""
     from training.learn.learner_group import LearnerGroup
+    from training.run.recovery import train_healing
     from training.run.trainer import make_trainer
     from training.rundir import read_metrics
 
-    trainer = make_trainer(cfg, log=lambda s: print(s, flush=True))
+    # as `s3 train` runs it (a recovery trigger rolls back and goes on); the last trainer kept open for its actors
+    trainer = train_healing(lambda: make_trainer(cfg, log=lambda s: print(s, flush=True)), keep_open=True)["trainer"]
     try:
-        trainer.train()
         ex: Any = trainer.executor  # a RayExecutor (training.backend = "ray")
         rows = placement_rows("rollout", ex.rollouts, labels) + placement_rows("reward", ex.rewards, labels)
         if isinstance(trainer.learner, LearnerGroup):

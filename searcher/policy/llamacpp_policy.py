@@ -6,7 +6,8 @@ greedily by llama-cpp-python with the KV cache of the previous prompt reused.
 Why: a search is 4 policy calls whose prompts grow by one window each (token mode: turn t's prompt = turn t-1's
 prompt + its reply + the new <information>). llama.cpp keeps the last sequence's KV cache and evaluates only the
 tokens after the longest common prefix, so each turn pays for its new window, not the whole history; its CPU
-kernels and one thread (a second process on the cores cannot stall it; $S3_LLAMA_THREADS for more) do the rest.
+kernels do the rest, on threads chosen call by call (searcher/policy/threads.py: two on a quiet 2-core machine, one
+as soon as another process on the cores would stall them; $S3_LLAMA_THREADS fixes the count).
 The tokenizer, the chat template and the stop rule are the transformers policy's (same ids, same cut), so the agent
 sees the same protocol; replies carry no log-probs (inference only: training keeps the transformers policy).
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,12 +28,14 @@ from typing import Any
 from s3core.errors import ConfigError, S3Error
 from searcher.policy.base import ChatTokenizerMixin, PolicyOutput, PolicyPrompt
 from searcher.policy.stopping import truncate_token_ids
+from searcher.policy.threads import ThreadGovernor
 
 __all__ = ["GGUF_TYPES", "LlamaCppPolicy", "export_gguf", "policy_gguf"]
 
 # how the exported weights are stored: f32 (the merged float32 weights as they are), f16, q8_0 (8-bit blocks)
 GGUF_TYPES = ("f32", "f16", "q8_0")
 EXPORT_FORMAT = 1  # bump when the export changes: the cached file's name carries it
+MOST_THREADS = 4  # the governor's ceiling (measured on 2 cores only: 2 threads 1.7x one, quiet)
 
 _LAYER = {  # Hugging Face llama names -> llama.cpp's
     "input_layernorm.weight": "attn_norm.weight",
@@ -159,8 +163,13 @@ class LlamaCppPolicy(ChatTokenizerMixin):
     supports_token_ids = True
     max_concurrent_batches = 1  # one llama.cpp context: `s3 serve` runs one batch at a time on it
 
-    def __init__(self, llm: Any, tokenizer: Any, *, name: str = "llamacpp") -> None:
+    def __init__(self, llm: Any, tokenizer: Any, *, name: str = "llamacpp", governor: ThreadGovernor | None = None) -> None:
         self.llm = llm
+        # None: the threads llm was made with, fixed; else chosen call by call from the speed (searcher/policy/threads.py)
+        self.governor = governor
+        self.threads = int(llm.n_threads) if governor is None else governor.threads
+        if governor is not None:
+            llm._ctx.set_n_threads(self.threads, self.threads)
         self.tokenizer = tokenizer
         self.name = name
         # one question at a time through all its turns: each turn extends the previous prompt, whose KV cache
@@ -180,18 +189,23 @@ class LlamaCppPolicy(ChatTokenizerMixin):
     def load(cls, spec: str, *, threads: int | None = None, dtype: str = "f16", n_ctx: int = 8192) -> LlamaCppPolicy:
         try:
             from llama_cpp import Llama
-            from transformers import AutoTokenizer
+
+            # the fast tokenizer class itself: the same ids and chat template as AutoTokenizer (tested), without
+            # the auto module's imports (torch among them: ~4-6 s of a cold `s3 search`)
+            from transformers import PreTrainedTokenizerFast
         except ImportError as e:
             raise ConfigError(f"searcher.policy = 'llamacpp' needs llama-cpp-python and transformers (the 'local' and "
                               f"'train' extras): {e}") from None
         gguf, tok_dir = policy_gguf(spec, dtype)
-        # one thread unless told (threads, $S3_LLAMA_THREADS): llama.cpp's threads meet at a barrier after every layer,
-        # and a second process on the cores stalls them (measured here: a search that took ~10 s on 1 thread did not
-        # finish in 7 minutes on 2 threads once the load rose after start-up, when the load average said "idle")
+        # threads: fixed when told (threads, $S3_LLAMA_THREADS), else governed call by call (ThreadGovernor: up to
+        # MOST_THREADS while they keep their speed, one as soon as another process on the cores stalls them)
         env = os.environ.get("S3_LLAMA_THREADS")
-        n = threads or (int(env) if env and env.isdigit() and int(env) > 0 else 1)
-        llm = Llama(model_path=str(gguf), n_ctx=n_ctx, n_batch=512, n_threads=n, n_threads_batch=n, verbose=False)
-        return cls(llm, AutoTokenizer.from_pretrained(str(tok_dir)), name=f"llamacpp:{spec}")
+        n = threads or (int(env) if env and env.isdigit() and int(env) > 0 else None)
+        most = max(1, min(MOST_THREADS, os.cpu_count() or 1))
+        llm = Llama(model_path=str(gguf), n_ctx=n_ctx, n_batch=512, n_threads=n or most, n_threads_batch=n or most,
+                    verbose=False)
+        return cls(llm, PreTrainedTokenizerFast.from_pretrained(str(tok_dir)), name=f"llamacpp:{spec}",
+                   governor=None if n else ThreadGovernor(most))
 
     def generate(
         self,
@@ -207,6 +221,11 @@ class LlamaCppPolicy(ChatTokenizerMixin):
             outs.append(self._one(self._ids(p), list(stop), max_new_tokens, temperature))
         return outs
 
+    def _set_threads(self, n: int) -> None:
+        if n != self.threads:
+            self.llm._ctx.set_n_threads(n, n)
+            self.threads = n
+
     def _one(self, ids: list[int], stop: list[str], max_new_tokens: int, temperature: float) -> PolicyOutput:
         llm = self.llm
         if len(ids) + max_new_tokens > llm.n_ctx():
@@ -219,13 +238,29 @@ class LlamaCppPolicy(ChatTokenizerMixin):
                 break
             shared += 1
         self.reused_tokens += shared
+        gov = self.governor
+        if gov is not None:  # the new prompt tokens in chunks, each timed, so a stall is seen after one chunk
+            self._set_threads(gov.begin())
+            llm.n_tokens = shared  # eval drops the KV past it
+            todo, i = ids[shared:-1], 0
+            while i < len(todo):
+                part = todo[i : i + gov.chunk()]
+                t = time.perf_counter()
+                llm.eval(part)
+                self._set_threads(gov.prompt(len(part), time.perf_counter() - t))
+                i += len(part)
         new: list[int] = []
+        t = time.perf_counter()
         for tok in llm.generate(ids, temp=temperature, top_k=0 if temperature > 0 else 1, top_p=1.0, min_p=0.0,
                                 repeat_penalty=1.0, reset=True):
             new.append(int(tok))  # an end-of-sequence token is kept (and cut after), as the transformers policy does
             if new[-1] in self.eos_ids or len(new) >= max_new_tokens or (stop and any(s in self.decode(new)
                                                                                      for s in stop)):
                 break
+            if gov is not None:
+                now = time.perf_counter()
+                self._set_threads(gov.written(now - t))
+                t = now
         kept, hit, finish = truncate_token_ids(new, self.decode, stop, self.eos_ids, self.pad_id)
         return PolicyOutput(text=self.decode(kept), token_ids=kept, logprobs=None, prompt_tokens=len(ids),
                             completion_tokens=len(kept), stop=hit, finish_reason=finish)

@@ -1,6 +1,8 @@
 """The trained searcher on llama.cpp (searcher/policy/llamacpp_policy.py): the shipped LoRA policy merged, exported
 to GGUF and run by llama-cpp-python writes the same greedy tokens as the torch policy on a real s3 prompt, reuses
-the previous turn's KV cache, and `searcher.runtime = auto` picks it on a CPU."""
+the previous turn's KV cache, and `searcher.runtime = auto` picks it on a CPU. Its threads are governed (chosen call
+by call from the speed, the prompt fed in timed chunks: searcher/policy/threads.py), and the tokens do not depend on
+them: a policy fixed on one thread writes the same."""
 
 from __future__ import annotations
 
@@ -34,6 +36,12 @@ def test_llamacpp_writes_the_torch_policys_tokens_and_reuses_the_last_turn() -> 
     (a,) = torch_policy.generate([TokenPrompt(ids)], stop=S3_STOP, max_new_tokens=48)
     (b,) = fast.generate([TokenPrompt(ids)], stop=S3_STOP, max_new_tokens=48)
     assert b.token_ids == a.token_ids and b.text == a.text and b.token_ids
+    assert fast.governor is not None and fast.threads in (1, 2), "auto: threads governed, not fixed"
+    one = LlamaCppPolicy.load(spec, threads=1)  # fixed (as $S3_LLAMA_THREADS does): whole prompt in one eval
+    assert one.governor is None and one.threads == 1
+    (c,) = one.generate([TokenPrompt(ids)], stop=S3_STOP, max_new_tokens=48)
+    assert c.token_ids == a.token_ids
+    del one
     more = ids + list(b.token_ids or []) + fast.encode("\n<information>Doc 1 (Title: Earthship) a house</information>\n")
     fast.generate([TokenPrompt(more)], stop=S3_STOP, max_new_tokens=8)
     assert fast.reused_tokens >= len(ids)  # only the reply's last token and the new window were evaluated

@@ -98,3 +98,16 @@ def test_heldout_evaluations_are_due_at_the_warm_up_end_every_n_steps_and_at_the
 
 def test_doctests() -> None:
     assert doctest.testmod(schedule).failed == 0
+
+
+def test_rl_coverage_after_a_rollback_counts_the_questions_the_kept_steps_drew_not_the_skipped_batches() -> None:
+    """A rollback's skipped batches were never trained on: with them the old count (steps x batch size) said 1.0
+    while a quarter of the questions had never been in a kept batch."""
+    pytest.importorskip("torch")
+    t = DataOrder(ids=tuple(str(i) for i in range(8)), batch_size=2, warmup_steps=1, shifts=((2, 2),))
+    for step in range(1, 8):
+        drawn = {i for s in range(1, step + 1) for i in t.batch_indices(s)}
+        assert t.rl_coverage(step) == len(drawn) / 8
+    # steps 1-4 draw data steps 1, 4, 5, 6: the first epoch's positions 0-1 and 6-7, then the second epoch's 0-3
+    assert (4 * 2) / 8 == 1.0 and t.rl_coverage(4) < 1.0
+    assert DataOrder(ids=t.ids, batch_size=2, warmup_steps=1).rl_coverage(4) == 1.0  # no rollback: the closed form

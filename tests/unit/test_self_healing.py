@@ -35,9 +35,9 @@ from training.testing import healing_config, toy_trainer  # noqa: E402
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _run(base: Path, run_dir: Path, tc: TrainingConfig, heldout: int = 0) -> dict[str, Any]:
+def _run(base: Path, run_dir: Path, tc: TrainingConfig, heldout: int = 0, keep_open: bool = False) -> dict[str, Any]:
     settings = load_config(None, []).model_copy(update={"training": tc})
-    return train_healing(lambda: toy_trainer(settings, run_dir, heldout=heldout))
+    return train_healing(lambda: toy_trainer(settings, run_dir, heldout=heldout), keep_open=keep_open)
 
 
 def _all_finite(run_dir: Path) -> bool:
@@ -61,8 +61,13 @@ def _rows(run_dir: Path) -> list[dict[str, Any]]:
 def test_a_nan_loss_is_rolled_back_and_the_run_finishes(tiny_lm_dir: Path, tmp_path: Path, staleness: int,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PLANT_ENV, "nan@3")  # while it is still learning
-    out = _run(tiny_lm_dir, tmp_path, healing_config(tiny_lm_dir, 10, staleness=staleness))
-    assert out["steps"] == 10
+    out = _run(tiny_lm_dir, tmp_path, healing_config(tiny_lm_dir, 10, staleness=staleness), keep_open=True)
+    trainer = out.pop("trainer")  # what a benchmark measuring the run gets: the healed run's last trainer, still open
+    try:
+        assert trainer.step == 10 and trainer.order.shifts, "the trainer built after the rollback (its skip in its order)"
+    finally:
+        trainer.close()
+    assert out["steps"] == 10 and len(out["rollbacks"]) == 1
     events = rundir.rollback_events(tmp_path)
     assert [(e["recovery/trigger"], e["step"], e["recovery/to_step"]) for e in events] == [("nonfinite", 3, 2)]
     rows = rundir.metrics_rows(tmp_path)

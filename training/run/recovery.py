@@ -337,27 +337,32 @@ def finish_rollback(run_dir: Path) -> None:
         rundir.roll_back(run_dir, rows[-1])
 
 
-def train_healing(build: Callable[[], Any], max_steps: int | None = None,
-                  max_seconds: float | None = None) -> dict[str, Any]:
+def train_healing(build: Callable[[], Any], max_steps: int | None = None, max_seconds: float | None = None,
+                  keep_open: bool = False) -> dict[str, Any]:
     """`build()` (a trainer resuming from the run's latest checkpoint) then its `train`, again after each rollback,
     until the run ends (total_steps, max_steps more steps, max_seconds, the budget) or RecoveryExhausted. Returns the
-    last `train`'s result with every rollback of this call under "rollbacks"."""
+    last `train`'s result with every rollback of this call under "rollbacks". `keep_open`: the last trainer is not
+    closed but returned under "trainer" (its engines, actors and learners still up; the caller closes it): what a
+    benchmark measures after the run, so a run that rolled back is measured once it healed, not cut short."""
     import time
 
     t0, end = time.monotonic(), None
     rollbacks: list[dict[str, Any]] = []
     while True:
         trainer = build()
+        done = False
         try:
             if end is None:
                 end = trainer.tc.total_steps if max_steps is None else min(trainer.tc.total_steps,
                                                                           trainer.step + max_steps)
             left = None if max_seconds is None else max_seconds - (time.monotonic() - t0)
             out = trainer.train(max_steps=end - trainer.step, max_seconds=left)
+            done = out.get("rollback") is None
         finally:
-            trainer.close()
-        if out.get("rollback") is None:
-            return {**out, "rollbacks": rollbacks}
+            if not (done and keep_open):
+                trainer.close()
+        if done:
+            return {**out, "rollbacks": rollbacks} | ({"trainer": trainer} if keep_open else {})
         rollbacks.append(out["rollback"])
 
 

@@ -88,13 +88,22 @@ class DataOrder:
         return [pool[i] for i in out] if pool is not None else out
 
     def rl_coverage(self, step: int) -> float:
-        """Share of the training questions that have been in an RL rollout batch once `step` is done.
+        """Share of the training questions that have been in an RL rollout batch once `step` is done. After a
+        rollback (`shifts`) the batches it skipped were never trained on, and the stream reaches the next epoch's
+        permutation sooner, so the questions the kept steps drew are counted one by one.
 
         >>> [DataOrder(ids=tuple("abcde"), batch_size=2, warmup_steps=1).rl_coverage(s) for s in range(5)]
         [0.0, 0.4, 0.8, 1.0, 1.0]
+        >>> DataOrder(ids=tuple("abcde"), batch_size=2, shifts=((1, 1),)).rl_coverage(0)  # before the skip
+        0.4
         """
-        seen = (step + 1 - self.warmup_steps) * self.batch_size
-        return min(max(seen, 0), len(self.ids)) / len(self.ids)
+        if not self.shifts:  # the first epoch is one permutation: its first `seen` positions are distinct questions
+            seen = (step + 1 - self.warmup_steps) * self.batch_size
+            return min(max(seen, 0), len(self.ids)) / len(self.ids)
+        drawn: set[int] = set()
+        for s in range(self.warmup_steps, step + 1):
+            drawn.update(self.batch_indices(s))
+        return len(drawn) / len(self.ids)
 
     def pool_ids(self) -> list[str] | None:
         """The ids of the questions the warm-up draws from; None = all."""
