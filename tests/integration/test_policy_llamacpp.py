@@ -33,6 +33,9 @@ def test_llamacpp_writes_the_torch_policys_tokens_and_reuses_the_last_turn() -> 
                      "Reynolds.")]
     prompt = build_s3_prompt("Who directed the film about the inventor of the Earthship?", render_information(docs))
     ids = torch_policy.encode_chat([{"role": "user", "content": prompt}])
+    # its tokenizer (PreTrainedTokenizerFast, no torch import) reads the prompt as the torch policy's AutoTokenizer
+    assert fast.encode_chat([{"role": "user", "content": prompt}]) == ids
+    assert fast.encode("<query>Earthship</query>") == torch_policy.encode("<query>Earthship</query>")
     (a,) = torch_policy.generate([TokenPrompt(ids)], stop=S3_STOP, max_new_tokens=48)
     (b,) = fast.generate([TokenPrompt(ids)], stop=S3_STOP, max_new_tokens=48)
     assert b.token_ids == a.token_ids and b.text == a.text and b.token_ids
