@@ -152,6 +152,8 @@ class S3Searcher:
         self.count_tokens = count_tokens
         self.last_stats = LoopStats()
         self._line_caches: dict[int, dict[str, tuple[str, str]]] = {}
+        self._start_script: tuple[tuple[int, int], Any] | None = None  # searcher.start = 'title_following'
+        self._start_titles: tuple[Any] | None = None
         self._settings(self.cfg)  # a configuration the loop cannot run is an error now, not at the first search
 
     _LINE_CACHE_MAX = 20_000  # cut document lines kept per budget (<= ~30 MB; then start over); whole passages: no cache
@@ -169,6 +171,8 @@ class S3Searcher:
         written straight from the documents: no cache), after checking that the loop can run them."""
         if cfg.additive:
             self._check_additive(cfg)
+        if cfg.start != "top_k":
+            self._check_start(cfg)
         budget = cfg.doc_token_budget
         lines = self._line_cache(budget) if budget is not None else None
         render = functools.partial(render_information, doc_token_budget=budget, count_tokens=self.count_tokens,
@@ -185,6 +189,16 @@ class S3Searcher:
             raise ConfigError(f"searcher.additive keeps all k0={self.k0} begin-with-search documents, but the document "
                               f"cap (searcher.context_cap / max_select x max_turns) is {cap}: set searcher.context_cap "
                               f">= {self.k0}")
+
+    def _check_start(self, cfg: SearcherConfig) -> None:
+        """The title-following start is a D0: it needs begin-with-search, the s3 loop, and (additive) room for it."""
+        if not self.protocol.begins_with_search(cfg) or self.protocol is not S3_LOOP:
+            raise ConfigError(f"searcher.start = {cfg.start!r} replaces the begin-with-search documents: it needs "
+                              "searcher.begin_with_search = true and the s3 searcher (not the Search-R1 agent)")
+        if cfg.additive and cfg.max_contexts < max(cfg.start_cap, self.k0):
+            raise ConfigError(f"searcher.additive keeps the title-following start's documents (up to start_cap = "
+                              f"{cfg.start_cap}), but the document cap (searcher.context_cap) is {cfg.max_contexts}: set "
+                              f"searcher.context_cap >= {cfg.start_cap} (above it leaves the searcher room to add)")
 
     # ------------------------------------------------------------------------------------------------ public API
     @property
@@ -333,6 +347,29 @@ class S3Searcher:
         if not st.docs and st.d0:
             self._admit(st, st.d0, run.cap)
 
+    def _start_documents(self, questions: list[str], cfg: SearcherConfig) -> list[list[Document]]:
+        """D0 of each question (searcher.start): naive RAG's top-k0 (one batched retrieval), or the title-following
+        script's documents (naive RAG's top-k0 plus the pages titled as a span, up to start_cap; two batched
+        retrievals). A list per question, in order."""
+        if cfg.start == "top_k":
+            return [list(x) for x in self.retriever.search(questions, self.k0)]
+        found, _ = self._script(cfg).follow(questions)
+        return [list(f.documents) for f in found]
+
+    def _script(self, cfg: SearcherConfig) -> Any:
+        """The title-following start over this searcher's retriever (built once per (k, start_cap); the index's
+        titles read once)."""
+        from searcher.title_following import TitleFollowingSearcher, corpus_titles  # it imports this module
+
+        key = (cfg.k, cfg.start_cap)
+        if self._start_script is None or self._start_script[0] != key:
+            if self._start_titles is None:
+                self._start_titles = (corpus_titles(self.retriever),)
+            script_cfg = SearcherConfig(kind="title_following", k=cfg.k, context_cap=cfg.start_cap, max_turns=1)
+            self._start_script = (key, TitleFollowingSearcher(self.retriever, script_cfg, k0=self.k0,
+                                                              titles=self._start_titles[0]))
+        return self._start_script[1]
+
     def _begin(self, states: list[_Rollout], stats: LoopStats, run: _Run) -> None:
         """Begin-with-search (one batched retrieval of every question) and the first prompt."""
         d0: list[list[Document]] = [[] for _ in states]
@@ -340,7 +377,7 @@ class S3Searcher:
         bws = self.protocol.begins_with_search(run.cfg)
         if bws and states:
             tr = time.perf_counter()
-            d0 = [list(x) for x in self.retriever.search([st.question for st in states], self.k0)]
+            d0 = self._start_documents([st.question for st in states], run.cfg)
             dr = time.perf_counter() - tr
             stats.retrieval_seconds += dr
             stats.retrieval_calls += 1

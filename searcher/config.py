@@ -180,6 +180,15 @@ class SearcherConfig(Section):
     timeout_s: float = Field(60.0, gt=0, description="Per-call timeout of the policy model (litellm backend): a hung upstream is cut here.")
     max_retries: int = Field(2, ge=0, description="Retries of a failed policy call (rate limits, 5xx, timeouts) before it counts as failed.")
     begin_with_search: bool = Field(True, description="Start from top-k0 of the question itself (D0), as naive RAG does.")
+    start: Literal["top_k", "title_following"] = Field(
+        "top_k",
+        description="What the search begins from (D0, shown in the first prompt): 'top_k' = naive RAG's top-k0 of the "
+        "question (the paper's begin-with-search); 'title_following' = the title-following script's documents (naive "
+        "RAG's top-k0 plus the pages titled as a span of what it reads, up to start_cap; searcher/title_following.py): "
+        "s3's principle on the stronger baseline, the searcher adds what the script misses. With it, training's "
+        "baseline (GBR's Acc(G(Q, D_RAG))) and retrieval_gain's reference are the script's documents.",
+    )
+    start_cap: int = Field(5, ge=1, description="The document cap of the title-following start (start = 'title_following').")
     k: int = Field(8, ge=1, description="Documents retrieved per search turn (paper: 8).")
     max_select: int = Field(3, ge=1, description="Documents the policy may select per window (paper: 3).")
     max_turns: int = Field(3, ge=0, description="Search turns after begin-with-search (paper: 3).")

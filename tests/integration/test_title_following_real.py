@@ -126,3 +126,50 @@ def test_s3_eval_runs_it_as_a_method_and_the_leaderboard_takes_it_as_the_baselin
     assert main(["leaderboard", str(tf), str(rag), "--baseline", "title_following", "--out", str(tmp_path / "lb")]) == 0
     board = (tmp_path / "lb" / "leaderboard.md").read_text()
     assert "| Title-following script |" in board and "GBR (naive RAG - title-following)" in board
+
+
+def test_the_s3_loop_can_start_where_the_script_ends(hotpot: tuple[Path, Path, list[QAExample]]) -> None:
+    """searcher.start = 'title_following' (issue 60 build step 3): the loop's D0 is the script's documents, shown in
+    the first prompt and kept (additive), and the policy adds beyond them. The policy is scripted (the loop's logic
+    under test); the index, the script and the retrieval are the real ones."""
+    from searcher.agent import S3Searcher
+    from searcher.policy import ScriptedPolicy
+
+    if not COMMITTED.is_file():
+        pytest.skip(f"{COMMITTED.relative_to(REPO)} is not in this checkout")
+    _, index, qs = hotpot
+    qs = qs[:40]
+    committed = {r["id"]: [d["id"] for d in r["documents"]]
+                 for r in map(json.loads, COMMITTED.read_text(encoding="utf-8").splitlines())}
+    retriever = build_retriever(RetrieverConfig(), index)
+    prompts: list[str] = []
+
+    def stop(prompt: str, i: int) -> str:
+        prompts.append(prompt)
+        return "<search_complete>True</search_complete>"
+
+    cfg = SearcherConfig(start="title_following", start_cap=5, k=8, additive=True, context_cap=6, max_turns=1)
+    results = S3Searcher(ScriptedPolicy(stop), retriever, cfg, k0=3).search(qs)
+    assert [[d.id for d in r.documents] for r in results] == [committed[q.id] for q in qs], "D0 = the script's"
+    assert all(r.steps[0].retrieved_ids == committed[q.id] for q, r in zip(qs, results, strict=True))
+    grown = [i for i, q in enumerate(qs) if len(committed[q.id]) > 3]
+    assert grown and all(f"(Title: {results[i].documents[-1].title})" in prompts[i] for i in grown), \
+        "the first prompt shows the script's additions"
+
+    seen: dict[str, int] = {}
+
+    def add_one(prompt: str, i: int) -> str:  # one search turn, then the new window's first document kept
+        q = next(q.question for q in qs[:10] if q.question in prompt)
+        seen[q] = seen.get(q, 0) + 1
+        if seen[q] > 1:
+            return "<important_info>[1]</important_info><search_complete>True</search_complete>"
+        return '<search_complete>False</search_complete><query>{"query": "film director"}</query>'
+
+    more = S3Searcher(ScriptedPolicy(add_one), retriever, cfg, k0=3).search(qs[:10])
+    for q, r in zip(qs[:10], more, strict=True):
+        ids = [d.id for d in r.documents]
+        assert ids[: len(committed[q.id])] == committed[q.id]  # the script's documents kept, in order
+        assert len(ids) <= 6
+    assert any(len(r.documents) > len(committed[q.id]) for q, r in zip(qs[:10], more, strict=True))
+    with pytest.raises(ConfigError, match="context_cap >= 5"):
+        S3Searcher(ScriptedPolicy(stop), retriever, cfg.model_copy(update={"context_cap": 4}), k0=3)

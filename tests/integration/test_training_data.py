@@ -282,3 +282,37 @@ def test_keep_copyable_keeps_the_questions_whose_missing_gold_title_is_visible(t
     assert kept == ["t1", "t4"] and manifest["filters"]["copyable_places"] == ["documents"]
     with pytest.raises(ConfigError, match=r"copyable_places narrows training\.data\.keep_copyable, which is off"):
         load_config(None, [*over[:-1], 'training.data.copyable_places=["documents"]'])  # no effect: an error
+
+
+def test_with_the_title_following_start_the_baseline_sees_the_scripts_documents(tmp_path: Path) -> None:
+    """searcher.start = 'title_following' (issue 60 build step 3): GBR's baseline is the generator with the
+    searcher's D0, the script's documents, under a key of its own; naive RAG's key (and every cache written under
+    it) is unchanged by the setting's existence."""
+    from s3.config import load_config
+    from searcher.build import build_retriever
+    from searcher.title_following import TitleFollowingSearcher, corpus_titles
+    from training.prep.data import baseline_key, load_training_set, prepare_training
+
+    with FakeLLMServer(reply=lambda prompt: "no idea") as srv:
+        common = ["generator.model=openai/fake", f"generator.api_base={srv.api_base}", "generator.cache_path=null",
+                  f"training.data.sources={json.dumps([f'hotpotqa:{DATA}'])}", "training.data.max_questions=8",
+                  "training.heldout.questions=2", "training.reward=acc_plus_gbr", "eval.metric=span"]
+        plain = load_config(None, [*common, f"training.data.dir={tmp_path / 'plain'}"])
+        start = load_config(None, [*common, f"training.data.dir={tmp_path / 'start'}", "searcher.start=title_following",
+                                   "searcher.additive=true", "searcher.context_cap=6"])
+        assert "start" not in baseline_key(plain, "fp") and baseline_key(plain, "fp") == {
+            k: v for k, v in baseline_key(start, "fp").items() if k != "start"}
+        assert baseline_key(start, "fp")["start"] == {"start": "title_following", "start_cap": 5, "k": 8}
+        prepare_training(plain, log=lambda s: None)
+        prepare_training(start, log=lambda s: None)
+    rows = {name: {r["id"]: r["doc_ids"] for r in map(json.loads, (tmp_path / name / "baseline.jsonl").read_text(
+        encoding="utf-8").splitlines())} for name in ("plain", "start")}
+    ts = load_training_set(start)
+    r = build_retriever(start.retriever, ts.index_dir)
+    script = TitleFollowingSearcher(r, start.searcher.model_copy(update={"kind": "title_following", "context_cap": 5,
+                                                                        "max_turns": 1}), k0=3, titles=corpus_titles(r))
+    qs = {e.id: e.question for e in ts.examples}
+    found, _ = script.follow(list(qs.values()))
+    assert rows["start"] == {i: [d.id for d in f.documents] for i, f in zip(qs, found, strict=True)}
+    assert all(len(v) == 3 for v in rows["plain"].values())  # naive RAG's top-3
+    assert any(len(v) > 3 for v in rows["start"].values()), "the script added pages on some question"

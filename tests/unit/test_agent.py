@@ -474,3 +474,15 @@ def test_chat_window_message_is_the_stripped_information_observation() -> None:
     assert isinstance(conversation, list) and [m["role"] for m in conversation] == ["user", "assistant", "user"]
     window = TinyRetriever().search(["film"], CFG.k)[0]
     assert conversation[2]["content"] == information_observation(render_information(window)).strip("\n")
+
+
+def test_the_title_following_start_needs_a_begin_with_search_s3_loop_and_room_for_its_documents() -> None:
+    stop = ScriptedPolicy(lambda p, i: "<search_complete>True</search_complete>")
+    cfg = SearcherConfig(start="title_following")
+    with pytest.raises(ConfigError, match="begin_with_search"):
+        S3Searcher(stop, TinyRetriever(), cfg.model_copy(update={"begin_with_search": False}))
+    with pytest.raises(ConfigError, match="Search-R1"):
+        SearchR1Agent(stop, TinyRetriever(), cfg)
+    with pytest.raises(ConfigError, match="context_cap >= 5"):
+        S3Searcher(stop, TinyRetriever(), cfg.model_copy(update={"additive": True, "context_cap": 3}))
+    S3Searcher(stop, TinyRetriever(), cfg.model_copy(update={"additive": True, "context_cap": 6}))  # room: accepted

@@ -111,7 +111,7 @@ def baseline_key(cfg: TrainSettings, index_fingerprint: str) -> dict[str, Any]:
     """What a cached baseline depends on: generator (model + fingerprint), prompt, retriever, k, metric."""
     generator = cfg.generator_resolved
     return _baseline_key(generator.model, _generator_fingerprint(generator), cfg.judge_resolved, cfg.eval,
-                         cfg.retriever, index_fingerprint)
+                         cfg.retriever, index_fingerprint, _start_of(cfg))
 
 
 def _generator_fingerprint(generator: GeneratorConfig) -> dict[str, Any]:
@@ -121,9 +121,19 @@ def _generator_fingerprint(generator: GeneratorConfig) -> dict[str, Any]:
     return fp
 
 
+def _start_of(cfg: TrainSettings) -> dict[str, Any] | None:
+    """searcher.start's part of the baseline key: None for naive RAG's top-k (the key of every cache written before
+    the setting existed), else what the script's documents depend on."""
+    sc = cfg.searcher
+    if sc.start == "top_k":
+        return None
+    return {"start": sc.start, "start_cap": sc.start_cap, "k": sc.k}
+
+
 def _baseline_key(model: str, generator_fingerprint: dict[str, Any], judge: JudgeConfig, e: EvalConfig,
-                  retriever: RetrieverConfig, index_fingerprint: str) -> dict[str, Any]:
-    return {
+                  retriever: RetrieverConfig, index_fingerprint: str,
+                  start: dict[str, Any] | None = None) -> dict[str, Any]:
+    return ({"start": start} if start is not None else {}) | {
         "generator": model,
         "generator_fingerprint": generator_fingerprint,
         "retriever": retriever.backend,
@@ -271,6 +281,7 @@ class Preparation:
         self.reward_reads_baseline = t.mode == "s3" and t.reward in ("gbr", "acc_plus_gbr")  # the GBR rewards
         self.needs_baseline = t.data.keep_baseline_zero or self.reward_reads_baseline  # ... and s3's filter
         self.retrieval = cfg.retriever
+        self.start = _start_of(cfg)  # searcher.start: the baseline's documents are the searcher's D0
         self.index_dir = cfg.resolve(cfg.retriever.index) if cfg.retriever.index else self.out / "index"
         self.generator, self.judge, self.eval = cfg.generator_resolved, cfg.judge_resolved, cfg.eval
         self.log, self.spend = log, spend
@@ -341,7 +352,29 @@ class Preparation:
         if self._generator_fp is None:
             self._generator_fp = _generator_fingerprint(self.generator)
         return _baseline_key(self.generator.model, self._generator_fp, self.judge, self.eval, self.retrieval,
-                             _index_fingerprint(index_dir))
+                             _index_fingerprint(index_dir), self.start)
+
+    def _baseline_documents(self) -> Callable[[Retriever, list[QAExample]], list[list[Document]]]:
+        """The documents the baseline's generator call sees: naive RAG's top-k, or (searcher.start =
+        'title_following') the title-following script's documents, the searcher's D0 either way, so GBR is the gain
+        beyond what the searcher starts from."""
+        k = self.retrieval.k
+        if self.start is None:
+            return lambda r, batch: r.search([q.question for q in batch], k)
+        from searcher.config import SearcherConfig
+        from searcher.title_following import TitleFollowingSearcher, corpus_titles
+
+        script_cfg = SearcherConfig(kind="title_following", k=self.start["k"], context_cap=self.start["start_cap"],
+                                    max_turns=1)
+        scripts: dict[int, TitleFollowingSearcher] = {}
+
+        def documents(r: Retriever, batch: list[QAExample]) -> list[list[Document]]:
+            if id(r) not in scripts:
+                scripts[id(r)] = TitleFollowingSearcher(r, script_cfg, k0=k, titles=corpus_titles(r))
+            found, _ = scripts[id(r)].follow([q.question for q in batch])
+            return [list(f.documents) for f in found]
+
+        return documents
 
     def prepare(self) -> dict[str, Any]:
         """Build (or complete) the training directory and return its manifest, in five steps, each skipped where it is
@@ -453,9 +486,7 @@ class Preparation:
         hits = len(questions) - len(todo)
         used: dict[str, Any] | None = None
         if todo:
-            k = self.retrieval.k
-            used = self._compute_acc(todo, lambda r, batch: r.search([q.question for q in batch], k),
-                                     bpath, khash, cached, "baseline")
+            used = self._compute_acc(todo, self._baseline_documents(), bpath, khash, cached, "baseline")
         entries = {
             "baseline_key": key,
             "baseline_key_hash": khash,
@@ -485,8 +516,8 @@ class Preparation:
         would see now. Accepted rows are appended under today's key (so `load` reads them) and put into `cached`; any
         other row is stale and its question recomputed. Returns how many were carried over."""
         mpath, bpath = self.out / "manifest.json", self.out / "baseline.jsonl"
-        if not mpath.is_file() or not bpath.is_file():
-            return 0
+        if not mpath.is_file() or not bpath.is_file() or self.start is not None:
+            return 0  # (the title-following start's documents are not a top-k to compare: recomputed)
         old_key = json.loads(mpath.read_text()).get("baseline_key") or {}
         if not old_key or old_key.get("index") == key["index"] or {**old_key, "index": key["index"]} != key:
             return 0  # no previous key, the same key, or another generator / prompt / k / metric: nothing to carry
