@@ -240,9 +240,9 @@ class LlamaCppPolicy(ChatTokenizerMixin):
         self.reused_tokens += shared
         gov = self.governor
         if gov is not None:  # the new prompt tokens in chunks, each timed, so a stall is seen after one chunk
-            self._set_threads(gov.begin())
-            llm.n_tokens = shared  # eval drops the KV past it
             todo, i = ids[shared:-1], 0
+            self._set_threads(gov.begin(len(todo)))
+            llm.n_tokens = shared  # eval drops the KV past it
             while i < len(todo):
                 part = todo[i : i + gov.chunk()]
                 t = time.perf_counter()

@@ -1,8 +1,8 @@
 """How many threads the llama.cpp policy runs, chosen call by call from the speed it gets (issue 61).
 
     gov = ThreadGovernor(most=2)
-    n = gov.begin()                      # threads for this call's first tokens
-    n = gov.prompt(tokens, seconds)      # after each prompt chunk: the threads for the next one
+    n = gov.begin(new_prompt_tokens)     # threads for this call's first tokens
+    n = gov.prompt(tokens, seconds)      # after each prompt chunk (gov.chunk() tokens): the threads for the next one
     n = gov.written(seconds)             # after each written token: the same
 
 Why: llama.cpp's threads meet at a barrier after every layer. On a quiet 2-core machine two threads evaluate the
@@ -10,11 +10,17 @@ shipped policy 1.7x faster than one (f16: 222 vs 131 prompt tokens/s, 38.5 vs 22
 2026-12-03); next to any other process on the cores the barrier waits for a descheduled thread, and two threads ran
 tens of times slower than one (a search that took ~10 s on one thread did not finish in 7 minutes on two). The load
 average cannot tell these apart in advance: it lags, and the other job may start after the model loaded. So the
-governor runs the most threads while they keep their speed, drops to one as soon as they do not (a prompt chunk, or
-the median of the last few written tokens, slower than `stall` times the fastest seen at that thread count: one
-thread is never stalled, and `stall` = 2 is about where two threads stop being worth it), and tries the most again
-after `retry` calls, `retry` doubling each time the try fails (up to `max_retry`): the other job may have ended.
-While it probes, the prompt goes in small chunks (`probe_chunk` tokens), so a stalled try costs seconds, not minutes.
+governor measures:
+
+- **a try** (the first call, and again `retry` calls after a fall-back, `retry` doubling while tries fail, up to
+  `max_retry`): one small prompt chunk on one thread, the next on the most threads, at almost the same position
+  (a token's cost grows with its position: attention over a long prompt costs as much as the weights). The most
+  threads stay when they were at least `gain` faster;
+- **a stall**, at the most threads: a prompt chunk `stall` times slower per token than the chunk before it, or the
+  median of the last `window` written tokens `stall` times slower than the fastest such median since the try. Then
+  one thread for the rest, until the next try.
+
+A stalled try costs two small chunks (`probe_chunk` tokens each), seconds at worst, not minutes.
 """
 
 from __future__ import annotations
@@ -24,71 +30,77 @@ from collections import deque
 
 
 class ThreadGovernor:
-    """The thread count of one llama.cpp context, call by call (module docstring). The first prompt chunk runs on one
-    thread (`probe_chunk` tokens): the speed any later count must beat."""
+    """The thread count of one llama.cpp context, call by call (module docstring)."""
 
-    def __init__(self, most: int, stall: float = 2.0, retry: int = 4, max_retry: int = 64, window: int = 4,
-                 chunk: int = 256, probe_chunk: int = 32) -> None:
+    def __init__(self, most: int, stall: float = 2.5, gain: float = 1.15, retry: int = 4, max_retry: int = 64,
+                 window: int = 4, chunk: int = 256, probe_chunk: int = 32) -> None:
         if most < 1:
             raise ValueError(f"most must be >= 1 thread, got {most}")
-        self.most, self.stall, self.window = most, stall, window
+        self.most, self.stall, self.gain, self.window = most, stall, gain, window
         self.retry, self.max_retry, self.chunk_size, self.probe_chunk = retry, max_retry, chunk, probe_chunk
-        self.threads = 1  # calibration: the first chunk on one thread
-        self.calibrated = most == 1
-        self.wait = retry  # calls on one thread before the next try of `most`
+        self.wait = retry  # calls on one thread before the next try
         self.calls_since_drop = 0
-        self.probing = False  # a try of `most`: small chunks until a chunk at full speed proves it
-        self.fastest: dict[tuple[str, int], float] = {}  # (kind, threads) -> fastest seconds per token seen
+        self.try_due = most > 1  # a try starts with the next call whose prompt has room for its two chunks
+        # a try: "one" = its one-thread chunk is next, "most" = its most-threads chunk is next, None = no try running
+        self.trying: str | None = None
+        self.threads = 1
+        self.reference = 0.0  # the try's one-thread seconds per prompt token
+        self.last_chunk: float | None = None  # seconds per token of the previous prompt chunk at the most threads
+        self.best_written: float | None = None  # fastest written-token median at the most threads since the try
         self.recent: deque[float] = deque(maxlen=window)  # this call's last written tokens' seconds
-        self.drops = 0  # how often it fell back to one thread (the benchmark reports it)
+        self.drops = 0  # fall-backs to one thread (a failed try included), for the benchmark
 
     def chunk(self) -> int:
         """Prompt tokens to evaluate before the next look at the speed."""
-        return self.probe_chunk if self.probing or not self.calibrated else self.chunk_size
+        return self.probe_chunk if self.trying else self.chunk_size
 
-    def begin(self) -> int:
-        """The threads for a new call."""
+    def begin(self, new_tokens: int) -> int:
+        """The threads for a new call that evaluates `new_tokens` prompt tokens (those past the cached prefix)."""
         self.recent.clear()
-        if self.calibrated and self.threads == 1 and self.most > 1:
+        if not self.try_due and self.trying is None and self.threads == 1 and self.most > 1:
             self.calls_since_drop += 1
-            if self.calls_since_drop > self.wait:
-                self.threads, self.probing = self.most, True
+            self.try_due = self.calls_since_drop > self.wait
+        if self.try_due and new_tokens >= 2 * self.probe_chunk:  # both chunks of the try inside this call's prompt
+            self.try_due, self.trying = False, "one"
         return self.threads
 
-    def _slow(self, kind: str, per_token: float) -> bool:
-        """At `most` threads: slower than `stall` x its own fastest, or no faster than one thread was."""
-        best, one = self.fastest.get((kind, self.threads)), self.fastest.get((kind, 1))
-        return (best is not None and per_token > self.stall * best) or (one is not None and per_token >= one)
-
-    def _judge(self, kind: str, per_token: float) -> int:
-        if self.threads > 1 and self._slow(kind, per_token):
-            self.wait = min(self.max_retry, self.wait * 2) if self.probing else self.retry
-            self.threads, self.probing, self.calls_since_drop = 1, False, 0
-            self.drops += 1
-            self.recent.clear()
-            return self.threads
-        key = (kind, self.threads)
-        self.fastest[key] = min(per_token, self.fastest.get(key, per_token))
+    def _drop(self, failed_try: bool) -> int:
+        self.wait = min(self.max_retry, self.wait * 2) if failed_try else self.retry
+        self.threads, self.trying, self.calls_since_drop = 1, None, 0
+        self.last_chunk = self.best_written = None
+        self.recent.clear()
+        self.drops += 1
         return self.threads
 
     def prompt(self, tokens: int, seconds: float) -> int:
         """A prompt chunk of `tokens` took `seconds`: the threads for what follows."""
         if tokens <= 0:
             return self.threads
-        if not self.calibrated:  # the one-thread reference; then the most threads, tried in small chunks
-            self.fastest[("prompt", 1)] = seconds / tokens
-            self.calibrated, self.threads, self.probing = True, self.most, True
+        per = seconds / tokens
+        if self.trying == "one":  # the reference, then the same amount on the most threads
+            self.reference, self.trying, self.threads = per, "most", self.most
             return self.threads
-        was = self.threads
-        n = self._judge("prompt", seconds / tokens)
-        if was > 1 and n == was and tokens >= self.probe_chunk:
-            self.probing, self.wait = False, self.retry  # a chunk at full speed: the try succeeded
-        return n
+        if self.trying == "most":
+            if per * self.gain > self.reference:
+                return self._drop(failed_try=True)
+            self.trying, self.wait, self.last_chunk, self.best_written = None, self.retry, per, None
+            return self.threads
+        if self.threads > 1:
+            if self.last_chunk is not None and per > self.stall * self.last_chunk:
+                return self._drop(failed_try=False)
+            self.last_chunk = per
+        return self.threads
 
     def written(self, seconds: float) -> int:
         """A written token took `seconds`: the threads for what follows (judged on the median of the last `window`,
         so one slow token, a page fault or a collection, does not drop a thread)."""
+        if self.threads == 1 or self.trying:
+            return self.threads
         self.recent.append(seconds)
         if len(self.recent) < self.window:
             return self.threads
-        return self._judge("written", statistics.median(self.recent))
+        med = statistics.median(self.recent)
+        if self.best_written is not None and med > self.stall * self.best_written:
+            return self._drop(failed_try=False)
+        self.best_written = med if self.best_written is None else min(self.best_written, med)
+        return self.threads
