@@ -58,11 +58,12 @@ def evaluation(api: str, srv: Any, tmp: Path, n: int) -> dict[str, Any]:
     raw = tmp / "hotpot.jsonl"
     lines = (DATA / "hotpotqa_dev500" / "hotpotqa_dev_500.jsonl").read_text(encoding="utf-8").splitlines()
     raw.write_text("\n".join(lines[:n]) + "\n", encoding="utf-8")
-    prepare("hotpotqa", [raw], tmp / "data")
-    index = build_index(tmp / "data" / "corpus.jsonl", "bm25", tmp / "index")
+    data = tmp / f"hotpotqa_dev{n}"  # the dataset's name on the leaderboard (its folder's)
+    prepare("hotpotqa", [raw], data)
+    index = build_index(data / "corpus.jsonl", "bm25", tmp / "index")
 
     def args(out: Path, *extra: str) -> list[str]:
-        return ["eval", "--dataset", str(tmp / "data"), "--method", "naive_rag", "--index", str(index),
+        return ["eval", "--dataset", str(data), "--method", "naive_rag", "--index", str(index),
                 "--batch-size", "4", "--no-progress", "--out", str(out), "--set", "retriever.k=3",
                 "--set", "generator.max_tokens=16", *priced(api, "generator"), *priced(api, "judge"), *extra]
 
@@ -177,7 +178,7 @@ def main() -> None:
     md = [
         "# Budgets against a priced API (loopback OpenAI-compatible server, $2.50 / $10 per million tokens)",
         "",
-        "`flock /tmp/s3-cpu.lock .venv/bin/python benchmarks/budget_demo.py`" + (f" ({a.note})" if a.note else ""),
+        "`flock $TMPDIR/s3-cpu.lock .venv/bin/python benchmarks/budget_demo.py`" + (f" ({a.note})" if a.note else ""),
         "",
         f"## s3 eval: naive RAG, {ev['questions']} HotpotQA dev questions, generator + judge on the API",
         "",
