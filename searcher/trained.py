@@ -38,7 +38,7 @@ RECORD_FILE = "searcher.json"
 # (temperature, concurrency, the backend) stay the user's.
 LOOP_KEYS = (
     "begin_with_search", "k", "max_select", "max_turns", "doc_token_budget", "min_turns", "no_selection",
-    "context_cap", "additive", "max_new_tokens", "queries_per_turn",
+    "context_cap", "additive", "max_new_tokens", "queries_per_turn", "start", "start_cap",
 )
 
 

@@ -138,3 +138,20 @@ def test_a_copied_policy_folder_keeps_finding_its_index(tmp_path: Path) -> None:
     found = find_record(copy)
     assert found is not None and found[1] == copy.resolve()
     assert relocate_record(tmp_path / "nothing", copy) is None
+
+
+def test_a_searcher_trained_from_the_title_following_start_is_served_from_it(tmp_path: Path) -> None:
+    """searcher.start is part of the loop: a policy trained from the script's documents (issue 60 build step 3) is
+    served from them, not from naive RAG's top-k, unless the user says otherwise."""
+    run = tmp_path / "run"
+    corpus = run / "data" / "corpus.jsonl"
+    corpus.parent.mkdir(parents=True)
+    write_corpus(corpus, DOCS)
+    index = build_index(corpus, "bm25", run / "data" / "index", RetrieverConfig(), overwrite=True)
+    trained = SearcherConfig(start="title_following", start_cap=4, additive=True, context_cap=6)
+    write_record(make_record(trained, RetrieverConfig(), index, run, corpus=corpus), run)
+    record, folder = find_record(run) or pytest.fail("no record")
+    s, _, _ = apply_record(record, folder, SearcherConfig(), RetrieverConfig())
+    assert (s.start, s.start_cap, s.context_cap) == ("title_following", 4, 6)
+    s, _, _ = apply_record(record, folder, SearcherConfig(), RetrieverConfig(), explicit={"searcher.start"})
+    assert s.start == "top_k"
