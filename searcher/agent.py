@@ -109,6 +109,11 @@ class _Run:
     render: Render  # the window's lines, cut to cfg.doc_token_budget (cached per budget; whole passages: no cache)
 
 
+# searcher.start's scripts by name: (retriever, cfg, k0) -> an object whose follow(questions) gives each question's
+# documents (searcher/title_following.py registers "title_following")
+START_SCRIPTS: dict[str, Callable[[Any, SearcherConfig, int], Any]] = {}
+
+
 class S3Searcher:
     """The s3 searcher: a policy LLM that queries `retriever`, selects documents and decides when to stop.
 
@@ -153,7 +158,6 @@ class S3Searcher:
         self.last_stats = LoopStats()
         self._line_caches: dict[int, dict[str, tuple[str, str]]] = {}
         self._start_script: tuple[tuple[int, int], Any] | None = None  # searcher.start = 'title_following'
-        self._start_titles: tuple[Any] | None = None
         self._settings(self.cfg)  # a configuration the loop cannot run is an error now, not at the first search
 
     _LINE_CACHE_MAX = 20_000  # cut document lines kept per budget (<= ~30 MB; then start over); whole passages: no cache
@@ -357,17 +361,15 @@ class S3Searcher:
         return [list(f.documents) for f in found]
 
     def _script(self, cfg: SearcherConfig) -> Any:
-        """The title-following start over this searcher's retriever (built once per (k, start_cap); the index's
-        titles read once)."""
-        from searcher.title_following import TitleFollowingSearcher, corpus_titles  # it imports this module
-
+        """The start's script over this searcher's retriever (built once per (k, start_cap)), from START_SCRIPTS:
+        searcher/title_following.py registers itself there (it imports this module, so this one cannot import it)."""
         key = (cfg.k, cfg.start_cap)
         if self._start_script is None or self._start_script[0] != key:
-            if self._start_titles is None:
-                self._start_titles = (corpus_titles(self.retriever),)
-            script_cfg = SearcherConfig(kind="title_following", k=cfg.k, context_cap=cfg.start_cap, max_turns=1)
-            self._start_script = (key, TitleFollowingSearcher(self.retriever, script_cfg, k0=self.k0,
-                                                              titles=self._start_titles[0]))
+            make = START_SCRIPTS.get(cfg.start)
+            if make is None:
+                raise ConfigError(f"searcher.start = {cfg.start!r}: its script is not loaded (import "
+                                  "searcher.title_following, as searcher.build does)")
+            self._start_script = (key, make(self.retriever, cfg, self.k0))
         return self._start_script[1]
 
     def _begin(self, states: list[_Rollout], stats: LoopStats, run: _Run) -> None:

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from s3core.errors import ConfigError, S3Error
 from s3core.types import Document, QAExample, SearchResult, SearchStep
-from searcher.agent import LoopStats  # the services read the LLM searcher's accounting
+from searcher.agent import START_SCRIPTS, LoopStats  # the services read the LLM searcher's accounting
 from searcher.config import SearcherConfig
 from searcher.retrieval.base import Retriever
 from searcher.spans import TitleIndex, title_like_spans
@@ -297,3 +297,12 @@ def build_title_following(cfg: SearcherConfig, retriever: Retriever, *, k0: int)
             "documents has a title: it would return naive RAG's top-k unchanged. Index a corpus with titles "
             '({"id", "title", "text"} or "contents" = "Title"\\ntext), or use searcher.kind = "llm"')
     return TitleFollowingSearcher(retriever, cfg, k0=k0, titles=titles)
+
+
+def _start_script(retriever: Any, cfg: SearcherConfig, k0: int) -> TitleFollowingSearcher:
+    """searcher.start = 'title_following': the script the s3 loop begins from (its documents are D0)."""
+    script_cfg = SearcherConfig(kind="title_following", k=cfg.k, context_cap=cfg.start_cap, max_turns=1)
+    return TitleFollowingSearcher(retriever, script_cfg, k0=k0, titles=corpus_titles(retriever))
+
+
+START_SCRIPTS["title_following"] = _start_script
