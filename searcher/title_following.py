@@ -299,10 +299,10 @@ def build_title_following(cfg: SearcherConfig, retriever: Retriever, *, k0: int)
     return TitleFollowingSearcher(retriever, cfg, k0=k0, titles=titles)
 
 
-def _start_script(retriever: Any, cfg: SearcherConfig, k0: int) -> TitleFollowingSearcher:
+def start_script(retriever: Any, cfg: SearcherConfig, k0: int) -> TitleFollowingSearcher:
     """searcher.start = 'title_following': the script the s3 loop begins from (its documents are D0)."""
     script_cfg = SearcherConfig(kind="title_following", k=cfg.k, context_cap=cfg.start_cap, max_turns=1)
     return TitleFollowingSearcher(retriever, script_cfg, k0=k0, titles=corpus_titles(retriever))
 
 
-START_SCRIPTS["title_following"] = _start_script
+START_SCRIPTS["title_following"] = start_script

@@ -282,6 +282,7 @@ class Preparation:
         self.needs_baseline = t.data.keep_baseline_zero or self.reward_reads_baseline  # ... and s3's filter
         self.retrieval = cfg.retriever
         self.start = _start_of(cfg)  # searcher.start: the baseline's documents are the searcher's D0
+        self.searcher = cfg.searcher
         self.index_dir = cfg.resolve(cfg.retriever.index) if cfg.retriever.index else self.out / "index"
         self.generator, self.judge, self.eval = cfg.generator_resolved, cfg.judge_resolved, cfg.eval
         self.log, self.spend = log, spend
@@ -361,16 +362,13 @@ class Preparation:
         k = self.retrieval.k
         if self.start is None:
             return lambda r, batch: r.search([q.question for q in batch], k)
-        from searcher.config import SearcherConfig
-        from searcher.title_following import TitleFollowingSearcher, corpus_titles
+        from searcher.title_following import TitleFollowingSearcher, start_script
 
-        script_cfg = SearcherConfig(kind="title_following", k=self.start["k"], context_cap=self.start["start_cap"],
-                                    max_turns=1)
         scripts: dict[int, TitleFollowingSearcher] = {}
 
         def documents(r: Retriever, batch: list[QAExample]) -> list[list[Document]]:
-            if id(r) not in scripts:
-                scripts[id(r)] = TitleFollowingSearcher(r, script_cfg, k0=k, titles=corpus_titles(r))
+            if id(r) not in scripts:  # the script the searcher's loop begins from (searcher.start), the same settings
+                scripts[id(r)] = start_script(r, self.searcher, k)
             found, _ = scripts[id(r)].follow([q.question for q in batch])
             return [list(f.documents) for f in found]
 
