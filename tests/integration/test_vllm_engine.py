@@ -5,6 +5,7 @@ after it, the engine's log-probs of the learner's own greedy tokens match the le
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from typing import Any, cast
@@ -204,8 +205,10 @@ def test_trainer_at_max_staleness_1_rolls_out_ahead_on_vllm_and_syncs_between_ba
     from training.run.trainer import make_trainer
     from training.rundir import read_metrics, read_timeline
 
+    # the perturbation below moves the learner away from its reference on purpose (KL ~1.2 by step 3, above
+    # training.recovery.kl_max): recovery would roll that back; this test is about the pipeline, so it only logs
     cfg = _smoke_on_engine(vllm_policy, tmp_path / "run", monkeypatch, "training.total_steps=3",
-                           "training.rollout.max_staleness=1")
+                           "training.rollout.max_staleness=1", "training.recovery.enabled=false")
     temperature = cfg.training.rollout.temperature
     pids, syncs = vllm_policy.engine_pids(), vllm_policy.weight_syncs
     generate, load = vllm_policy.generate, vllm_policy.load_weights
@@ -318,3 +321,74 @@ def test_trainer_at_max_staleness_1_rolls_out_ahead_on_vllm_and_syncs_between_ba
     # the engine lock: no generation overlapped a weight load
     assert not clashes, clashes
     assert not any(g["t"][0] < l1 and l0 < g["t"][1] for g in gens for l0, l1 in loads)
+
+
+def test_a_nan_step_on_vllm_rollouts_ahead_is_rolled_back_and_the_engine_gets_the_checkpoint(
+        vllm_policy: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training that heals itself (training/run/recovery.py) on the real vLLM engine with asynchronous rollouts
+    (max_staleness = 1): step 2's rewards are planted NaN (S3_PLANTED_FAILURE, the product's own switch), so its loss
+    and its update are; the run rolls back to step 1's checkpoint, the rebuilt trainer loads that checkpoint's weights
+    into the same engine, nothing the poisoned weights rolled out ahead is trained on, and the run finishes with no NaN
+    in a metrics row, a saved weight or the engine."""
+    from safetensors.torch import load_file
+
+    from training import rundir
+    from training.learn.weight_sync import learner_weights
+    from training.run.recovery import PLANT_ENV, train_healing
+    from training.run.trainer import make_trainer
+
+    run = tmp_path / "run"
+    monkeypatch.setenv(PLANT_ENV, "nan@2")
+    cfg = _smoke_on_engine(vllm_policy, run, monkeypatch, "training.total_steps=3", "training.checkpoint.every=1",
+                           "training.rollout.max_staleness=1")
+    syncs, pids = vllm_policy.weight_syncs, vllm_policy.engine_pids()
+    load, generate = vllm_policy.load_weights, vllm_policy.generate
+    events: list[tuple[str, Any]] = []  # ("load", (sha256 of every tensor's bytes, all finite)) | ("gen", finite)
+
+    def recording_load(weights: Any) -> None:
+        weights = list(weights)
+        digest = hashlib.sha256()
+        for name, w in weights:
+            digest.update(name.encode() + w.detach().contiguous().view(torch.uint8).numpy().tobytes())
+        events.append(("load", (digest.hexdigest()[:16], all(bool(torch.isfinite(w).all()) for _, w in weights))))
+        load(weights)
+
+    def recording_generate(prompts: Any, **kw: Any) -> Any:
+        outs = generate(prompts, **kw)
+        events.append(("gen", all(math.isfinite(x) for o in outs for x in (o.logprobs or []))))
+        return outs
+
+    monkeypatch.setattr(vllm_policy, "load_weights", recording_load)
+    monkeypatch.setattr(vllm_policy, "generate", recording_generate)
+    out = train_healing(lambda: make_trainer(cfg, log=lambda s: None), keep_open=True)
+    trainer = out.pop("trainer")
+    try:
+        assert trainer.step == 3 and trainer.order.shifts == ((1, 1),), "the trainer built after the rollback"
+    finally:
+        trainer.close()
+        load(learner_weights(trainer.learner.ref_model))  # the base weights back for the session
+    print("events", events, "\nrollbacks", out["rollbacks"])
+
+    assert out["steps"] == 3 and len(out["rollbacks"]) == 1
+    assert [(e["recovery/trigger"], e["step"], e["recovery/to_step"])
+            for e in rundir.rollback_events(run)] == [("nonfinite", 2, 1)]
+    rows = rundir.metrics_rows(run)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(math.isfinite(r[k]) for r in rows for k in ("losses/total", "reward/mean",
+                                                              "rollout/logprob_gap_mean_abs")), rows
+    assert [r["step"] for r in rundir.read_timeline(run)] == [1, 2, 3]
+    assert rundir.recovery_rows(run)[0]["changes"]["skip"] == 1  # step 2' draws the batch after the NaN step's
+    files = list((run / "checkpoints").glob("step_*/policy/*.safetensors"))
+    assert files and all(bool(torch.isfinite(t).all()) for f in files for t in load_file(str(f)).values())
+    # the engine: the initial sync, step 1's, the poisoned step 2's; then the rebuilt trainer's initial sync loads
+    # step 1's checkpoint (the same weights as step 1's sync), then steps 2' and 3'
+    loads = [v for kind, v in events if kind == "load"]
+    assert len(loads) == 6 and vllm_policy.weight_syncs == syncs + 7, events  # 7: and the base weights back, above
+    assert [ok for _, ok in loads] == [True, True, False, True, True, True], loads
+    assert loads[3][0] == loads[1][0], loads  # checkpoint 1's weights, bit for bit (SmolLM2 at this shape earns no
+    # reward, so its flat groups leave the weights where they were: the rollback's load is what replaced the NaN ones)
+    # rollouts after the rollback's load were all sampled by finite weights; whatever the poisoned weights rolled out
+    # ahead (a batch for step 3 on the pipeline) sits between the poisoned load and the rollback's, never trained on
+    after = [ok for kind, ok in events[[i for i, (k, _) in enumerate(events) if k == "load"][3]:] if kind == "gen"]
+    assert after and all(after), events
+    assert vllm_policy.engine_pids() == pids
