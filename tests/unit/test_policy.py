@@ -174,43 +174,6 @@ def test_vllm_policy_code_path_with_a_stand_in_module(fake_vllm: types.ModuleTyp
     assert os.environ["VLLM_HOST_IP"] == "127.0.0.1" and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
 
 
-@pytest.mark.parametrize(("keep", "in_process", "preset", "seen"), [
-    (True, True, None, "3"),      # the trainer's engine in its process: torch's own count while it starts
-    (False, True, None, None),    # a serving engine: vLLM's choice (one thread for serving)
-    (True, False, None, None),    # an engine core in its own process leaves this one's torch alone
-    (True, True, "2", "2"),       # the user's OMP_NUM_THREADS wins
-])
-def test_an_in_process_engine_keeps_the_learners_torch_threads(
-        fake_vllm: types.ModuleType, monkeypatch: pytest.MonkeyPatch, keep: bool, in_process: bool,
-        preset: str | None, seen: str | None) -> None:
-    """vLLM cuts the process's torch to one thread unless OMP_NUM_THREADS is set when its engine starts (then makes
-    torch.set_num_threads a no-op): the trainer's engine starts with OMP_NUM_THREADS = torch's count, and the
-    variable is put back after (searcher/policy/vllm_policy.py `_torch_threads_kept`)."""
-    import torch
-
-    from searcher.config import VLLMConfig
-    from searcher.policy import vllm_policy
-    from searcher.policy.vllm_policy import VLLMPolicy
-
-    monkeypatch.setattr(vllm_policy, "_on_gpu", lambda: False)
-    if preset is None:
-        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    else:
-        monkeypatch.setenv("OMP_NUM_THREADS", preset)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
-    at_start: list[str | None] = []
-
-    class Recording(_FakeLLM):
-        def __init__(self, model: str, **kw: Any) -> None:
-            at_start.append(os.environ.get("OMP_NUM_THREADS"))
-            super().__init__(model, **kw)
-
-    monkeypatch.setattr(fake_vllm, "LLM", Recording)
-    VLLMPolicy("some/checkpoint", engine=VLLMConfig(in_process=in_process), keep_torch_threads=keep)
-    assert at_start == [seen]
-    assert os.environ.get("OMP_NUM_THREADS") == preset  # put back
-
-
 def test_vllm_presence_penalty_reaches_the_sampling_params(fake_vllm: types.ModuleType) -> None:
     from searcher.config import VLLMConfig
     from searcher.policy.vllm_policy import VLLMPolicy

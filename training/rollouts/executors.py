@@ -130,9 +130,7 @@ def rollout_policy(cfg: TrainSettings, device: str, *, seed_offset: int = 0) -> 
         if cfg.searcher.vllm.dtype == "auto":
             # vLLM's own 'auto' serves a float32 checkpoint in bfloat16: ~0.04 mean log-prob gap to a float32 learner
             update["dtype"] = tc.learner.dtype
-        # keep_torch_threads: the learner updates in this process on the threads training/run/build.py chose
-        return VLLMPolicy(str(resolve_checkpoint(tc.base_model)), engine=cfg.searcher.vllm.model_copy(update=update),
-                          keep_torch_threads=True)
+        return VLLMPolicy(str(resolve_checkpoint(tc.base_model)), engine=cfg.searcher.vllm.model_copy(update=update))
     return TransformersPolicy.load(tc.base_model, device=device, dtype=tc.learner.dtype, gen_batch=cfg.searcher.generate_batch)
 
 
