@@ -344,6 +344,7 @@ def train_healing(build: Callable[[], Any], max_steps: int | None = None, max_se
     last `train`'s result with every rollback of this call under "rollbacks". `keep_open`: the last trainer is not
     closed but returned under "trainer" (its engines, actors and learners still up; the caller closes it): what a
     benchmark measures after the run, so a run that rolled back is measured once it healed, not cut short."""
+    import gc
     import time
 
     t0, end = time.monotonic(), None
@@ -364,6 +365,11 @@ def train_healing(build: Callable[[], Any], max_steps: int | None = None, max_se
         if done:
             return {**out, "rollbacks": rollbacks} | ({"trainer": trainer} if keep_open else {})
         rollbacks.append(out["rollback"])
+        # the abandoned trainer goes before the next is built: its learner, optimizer and rollout engine (an in-process
+        # vLLM engine is freed with its last reference) would otherwise live beside the new ones (twice the memory: a
+        # real run on the 2-core VM was OOM-killed at the step after its rollback)
+        trainer = None
+        gc.collect()
 
 
 def planted_spec() -> str | None:
