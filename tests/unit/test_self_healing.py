@@ -142,3 +142,25 @@ def test_a_kill_during_a_rollback_resumes_to_the_same_rows(tiny_lm_dir: Path, tm
     out = _run(tiny_lm_dir, killed, tc)  # `s3 train` again
     assert out["steps"] == 8
     assert _rows(killed) == _rows(tmp_path / "whole")
+
+
+def test_the_abandoned_trainer_is_freed_before_the_next_is_built(tiny_lm_dir: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a rollback `train_healing` builds a fresh trainer; the abandoned one (its learner, optimizer and rollout
+    engine: an in-process vLLM engine is freed with its last reference) must be gone by then, or a real run holds two
+    of each (the shipped-world run on the 2-core VM was OOM-killed at the step after its rollback)."""
+    import weakref
+
+    monkeypatch.setenv(PLANT_ENV, "nan@3")
+    settings = load_config(None, []).model_copy(update={"training": healing_config(tiny_lm_dir, 5)})
+    built: list[weakref.ref[Any]] = []
+    alive_at_build: list[int] = []
+
+    def build() -> Any:
+        alive_at_build.append(sum(r() is not None for r in built))
+        trainer = toy_trainer(settings, tmp_path, heldout=0)
+        built.append(weakref.ref(trainer))
+        return trainer
+
+    out = train_healing(build)
+    assert len(out["rollbacks"]) == 1 and alive_at_build == [0, 0], alive_at_build
