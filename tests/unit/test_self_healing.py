@@ -148,7 +148,7 @@ def test_the_abandoned_trainer_is_freed_before_the_next_is_built(tiny_lm_dir: Pa
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """After a rollback `train_healing` builds a fresh trainer; the abandoned one (its learner, optimizer and rollout
     engine: an in-process vLLM engine is freed with its last reference) must be gone by then, or a real run holds two
-    of each (the shipped-world run on the 2-core VM was OOM-killed at the step after its rollback)."""
+    of each while the new one is built (before the fix the loop variable kept it: alive at the second build)."""
     import weakref
 
     monkeypatch.setenv(PLANT_ENV, "nan@3")

@@ -366,8 +366,8 @@ def train_healing(build: Callable[[], Any], max_steps: int | None = None, max_se
             return {**out, "rollbacks": rollbacks} | ({"trainer": trainer} if keep_open else {})
         rollbacks.append(out["rollback"])
         # the abandoned trainer goes before the next is built: its learner, optimizer and rollout engine (an in-process
-        # vLLM engine is freed with its last reference) would otherwise live beside the new ones (twice the memory: a
-        # real run on the 2-core VM was OOM-killed at the step after its rollback)
+        # vLLM engine is freed with its last reference) would otherwise live beside the new ones while they are built
+        # (the loop variable held it: tests/unit/test_self_healing.py)
         trainer = None
         gc.collect()
 
