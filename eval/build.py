@@ -122,7 +122,8 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
                                   "max_turns": min(s.max_turns, 1), "context_cap": s.max_contexts}
         else:
             config["searcher"] = {"class": type(agent).__name__, "policy": s.policy, "model": s.model,
-                                  "policy_path": s.policy_path, "k": s.k, "max_turns": s.max_turns,
+                                  "policy_path": _rel_local(s.policy_path, opts.out), "k": s.k,
+                                  "max_turns": s.max_turns,
                                   "doc_token_budget": s.doc_token_budget, "max_select": s.max_select,
                                   "temperature": s.temperature, "gguf_sha256": _local_gguf_sha256(s.model)}
             if s.queries_per_turn > 1:  # only then: the identity of every earlier run stays what it was
@@ -257,6 +258,18 @@ def _rel(path: Path, run_dir: Path) -> str:
     '../../../data/hotpot'
     """
     return os.path.relpath(path.resolve(), run_dir.resolve())
+
+
+def _rel_local(path: str | None, run_dir: Path) -> str | None:
+    """A setting's path as run.json records it: relative to the run directory when it is a folder or file here (a
+    committed result carries no path of the machine that made it), as given otherwise (a hub name, None).
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp()); (root / "policies/p").mkdir(parents=True)
+    >>> _rel_local(str(root / "policies/p"), root / "results/run"), _rel_local("org/model", root), _rel_local(None, root)
+    ('../../policies/p', 'org/model', None)
+    """
+    return _rel(Path(path), run_dir) if path and Path(path).exists() else path
 
 
 def _check_same_corpus(index_dir: Path | None, dataset: Dataset) -> None:

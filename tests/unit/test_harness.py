@@ -333,3 +333,13 @@ def test_manifest_paths_are_relative_to_their_folder() -> None:
     assert doctest.testmod(io).failed == 0
     assert io.path_from("/a/b/prepared", "/a/b/prepared/index") == "index"
     assert io.path_from("/a/b", "/c/d.json") == "../../c/d.json"
+
+
+def test_run_json_records_local_paths_relative_to_the_run() -> None:
+    """A policy folder (searcher.policy_path) is recorded relative to the run directory, as the data and index are:
+    a committed run.json carries no path of the machine that made it (eval/build.py `_rel_local`, its doctest)."""
+    import doctest
+
+    import eval.build as build
+
+    assert doctest.testmod(build).failed == 0
