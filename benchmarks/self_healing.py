@@ -75,11 +75,14 @@ def shipped_sets() -> list[str]:
     """The --set lines that make configs/smoke.toml train the shipped searcher on its own loop (searcher.json)."""
     from searcher.policies import shipped_policy
     from searcher.policy.transformers_policy import merged_adapter_dir
+    from searcher.trained import LOOP_KEYS, find_record
 
     policy = shipped_policy()
-    loop = json.loads((policy / "searcher.json").read_text())["searcher"]
-    sets = [f"training.base_model={merged_adapter_dir(policy)}", "searcher.model=smollm2-135m-instruct"]
-    sets += [f"searcher.{k}={json.dumps(v)}" for k, v in loop.items()]  # --set reads JSON
+    found = find_record(policy)
+    assert found is not None, f"{policy} has no searcher.json"
+    record = found[0]
+    sets = [f"training.base_model={merged_adapter_dir(policy)}", f"searcher.model={record.base_model}"]
+    sets += [f"searcher.{k}={json.dumps(v)}" for k, v in record.searcher.items() if k in LOOP_KEYS]  # --set reads JSON
     return [*sets, "training.reward=retrieval_gain", "training.retrieval_cost=0", "training.rollout.engine=vllm",
             "searcher.vllm.max_model_len=4096", "training.rollout.temperature=1.0"]
 

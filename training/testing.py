@@ -1,7 +1,8 @@
 """Fakes of training's parts for tests and benchmarks, beside the code they stand in for (as
 generator_adapters/testing.py is for its package): a priced executor for the budget, and the toy world the learning
 test (tests/unit/test_trainer_learns.py), the self-healing tests and benchmarks/self_healing.py drive the REAL loop
-over (`tiny_lm`, `ToyExecutor`, `toy_trainer`).
+over (`tiny_lm`, `ToyExecutor`, `toy_trainer`), and the check those tests and the vLLM one share
+(`saved_weights_finite`).
 
     inner = PricedExecutor(cost_usd=0.25, stats={"reward/prompt_tokens": 100.0})
     ex = BudgetedExecutor(inner, cfg, run_dir, budget_usd=1.0)   # training/rollouts/budget.py over it
@@ -203,3 +204,14 @@ def healing_config(base: Path, steps: int, *, lora: bool = False, staleness: int
         total_steps=steps, checkpoint={"every": every, "keep": 2},
         recovery={"kl_max": None, **(recovery or {})},
     )
+
+
+def saved_weights_finite(run_dir: Path) -> bool:
+    """Whether every weight the run's checkpoints saved is finite (the self-healing tests: a NaN step rolled back must
+    leave none behind); at least one saved weights file must exist."""
+    import torch
+    from safetensors.torch import load_file
+
+    files = list((run_dir / "checkpoints").glob("step_*/policy/*.safetensors"))
+    assert files, f"no saved weights under {run_dir / 'checkpoints'}"
+    return all(bool(torch.isfinite(t).all()) for f in files for t in load_file(str(f)).values())

@@ -330,12 +330,11 @@ def test_a_nan_step_on_vllm_rollouts_ahead_is_rolled_back_and_the_engine_gets_th
     and its update are; the run rolls back to step 1's checkpoint, the rebuilt trainer loads that checkpoint's weights
     into the same engine, nothing the poisoned weights rolled out ahead is trained on, and the run finishes with no NaN
     in a metrics row, a saved weight or the engine."""
-    from safetensors.torch import load_file
-
     from training import rundir
     from training.learn.weight_sync import learner_weights
     from training.run.recovery import PLANT_ENV, train_healing
     from training.run.trainer import make_trainer
+    from training.testing import saved_weights_finite
 
     run = tmp_path / "run"
     monkeypatch.setenv(PLANT_ENV, "nan@2")
@@ -378,8 +377,7 @@ def test_a_nan_step_on_vllm_rollouts_ahead_is_rolled_back_and_the_engine_gets_th
                                                               "rollout/logprob_gap_mean_abs")), rows
     assert [r["step"] for r in rundir.read_timeline(run)] == [1, 2, 3]
     assert rundir.recovery_rows(run)[0]["changes"]["skip"] == 1  # step 2' draws the batch after the NaN step's
-    files = list((run / "checkpoints").glob("step_*/policy/*.safetensors"))
-    assert files and all(bool(torch.isfinite(t).all()) for f in files for t in load_file(str(f)).values())
+    assert saved_weights_finite(run)
     # the engine: the initial sync, step 1's, the poisoned step 2's; then the rebuilt trainer's initial sync loads
     # step 1's checkpoint (the same weights as step 1's sync), then steps 2' and 3'
     loads = [v for kind, v in events if kind == "load"]
@@ -389,6 +387,7 @@ def test_a_nan_step_on_vllm_rollouts_ahead_is_rolled_back_and_the_engine_gets_th
     # reward, so its flat groups leave the weights where they were: the rollback's load is what replaced the NaN ones)
     # rollouts after the rollback's load were all sampled by finite weights; whatever the poisoned weights rolled out
     # ahead (a batch for step 3 on the pipeline) sits between the poisoned load and the rollback's, never trained on
-    after = [ok for kind, ok in events[[i for i, (k, _) in enumerate(events) if k == "load"][3]:] if kind == "gen"]
+    rollback_load = [i for i, (kind, _) in enumerate(events) if kind == "load"][3]
+    after = [ok for kind, ok in events[rollback_load:] if kind == "gen"]
     assert after and all(after), events
     assert vllm_policy.engine_pids() == pids

@@ -30,7 +30,7 @@ from s3.config import load_config  # noqa: E402
 from training import rundir  # noqa: E402
 from training.config import TrainingConfig  # noqa: E402
 from training.run.recovery import PLANT_ENV, RecoveryExhausted, train_healing  # noqa: E402
-from training.testing import healing_config, toy_trainer  # noqa: E402
+from training.testing import healing_config, saved_weights_finite, toy_trainer  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -38,14 +38,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def _run(base: Path, run_dir: Path, tc: TrainingConfig, heldout: int = 0, keep_open: bool = False) -> dict[str, Any]:
     settings = load_config(None, []).model_copy(update={"training": tc})
     return train_healing(lambda: toy_trainer(settings, run_dir, heldout=heldout), keep_open=keep_open)
-
-
-def _all_finite(run_dir: Path) -> bool:
-    from safetensors.torch import load_file
-
-    files = list((run_dir / "checkpoints").glob("step_*/policy/*.safetensors"))
-    assert files, "no saved weights"
-    return all(bool(torch.isfinite(t).all()) for f in files for t in load_file(str(f)).values())
 
 
 def _rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -73,7 +65,7 @@ def test_a_nan_loss_is_rolled_back_and_the_run_finishes(tiny_lm_dir: Path, tmp_p
     rows = rundir.metrics_rows(tmp_path)
     assert [r["step"] for r in rows] == list(range(1, 11))
     assert all(math.isfinite(r["losses/total"]) for r in rows if "losses/total" in r), "a NaN row is still on the branch"
-    assert _all_finite(tmp_path)
+    assert saved_weights_finite(tmp_path)
     # the rollback's changes reached the learner: half the learning rate from step 3 on
     assert rows[1]["charts/learning_rate"] == pytest.approx(1e-2) and rows[2]["charts/learning_rate"] == pytest.approx(5e-3)
     # the batch of step 3 is skipped (step 3 trained on the batch step 4 would have drawn), and the run learned on
@@ -110,7 +102,7 @@ def test_rollbacks_are_bounded_and_the_stop_names_the_trigger(tiny_lm_dir: Path,
     msg = str(e.value)
     assert "nonfinite" in msg and "max_rollbacks = 1" in msg and "rollback 1 (nonfinite at step 5) to step 4" in msg
     assert "learning rate" in msg and "skipped" in msg
-    assert _all_finite(tmp_path)
+    assert saved_weights_finite(tmp_path)
 
 
 class Killed(BaseException):
