@@ -15,13 +15,15 @@ METHOD: naive_rag_top3 | naive_rag_topN (N = 4, 5, ...: the retriever's top-N) |
 searcher model, smollm2-135m-instruct, in the same additive loop; --additive searcher.policy=vllm) | title_following (the
 heuristic run live: the product searcher, on any --dataset) | a1 | a2 (every missing
 gold paragraph added: a perfect searcher) | heuristic (the title-following searcher) | heuristic_pruned (its
-documents without its non-gold additions) | a0 (attempt 2's
+documents without its non-gold additions) | heuristic_plus_gold (then the gold among the question's bm25 ranks 4-8: a
+perfect selector where the script ends) | heuristic_plus_next (then the next bm25 document: no reading) | a0 (attempt 2's
 policy made additive: needs --policy DIR and the searcher's additive setting) | policy_NAME (a searcher trained under
 configs/transfer3.toml: --policy DIR; e.g. `run policy_warmed60 --policy runs/transfer3/warmed60_policy
 --additive searcher.policy=vllm`, the vLLM engine for the searcher's greedy rollouts). Each is one resumable `s3 eval` run
 (configs/transfer3.toml; GenAcc = span check, else the 0.5B judge) in
 benchmarks/results/transfer3/checks/runs/<generator>/<METHOD>/: run the same command again and it resumes; a larger
---limit extends it. The contexts files (contexts/a1.jsonl, a2.jsonl, heuristic.jsonl, heuristic_pruned.jsonl;
+--limit extends it. The contexts files (contexts/a1.jsonl, a2.jsonl, heuristic.jsonl, heuristic_pruned.jsonl,
+heuristic_plus_gold.jsonl, heuristic_plus_next.jsonl;
 contexts/places.jsonl: where each
 question's missing gold title was visible, the report's diagnosis table) cover all 500 questions, so
 their runs' identity does not change with --limit. The logic (copyable gold, title-like spans, the paired table) is
@@ -85,6 +87,7 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
     retriever = load_retriever(cfg.retriever, index)
     titles = tc.TitleIndex.of(d.title for d in iter_corpus(data / "corpus.jsonl"))
     tops = retriever.search([q.question for q in qs], cfg.retriever.k)
+    windows = retriever.search([q.question for q in qs], tc.HEURISTIC_K)  # what a selector after the script reads
     # the heuristic control is the product's title-following searcher at the checks' settings (one span turn, cap,
     # k a span, the visible words): one batched call per step over all questions
     script = TitleFollowingSearcher(
@@ -94,10 +97,10 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
     followed, _ = script.follow([q.question for q in qs])
     out = RESULTS / "contexts"
     out.mkdir(parents=True, exist_ok=True)
-    a1_rows, a2_rows, h_rows, p_rows, place_rows = [], [], [], [], []
+    a1_rows, a2_rows, h_rows, p_rows, place_rows, g_rows, n_rows = [], [], [], [], [], [], []
     lacking = copyable = 0
     n_added_h = []
-    for q, top, h in zip(qs, tops, followed, strict=True):
+    for q, top, h, window in zip(qs, tops, followed, windows, strict=True):
         gold = [d for d in retriever.get(list(q.supporting_ids)) if d is not None]
         missing = [g for g in gold if g.id not in {d.id for d in top}]
         add = tc.copyable_gold(q.question, top, gold, words)
@@ -113,8 +116,11 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
         h_rows.append(tc.contexts_row(q.id, h.documents, n_queries=len(h.queries), added_by=h.added_by))
         kept = tc.pruned_documents(h.documents, h.added_by, set(q.supporting_ids))
         p_rows.append(tc.contexts_row(q.id, kept, dropped=sorted(set(h.added_by) - {d.id for d in kept})))
+        for rows, docs in ((g_rows, tc.plus_documents(h.documents, window, set(q.supporting_ids))),
+                           (n_rows, tc.plus_documents(h.documents, window, add=1))):
+            rows.append(tc.contexts_row(q.id, docs, added=[d.id for d in docs[len(h.documents):]]))
     for name, rows in (("a1", a1_rows), ("a2", a2_rows), ("heuristic", h_rows), ("heuristic_pruned", p_rows),
-                       ("places", place_rows)):
+                       ("heuristic_plus_gold", g_rows), ("heuristic_plus_next", n_rows), ("places", place_rows)):
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     gold_ids = {q.id: set(q.supporting_ids) for q in qs}
     h_gold_added = sum(bool(set(r["added_by"]) & gold_ids[r["id"]]) for r in h_rows)
@@ -132,6 +138,9 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
             sum(len(set(r["added_by"]) & gold_ids[r["id"]]) for r in h_rows) / max(sum(n_added_h), 1)),
         "heuristic_pruned_mean_docs": statistics.fmean(len(r["documents"]) for r in p_rows),
         "heuristic_pruned_questions_changed": sum(bool(r["dropped"]) for r in p_rows),
+        **{f"{name}_{k}": v for name, rows in (("heuristic_plus_gold", g_rows), ("heuristic_plus_next", n_rows))
+           for k, v in (("mean_docs", statistics.fmean(len(r["documents"]) for r in rows)),
+                        ("questions_changed", sum(bool(r["added"]) for r in rows)))},
     }
     (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(stats, indent=2))
@@ -217,7 +226,8 @@ def max_tokens(gen: str, limit: int, measure_at: int) -> dict[str, Any]:
     return out
 
 
-ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "a2", "heuristic", "heuristic_pruned", "title_following",
+ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "a2", "heuristic", "heuristic_pruned",
+         "heuristic_plus_gold", "heuristic_plus_next", "title_following",
          "a0")
 
 
@@ -249,7 +259,10 @@ def report() -> dict[str, Any]:
                   f"{st['heuristic_added_docs_gold_share']:.3f}; mean documents {st['heuristic_mean_docs']:.2f}"
                   + (f"\n- heuristic_pruned (its non-gold additions removed): changed on "
                      f"{st['heuristic_pruned_questions_changed']} questions, mean documents "
-                     f"{st['heuristic_pruned_mean_docs']:.2f}" if "heuristic_pruned_mean_docs" in st else ""), ""]
+                     f"{st['heuristic_pruned_mean_docs']:.2f}" if "heuristic_pruned_mean_docs" in st else "")
+                  + "".join(f"\n- {name}: changed on {st[f'{name}_questions_changed']} questions, mean documents "
+                            f"{st[f'{name}_mean_docs']:.2f}" for name in ("heuristic_plus_gold", "heuristic_plus_next")
+                            if f"{name}_mean_docs" in st), ""]
     mt_path = RESULTS / "max_tokens.json"
     if mt_path.is_file():
         mt = json.loads(mt_path.read_text())

@@ -16,6 +16,11 @@ contract `s3 eval --method searcher --contexts FILE` reads), so the real generat
                           contexts file): its rows on the datasets that have no contexts files (musique, 2wiki)
     heuristic_pruned      the heuristic's documents without its non-gold additions (naive RAG's top-3 + only the
                           gold paragraphs the script added): whether dropping what it adds wrongly would help
+    heuristic_plus_gold   the heuristic's documents, then the gold paragraphs among the question's own bm25 ranks
+                          4-8 (up to 2 more): a perfect selector started where the script ends, the most a searcher
+                          that READS the question's window (no new query) could add over the script
+    heuristic_plus_next   the heuristic's documents, then the question's next bm25 document not among them (one
+                          more): the same window selected by bm25 order, no reading
     naive RAG top-N       the retriever's top-N of the question (`s3 eval --method naive_rag`, retriever.k = N): more
                           documents without better ones
 
@@ -126,6 +131,28 @@ def pruned_documents(documents: Sequence[Document], added_by: Mapping[str, str],
     return [d for d in documents if d.id not in added_by or d.id in gold]
 
 
+PLUS_FIRST = 4  # the question's own ranks a selector started where the script ends reads: 4..HEURISTIC_K
+
+
+def plus_documents(documents: Sequence[Document], ranked: Sequence[Document], gold: set[str] | None = None, *,
+                   add: int = 2, first: int = PLUS_FIRST, window: int = HEURISTIC_K) -> list[Document]:
+    """The script's `documents`, then up to `add` of the question's own retrieval list (`ranked`, best first) at
+    ranks `first`..`window` that are not among them: with `gold`, only the gold ones (a perfect selector, the most
+    that reading the window can add); without, the best-ranked (selection by bm25 order, no reading).
+
+    >>> d = lambda i: Document(id=i, title=i, text="")
+    >>> ranked = [d(i) for i in ("t1", "t2", "t3", "h", "x", "g")]
+    >>> script = [d("t1"), d("t2"), d("t3"), d("h")]
+    >>> [x.id for x in plus_documents(script, ranked, {"g"})], [x.id for x in plus_documents(script, ranked, add=1)]
+    (['t1', 't2', 't3', 'h', 'g'], ['t1', 't2', 't3', 'h', 'x'])
+    >>> [x.id for x in plus_documents(script, ranked, {"t1"})]  # a gold already in: nothing to add
+    ['t1', 't2', 't3', 'h']
+    """
+    have = {x.id for x in documents}
+    pool = [x for x in ranked[first - 1:window] if x.id not in have and (gold is None or x.id in gold)]
+    return [*documents, *pool[:add]]
+
+
 # ------------------------------------------------------------------------------------- where a searcher could reach
 
 RANK_BUCKETS = ((4, 8), (9, 16), (17, 50))  # ranks of the question's own retrieval list beyond naive RAG's top-3
@@ -179,13 +206,16 @@ def reach_by_place(
 # ------------------------------------------------------------------------------------------------ the runs
 
 
+CONTEXTS_METHODS = ("a1", "a2", "heuristic", "heuristic_pruned", "heuristic_plus_gold", "heuristic_plus_next")
+
+
 def eval_method_args(
     method: str, contexts: Path, policy: str | None = None, extra_sets: Sequence[str] = ()
 ) -> tuple[list[str], list[str], bool]:
     """What one check runs as (`benchmarks/transfer_checks.py run METHOD`): the `s3 eval --method` arguments, the
     `--set`s beyond the generator's, and whether the run reads the index (no_retrieval does not, and `s3 eval`
-    refuses an `--index` it would not use). `contexts` holds a1.jsonl, a2.jsonl, heuristic.jsonl and
-    heuristic_pruned.jsonl; `policy` is a0's and
+    refuses an `--index` it would not use). `contexts` holds one file per `CONTEXTS_METHODS` (a1.jsonl, ...);
+    `policy` is a0's and
     policy_NAME's policy directory; `extra_sets` are a0's additive setting, policy_NAME's and untrained's extra `--set`s.
     A method it does not know, or one missing what it needs, is a ValueError that says what to pass.
 
@@ -211,7 +241,7 @@ def eval_method_args(
     if method == "title_following":  # the heuristic run live (the product searcher), on any dataset with an index
         return ["title_following"], [f"searcher.k={HEURISTIC_K}", f"searcher.context_cap={DOC_CAP}",
                                      "searcher.max_turns=1"], True
-    if method in ("a1", "a2", "heuristic", "heuristic_pruned"):
+    if method in CONTEXTS_METHODS:
         return ["searcher", "--contexts", str(contexts / f"{method}.jsonl")], [], True
     if method == "a0":
         if policy is None or not extra:
@@ -223,8 +253,8 @@ def eval_method_args(
         if policy is None:
             raise ValueError(f"{method} needs --policy DIR (a checkpoint's policy/ folder or an exported policy)")
         return ["searcher"], [f"searcher.policy_path={policy}", *extra], True
-    raise ValueError(f"unknown method {method!r}: naive_rag_topN, no_retrieval, untrained, a1, a2, heuristic, "
-                     "heuristic_pruned, title_following, a0 or policy_NAME")
+    raise ValueError(f"unknown method {method!r}: naive_rag_topN, no_retrieval, untrained, "
+                     f"{', '.join(CONTEXTS_METHODS)}, title_following, a0 or policy_NAME")
 
 
 # ------------------------------------------------------------------------------------------------ files and tables

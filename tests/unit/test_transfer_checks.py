@@ -194,7 +194,7 @@ def test_query_kinds_and_the_module_doctests() -> None:
 def test_each_check_runs_as_its_s3_eval_arguments_and_a_missing_piece_is_named(tmp_path: Path) -> None:
     """The method -> `s3 eval` mapping: no_retrieval reads no index (`s3 eval` refuses an --index it would not use:
     the first no_retrieval run stopped there), the contexts files, and errors that say what to pass."""
-    for method in ("heuristic", "heuristic_pruned", "a2"):
+    for method in ("heuristic", "heuristic_pruned", "a2", "heuristic_plus_gold", "heuristic_plus_next"):
         assert tc.eval_method_args(method, tmp_path) == (
             ["searcher", "--contexts", str(tmp_path / f"{method}.jsonl")], [], True)
     assert tc.eval_method_args("untrained", tmp_path, None, ["searcher.policy=vllm"]) == (
@@ -240,3 +240,17 @@ def test_place_rows_split_the_questions_by_where_the_missing_gold_was_visible() 
     assert docs["questions"] == 2 and docs["methods"]["naive_rag_top3"] == {"found": 0, "genacc": 0.5, "n": 2}
     assert docs["methods"]["heuristic"] == {"found": 1, "genacc": 1.0, "n": 1}  # q2 failed: not scored, not wrong
     assert table["none missing"]["methods"]["heuristic"]["found"] == 0
+
+
+def test_the_plus_controls_read_only_the_question_window_after_the_script() -> None:
+    """heuristic_plus_gold adds the gold among the question's own ranks 4-8 that the script lacks (a perfect selector
+    where the script ends, at most 2); a gold at rank 9 or already in is not added; heuristic_plus_next adds the
+    best-ranked document of that window the script lacks (bm25 order, no reading)."""
+    ranked = [doc(f"r{i}", f"R{i}") for i in range(1, 10)]  # ranks 1..9
+    script = [*ranked[:3], ranked[4]]  # naive RAG's top-3 and rank 5 (the script added it)
+    gold = {"r5", "r7", "r8", "r9", "r1"}
+    assert [d.id for d in tc.plus_documents(script, ranked, gold)] == ["r1", "r2", "r3", "r5", "r7", "r8"]
+    assert [d.id for d in tc.plus_documents(script, ranked, gold, add=1)] == ["r1", "r2", "r3", "r5", "r7"]
+    assert [d.id for d in tc.plus_documents(script, ranked, {"r9"})] == ["r1", "r2", "r3", "r5"]
+    assert [d.id for d in tc.plus_documents(script, ranked, add=1)] == ["r1", "r2", "r3", "r5", "r4"]
+    assert tc.plus_documents(script, ranked[:3], add=1) == script  # nothing beyond the top-3 retrieved
