@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import transfer_checks as tc
+from s3core.errors import DataFormatError
 from searcher.title_following import TitleFollowingSearcher
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +98,13 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
     followed, _ = script.follow([q.question for q in qs])
     out = RESULTS / "contexts"
     out.mkdir(parents=True, exist_ok=True)
-    a1_rows, a2_rows, h_rows, p_rows, place_rows, g_rows, n_rows = [], [], [], [], [], [], []
+    a1_rows: list[dict[str, Any]] = []
+    a2_rows: list[dict[str, Any]] = []
+    h_rows: list[dict[str, Any]] = []
+    p_rows: list[dict[str, Any]] = []
+    place_rows: list[dict[str, Any]] = []
+    g_rows: list[dict[str, Any]] = []
+    n_rows: list[dict[str, Any]] = []
     lacking = copyable = 0
     n_added_h = []
     for q, top, h, window in zip(qs, tops, followed, windows, strict=True):
@@ -195,6 +202,50 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
     _s3("eval", "--config", str(CONFIG), *[x for s in sets for x in ("--set", s)], "--dataset", str(data),
         *index_args, "--limit", str(limit), "--out", str(_run_dir(gen, name, dataset)), "--no-progress",
         "--method", *margs)
+
+
+CHANGED_BASE = "heuristic"  # the run a changed-only control takes its unchanged questions' rows from
+
+
+def _contexts(method: str) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (RESULTS / "contexts" / f"{method}.jsonl").read_text().splitlines() if x.strip()]
+
+
+def run_changed(method: str, gen: str) -> None:
+    """A control that changes only some of the heuristic's contexts (heuristic_plus_gold: 72 of 500), run on those
+    questions only (a questions file of theirs under runs/, `s3 eval` into RESULTS/changed/<gen>/<method>); the report
+    takes the heuristic run's rows for the others (`tc.compose_changed`: the same documents, the same prompt, greedy)."""
+    if method not in tc.CONTEXTS_METHODS or method == CHANGED_BASE:
+        raise SystemExit(f"--only-changed runs a contexts control other than {CHANGED_BASE}, not {method!r}")
+    ids = set(tc.changed_ids(_contexts(method), _contexts(CHANGED_BASE)))
+    qdir = WORK / f"changed_{method}"
+    qdir.mkdir(parents=True, exist_ok=True)
+    lines = (WORK / "data" / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+    keep = [x for x in lines if x.strip() and json.loads(x)["id"] in ids]
+    (qdir / "questions.jsonl").write_text("".join(x + "\n" for x in keep), encoding="utf-8")
+    print(f"{method}: {len(keep)} of {len(lines)} questions have other documents than {CHANGED_BASE}'s", flush=True)
+    margs, sets, _ = tc.eval_method_args(method, RESULTS / "contexts")
+    sets = [f"generator.model={GENERATORS[gen]}", *sets]
+    _s3("eval", "--config", str(CONFIG), *[x for s in sets for x in ("--set", s)], "--dataset", str(qdir),
+        "--index", str(WORK / "index"), "--limit", str(len(keep)), "--out", str(RESULTS / "changed" / gen / method),
+        "--no-progress", "--method", *margs)
+
+
+def _changed_runs(gen: str, base_rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The changed-only controls of `gen`, each composed into a whole run's rows over `base_rows` (the heuristic's)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    root = RESULTS / "changed" / gen
+    for d in sorted(root.iterdir()) if root.is_dir() and base_rows else ():
+        own = _rows(d)
+        changed = tc.changed_ids(_contexts(d.name), _contexts(CHANGED_BASE))
+        try:
+            tc.compose_changed(tc.genacc_by_id(base_rows), tc.genacc_by_id(own), changed)
+        except DataFormatError as e:
+            print(f"{gen}/{d.name} left out of the report: {e}", flush=True)
+            continue
+        mine = set(changed)
+        out[d.name] = {i: own[i] if i in mine else r for i, r in base_rows.items()}
+    return out
 
 
 def _rows(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -327,10 +378,13 @@ def _generator_tables(dataset: str, lines: list[str], places: Any, st_words: int
         runs = {k: v for k, v in runs.items() if v}
         if not runs:
             continue
+        composed = _changed_runs(gen, runs.get(CHANGED_BASE, {})) if dataset == "hotpotqa_dev500" else {}
+        runs |= composed
         names = sorted(runs, key=lambda m: (ORDER.index(m) if m in ORDER else len(ORDER), m))
         runs = {m: runs[m] for m in names}
         # one table per finished length (a run in progress is listed, not allowed to shrink every table)
-        tiers, running = tc.report_tiers({m: (len(runs[m]), _asked(base / m)) for m in names})
+        tiers, running = tc.report_tiers({m: (len(runs[m]), _asked(base / (CHANGED_BASE if m in composed else m)))
+                                          for m in names})
         tables: list[dict[str, Any]] = []
         for n, members in tiers:
             sub = {m: runs[m] for m in members}
@@ -501,6 +555,9 @@ def main() -> int:
                    "only")
     r.add_argument("--max-tokens", type=int, default=None, help="override configs/transfer3.toml's max_tokens")
     r.add_argument("--policy", default=None, help="a0 / policy_NAME: the policy directory")
+    r.add_argument("--only-changed", action="store_true",
+                   help=f"a contexts control: run only the questions whose documents differ from {CHANGED_BASE}'s "
+                        "(the report takes its rows for the rest)")
     r.add_argument("--additive", action="append", default=[], metavar="KEY=VALUE",
                    help="a0: the --set that makes the searcher additive; policy_NAME: any extra --set (repeatable)")
     m = sub.add_parser("max-tokens", help="cap-hit shares of naive-RAG answers at 16 / 32 / 48")
@@ -513,7 +570,10 @@ def main() -> int:
     if a.stage == "prepare":
         prepare(a.visible_words, a.cap, a.k)
     elif a.stage == "run":
-        run(a.method, a.generator, a.limit, a.max_tokens, a.policy, a.additive, a.dataset)
+        if a.only_changed:
+            run_changed(a.method, a.generator)
+        else:
+            run(a.method, a.generator, a.limit, a.max_tokens, a.policy, a.additive, a.dataset)
     elif a.stage == "max-tokens":
         if a.measure_at < max(c for c in CAPS if c <= a.measure_at):
             raise SystemExit("--measure-at must be at least the largest cap measured")

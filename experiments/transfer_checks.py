@@ -289,6 +289,39 @@ def smallest_cap(shares: dict[int, float], below: float = 0.05) -> int | None:
     return ok[0] if ok else None
 
 
+def changed_ids(rows: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ids (in `rows` order) whose contexts-file documents differ from `base`'s (a control that changes only some
+    contexts: only these need a generator call).
+
+    >>> a = [{"id": "q1", "documents": [{"id": "x"}]}, {"id": "q2", "documents": [{"id": "x"}, {"id": "g"}]}]
+    >>> changed_ids(a, [{"id": "q1", "documents": [{"id": "x"}]}, {"id": "q2", "documents": [{"id": "x"}]}])
+    ['q2']
+    """
+    before = {r["id"]: [d["id"] for d in r["documents"]] for r in base}
+    return [r["id"] for r in rows if [d["id"] for d in r["documents"]] != before.get(r["id"])]
+
+
+def compose_changed(base: Mapping[str, float | None], own: Mapping[str, float | None],
+                    changed: Sequence[str]) -> dict[str, float | None]:
+    """GenAcc per question of a control that changes only the `changed` questions' contexts: its own score there
+    (`own`, a run over those questions only), the base run's elsewhere (the same documents give the generator the same
+    prompt, and decoding is greedy: the base's answer is the answer). A changed question `own` lacks is an error: a
+    run in progress is not a result.
+
+    >>> compose_changed({"q1": 1.0, "q2": 0.0, "q3": None}, {"q2": 1.0}, ["q2"])
+    {'q1': 1.0, 'q2': 1.0, 'q3': None}
+    >>> compose_changed({"q1": 1.0}, {}, ["q1"])
+    Traceback (most recent call last):
+    ...
+    s3core.errors.DataFormatError: 1 of the 1 changed questions are not scored yet (first: q1)
+    """
+    lacking = [i for i in changed if i not in own]
+    if lacking:
+        raise DataFormatError(f"{len(lacking)} of the {len(changed)} changed questions are not scored yet "
+                              f"(first: {lacking[0]})")
+    return {i: own[i] if i in set(changed) else v for i, v in base.items()}
+
+
 def genacc_by_id(rows: dict[str, dict[str, Any]], ids: Sequence[str] | None = None) -> dict[str, float | None]:
     """question id -> GenAcc of an eval run's rows (None: not scored), over `ids` when given (missing ones left out)."""
     keep = rows.keys() if ids is None else [i for i in ids if i in rows]
