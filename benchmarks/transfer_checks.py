@@ -239,12 +239,9 @@ def _changed_runs(gen: str, base_rows: dict[str, dict[str, Any]]) -> dict[str, d
         own = _rows(d)
         changed = tc.changed_ids(_contexts(d.name), _contexts(CHANGED_BASE))
         try:
-            tc.compose_changed(tc.genacc_by_id(base_rows), tc.genacc_by_id(own), changed)
+            out[d.name] = tc.compose_changed(base_rows, own, changed)
         except DataFormatError as e:
             print(f"{gen}/{d.name} left out of the report: {e}", flush=True)
-            continue
-        mine = set(changed)
-        out[d.name] = {i: own[i] if i in mine else r for i, r in base_rows.items()}
     return out
 
 

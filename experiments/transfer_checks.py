@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from eval.stats import mean_ci, paired_diff_ci
 from s3core.errors import DataFormatError
@@ -55,6 +55,8 @@ from training.prep.oracle import (  # noqa: F401  (re-exported: this module's AP
     title_variants,
 )
 from training.prep.oracle import document_segments as visible_segments
+
+T = TypeVar("T")
 
 HEURISTIC_K = 8  # documents retrieved per heuristic query (the searcher's k: the 8:3:3 loop)
 DOC_CAP = 5  # |D| cap of the additive searcher and the heuristic: naive RAG's 3 + 2 added
@@ -301,9 +303,8 @@ def changed_ids(rows: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, A
     return [r["id"] for r in rows if [d["id"] for d in r["documents"]] != before.get(r["id"])]
 
 
-def compose_changed(base: Mapping[str, float | None], own: Mapping[str, float | None],
-                    changed: Sequence[str]) -> dict[str, float | None]:
-    """GenAcc per question of a control that changes only the `changed` questions' contexts: its own score there
+def compose_changed(base: Mapping[str, T], own: Mapping[str, T], changed: Sequence[str]) -> dict[str, T]:
+    """Per question (a row, a score) of a control that changes only the `changed` questions' contexts: its own there
     (`own`, a run over those questions only), the base run's elsewhere (the same documents give the generator the same
     prompt, and decoding is greedy: the base's answer is the answer). A changed question `own` lacks is an error: a
     run in progress is not a result.
@@ -319,7 +320,8 @@ def compose_changed(base: Mapping[str, float | None], own: Mapping[str, float | 
     if lacking:
         raise DataFormatError(f"{len(lacking)} of the {len(changed)} changed questions are not scored yet "
                               f"(first: {lacking[0]})")
-    return {i: own[i] if i in set(changed) else v for i, v in base.items()}
+    mine = set(changed)
+    return {i: own[i] if i in mine else v for i, v in base.items()}
 
 
 def genacc_by_id(rows: dict[str, dict[str, Any]], ids: Sequence[str] | None = None) -> dict[str, float | None]:
