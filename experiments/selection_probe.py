@@ -75,7 +75,14 @@ def make_window(q: QAExample, kind: str, ranked: Sequence[Document], rng: random
 def build_windows(questions: Sequence[QAExample], search: SearchFn, titles: Mapping[str, str], *,
                   window: int = WINDOW, seed: int = 0) -> list[Window]:
     """Every question's windows: its own bm25 top-`window` ("question") and one gold title's ("title": the first gold
-    paragraph, by `supporting_ids` order, whose title `titles` knows), in question order; two batched searches."""
+    paragraph, by `supporting_ids` order, whose title `titles` knows), in question order; two batched searches (none
+    for no question: `run --train 0`, the zero-shot row).
+
+    >>> build_windows([], lambda qs, k: 1 / 0, {})
+    []
+    """
+    if not questions:
+        return []
     rng = random.Random(seed)
     own = search([q.question for q in questions], window)
     asks = [(i, titles[g]) for i, q in enumerate(questions) for g in q.supporting_ids[:1] if titles.get(g)]

@@ -207,6 +207,15 @@ class TrainingUpdate(Section):
         description="Truncation of the behaviour importance weight (training.update.offpolicy = 'decoupled'; "
         "losses/is_clipfrac counts the tokens it cut).",
     )
+    turn_credit: float = Field(
+        0.0, ge=0,
+        description="GRPO in s3 mode: weight of each reply's own credit, added to the outcome's sequence advantage on "
+        "that reply's tokens (0 = off, the s3 paper). A reply's credit is the gold supporting paragraphs its selection "
+        "admits first, minus training.retrieval_cost per other paragraph (training/rewards.py turn_credits), taken as "
+        "reward-to-go less the group's mean at the same reply (training/learn/advantages.py turn_advantages): the "
+        "selection and the query that opened its window are credited apart from the rest of the trajectory. Needs the "
+        "training questions' supporting ids; metrics reward/turn_credit_mean, reward/turn_credit_unaligned.",
+    )
 
 
 class TrainingSft(Section):
@@ -411,6 +420,9 @@ class TrainingConfig(Section):
             raise ValueError("training.reward = 'confidence_gated' on vLLM rollouts needs the learner's log-probs of "
                              "each rollout before it is scored, at the weights it was rolled out with: set "
                              "training.rollout.max_staleness = 0 (or the transformers engine)")
+        if self.update.turn_credit and (self.algorithm != "grpo" or self.mode != "s3"):
+            raise ValueError("training.update.turn_credit credits the s3 searcher's selections on GRPO's advantages: it "
+                             f"needs training.algorithm = 'grpo' and mode = 's3' (got {self.algorithm!r}, {self.mode!r})")
         if self.mode == "search_r1" and self.reward not in ("em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated"):
             raise ValueError(f"search_r1 mode answers itself: training.reward={self.reward!r} needs a generator; use 'em'")
         return self

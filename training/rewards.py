@@ -16,6 +16,10 @@ the update. It is never turned into 0.
   dense reward; issue 45 step 3): +1 for each gold supporting paragraph the searcher added that naive RAG's top-k
   (the begin-with-search turn) lacked, -1 for each gold paragraph of that top-k it dropped, -retrieval_cost for each
   non-gold paragraph it added. Needs the questions' supporting ids (HotpotQA, MuSiQue, 2Wiki carry them).
+- `turn_credits` — not a reward of its own but credit for each reply of an s3 rollout (training.update.turn_credit;
+  issue 60 build step 4): the gold paragraphs each reply's selection newly admitted, minus retrieval_cost per other
+  paragraph; training/learn/advantages.py `turn_advantages` turns them into per-reply advantages added to the
+  outcome's, so a selection (and the query whose window it reads) is told apart from the rest of the trajectory.
 - `penalize_invalid` — an optional format term on top of any of them (`training.invalid_penalty`, off by default as
   in the s3 paper): minus penalty x the fraction of the rollout's turns whose action was invalid. Without it an
   invalid turn costs nothing, and a small policy can drift into replies that only select (no query, no stop) while
@@ -57,6 +61,7 @@ __all__ = [
     "r1_searcher_stage2",
     "retrieval_gain",
     "top_k_of",
+    "turn_credits",
 ]
 
 REWARDS = ("gbr", "acc_plus_gbr", "em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated", "retrieval_gain")
@@ -231,6 +236,40 @@ def added_counts(found: Sequence[Sequence[str]], top_k: Sequence[Sequence[str] |
     return [None if x is None else x[0] for x in terms], [None if x is None else x[2] for x in terms]
 
 
+def turn_credits(result: SearchResult, gold: Sequence[str], cost: float = 0.25) -> list[float] | None:
+    """Credit for each reply of one s3 rollout, in order (reply k is the policy's k-th write, recorded in
+    `result.steps[k]`: its selection over the window it was shown, then its next query or stop). Reply k earns +1 for
+    each gold paragraph its selection admits first (in the final documents, not in naive RAG's top-k, the reference
+    of `retrieval_gain`, and not admitted by an earlier reply) and -`cost` for each other paragraph it admits first.
+    Their sum is `retrieval_gain` for a searcher that drops nothing of the top-k (searcher.additive); a selection the
+    context cap turned away earns nothing. None where it cannot be scored (no top-k, no supporting ids).
+
+    >>> from s3core.types import Document, SearchStep
+    >>> steps = [SearchStep(turn=0, retrieved_ids=["a", "b"], selected_ids=["a"]),
+    ...          SearchStep(turn=1, query="q1", retrieved_ids=["g1", "x"], selected_ids=["g1", "x"]),
+    ...          SearchStep(turn=2, query="q2", retrieved_ids=["g1", "y"], selected_ids=["g1", "y"])]
+    >>> docs = [Document(id=i, contents="") for i in ("a", "b", "g1", "x")]  # the cap kept y out
+    >>> r = SearchResult(question="q", documents=docs, steps=steps)
+    >>> turn_credits(r, ["g1", "b"])  # reply 1: g1 (+1) and x (-0.25); reply 2: g1 again, y not admitted
+    [0.0, 0.75, 0.0]
+    >>> retrieval_gain([[d.id for d in docs]], [["a", "b"]], [["g1", "b"]])
+    [0.75]
+    >>> turn_credits(r, []) is None
+    True
+    """
+    top = top_k_of(result)
+    if top is None or not gold:
+        return None
+    final, gs = {d.id for d in result.documents}, set(gold)
+    seen = set(top)
+    out = []
+    for step in result.steps:
+        new = [i for i in dict.fromkeys(step.selected_ids) if i in final and i not in seen]
+        seen.update(new)
+        out.append(float(sum(1.0 if i in gs else -cost for i in new)))
+    return out
+
+
 def top_k_of(result: SearchResult) -> list[str] | None:
     """Naive RAG's top-k for a rollout: what its begin-with-search turn (turn 0: the question itself, k0 = the naive-RAG
     k) retrieved; None without that turn."""
@@ -279,6 +318,8 @@ class RewardBatch:
     # RAG's top-k and other paragraphs added. What the searcher found, whatever the cost the reward weighs it at.
     gold_added: list[float | None] | None = None
     other_added: list[float | None] | None = None
+    # training.update.turn_credit: each rollout's `turn_credits` (one per reply; None where it could not be scored)
+    turn_credits: list[list[float] | None] | None = None
 
 
 # Acc(G(Q, D)) of a batch: (questions, documents per question, golden answers) -> one value per question, None on a
@@ -308,6 +349,7 @@ class RewardScorer:
         end_to_end: bool = False,
         invalid_penalty: float = 0.0,
         retrieval_cost: float = 0.25,
+        turn_credit: bool = False,
     ) -> None:
         if reward not in REWARDS:
             raise ValueError(f"unknown reward {reward!r}; choose one of {', '.join(REWARDS)}")
@@ -326,6 +368,7 @@ class RewardScorer:
         if retrieval_cost < 0:
             raise ValueError(f"retrieval_cost must be >= 0, got {retrieval_cost}")
         self.retrieval_cost = retrieval_cost
+        self.turn_credit = turn_credit  # also score each reply (`turn_credits`, RewardBatch.turn_credits)
         self.reused_baseline = 0  # rollouts scored from the cached baseline so far (`counts`)
 
     def counts(self) -> dict[str, float]:
@@ -379,10 +422,14 @@ class RewardScorer:
         return acc, reused
 
     async def score(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> RewardBatch:
-        """The configured reward, minus `invalid_penalty` x each rollout's invalid-turn fraction when that is set."""
+        """The configured reward, minus `invalid_penalty` x each rollout's invalid-turn fraction when that is set; with
+        `turn_credit`, each reply's credit as well (no generator call)."""
         batch = await self._score(results, examples)
         if self.invalid_penalty:
             batch.rewards = penalize_invalid(batch.rewards, [invalid_fraction(x) for x in results], self.invalid_penalty)
+        if self.turn_credit:
+            batch.turn_credits = [turn_credits(x, e.supporting_ids, self.retrieval_cost)
+                                  for x, e in zip(results, examples, strict=True)]
         return batch
 
     async def _score(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> RewardBatch:

@@ -124,12 +124,15 @@ class ToyExecutor:
     """The StepExecutor of the toy task: rollouts sampled from the learner's own model (the engine is the learner, as
     with training.rollout.engine = 'transformers': sync has nothing to load), rewards from their tokens. Question
     ids are a letter and a number (p0..p3 the training prompts, h0, h1, ... held-out ones: the prompts in turn).
-    `defect`: 'sign' returns the rewards negated, 'mask' marks the environment's tokens as the policy's and back."""
+    `defect`: 'sign' returns the rewards negated, 'mask' marks the environment's tokens as the policy's and back.
+    `credit` (training.update.turn_credit's world): every outcome reward is 0, so the outcome tells no rollout apart,
+    and each reply's credit (RewardBatch.turn_credits) is 1 where the FIRST reply is TARGET, 0 otherwise (negated
+    under the 'sign' defect)."""
 
-    def __init__(self, learner: Any, defect: str | None = None) -> None:
+    def __init__(self, learner: Any, defect: str | None = None, credit: bool = False) -> None:
         import torch
 
-        self.learner, self.defect = learner, defect
+        self.learner, self.defect, self.credit = learner, defect, credit
         self.gen = torch.Generator().manual_seed(0)
 
     def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]:
@@ -138,6 +141,9 @@ class ToyExecutor:
 
     def score(self, results: list[SearchResult], examples: list[QAExample], step: int | None = None) -> RewardBatch:
         sign = -1.0 if self.defect == "sign" else 1.0
+        if self.credit:
+            first = [float(r.trajectory is not None and r.trajectory.response_ids[0] == TARGET) for r in results]
+            return RewardBatch(rewards=[0.0] * len(results), turn_credits=[[sign * f, 0.0] for f in first])
         return RewardBatch(rewards=[sign * toy_reward(r) for r in results])
 
     def sync(self) -> float | None:
@@ -158,10 +164,10 @@ class NoRetriever:
 
 
 def toy_trainer(settings: Any, run_dir: Path, *, heldout: int = 0, defect: str | None = None, resume: bool = True,
-                log: Callable[[str], None] = lambda s: None) -> Any:
+                log: Callable[[str], None] = lambda s: None, credit: bool = False) -> Any:
     """An S3Trainer over the toy world's parts with `settings` (the whole settings, e.g. `load_config(None, [])`
     with the toy's [training]: training/ does not import the CLI's loader): the four prompts its questions,
-    `heldout` held-out questions. resume: from the run's latest checkpoint with its
+    `heldout` held-out questions; `credit`: ToyExecutor's turn-credit world. resume: from the run's latest checkpoint with its
     rollbacks' changes (what make_trainer does for `s3 train`, so `train_healing(lambda: toy_trainer(...))` is
     `s3 train` over the toy)."""
     import torch
@@ -183,7 +189,7 @@ def toy_trainer(settings: Any, run_dir: Path, *, heldout: int = 0, defect: str |
     data = TrainingSet(directory=run_dir, examples=examples, baseline={}, index_dir=None, manifest={})  # type: ignore[arg-type]
     parts = TrainingParts(cfg=cfg, run_dir=run_dir, device="cpu", data=data, examples=examples, heldout=held,
                           retriever=NoRetriever(), loop_cfg=cfg.searcher, learner=learner,  # type: ignore[arg-type]
-                          tokenizer=learner.tokenizer, executor=ToyExecutor(learner, defect), resume_dir=start)
+                          tokenizer=learner.tokenizer, executor=ToyExecutor(learner, defect, credit), resume_dir=start)
     return S3Trainer(parts, log=log)
 
 

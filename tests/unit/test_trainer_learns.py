@@ -26,6 +26,7 @@ it too. The reward per step is printed (pytest -s).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -38,7 +39,7 @@ pytest.importorskip("peft")
 from s3.config import load_config  # noqa: E402
 from training.config import TrainingConfig  # noqa: E402
 from training.learn.learner import Learner  # noqa: E402
-from training.testing import PROMPTS, VOCAB, toy_reward, toy_rollouts, toy_trainer  # noqa: E402
+from training.testing import PROMPTS, TARGET, VOCAB, toy_reward, toy_rollouts, toy_trainer  # noqa: E402
 
 GROUP = 8  # rollouts per prompt (GRPO's group)
 STEPS = 12  # the fixed budget of optimizer steps (the learning runs reach >= 0.96 by step 5)
@@ -50,16 +51,17 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _config(base: Path, algorithm: str, lora: bool, staleness: int = 0, offpolicy: str = "decoupled",
-            scale: str = "group_std") -> TrainingConfig:
+            scale: str = "group_std", turn_credit: float | None = None) -> TrainingConfig:
     """The toy's [training]. GRPO as the transfer recipes run it: the flat groups dropped (training.update.
     drop_flat_groups) and a format term on (training.invalid_penalty: its advantage centred, the default
     training.format_advantage; the toy's rollouts have no invalid turn, so it adds 0)."""
     grpo = algorithm == "grpo"
+    credit = {} if turn_credit is None else {"turn_credit": turn_credit, "drop_flat_groups": False}
     return TrainingConfig(
         algorithm=algorithm, base_model=str(base), seed=0, invalid_penalty=0.05 if grpo else 0.0,
         rollout={"group_size": GROUP, "batch_size": len(PROMPTS), "temperature": 1.0, "max_staleness": staleness},
         update={"learning_rate": 1e-2, "critic_learning_rate": 1e-2, "kl_coef": 0.001, "clip_coef": 0.2,
-                "offpolicy": offpolicy, "advantage_scale": scale, "drop_flat_groups": grpo},
+                "offpolicy": offpolicy, "advantage_scale": scale, "drop_flat_groups": grpo, **credit},
         learner={"lora": lora, "lora_r": 8, "lora_alpha": 16, "micro_batch_size": 16},
         total_steps=STEPS, checkpoint={"every": STEPS},
         # the toy's optimum is far from its random reference (KL ~ log 10 a token): the recovery's KL bound
@@ -149,3 +151,35 @@ def test_trainer_learns_from_stale_rollouts(tiny_lm_dir: Path, tmp_path: Path, a
     assert before < 0.3, f"the untrained policy should be near 1/{len(VOCAB)}: {before:.3f}"
     assert after >= THRESHOLD, f"{algorithm} ({'LoRA' if lora else 'full'}) at staleness {staleness}: reward " \
         f"{before:.3f} -> {after:.3f} after {STEPS} steps, below {THRESHOLD} (optimum {OPTIMUM})"
+
+
+def _first_reply_target(learner: Learner, seed: int) -> float:
+    """The share of fresh rollouts whose FIRST reply is the target token."""
+    gen = torch.Generator().manual_seed(seed)
+    rollouts = toy_rollouts(learner.model, [p for p in PROMPTS for _ in range(EVAL_SAMPLES)], gen)
+    return sum(r.trajectory.response_ids[0] == TARGET for r in rollouts if r.trajectory) / len(rollouts)
+
+
+@pytest.mark.parametrize("case", ["credit", "off", "sign"])
+def test_turn_credit_teaches_the_reply_it_credits(tiny_lm_dir: Path, tmp_path: Path, case: str) -> None:
+    """training.update.turn_credit (issue 60 build step 4) through the real loop and LoRA GRPO update: every outcome
+    reward is 0 (a flat group: GRPO's sequence advantage is 0 for every rollout), and only each reply's credit says
+    which rollouts did well (1 where the first reply is the target token). With the credit on, the first reply learns
+    the target; off, nothing moves it (the outcome alone cannot); with its sign flipped, it learns to avoid it."""
+    tc = _config(tiny_lm_dir, "grpo", True, turn_credit=0.0 if case == "off" else 1.0)
+    trainer = toy_trainer(load_config(None, []).model_copy(update={"training": tc}), tmp_path, resume=False,
+                          credit=True, defect="sign" if case == "sign" else None)
+    try:
+        before = _first_reply_target(trainer.learner, seed=1000)
+        trainer.train()
+        after = _first_reply_target(trainer.learner, seed=2000)
+        rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    finally:
+        trainer.close()
+    print(f"turn credit {case}: first reply target {before:.3f} -> {after:.3f}")  # pytest -s
+    assert before < 0.3
+    if case == "credit":
+        assert after >= THRESHOLD, f"turn credit: first reply target {before:.3f} -> {after:.3f} after {STEPS} steps"
+        assert all(r["reward/turn_credit_unaligned"] == 0.0 for r in rows)  # two replies, two policy spans
+    else:
+        assert after <= max(before, 0.15) + 0.1, f"{case}: first reply target {before:.3f} -> {after:.3f}"

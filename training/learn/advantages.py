@@ -11,6 +11,12 @@ baseline. The one place an advantage is estimated; the losses (training/learn/al
   rewards are all equal (`flat_groups`) leaves the update. None = the row leaves the update.
 - PPO (Schulman et al. 2017; s3 paper §3.3): the sequence reward on its last policy token (`token_rewards`), GAE over
   policy tokens only with gamma = gae_lambda = 1 by default (`gae_advantages`).
+- Per-reply credit (GRPO, training.update.turn_credit; issue 60 build step 4): each reply's retrieval credit
+  (training/rewards.py `turn_credits`) as reward-to-go, less the group's mean reward-to-go at the same reply
+  (`turn_advantages`), added x turn_credit to the sequence advantage on that reply's tokens (`reply_spans`,
+  `turn_advantage_tokens`). A reply is then credited with the gold its selection admits and the gold later replies
+  admit from the windows its query opened, apart from the rest of the trajectory: the turn-level credit of IGPO /
+  StepSearch, from gold labels the training data carries rather than a learned critic.
 
 A new estimator is a function here, chosen in `sequence_advantages` (or `token_advantages`) from its setting in
 training/config.py.
@@ -28,7 +34,8 @@ from training.config import TrainingConfig
 from training.rewards import format_terms
 
 __all__ = ["flat_groups", "format_only_groups", "gae_advantages", "group_advantages_format_centred",
-           "group_advantages_missing", "grpo_advantages", "sequence_advantages", "token_advantages", "token_rewards"]
+           "group_advantages_missing", "grpo_advantages", "reply_spans", "sequence_advantages", "token_advantages",
+           "token_rewards", "turn_advantage_tokens", "turn_advantages"]
 
 
 def sequence_advantages(tc: TrainingConfig, results: Sequence[SearchResult],
@@ -229,3 +236,77 @@ def gae_advantages(
         next_value = torch.where(keep, values[:, t], next_value)
     returns = (advantages + values) * m
     return advantages, returns
+
+
+def turn_advantages(credits: Sequence[Sequence[float] | None], group_size: int) -> list[list[float] | None]:
+    """Each reply's credit advantage: its reward-to-go (its own credit plus every later reply's, gamma 1) less the mean
+    reward-to-go at the same reply index over the group's members that reached it (consecutive `group_size` rows = one
+    question; a baseline per index, so a rollout is not credited for having more replies than another). Not divided
+    by a std: a gold paragraph stays worth 1. None rows (no credit) keep None; a reply index only one member reached
+    gets 0.
+
+    >>> turn_advantages([[0.0, 1.0, 0.0], [0.0, -0.25], None, [0.0, 0.0, 0.0]], 4)
+    [[0.75, 0.75, 0.0], [-0.5, -0.5], None, [-0.25, -0.25, 0.0]]
+    """
+    if len(credits) % group_size != 0:
+        raise ValueError(f"{len(credits)} credit rows is not a multiple of group_size={group_size}")
+    togo: list[list[float] | None] = []
+    for c in credits:
+        if c is None:
+            togo.append(None)
+            continue
+        acc, rev = 0.0, []
+        for x in reversed(c):
+            acc += x
+            rev.append(acc)
+        togo.append(rev[::-1])
+    out: list[list[float] | None] = []
+    for g in range(0, len(credits), group_size):
+        members = [t for t in togo[g : g + group_size] if t is not None]
+        for t in togo[g : g + group_size]:
+            if t is None:
+                out.append(None)
+                continue
+            row = []
+            for k, v in enumerate(t):
+                at_k = [m[k] for m in members if len(m) > k]
+                row.append(v - sum(at_k) / len(at_k))
+            out.append(row)
+    return out
+
+
+def reply_spans(mask: Sequence[int] | Tensor) -> list[tuple[int, int]]:
+    """The (start, end) of each run of policy tokens (1s) in a mask, in order: one per reply of the rollout.
+
+    >>> reply_spans([0, 1, 1, 0, 0, 1, 0, 1])
+    [(1, 3), (5, 6), (7, 8)]
+    """
+    values = mask.tolist() if isinstance(mask, Tensor) else list(mask)
+    spans, start = [], None
+    for t, m in enumerate(values):
+        if m and start is None:
+            start = t
+        elif not m and start is not None:
+            spans.append((start, t))
+            start = None
+    if start is not None:
+        spans.append((start, len(values)))
+    return spans
+
+
+def turn_advantage_tokens(loss_mask: Tensor, rows: Sequence[Sequence[float] | None], coef: float) -> Tensor:
+    """(B, T) token advantages from per-reply values: `coef` x row b's value k on the tokens of its k-th reply span in
+    `loss_mask` (B, T); 0 for a row without values, whose span count differs (callers check `reply_spans` first), or
+    off the mask.
+
+    >>> turn_advantage_tokens(torch.tensor([[1, 1, 0, 1], [0, 1, 0, 0]]), [[0.5, -1.0], None], 2.0).tolist()
+    [[1.0, 1.0, 0.0, -2.0], [0.0, 0.0, 0.0, 0.0]]
+    """
+    out = torch.zeros(loss_mask.shape, dtype=torch.float32)
+    for b, values in enumerate(rows):
+        spans = reply_spans(loss_mask[b])
+        if values is None or len(spans) != len(values):
+            continue
+        for (s, e), v in zip(spans, values, strict=True):
+            out[b, s:e] = coef * v
+    return out

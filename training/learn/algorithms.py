@@ -191,11 +191,12 @@ def grpo_loss(
 ) -> GRPOLossOutput:
     """GRPO: clipped surrogate with sequence advantages broadcast over tokens, plus kl_coef * k3 KL to pi_ref.
 
-    logprobs, old_logprobs, ref_logprobs, mask: (B, T); advantages: (B,) (from `group_advantages_missing`).
+    logprobs, old_logprobs, ref_logprobs, mask: (B, T); advantages: (B,) (from `group_advantages_missing`), or (B, T)
+    when each token has its own (training.update.turn_credit: the sequence's plus its reply's credit).
     is_weight (B, T): the decoupled PPO behaviour weight of the surrogate (`policy_gradient_loss`); the KL term is
     not weighted (see `masked_update`'s note in training/learn/learner.py).
     """
-    adv = advantages.unsqueeze(1).expand_as(logprobs)  # (B, T)
+    adv = advantages.unsqueeze(1).expand_as(logprobs) if advantages.dim() == 1 else advantages  # (B, T)
     pg, stats = policy_gradient_loss(logprobs, old_logprobs, adv, mask, clip_coef, is_weight)
     if ref_logprobs is not None and kl_coef > 0:
         kl = masked_mean(kl_k3(logprobs, ref_logprobs), mask)

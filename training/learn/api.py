@@ -49,6 +49,7 @@ class MicroBatch:
 
     batch: Batch
     adv: list[float] | None = None  # (B,) GRPO
+    turn_adv: Any = None  # (B, T') GRPO with training.update.turn_credit: added to `adv` token by token
     rewards: list[float] | None = None  # (B,) PPO
 
 

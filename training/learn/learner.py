@@ -203,6 +203,8 @@ def masked_update(core: UpdateCore, mbs: list[MicroBatch], weights: list[float],
             if not ppo:
                 assert mb.adv is not None
                 adv = torch.tensor(mb.adv, dtype=lp.dtype, device=lp.device)  # (B,)
+                if mb.turn_adv is not None:  # training.update.turn_credit: each reply's own credit on its tokens
+                    adv = adv.unsqueeze(1) + mb.turn_adv.to(device=lp.device, dtype=lp.dtype)  # (B, T)
                 out = alg.grpo_loss(lp, old_lp, refs[j], adv, p.loss_mask, tc.update.clip_coef, tc.update.kl_coef,
                                     is_weight=w)
                 parts = {"losses/policy": out.pg_loss, "losses/kl": out.kl, "losses/total": out.loss,

@@ -106,6 +106,7 @@ def make_scorer(
         end_to_end=end_to_end,
         invalid_penalty=tc.invalid_penalty,
         retrieval_cost=tc.retrieval_cost,
+        turn_credit=bool(tc.update.turn_credit),
     )
 
 

@@ -155,13 +155,18 @@ class RewardWorker(RayWorker):
 
 
 def _merge(batches: list[RewardBatch]) -> RewardBatch:
-    """Shard RewardBatches, in shard order, as one."""
+    """Shard RewardBatches, in shard order, as one (a column a shard lacks: None for each of its rows).
 
-    def cat(name: str) -> list[float | None] | None:
+    >>> m = _merge([RewardBatch([1.0], turn_credits=[[0.0, 1.0]]), RewardBatch([0.0, None])])
+    >>> m.rewards, m.turn_credits, m.acc_s3
+    ([1.0, 0.0, None], [[0.0, 1.0], None, None], None)
+    """
+
+    def cat(name: str) -> Any:
         cols = [getattr(b, name) for b in batches]
         if all(c is None for c in cols):
             return None
-        return [x for c in cols for x in (c if c is not None else [])]
+        return [x for b, c in zip(batches, cols, strict=True) for x in (c if c is not None else [None] * len(b.rewards))]
 
     return RewardBatch(
         rewards=[r for b in batches for r in b.rewards],
@@ -171,6 +176,7 @@ def _merge(batches: list[RewardBatch]) -> RewardBatch:
         reused_baseline=sum(b.reused_baseline for b in batches),
         gold_added=cat("gold_added"),
         other_added=cat("other_added"),
+        turn_credits=cat("turn_credits"),
     )
 
 

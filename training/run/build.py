@@ -267,6 +267,9 @@ def build_training(cfg: TrainSettings, prepared: Prepared, log: Log = print) -> 
     agent_kind = _agent_kind(cfg)
     data = prepared.data
     examples, heldout = split_heldout(cfg, data.examples)
+    if tc.update.turn_credit and not any(e.supporting_ids for e in examples):
+        raise S3Error("training.update.turn_credit credits each reply with the gold paragraphs it admits: the "
+                      "training questions need supporting ids (metadata.supporting_ids); these have none")
     retriever = build_retriever(cfg.retriever, data.index_dir)
     resume_dir = latest_checkpoint(run_dir)  # the newest complete checkpoint (None: a fresh run)
     learner: Learner | None = None

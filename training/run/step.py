@@ -97,13 +97,14 @@ def confidence_logprobs(tc: TrainingConfig, results: list[SearchResult], pad: Pa
     return {"rollout/confidence_from_learner": float(replaced)}
 
 
-def update_rows(tc: TrainingConfig, results: list[SearchResult], rewards: list[float | None],
-                pad: Pad) -> tuple[UpdateRows | None, dict[str, float]]:
+def update_rows(tc: TrainingConfig, results: list[SearchResult], rewards: list[float | None], pad: Pad,
+                credits: list[list[float] | None] | None = None) -> tuple[UpdateRows | None, dict[str, float]]:
     """The rows of scored rollouts that enter an update (consecutive group_size rows = one question) with their GRPO
     advantages (or PPO's rewards: the learner's critic turns them into advantages), padded by `pad`; and the stats of
     the choice (reward/flat_groups). Samples whose reward is None (or, in GRPO, whose group has < 2 scored members,
     or with training.update.drop_flat_groups a group whose rewards are all equal) and rollouts without policy tokens
-    leave the update; None when no row is left."""
+    leave the update; None when no row is left. With training.update.turn_credit, `credits` (RewardBatch.turn_credits)
+    add each reply's credit advantage to its tokens (`turn_rows`)."""
     from training.learn.advantages import sequence_advantages  # torch: imported when an update runs
 
     adv, stats = sequence_advantages(tc, results, rewards)
@@ -111,13 +112,40 @@ def update_rows(tc: TrainingConfig, results: list[SearchResult], rewards: list[f
     rows = [i for i in range(len(results)) if adv[i] is not None and tokens.get(i, 0.0) > 0]
     if not rows:
         return None, stats
+    turns: list[list[float] | None] | None = None
+    if tc.algorithm == "grpo" and tc.update.turn_credit and credits is not None:
+        turns, turn_stats = turn_rows(results, credits, tc.rollout.group_size)
+        stats.update(turn_stats)
 
     def micro(b: list[int]) -> MicroBatch:
         if tc.algorithm == "grpo":
-            return MicroBatch(pad(results, b), adv=[float(adv[i] or 0.0) for i in b])
+            batch = pad(results, b)
+            turn_adv = None
+            if turns is not None:
+                from training.learn.advantages import turn_advantage_tokens
+
+                turn_adv = turn_advantage_tokens(batch.loss_mask.cpu(), [turns[i] for i in b], tc.update.turn_credit)
+            return MicroBatch(batch, adv=[float(adv[i] or 0.0) for i in b], turn_adv=turn_adv)
         return MicroBatch(pad(results, b), rewards=[float(rewards[i] or 0.0) for i in b])
 
     return UpdateRows(rows, [tokens[i] for i in rows], micro, tc.learner.micro_batch_size), stats
+
+
+def turn_rows(results: list[SearchResult], credits: list[list[float] | None],
+              group_size: int) -> tuple[list[list[float] | None], dict[str, float]]:
+    """Each rollout's per-reply credit advantages (training/learn/advantages.py `turn_advantages`), None for a rollout
+    whose replies do not match its trajectory's policy spans one to one (it keeps its sequence advantage alone), and
+    the stats: reward/turn_credit_mean (credit per rollout) and reward/turn_credit_unaligned (rollouts left without)."""
+    from training.learn.advantages import reply_spans, turn_advantages
+
+    aligned: list[list[float] | None] = []
+    for r, c in zip(results, credits, strict=True):
+        ok = c is not None and r.trajectory is not None and len(reply_spans(r.trajectory.mask)) == len(c)
+        aligned.append(c if ok else None)
+    scored = [sum(c) for c in aligned if c is not None]
+    stats = {"reward/turn_credit_mean": sum(scored) / len(scored) if scored else float("nan"),
+             "reward/turn_credit_unaligned": float(sum(c is not None and a is None for c, a in zip(credits, aligned, strict=True)))}
+    return turn_advantages(aligned, group_size), stats
 
 
 def rl_row(batch: RolloutBatch, scored: ScoredBatch, *, samples_in_update: int, loop: dict[str, float],

@@ -9,12 +9,12 @@ masked policy-gradient update with a k3 KL term to the frozen reference policy -
 the running engine, in place -> metrics -> checkpoint every `training.checkpoint.every` steps (and always at the end).
 
 What the loop drives, each behind one interface: rollouts, rewards and the weight sync through a StepExecutor
-(training/rollouts/executors.py: in this process, or on Ray actors, training/rollouts/ray_backend.py); the update, the scheduler, the
-checkpoint's model folders and the warm-up's end through the learner (training/learn/api.py `PolicyLearner`: this
-process's Learner, or a LearnerGroup of ray.learners Ray actors). The data order and the held-out schedule are
-training/run/schedule.py's; every file of the run directory (metrics.jsonl, checkpoints/, heldout.jsonl, ...) is
-training/rundir.py's; the held-out evaluation is training/run/evaluate.py's; how a step's batch is measured, turned into
-update rows (`update_rows`) and into its metrics row is training/run/step.py's.
+(training/rollouts/executors.py: in this process, or on Ray actors, training/rollouts/ray_backend.py); the update, the
+scheduler, the checkpoint's model folders and the warm-up's end through the learner (training/learn/api.py
+`PolicyLearner`: this process's Learner, or a LearnerGroup of ray.learners Ray actors). The data order and the held-out
+schedule are training/run/schedule.py's; every file of the run directory (metrics.jsonl, checkpoints/, heldout.jsonl,
+...) is training/rundir.py's; the held-out evaluation is training/run/evaluate.py's; how a step's batch is measured,
+turned into update rows (`update_rows`) and into its metrics row is training/run/step.py's.
 
 Devices: the learner, the reference policy and the critic live on training.learner.device ('auto' = cuda when available);
 nothing else is placed by hand. With training.rollout.engine = "vllm" the ratio's old log-probs are the learner's own
@@ -28,8 +28,9 @@ keeps the batches in flight. s = 0 is the synchronous loop, call for call.
 
 Resume: `s3 train` on an existing run directory continues from `checkpoints/latest` (same data order: the order is a
 function of (seed, epoch), and the position is stored). A trigger after an RL step (NaN, spike, KL, collapse, a held-out
-fall) rolls the run back: `train` returns the decision, and training/run/recovery.py's `train_healing` resumes. The PPO critic is a value head on the policy's last hidden
-states (detached: it learns with training.update.critic_learning_rate without moving the actor).
+fall) rolls the run back: `train` returns the decision, and training/run/recovery.py's `train_healing` resumes. The PPO
+critic is a value head on the policy's last hidden states (detached: it learns with training.update.critic_learning_rate
+without moving the actor).
 """
 
 from __future__ import annotations
@@ -101,8 +102,7 @@ class S3Trainer:
             self.log(f"train: rollout engine(s) ready; weights synced in {sync_s:.2f}s")
 
     def close(self) -> None:
-        """Stop the pipeline's threads, the executor's workers and the learner group (Ray actors) and close the metrics
-        writer."""
+        """Stop the pipeline's threads, the executor's workers and the learner group (Ray actors); close the metrics."""
         if self.pipeline is not None:
             self.pipeline.close()
         self.parts.close()
@@ -175,7 +175,7 @@ class S3Trainer:
         t2, w2 = time.perf_counter(), time.time()
         batch, sb = flight.rollout, flight.scored
         assert isinstance(batch, RolloutBatch) and isinstance(sb, ScoredBatch)
-        stats, rows, total_tokens = self.update(batch.results, sb.reward.rewards)
+        stats, rows, total_tokens = self.update(batch.results, sb.reward.rewards, sb.reward.turn_credits)
         learning_rate = self.learner.step_scheduler()
         t3, w3 = time.perf_counter(), time.time()
         sync_s = pipe.sync(self.executor.sync, self.step + 1)  # after any rollout running on the engine
@@ -224,11 +224,8 @@ class S3Trainer:
             "search/turns": sum(r.turns for r in results) / len(results),
             "search/docs": sum(len(r.documents) for r in results) / len(results),
             "search/oracle_selected": sum(n_sel) / len(n_sel),
-            "charts/sft": 1.0,
-            "charts/learning_rate": self.tc.sft.learning_rate,
-            "charts/rollout_seconds": t1 - t0,
-            "charts/update_seconds": t2 - t1,
-            "charts/step_seconds": t2 - t0,
+            "charts/sft": 1.0, "charts/learning_rate": self.tc.sft.learning_rate,
+            "charts/rollout_seconds": t1 - t0, "charts/update_seconds": t2 - t1, "charts/step_seconds": t2 - t0,
             **sync_row(sync_s, t2 - t0),
         }
         return self._finish_step(row, idx)
@@ -269,11 +266,12 @@ class S3Trainer:
         return row
 
     # ------------------------------------------------------------------ the update
-    def update(self, results: list[SearchResult], rewards: list[float | None]) -> tuple[dict[str, float], list[int], float]:
-        """One masked policy-gradient update from scored rollouts (`update_rows`: the rows that enter it and their
-        advantages) by the learner (training/learn/learner.py `Learner.update`, or every rank of a LearnerGroup).
-        Returns (stats, rows used, policy tokens). The padded micro-batches stay in `self.last_batches`."""
-        rows, stats = update_rows(self.tc, results, rewards, self._pad)
+    def update(self, results: list[SearchResult], rewards: list[float | None],
+               credits: list[list[float] | None] | None = None) -> tuple[dict[str, float], list[int], float]:
+        """One masked policy-gradient update from scored rollouts (`update_rows`: the rows that enter it, their
+        advantages and each reply's `credits`) by the learner (training/learn/learner.py `Learner.update`, or every
+        rank of a LearnerGroup). Returns (stats, rows used, policy tokens); the micro-batches stay in last_batches."""
+        rows, stats = update_rows(self.tc, results, rewards, self._pad, credits)
         if rows is None:
             return stats, [], 0.0
         report = self.learner.update(rows)
