@@ -485,7 +485,8 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="benchmarks/rollout_temperature.py",
         description="Share of informative GRPO groups per rollout temperature, on the real s3 loop (issue 45, step 3).",
         epilog="Module docstring of experiments/rollout_temperature.py: what is measured and written.")
-    p.add_argument("--config", required=True, help="the training config (e.g. configs/transfer3.toml)")
+    p.add_argument("--config", required=True, action="append",
+                   help="the training config (e.g. configs/transfer3.toml; repeatable: layered in order, as `s3 train`)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="a config override, as `s3 train --set` (repeatable)")
     p.add_argument("--policy", default=None,
@@ -561,7 +562,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     if any(t < 0 for t in temps):
         raise S3Error("temperatures must be >= 0")
     meta = {"method": "experiments/rollout_temperature.py (module docstring)",
-            "command": "benchmarks/rollout_temperature.py " + " ".join(argv), "config": str(args.config),
+            "command": "benchmarks/rollout_temperature.py " + " ".join(argv), "config": " ".join(args.config),
             "overrides": args.sets, "policy": args.policy or tc.base_model, "engine": tc.rollout.engine,
             "split": "file" if args.questions_file else args.split, "questions": len(examples), "group_size": group,
             "seed": args.seed, "reward": tc.reward, "retrieval_cost": tc.retrieval_cost,
