@@ -188,20 +188,24 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
         margs, method_sets, uses_index = tc.eval_method_args(method, RESULTS / "contexts", policy, additive)
     except ValueError as e:
         raise SystemExit(str(e)) from None
-    sets = [f"generator.model={GENERATORS[gen]}"]
     if max_tokens is not None:
-        sets.append(f"generator.max_tokens={max_tokens}")
-    sets += method_sets
+        method_sets = [f"generator.max_tokens={max_tokens}", *method_sets]
     name = method if max_tokens in (None, _cfg().generator.max_tokens) else f"{method}_mt{max_tokens}"
     summary = _run_dir(gen, name, dataset) / "summary.json"
     done = json.loads(summary.read_text()) if summary.is_file() else {}
     if done.get("n_scored", 0) >= limit and not done.get("n_failed") and not done.get("n_missing"):
         print(f"= {gen}/{name}: {done['n_scored']} questions already scored", flush=True)
         return
-    index_args = ["--index", str(index)] if uses_index else []  # `s3 eval` refuses an index it would not use
+    _eval(gen, margs, method_sets, data, index if uses_index else None, limit, _run_dir(gen, name, dataset))
+
+
+def _eval(gen: str, margs: list[str], sets: list[str], data: Path, index: Path | None, limit: int, out: Path) -> None:
+    """The one `s3 eval` call of a check: `margs` / `sets` from tc.eval_method_args, with `gen`'s generator; `index`
+    None where the method reads none (`s3 eval` refuses an index it would not use)."""
+    sets = [f"generator.model={GENERATORS[gen]}", *sets]
+    index_args = ["--index", str(index)] if index is not None else []
     _s3("eval", "--config", str(CONFIG), *[x for s in sets for x in ("--set", s)], "--dataset", str(data),
-        *index_args, "--limit", str(limit), "--out", str(_run_dir(gen, name, dataset)), "--no-progress",
-        "--method", *margs)
+        *index_args, "--limit", str(limit), "--out", str(out), "--no-progress", "--method", *margs)
 
 
 CHANGED_BASE = "heuristic"  # the run a changed-only control takes its unchanged questions' rows from
@@ -225,10 +229,7 @@ def run_changed(method: str, gen: str) -> None:
     (qdir / "questions.jsonl").write_text("".join(x + "\n" for x in keep), encoding="utf-8")
     print(f"{method}: {len(keep)} of {len(lines)} questions have other documents than {CHANGED_BASE}'s", flush=True)
     margs, sets, _ = tc.eval_method_args(method, RESULTS / "contexts")
-    sets = [f"generator.model={GENERATORS[gen]}", *sets]
-    _s3("eval", "--config", str(CONFIG), *[x for s in sets for x in ("--set", s)], "--dataset", str(qdir),
-        "--index", str(WORK / "index"), "--limit", str(len(keep)), "--out", str(RESULTS / "changed" / gen / method),
-        "--no-progress", "--method", *margs)
+    _eval(gen, margs, sets, qdir, WORK / "index", len(keep), RESULTS / "changed" / gen / method)
 
 
 def _changed_runs(gen: str, base_rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
