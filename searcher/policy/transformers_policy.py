@@ -275,7 +275,14 @@ class TransformersPolicy(ChatTokenizerMixin):
             if not base_spec:
                 raise S3Error(f"{where}/adapter_config.json names no base_model_name_or_path")
             base_dir = resolve_checkpoint(str(base_spec))
-            model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch_dtype)
+            base_tokenizer = None
+            if isinstance(base_dir, Path) and (base_dir / "adapter_config.json").is_file():
+                # trained on top of another adapter (training.base_model was a trained LoRA searcher): that one is
+                # merged into its own base first, as the trainer loaded it
+                inner = cls.load(str(base_dir), dtype=dtype, merge_adapter=True)
+                model, base_tokenizer = inner.model, inner.tokenizer
+            else:
+                model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch_dtype)
             try:
                 from peft import PeftModel
             except ImportError as e:
@@ -283,11 +290,13 @@ class TransformersPolicy(ChatTokenizerMixin):
             model = PeftModel.from_pretrained(model, str(where))
             if merge_adapter:
                 model = model.merge_and_unload()
-            tok_dir = where if (where / "tokenizer_config.json").is_file() else base_dir
+            if (where / "tokenizer_config.json").is_file() or base_tokenizer is None:
+                tokenizer = AutoTokenizer.from_pretrained(str(where if (where / "tokenizer_config.json").is_file() else base_dir))
+            else:
+                tokenizer = base_tokenizer
         else:
             model = AutoModelForCausalLM.from_pretrained(str(where), dtype=torch_dtype)
-            tok_dir = where
-        tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+            tokenizer = AutoTokenizer.from_pretrained(str(where))
         model.to(device)
         model.eval()
         return cls(model, tokenizer, name=f"transformers:{spec}", max_batch=max_batch, gen_batch=gen_batch)

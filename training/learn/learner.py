@@ -234,13 +234,17 @@ def masked_update(core: UpdateCore, mbs: list[MicroBatch], weights: list[float],
 # ---------------------------------------------------------------------------------------------------- building
 def load_policy(tc: TrainingConfig, device: str, resume_dir: Path | None) -> tuple[Any, Any, Any]:
     """The transformers policy (trainable): (policy, model, tokenizer). Full fine-tuning resumes from the checkpoint's
-    policy/ dir; LoRA loads the base model and the checkpoint's adapter."""
+    policy/ dir; LoRA loads the base model and the checkpoint's adapter. A base_model that is itself a LoRA adapter (a
+    trained searcher, e.g. searcher/policies/smollm2-135m-hotpotqa) is merged into its own base first: RL starts from
+    that policy, and a fresh LoRA trains on top of it (unmerged, its frozen adapter would take the new one's place)."""
     from searcher.policy.transformers_policy import TransformersPolicy
 
     source = tc.base_model
     if resume_dir is not None and not tc.learner.lora:
         source = str(resume_dir / "policy")
-    policy = TransformersPolicy.load(source, device=device, dtype=tc.learner.dtype)
+    policy = TransformersPolicy.load(source, device=device, dtype=tc.learner.dtype, merge_adapter=True)
+    if not tc.learner.lora:
+        policy.model.requires_grad_(True)  # a merged adapter's base comes back frozen (peft froze it)
     if tc.learner.lora:
         if resume_dir is not None:
             from peft import PeftModel
@@ -290,7 +294,7 @@ def reference_model(tc: TrainingConfig, device: str, run_dir: Path) -> Any:
         ref = TransformersPolicy.load(str(warmed), device=device, dtype=tc.learner.dtype).model.merge_and_unload()
     else:
         source = str(warmed) if (warmed / "config.json").is_file() else tc.base_model
-        ref = TransformersPolicy.load(source, device=device, dtype=tc.learner.dtype).model
+        ref = TransformersPolicy.load(source, device=device, dtype=tc.learner.dtype, merge_adapter=True).model
     ref.eval()
     for p in ref.parameters():
         p.requires_grad_(False)
@@ -451,10 +455,12 @@ class Learner:
     def save_adapter(self, out: Path) -> None:
         """The LoRA adapter alone (a few MB): `s3 search --policy out` loads it on top of its base model, named as
         training.base_model was (an offline model name resolves on any machine; peft would write this machine's path
-        of the converted model), so the folder is a complete policy to ship."""
+        of the converted model), so the folder is a complete policy to ship. A base_model that is a LoRA adapter is
+        named too (its merged base is what this adapter was trained on; TransformersPolicy.load merges it first)."""
         self.model.save_pretrained(str(out))
         base = self.tc.base_model
-        if not Path(base).expanduser().exists():
+        on_adapter = (Path(base).expanduser() / "adapter_config.json").is_file()  # trained on top of a LoRA searcher
+        if on_adapter or not Path(base).expanduser().exists():
             cfg_path = out / "adapter_config.json"
             cfg = json.loads(cfg_path.read_text())
             cfg["base_model_name_or_path"] = base

@@ -132,7 +132,8 @@ def rollout_policy(cfg: TrainSettings, device: str, *, seed_offset: int = 0) -> 
             # vLLM's own 'auto' serves a float32 checkpoint in bfloat16: ~0.04 mean log-prob gap to a float32 learner
             update["dtype"] = tc.learner.dtype
         return VLLMPolicy(str(resolve_checkpoint(tc.base_model)), engine=cfg.searcher.vllm.model_copy(update=update))
-    return TransformersPolicy.load(tc.base_model, device=device, dtype=tc.learner.dtype, gen_batch=cfg.searcher.generate_batch)
+    return TransformersPolicy.load(tc.base_model, device=device, dtype=tc.learner.dtype, gen_batch=cfg.searcher.generate_batch,
+                                   merge_adapter=True)  # an engine only samples: a LoRA base_model folded in
 
 
 class LocalExecutor:
