@@ -64,3 +64,23 @@ def test_rl_starts_from_the_adapter_policy_and_trains(trained_adapter: Path, tin
     else:
         assert len(trainable) == len(list(learner.model.parameters()))
         assert torch.allclose(_logits(learner.ref_model), shipped, atol=1e-5)
+
+
+def test_the_vllm_rollout_engine_is_given_the_adapter_merged(trained_adapter: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """training.rollout.engine = 'vllm' with a LoRA base_model: vLLM loads full weights, so the engine gets the adapter
+    merged into its base (cached), whose outputs are the adapter policy's (the engine itself is recorded, not started:
+    tests/integration/test_vllm_engine.py runs the real one)."""
+    from s3.config import load_config
+    from searcher.policy import vllm_policy
+    from training.rollouts.executors import rollout_policy
+
+    given: list[str] = []
+    monkeypatch.setattr(vllm_policy, "VLLMPolicy", lambda path, engine: given.append(path) or "engine")
+    monkeypatch.setenv("S3_HF_CACHE", str(tmp_path / "cache"))
+    cfg = load_config(None, [f"training.base_model={trained_adapter}", "training.rollout.engine=vllm"])
+    assert rollout_policy(cfg, "cpu") == "engine"
+    merged = Path(given[0])
+    assert merged.is_relative_to(tmp_path / "cache") and (merged / "config.json").is_file()
+    assert torch.allclose(_logits(TransformersPolicy.load(str(merged)).model),
+                          _logits(TransformersPolicy.load(str(trained_adapter)).model), atol=1e-4)
