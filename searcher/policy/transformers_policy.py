@@ -290,10 +290,10 @@ class TransformersPolicy(ChatTokenizerMixin):
             model = PeftModel.from_pretrained(model, str(where))
             if merge_adapter:
                 model = model.merge_and_unload()
-            if (where / "tokenizer_config.json").is_file() or base_tokenizer is None:
-                tokenizer = AutoTokenizer.from_pretrained(str(where if (where / "tokenizer_config.json").is_file() else base_dir))
-            else:
-                tokenizer = base_tokenizer
+            if (where / "tokenizer_config.json").is_file():
+                tokenizer = AutoTokenizer.from_pretrained(str(where))
+            else:  # the base's (an adapter base: the tokenizer it was loaded with)
+                tokenizer = base_tokenizer or AutoTokenizer.from_pretrained(str(base_dir))
         else:
             model = AutoModelForCausalLM.from_pretrained(str(where), dtype=torch_dtype)
             tokenizer = AutoTokenizer.from_pretrained(str(where))
