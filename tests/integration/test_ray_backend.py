@@ -66,13 +66,13 @@ def trainers(ray_cluster, tmp_path_factory: pytest.TempPathFactory):  # type: ig
 
 
 def _capture(trainer: Any) -> dict[str, Any]:
-    """What the trainer's next update receives (results, rewards) and returns (stats)."""
+    """What the trainer's next update receives (results, rewards, each reply's credits) and returns (stats)."""
     seen: dict[str, Any] = {}
     update = trainer.update
 
-    def spy(results, rewards):  # type: ignore[no-untyped-def]
-        seen["results"], seen["rewards"] = list(results), list(rewards)
-        out = update(results, rewards)
+    def spy(results, rewards, credits=None):  # type: ignore[no-untyped-def]
+        seen["results"], seen["rewards"], seen["credits"] = list(results), list(rewards), credits
+        out = update(results, rewards, credits)
         seen["stats"] = out[0]
         return out
 
