@@ -81,15 +81,10 @@ def load_policy(cfg: SearcherConfig, *, threads: int | None = None) -> Policy:
         return TransformersPolicy.load(spec, threads=threads or (auto_cpu_threads() if device == "cpu" else None),
                                        device=device, gen_batch=cfg.generate_batch, merge_adapter=True)
     if cfg.policy == "vllm":
-        from pathlib import Path
-
-        from searcher.policy.transformers_policy import merged_adapter_dir, resolve_checkpoint
+        from searcher.policy.transformers_policy import full_weights
         from searcher.policy.vllm_policy import VLLMPolicy
 
-        where = resolve_checkpoint(spec)
-        if isinstance(where, Path) and (where / "adapter_config.json").is_file():
-            where = merged_adapter_dir(where)  # vLLM loads full weights: the LoRA merged into its base, cached
-        return VLLMPolicy(str(where), engine=cfg.vllm)
+        return VLLMPolicy(str(full_weights(spec)), engine=cfg.vllm)  # vLLM loads full weights: a LoRA merged, cached
     raise ConfigError(f"unknown searcher.policy {cfg.policy!r}: use litellm, transformers or vllm")
 
 

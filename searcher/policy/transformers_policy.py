@@ -133,6 +133,15 @@ def resolve_checkpoint(spec: str) -> Path | str:
     return converted_gguf_dir(gguf_path(model.name), sha256=model.sha256)
 
 
+def full_weights(spec: str) -> str | Path:
+    """A policy as an engine that loads full weights takes it (vLLM): `resolve_checkpoint(spec)`, a LoRA adapter
+    folder merged into its base (`merged_adapter_dir`, cached)."""
+    where = resolve_checkpoint(spec)
+    if isinstance(where, Path) and (where / "adapter_config.json").is_file():
+        return merged_adapter_dir(where)
+    return where
+
+
 def merged_adapter_dir(adapter_dir: Path, cache_root: Path | None = None) -> Path:
     """A plain transformers directory with the LoRA adapter at `adapter_dir` merged into its base model, cached by
     the adapter's content (what an engine that loads full weights, e.g. vLLM, is given for a LoRA policy)."""

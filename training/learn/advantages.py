@@ -24,7 +24,9 @@ training/config.py.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
+from itertools import accumulate
 
 import torch
 from torch import Tensor
@@ -250,28 +252,14 @@ def turn_advantages(credits: Sequence[Sequence[float] | None], group_size: int) 
     """
     if len(credits) % group_size != 0:
         raise ValueError(f"{len(credits)} credit rows is not a multiple of group_size={group_size}")
-    togo: list[list[float] | None] = []
-    for c in credits:
-        if c is None:
-            togo.append(None)
-            continue
-        acc, rev = 0.0, []
-        for x in reversed(c):
-            acc += x
-            rev.append(acc)
-        togo.append(rev[::-1])
+    togo = [None if c is None else list(accumulate(reversed(c)))[::-1] for c in credits]
     out: list[list[float] | None] = []
     for g in range(0, len(credits), group_size):
-        members = [t for t in togo[g : g + group_size] if t is not None]
-        for t in togo[g : g + group_size]:
-            if t is None:
-                out.append(None)
-                continue
-            row = []
-            for k, v in enumerate(t):
-                at_k = [m[k] for m in members if len(m) > k]
-                row.append(v - sum(at_k) / len(at_k))
-            out.append(row)
+        group = togo[g : g + group_size]
+        members = [t for t in group if t is not None]
+        depth = max((len(t) for t in members), default=0)
+        means = [statistics.fmean(t[k] for t in members if len(t) > k) for k in range(depth)]
+        out += [None if t is None else [v - m for v, m in zip(t, means, strict=False)] for t in group]
     return out
 
 
@@ -296,17 +284,19 @@ def reply_spans(mask: Sequence[int] | Tensor) -> list[tuple[int, int]]:
 
 def turn_advantage_tokens(loss_mask: Tensor, rows: Sequence[Sequence[float] | None], coef: float) -> Tensor:
     """(B, T) token advantages from per-reply values: `coef` x row b's value k on the tokens of its k-th reply span in
-    `loss_mask` (B, T); 0 for a row without values, whose span count differs (callers check `reply_spans` first), or
-    off the mask.
+    `loss_mask` (B, T); 0 for a row without values and off the mask. A row whose span count differs from its values
+    is an error (callers leave such rows without values: training/run/step.py `turn_rows`).
 
     >>> turn_advantage_tokens(torch.tensor([[1, 1, 0, 1], [0, 1, 0, 0]]), [[0.5, -1.0], None], 2.0).tolist()
     [[1.0, 1.0, 0.0, -2.0], [0.0, 0.0, 0.0, 0.0]]
     """
     out = torch.zeros(loss_mask.shape, dtype=torch.float32)
     for b, values in enumerate(rows):
-        spans = reply_spans(loss_mask[b])
-        if values is None or len(spans) != len(values):
+        if values is None:
             continue
+        spans = reply_spans(loss_mask[b])
+        if len(spans) != len(values):
+            raise ValueError(f"row {b}: {len(values)} reply values for {len(spans)} policy spans of its padded mask")
         for (s, e), v in zip(spans, values, strict=True):
             out[b, s:e] = coef * v
     return out

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 from generator_adapters.client import run_sync
@@ -121,7 +120,7 @@ def rollout_policy(cfg: TrainSettings, device: str, *, seed_offset: int = 0) -> 
     """The rollout engine training.rollout.engine names, over training.base_model's files: a vLLM engine
     (searcher.vllm settings, sampling what the learner would), or a transformers policy (a Ray rollout worker's own
     copy of the learner; the learner's weights come in by `sync`)."""
-    from searcher.policy.transformers_policy import TransformersPolicy, merged_adapter_dir, resolve_checkpoint
+    from searcher.policy.transformers_policy import TransformersPolicy, full_weights
 
     tc = cfg.training
     if tc.rollout.engine == "vllm":
@@ -132,10 +131,8 @@ def rollout_policy(cfg: TrainSettings, device: str, *, seed_offset: int = 0) -> 
         if cfg.searcher.vllm.dtype == "auto":
             # vLLM's own 'auto' serves a float32 checkpoint in bfloat16: ~0.04 mean log-prob gap to a float32 learner
             update["dtype"] = tc.learner.dtype
-        where = resolve_checkpoint(tc.base_model)
-        if isinstance(where, Path) and (where / "adapter_config.json").is_file():
-            where = merged_adapter_dir(where)  # a LoRA base_model (a trained searcher): vLLM loads full weights
-        return VLLMPolicy(str(where), engine=cfg.searcher.vllm.model_copy(update=update))
+        # a LoRA base_model (a trained searcher) merged: vLLM loads full weights
+        return VLLMPolicy(str(full_weights(tc.base_model)), engine=cfg.searcher.vllm.model_copy(update=update))
     return TransformersPolicy.load(tc.base_model, device=device, dtype=tc.learner.dtype, gen_batch=cfg.searcher.generate_batch,
                                    merge_adapter=True)  # an engine only samples: a LoRA base_model folded in
 
