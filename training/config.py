@@ -141,6 +141,14 @@ class TrainingRollout(Section):
         "receives the learner's weights in place after every optimizer step. The PPO/GRPO ratio always uses "
         "log-probs the learner recomputes; vLLM's are reported against them (rollout/logprob_gap_*).",
     )
+    merge_lora: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="The transformers engine (the learner sampling itself) with a LoRA learner: sample with the adapters "
+        "merged into the weights (training/learn/weight_sync.py lora_merged: out of place, the originals restored "
+        "after each rollout; one matmul a layer instead of three). 'auto' = on when the learner is on a GPU, where "
+        "decoding is bound by launches (the 3B shape on an H200: 793 -> 1,680 policy tokens/s; "
+        "benchmarks/results/gpu_rollout_levers), off on the CPU (no gain measured there).",
+    )
     batch_size: int = Field(4, ge=1, description="Questions per step.")
     group_size: int = Field(
         4, ge=1, description="Rollouts per question: GRPO's group (its baseline; >= 2). PPO's critic is the baseline, "

@@ -330,9 +330,11 @@ def test_a_lora_run_ships_its_adapter_as_a_complete_small_policy(tmp_path: Path)
     from training.run.trainer import make_trainer
 
     run = tmp_path / "run"
+    # training.rollout.merge_lora=on: the step's rollouts sample with the adapters merged (the GPU default, on the CPU here)
     cfg = load_config(SMOKE, [*FAST, f"training.output_dir={run}", "training.total_steps=1", "training.learner.lora=true",
-                              f"training.data.dir={tmp_path / 'data'}"])
+                              f"training.data.dir={tmp_path / 'data'}", "training.rollout.merge_lora=on"])
     t = make_trainer(cfg, log=lambda s: None)
+    assert t.executor.merge_lora  # type: ignore[attr-defined]
     t.train()
     t.metrics.close()
     adapter = run / "checkpoints" / "step_000001" / "adapter"

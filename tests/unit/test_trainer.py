@@ -289,6 +289,62 @@ def test_learner_weights_full_and_lora_merged() -> None:
     assert hf_name("base_model.model.lm_head.weight") == "lm_head.weight"
 
 
+def test_lora_merged_samples_what_the_adapters_compute_and_puts_the_weights_back_bit_exact() -> None:
+    """training.rollout.merge_lora: within lora_merged the LoRA model computes W + BA in one matmul (the same logits
+    as the live adapters), and on exit, also after an error, every base weight is its original tensor again."""
+    torch = pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    from training.learn.weight_sync import lora_merged
+
+    plain = _tiny_llama()
+    ids = torch.tensor([[1, 5, 9, 3, 7]])
+    with lora_merged(plain) as n:  # not a LoRA model: nothing changes
+        assert n == 0
+    lora = peft.get_peft_model(_tiny_llama(), peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.1)
+    layer = lora.base_model.model.model.layers[0].self_attn.q_proj
+    original = layer.base_layer.weight.data
+    snapshot = original.clone()
+    with torch.no_grad():
+        live = lora(ids).logits
+        with lora_merged(lora) as n:
+            assert n == 2 * len(lora.base_model.model.model.layers)  # q_proj and v_proj of each layer
+            assert not torch.equal(layer.base_layer.weight, snapshot)  # merged: W + BA
+            merged = lora(ids).logits
+        assert torch.allclose(merged, live, atol=1e-5)
+        with lora.disable_adapter():
+            assert not torch.allclose(lora(ids).logits, live, atol=1e-3)  # the adapters change the output
+        assert layer.base_layer.weight.data_ptr() == original.data_ptr() and torch.equal(original, snapshot)  # bit-exact
+        assert torch.equal(lora(ids).logits, live)  # the adapters are live again
+        with pytest.raises(RuntimeError, match="boom"), lora_merged(lora):
+            raise RuntimeError("boom")
+        assert layer.base_layer.weight.data_ptr() == original.data_ptr() and torch.equal(lora(ids).logits, live)
+
+    # the learner sampling itself: LocalExecutor.rollout merges for the rollout only when told (build.py: merges_lora)
+    from s3core.types import QAExample, SearchResult
+    from training.rollouts.executors import LocalExecutor
+
+    seen: list[bool] = []
+
+    class Agent:
+        def search(self, questions: list[str]) -> list[SearchResult]:
+            seen.append(not torch.equal(layer.base_layer.weight, snapshot))  # merged while it samples?
+            return [SearchResult(question=q) for q in questions]
+
+    class NoScorer:
+        accuracy = None
+
+    qs = [QAExample(id="q", question="?", golden_answers=["a"])]
+    for merge in (True, False):
+        ex = LocalExecutor(agent=Agent(), greedy_agent=Agent(), scorer=NoScorer(), model=lora,  # type: ignore[arg-type]
+                           merge_lora=merge)
+        ex.rollout(qs, 0)
+    assert seen == [True, False] and torch.equal(layer.base_layer.weight, snapshot)
+
+
 def test_several_learners_need_the_ray_backend_and_refuse_what_runs_in_the_trainers_own_learner() -> None:
     from s3.config import load_config
     from s3core.errors import ConfigError

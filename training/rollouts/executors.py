@@ -143,9 +143,9 @@ class LocalExecutor:
     and the engine its weights go into after each update."""
 
     def __init__(self, *, agent: Any, greedy_agent: Any, scorer: RewardScorer, model: Any, engine: Any = None,
-                 autocast: str = "off") -> None:
+                 autocast: str = "off", merge_lora: bool = False) -> None:
         self.agent, self.greedy_agent, self.scorer = agent, greedy_agent, scorer
-        self.model, self.engine, self.autocast = model, engine, autocast
+        self.model, self.engine, self.autocast, self.merge_lora = model, engine, autocast, merge_lora
         self._usage = accuracy_usage(scorer)
 
     def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]:
@@ -153,12 +153,18 @@ class LocalExecutor:
         import torch
 
         from training.learn.learner import autocast
+        from training.learn.weight_sync import lora_merged
 
         if self.engine is None:  # the learner samples itself; a vLLM engine leaves the learner's model alone (it may be
             self.model.eval()    # updating in another thread: training/rollouts/pipeline.py)
         agent = self.greedy_agent if greedy else self.agent
         # autocast is the learner's; the vLLM engine computes in its own dtype (searcher.vllm.dtype)
-        with torch.no_grad(), autocast(self.autocast, self.model) if self.engine is None else contextlib.nullcontext():
+        with contextlib.ExitStack() as ctx:
+            ctx.enter_context(torch.no_grad())
+            if self.engine is None:
+                ctx.enter_context(autocast(self.autocast, self.model))
+                if self.merge_lora:  # training.rollout.merge_lora: the adapters merged for this rollout only
+                    ctx.enter_context(lora_merged(self.model))
             return list(agent.search([e.question for e in examples]))
 
     def score(self, results: list[SearchResult], examples: list[QAExample], step: int | None = None) -> RewardBatch:

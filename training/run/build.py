@@ -202,6 +202,7 @@ def build_executor(cfg: TrainSettings, *, data: TrainingSet, retriever: Retrieve
                    learner: Learner | None, learners: LearnerGroup | None, agent_kind: AgentKind, device: str,
                    log: Log) -> StepExecutor:
     """Where rollouts and rewards run (training.backend): this process, or Ray actors (training/rollouts/ray_backend.py)."""
+    from training.learn.weight_sync import merges_lora
     from training.rollouts.executors import LocalExecutor, make_scorer, rollout_policy
 
     end_to_end = agent_kind == "search_r1"
@@ -227,7 +228,7 @@ def build_executor(cfg: TrainSettings, *, data: TrainingSet, retriever: Retrieve
     greedy = build_searcher(loop_cfg.model_copy(update={"temperature": 0.0}), retriever, sampler, k0=cfg.retriever.k,
                             agent=agent_kind)  # the held-out evaluation's (training.heldout.every)
     return LocalExecutor(agent=agent, greedy_agent=greedy, scorer=scorer, model=learner.model, engine=engine,
-                         autocast=cfg.training.learner.autocast)
+                         autocast=cfg.training.learner.autocast, merge_lora=merges_lora(cfg.training.rollout.merge_lora, device))
 
 
 def oracle_agent(cfg: TrainSettings, examples: list[QAExample], data: TrainingSet, retriever: Retriever,
