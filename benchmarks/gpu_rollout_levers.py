@@ -13,6 +13,7 @@ a time, each after a warm-up:
 - `lora_merged_no_shared_prefix`: both;
 - `*_2x_rows`: twice the rows in one generate call (is decoding bound by launches?);
 - `as_doctor_again`: the first lever once more (the spread between two runs of the same thing);
+- `lora_merged_out_of_place`: the merge `s3 train` does on a GPU (training.rollout.merge_lora; not in the committed runs);
 - `static_compiled`: HF generate with a static KV cache, which transformers compiles (CUDA graphs), adapters merged,
   no log-prob recorder: an upper bound for a compiled transformers engine, not a path `s3 train` takes.
 One JSON line per lever (written as each ends: a lever cut off by the time limit loses only itself).
@@ -27,11 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-# (name, shared-prefix KV, LoRA merged for the rollout, rows multiplier)
+# (name, shared-prefix KV, LoRA merged for the rollout (True: peft's in-place merge_adapter; "product": the trainer's
+# training.learn.weight_sync.lora_merged, out of place), rows multiplier)
 LEVERS = [("as_doctor", True, False, 1), ("no_shared_prefix", False, False, 1), ("lora_merged", True, True, 1),
           ("lora_merged_no_shared_prefix", False, True, 1), ("lora_merged_2x_rows", True, True, 2),
           ("lora_merged_no_shared_prefix_2x_rows", False, True, 2), ("as_doctor_again", True, False, 1),
-          ("static_compiled", False, True, 1)]
+          ("lora_merged_out_of_place", True, "product", 1), ("static_compiled", False, True, 1)]
 
 
 def _time_generate(sampler: Any, prompts: list[Any], tokens: int, temperature: float, sync: Any) -> dict[str, Any]:
@@ -87,6 +89,7 @@ def main() -> int:
     from s3.doctor import RECIPE, SHAPES, _s3_prompts, save_shape_checkpoint
     from searcher.policy.base import TokenPrompt
     from training.learn.learner import Learner, autocast
+    from training.learn.weight_sync import lora_merged
 
     model_dir, run_dir = a.work / f"shape_{a.shape}", a.work / "run"
     if not (model_dir / "config.json").is_file():
@@ -125,7 +128,9 @@ def main() -> int:
             continue
         policy.share_prefix = share
         with contextlib.ExitStack() as stack:
-            if merge and hasattr(model, "merge_adapter"):  # a peft model (the recipe's LoRA learner)
+            if merge == "product":
+                stack.enter_context(lora_merged(model))
+            elif merge and hasattr(model, "merge_adapter"):  # a peft model (the recipe's LoRA learner)
                 model.merge_adapter()
                 stack.callback(model.unmerge_adapter)
             if lever == "static_compiled":

@@ -451,11 +451,12 @@ def shape_refusal(shapes: list[str], device: str, force: bool) -> str | None:
 
 
 def estimate_bytes(shape: Shape, rows: int, prompt_tokens: int, new_tokens: int, micro_batch: int, logprob_chunk: int,
-                   engine_bytes: float = 0.0) -> dict[str, float]:
+                   engine_bytes: float = 0.0, merged: bool = False) -> dict[str, float]:
     """What the shape step holds at its peak (bytes), before it loads anything: the bf16 weights (one copy: the
-    transformers engine samples from the learner's own model), the rollout's KV cache and one step's log-softmax,
-    the update's checkpointed activations, one recomputed layer and the chunked vocabulary projection, a vLLM
-    engine's share of the GPU (`engine_bytes`), and 2 GB for the CUDA context and the allocator."""
+    transformers engine samples from the learner's own model), the rollout's KV cache and one step's log-softmax
+    (with `merged`, training.rollout.merge_lora: plus a merged bf16 copy of every linear weight of the layers), the
+    update's checkpointed activations, one recomputed layer and the chunked vocabulary projection, a vLLM engine's
+    share of the GPU (`engine_bytes`), and 2 GB for the CUDA context and the allocator."""
     head_dim = shape.hidden // shape.heads
     weights = 2.0 * shape_params(shape)
     length = prompt_tokens + new_tokens
@@ -464,7 +465,8 @@ def estimate_bytes(shape: Shape, rows: int, prompt_tokens: int, new_tokens: int,
     checkpoints = micro_batch * length * shape.hidden * 2.0 * shape.layers
     layer = micro_batch * length * (10 * shape.hidden + 3 * shape.intermediate) * 4.0
     vocab = min(logprob_chunk, micro_batch * new_tokens) * shape.vocab * 4.0 * 3  # policy positions only
-    parts = {"weights": weights, "rollout": kv + sampling, "update": checkpoints + layer + vocab,
+    copies = 2.0 * (shape_params(shape) - shape.vocab * shape.hidden * (1 if shape.tied else 2)) if merged else 0.0
+    parts = {"weights": weights, "rollout": kv + sampling + copies, "update": checkpoints + layer + vocab,
              "engine": engine_bytes, "context": 2.0 * 2**30}
     parts["total"] = parts["weights"] + max(parts["rollout"], parts["update"]) + engine_bytes + parts["context"]
     return parts
@@ -573,12 +575,15 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
                             "rows": rows, "new_tokens": new_tokens}
 
     # memory first: the estimate against what this device has free (a 7B on a small GPU is skipped, not crashed)
+    from training.learn.weight_sync import merges_lora
+
     free, total = _available_bytes(device)
     engine_bytes = cfg.searcher.vllm.memory_utilization * total if engine == "vllm" else 0.0
     # 1,400 prompt tokens: more than these prompts take (~660 with SmolLM2's tokenizer), as with Qwen's and long documents
+    merged = engine == "transformers" and merges_lora(tc.rollout.merge_lora, device)  # as LocalExecutor samples
     est = estimate_bytes(shape, rows, 1400, new_tokens, tc.learner.micro_batch_size, tc.learner.logprob_chunk,
-                         engine_bytes)
-    info.update(estimate_gb=round(est["total"] / 1e9, 1), free_gb=round(free / 1e9, 1))
+                         engine_bytes, merged=merged)
+    info.update(estimate_gb=round(est["total"] / 1e9, 1), free_gb=round(free / 1e9, 1), merge_lora=merged)
     if est["total"] > free:
         parts = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in est.items() if k != "total" and v)
         return {**info, "skip": f"needs ~{est['total'] / 1e9:.0f} GB ({parts}), {free / 1e9:.0f} GB free on {device}"}
@@ -590,7 +595,7 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
     # the rollout engine and the learner, as training/run/build.py makes them for this recipe
     from training.learn.api import MicroBatch, pad_rollouts
     from training.learn.learner import Learner, autocast
-    from training.learn.weight_sync import lora_merged, merges_lora
+    from training.learn.weight_sync import lora_merged, merge_budget
     from training.rollouts.executors import rollout_policy
 
     t0 = time.perf_counter()
@@ -606,16 +611,15 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
     prompts = [TokenPrompt(ids) for ids in prompt_ids]
     temperature = tc.rollout.temperature
     learner.model.eval()
-    merged = engine == "transformers" and merges_lora(tc.rollout.merge_lora, device)  # as LocalExecutor samples
-    info["merge_lora"] = merged
     with contextlib.ExitStack() as rollout_ctx:
         rollout_ctx.enter_context(torch.no_grad())
+        base = _reset_peak(device)  # the peak over it counts the merged copies too
+        if merged:  # as LocalExecutor: the weights' own dtype (before autocast), within the same budget
+            info["lora_merged_weights"] = rollout_ctx.enter_context(lora_merged(learner.model,
+                                                                                merge_budget(learner.model)))
         if engine == "transformers":
             rollout_ctx.enter_context(autocast(tc.learner.autocast, learner.model))
-        if merged:
-            rollout_ctx.enter_context(lora_merged(learner.model))
         sampler.generate(prompts[:2], max_new_tokens=4, temperature=temperature)  # warm-up: kernels, allocator
-        base = _reset_peak(device)
         t0 = time.perf_counter()
         outs = sampler.generate(prompts, max_new_tokens=new_tokens, temperature=temperature)
         dt = time.perf_counter() - t0

@@ -145,8 +145,9 @@ class TrainingRollout(Section):
         "auto",
         description="The transformers engine (the learner sampling itself) with a LoRA learner: sample with the adapters "
         "merged into the weights (training/learn/weight_sync.py lora_merged: out of place, the originals restored "
-        "after each rollout; one matmul a layer instead of three). 'auto' = on when the learner is on a GPU, where "
-        "decoding is bound by launches (the 3B shape on an H200: 793 -> 1,680 policy tokens/s; "
+        "after each rollout; one matmul a layer instead of three; nothing merged when the copies would take over half "
+        "the GPU's free memory; metric rollout/lora_merged). 'auto' = on when the learner is on a GPU, where decoding "
+        "is bound by launches (the 3B shape on an H200: 793 -> 1,680-2,002 policy tokens/s; "
         "benchmarks/results/gpu_rollout_levers), off on the CPU (no gain measured there).",
     )
     batch_size: int = Field(4, ge=1, description="Questions per step.")

@@ -323,6 +323,23 @@ def test_lora_merged_samples_what_the_adapters_compute_and_puts_the_weights_back
             raise RuntimeError("boom")
         assert layer.base_layer.weight.data_ptr() == original.data_ptr() and torch.equal(lora(ids).logits, live)
 
+    # a layer it does not merge keeps its live adapter (an embedding's LoRA; DoRA's magnitude), the others merge; and
+    # nothing merges when the copies would exceed the budget
+    for extra, merges in (({"target_modules": ["q_proj", "embed_tokens"]}, 1),
+                          ({"target_modules": ["q_proj"], "use_dora": True}, 0)):
+        other = peft.get_peft_model(_tiny_llama(), peft.LoraConfig(r=2, lora_alpha=4, **extra))
+        with torch.no_grad():
+            for name, p in other.named_parameters():
+                if "lora_B" in name or "lora_embedding_B" in name:
+                    p.copy_(torch.randn_like(p) * 0.1)
+            want = other(ids).logits
+            with lora_merged(other) as n:
+                assert n == merges
+                assert torch.allclose(other(ids).logits, want, atol=1e-5)
+            with lora_merged(other, budget_bytes=1) as n:
+                assert n == 0
+            assert torch.equal(other(ids).logits, want)
+
     # the learner sampling itself: LocalExecutor.rollout merges for the rollout only when told (build.py: merges_lora)
     from s3core.types import QAExample, SearchResult
     from training.rollouts.executors import LocalExecutor

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["hf_name", "learner_weights", "lora_merged", "merges_lora"]
+__all__ = ["hf_name", "learner_weights", "lora_merged", "merge_budget", "merges_lora"]
 
 _PEFT_PREFIX = "base_model.model."
 
@@ -48,6 +48,12 @@ def _lora_delta(module: Any) -> Any:
     return delta
 
 
+def _uses_dora(module: Any) -> bool:
+    """Does a LoRA layer's active adapter use DoRA (a magnitude vector that W + BA leaves out)?"""
+    magnitude = getattr(module, "lora_magnitude_vector", None) or {}
+    return any(a in magnitude for a in getattr(module, "active_adapters", []))
+
+
 def _lora_deltas(model: Any) -> dict[str, Any]:
     """state_dict name of each LoRA-wrapped base weight -> its delta (`_lora_delta`)."""
     deltas: dict[str, Any] = {}
@@ -67,36 +73,78 @@ def merges_lora(setting: str, device: str) -> bool:
     return setting == "on" or (setting == "auto" and device.startswith("cuda"))
 
 
-@contextlib.contextmanager
-def lora_merged(model: Any) -> Iterator[int]:
-    """Within it, a peft LoRA model computes with its adapters merged into the weights: each LoRA-wrapped layer's base
-    weight is replaced by W + scaling * B @ A (a new tensor, one layer at a time) and the adapters are disabled; on
-    exit the original tensors are put back (bit-exact: no in-place merge / unmerge rounding). Yields how many weights
-    were merged (0: not a LoRA model, nothing changes). For sampling only (no_grad): one matmul a layer instead of
-    three, which on a GPU is what a decoding step's time goes to (benchmarks/results/gpu_rollout_levers: the 3B
-    shape's transformers rollouts 793 -> 1,680 policy tokens/s on an H200); it holds a merged copy of the targeted
-    weights while it lasts."""
+def _mergeable_weight(module: Any, shared: set[int]) -> Any:
+    """The plain floating-point base weight of a LoRA layer that `lora_merged` may replace; None for one it leaves to
+    its live adapter (DoRA, a quantized or tied base weight)."""
     import torch
 
-    swapped: list[tuple[Any, Any]] = []
+    weight = getattr(getattr(module, "base_layer", None), "weight", None)
+    if (_uses_dora(module) or type(weight) is not torch.nn.Parameter or not weight.dtype.is_floating_point
+            or weight.data_ptr() in shared):
+        return None
+    return weight
+
+
+def merge_budget(model: Any) -> float | None:
+    """What `lora_merged` may hold on `model`'s GPU: half its free memory (the rest for the rollout's KV cache);
+    None (no limit) on the CPU."""
+    import torch
+
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return 0.5 * float(free)
+
+
+@contextlib.contextmanager
+def lora_merged(model: Any, budget_bytes: float | None = None) -> Iterator[int]:
+    """Within it, a peft LoRA model computes with its linear adapters merged into the weights: each such layer's base
+    weight is replaced by W + scaling * B @ A (a new tensor, one layer at a time) and that layer's adapter is switched
+    off; on exit the original tensors are put back (bit-exact: no in-place merge / unmerge rounding) and the adapters
+    switched on. A layer it cannot merge exactly keeps its live adapter (an embedding's LoRA, DoRA, a quantized base
+    weight, one tied to another module's; modules_to_save are not touched). Yields how many weights were merged (0:
+    nothing changes, e.g. not a LoRA model, or the merged copies would take more than `budget_bytes`).
+
+    For sampling only (no_grad; the learner samples itself between updates, never beside one): one matmul a layer
+    instead of three, which on a GPU is what a decoding step's time goes to (benchmarks/results/gpu_rollout_levers:
+    the 3B shape's transformers rollouts 793 -> 1,680-2,002 policy tokens/s on an H200, measured with peft's in-place
+    merge, the same arithmetic). It holds a merged copy of the targeted weights while it lasts (~5.5 GB for the 3B,
+    ~13 GB for the 7B in bf16). Merged into bf16 weights, a delta much smaller than a weight's last bit is partly
+    rounded away, so the sampling policy lags the learner's a little (rollout/logprob_gap_* reports it)."""
+    import torch
+
+    counts: dict[int, int] = {}
+    for _, param in model.named_parameters(remove_duplicate=False):
+        counts[param.data_ptr()] = counts.get(param.data_ptr(), 0) + 1
+    shared = {ptr for ptr, n in counts.items() if n > 1}
+    layers = [(m, w) for m in model.modules() if _lora_delta_ready(m) and (w := _mergeable_weight(m, shared)) is not None]
+    need = sum(w.numel() * w.element_size() for _, w in layers)
+    if not layers or (budget_bytes is not None and need > budget_bytes):
+        yield 0
+        return
+    swapped: list[tuple[Any, Any, Any]] = []
     try:
         with torch.no_grad():
-            for module in model.modules():
+            for module, weight in layers:
                 delta = _lora_delta(module)
-                if delta is None:
-                    continue
-                weight = module.base_layer.weight
                 original = weight.data
                 weight.data = original + delta.to(original.dtype)
-                swapped.append((weight, original))
-        if not swapped:
-            yield 0
-            return
-        with model.disable_adapter():
-            yield len(swapped)
+                swapped.append((module, weight, original))
+                module.enable_adapters(False)
+        yield len(swapped)
     finally:
-        for weight, original in swapped:
+        for module, weight, original in swapped:
             weight.data = original
+            module.enable_adapters(True)
+
+
+def _lora_delta_ready(module: Any) -> bool:
+    """A LoRA layer with a linear adapter active and not merged in place (what `_lora_delta` computes)."""
+    lora_a = getattr(module, "lora_A", None)
+    return (callable(getattr(module, "get_delta_weight", None)) and lora_a is not None and hasattr(module, "base_layer")
+            and not getattr(module, "merged", False) and not getattr(module, "disable_adapters", False)
+            and any(a in lora_a for a in getattr(module, "active_adapters", [])))
 
 
 def learner_weights(model: Any) -> list[tuple[str, Any]]:

@@ -146,6 +146,7 @@ class LocalExecutor:
                  autocast: str = "off", merge_lora: bool = False) -> None:
         self.agent, self.greedy_agent, self.scorer = agent, greedy_agent, scorer
         self.model, self.engine, self.autocast, self.merge_lora = model, engine, autocast, merge_lora
+        self._merged: int | None = None  # weights the last rollout sampled merged (rollout/lora_merged)
         self._usage = accuracy_usage(scorer)
 
     def rollout(self, examples: list[QAExample], step: int, greedy: bool = False) -> list[SearchResult]:
@@ -153,7 +154,7 @@ class LocalExecutor:
         import torch
 
         from training.learn.learner import autocast
-        from training.learn.weight_sync import lora_merged
+        from training.learn.weight_sync import lora_merged, merge_budget
 
         if self.engine is None:  # the learner samples itself; a vLLM engine leaves the learner's model alone (it may be
             self.model.eval()    # updating in another thread: training/rollouts/pipeline.py)
@@ -162,9 +163,10 @@ class LocalExecutor:
         with contextlib.ExitStack() as ctx:
             ctx.enter_context(torch.no_grad())
             if self.engine is None:
+                if self.merge_lora:  # training.rollout.merge_lora: the adapters merged for this rollout only (in the
+                    # weights' own dtype, so before autocast), if the copies fit in half the device's free memory
+                    self._merged = ctx.enter_context(lora_merged(self.model, merge_budget(self.model)))
                 ctx.enter_context(autocast(self.autocast, self.model))
-                if self.merge_lora:  # training.rollout.merge_lora: the adapters merged for this rollout only
-                    ctx.enter_context(lora_merged(self.model))
             return list(agent.search([e.question for e in examples]))
 
     def score(self, results: list[SearchResult], examples: list[QAExample], step: int | None = None) -> RewardBatch:
@@ -184,6 +186,8 @@ class LocalExecutor:
         now = accuracy_usage(self.scorer)
         row = usage_row(self._usage, now)
         self._usage = now
+        if self._merged is not None:  # 0: merge_lora on, but nothing merged (no LoRA, or the copies did not fit)
+            row["rollout/lora_merged"] = float(self._merged)
         return row
 
     def close(self) -> None:
