@@ -594,9 +594,8 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
 
     # the rollout engine and the learner, as training/run/build.py makes them for this recipe
     from training.learn.api import MicroBatch, pad_rollouts
-    from training.learn.learner import Learner, autocast
-    from training.learn.weight_sync import lora_merged, merge_budget
-    from training.rollouts.executors import rollout_policy
+    from training.learn.learner import Learner
+    from training.rollouts.executors import rollout_policy, self_sampling
 
     t0 = time.perf_counter()
     sampler = rollout_policy(cfg, device) if engine == "vllm" else None
@@ -614,11 +613,10 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
     with contextlib.ExitStack() as rollout_ctx:
         rollout_ctx.enter_context(torch.no_grad())
         base = _reset_peak(device)  # the peak over it counts the merged copies too
-        if merged:  # as LocalExecutor: the weights' own dtype (before autocast), within the same budget
-            info["lora_merged_weights"] = rollout_ctx.enter_context(lora_merged(learner.model,
-                                                                                merge_budget(learner.model)))
-        if engine == "transformers":
-            rollout_ctx.enter_context(autocast(tc.learner.autocast, learner.model))
+        if engine == "transformers":  # as LocalExecutor samples: merged (merge_lora) within its budget, then autocast
+            n = self_sampling(rollout_ctx, learner.model, tc.learner.autocast, merged)
+            if n is not None:
+                info["lora_merged_weights"] = n
         sampler.generate(prompts[:2], max_new_tokens=4, temperature=temperature)  # warm-up: kernels, allocator
         t0 = time.perf_counter()
         outs = sampler.generate(prompts, max_new_tokens=new_tokens, temperature=temperature)

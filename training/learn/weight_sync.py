@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,19 +33,21 @@ def hf_name(name: str) -> str | None:
     return re.sub(r"\.base_layer\.", ".", name)
 
 
-def _lora_delta(module: Any) -> Any:
-    """A LoRA-wrapped layer's active adapters' delta (scaling * B @ A, computed by peft's own `get_delta_weight`, so
-    fan-in/fan-out layouts and scalings are peft's); None for any other module, or one merged already."""
-    get_delta = getattr(module, "get_delta_weight", None)
+def _active_lora(module: Any) -> list[str]:
+    """The active linear adapters of a LoRA-wrapped layer not merged in place ([] for any other module)."""
     lora_a = getattr(module, "lora_A", None)
-    if not callable(get_delta) or lora_a is None or getattr(module, "merged", False) or not hasattr(module, "base_layer"):
-        return None
-    active = [a for a in getattr(module, "active_adapters", []) if a in lora_a]
-    if not active:
-        return None
-    delta = get_delta(active[0])
+    if (not callable(getattr(module, "get_delta_weight", None)) or lora_a is None or getattr(module, "merged", False)
+            or not hasattr(module, "base_layer")):
+        return []
+    return [a for a in getattr(module, "active_adapters", []) if a in lora_a]
+
+
+def _lora_delta(module: Any, active: list[str]) -> Any:
+    """The `active` adapters' delta of a LoRA layer (scaling * B @ A, computed by peft's own `get_delta_weight`, so
+    fan-in/fan-out layouts and scalings are peft's)."""
+    delta = module.get_delta_weight(active[0])
     for a in active[1:]:
-        delta = delta + get_delta(a)
+        delta = delta + module.get_delta_weight(a)
     return delta
 
 
@@ -55,12 +58,12 @@ def _uses_dora(module: Any) -> bool:
 
 
 def _lora_deltas(model: Any) -> dict[str, Any]:
-    """state_dict name of each LoRA-wrapped base weight -> its delta (`_lora_delta`)."""
+    """state_dict name of each LoRA-wrapped base weight -> its active adapters' delta (`_lora_delta`)."""
     deltas: dict[str, Any] = {}
     for name, module in model.named_modules():
-        delta = _lora_delta(module)
-        if delta is not None:
-            deltas[f"{name}.base_layer.weight"] = delta
+        active = _active_lora(module)
+        if active:
+            deltas[f"{name}.base_layer.weight"] = _lora_delta(module, active)
     return deltas
 
 
@@ -114,22 +117,21 @@ def lora_merged(model: Any, budget_bytes: float | None = None) -> Iterator[int]:
     rounded away, so the sampling policy lags the learner's a little (rollout/logprob_gap_* reports it)."""
     import torch
 
-    counts: dict[int, int] = {}
-    for _, param in model.named_parameters(remove_duplicate=False):
-        counts[param.data_ptr()] = counts.get(param.data_ptr(), 0) + 1
+    counts = Counter(p.data_ptr() for _, p in model.named_parameters(remove_duplicate=False))
     shared = {ptr for ptr, n in counts.items() if n > 1}
-    layers = [(m, w) for m in model.modules() if _lora_delta_ready(m) and (w := _mergeable_weight(m, shared)) is not None]
-    need = sum(w.numel() * w.element_size() for _, w in layers)
+    layers = [(m, active, w) for m in model.modules()
+              if (active := _active_lora(m)) and not getattr(m, "disable_adapters", False)
+              and (w := _mergeable_weight(m, shared)) is not None]
+    need = sum(w.numel() * w.element_size() for _, _, w in layers)
     if not layers or (budget_bytes is not None and need > budget_bytes):
         yield 0
         return
     swapped: list[tuple[Any, Any, Any]] = []
     try:
         with torch.no_grad():
-            for module, weight in layers:
-                delta = _lora_delta(module)
+            for module, active, weight in layers:
                 original = weight.data
-                weight.data = original + delta.to(original.dtype)
+                weight.data = original + _lora_delta(module, active).to(original.dtype)
                 swapped.append((module, weight, original))
                 module.enable_adapters(False)
         yield len(swapped)
@@ -137,14 +139,6 @@ def lora_merged(model: Any, budget_bytes: float | None = None) -> Iterator[int]:
         for module, weight, original in swapped:
             weight.data = original
             module.enable_adapters(True)
-
-
-def _lora_delta_ready(module: Any) -> bool:
-    """A LoRA layer with a linear adapter active and not merged in place (what `_lora_delta` computes)."""
-    lora_a = getattr(module, "lora_A", None)
-    return (callable(getattr(module, "get_delta_weight", None)) and lora_a is not None and hasattr(module, "base_layer")
-            and not getattr(module, "merged", False) and not getattr(module, "disable_adapters", False)
-            and any(a in lora_a for a in getattr(module, "active_adapters", [])))
 
 
 def learner_weights(model: Any) -> list[tuple[str, Any]]:

@@ -137,6 +137,19 @@ def rollout_policy(cfg: TrainSettings, device: str, *, seed_offset: int = 0) -> 
                                    merge_adapter=True)  # an engine only samples: a LoRA base_model folded in
 
 
+def self_sampling(stack: contextlib.ExitStack[Any], model: Any, autocast_mode: str, merge_lora: bool) -> int | None:
+    """Enter, on `stack`, how the learner's own model samples (inside the caller's no_grad): with merge_lora
+    (training.rollout.merge_lora) its LoRA adapters merged for the rollout only, in the weights' own dtype (so before
+    autocast) if the copies fit in half the device's free memory; then the learner's autocast. Returns how many weights
+    were merged (None: merge_lora off). LocalExecutor.rollout and the doctor's shape step sample through it."""
+    from training.learn.learner import autocast
+    from training.learn.weight_sync import lora_merged, merge_budget
+
+    merged = stack.enter_context(lora_merged(model, merge_budget(model))) if merge_lora else None
+    stack.enter_context(autocast(autocast_mode, model))
+    return merged
+
+
 class LocalExecutor:
     """Rollouts and rewards in this process, from the parts training/run/build.py gives it: the sampling agent (over the
     learner itself, or its vLLM engine), the greedy agent of the held-out evaluation, the scorer, the learner's model
@@ -153,9 +166,6 @@ class LocalExecutor:
         """The rollouts of a step (training.rollout.temperature), or with `greedy` the held-out evaluation's."""
         import torch
 
-        from training.learn.learner import autocast
-        from training.learn.weight_sync import lora_merged, merge_budget
-
         if self.engine is None:  # the learner samples itself; a vLLM engine leaves the learner's model alone (it may be
             self.model.eval()    # updating in another thread: training/rollouts/pipeline.py)
         agent = self.greedy_agent if greedy else self.agent
@@ -163,10 +173,7 @@ class LocalExecutor:
         with contextlib.ExitStack() as ctx:
             ctx.enter_context(torch.no_grad())
             if self.engine is None:
-                if self.merge_lora:  # training.rollout.merge_lora: the adapters merged for this rollout only (in the
-                    # weights' own dtype, so before autocast), if the copies fit in half the device's free memory
-                    self._merged = ctx.enter_context(lora_merged(self.model, merge_budget(self.model)))
-                ctx.enter_context(autocast(self.autocast, self.model))
+                self._merged = self_sampling(ctx, self.model, self.autocast, self.merge_lora)
             return list(agent.search([e.question for e in examples]))
 
     def score(self, results: list[SearchResult], examples: list[QAExample], step: int | None = None) -> RewardBatch:
