@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from s3core.io import stored
+
 ROOT = Path(__file__).resolve().parents[1]
 TRANSFER = ROOT / "benchmarks" / "results" / "transfer" / "eval"
 OUT = ROOT / "benchmarks" / "results" / "analysis"
@@ -106,7 +108,7 @@ def analyze_r1() -> None:
     prepare_r1()
     for name, (policy, dataset, _, _, _, label_file) in R1_RUNS.items():
         run, labels = R1_DIR / dataset / name, OUT / label_file
-        if not (run / "results.jsonl").is_file():
+        if not stored(run / "results.jsonl").is_file():
             continue
         data, index = _r1_dataset(dataset)
         _s3("analyze", "--config", "configs/transfer.toml", str(run), "--out", str(OUT / "search_r1" / f"analysis_{name}"),

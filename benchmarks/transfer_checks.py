@@ -249,8 +249,7 @@ def _changed_runs(gen: str, base_rows: dict[str, dict[str, Any]]) -> dict[str, d
 def _rows(run_dir: Path) -> dict[str, dict[str, Any]]:
     from eval.rundir import read_results
 
-    path = run_dir / "results.jsonl"
-    return read_results(path) if path.is_file() else {}
+    return read_results(run_dir / "results.jsonl")  # or results.jsonl.gz; {} when there is none
 
 
 def max_tokens(gen: str, limit: int, measure_at: int) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from eval.behavior import QuestionBehavior, Trace, bridge_query, needs_probe, qu
 from eval.stats import mean_ci
 from generator_adapters.client import run_sync
 from s3core.errors import DataFormatError, S3Error
-from s3core.io import iter_jsonl, latest_by_id
+from s3core.io import iter_jsonl, latest_by_id, stored
 
 log = logging.getLogger("s3.analyze")
 
@@ -125,7 +125,7 @@ def load_run(run_dir: Path, dataset_dir: Path | None = None, name: str | None = 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise S3Error(f"{run_dir}: no such run directory")
-    results = run_dir / "results.jsonl"
+    results = stored(run_dir / "results.jsonl")  # or results.jsonl.gz: a run archived in benchmarks/results
     if not results.is_file():
         raise S3Error(f"{run_dir}: no results.jsonl (an `s3 eval` run directory has one; a training run has "
                       "metrics.jsonl: pass it to `s3 analyze` as well)")
@@ -133,7 +133,7 @@ def load_run(run_dir: Path, dataset_dir: Path | None = None, name: str | None = 
     config: dict[str, Any] = json.loads(rj.read_text()).get("config", {}) if rj.is_file() else {}
     rows = latest_by_id(results, what="results row")
     ctx_path = run_dir / "contexts.jsonl"
-    contexts = latest_by_id(ctx_path, what="contexts row") if ctx_path.is_file() else {}
+    contexts = latest_by_id(ctx_path, what="contexts row")  # {} when the run kept none
     ds = dataset_dir or resolve_recorded(run_dir, (config.get("dataset") or {}).get("dir"), "data")
     gold: dict[str, set[str]] = {}
     datasets: dict[str, str] = {}

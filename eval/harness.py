@@ -389,10 +389,7 @@ async def dry_run_async(opts: EvalOptions, dataset: Dataset, comp: Components) -
     are measured and priced (completions at max_tokens; answers the cache holds cost nothing)."""
     if comp.project is None:
         raise ConfigError("--dry-run needs a run whose generator and judge prices are known")
-    results = opts.out / RESULTS_FILE
-    done: set[str] = set()
-    if results.is_file():
-        done = {i for i, r in read_results(results).items() if not row_failed(r)}
+    done = {i for i, r in read_results(opts.out / RESULTS_FILE).items() if not row_failed(r)}
     todo = [q for q in dataset.questions if q.id not in done]
     per_q: list[float] = []
     try:

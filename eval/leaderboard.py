@@ -53,6 +53,7 @@ from eval.methods import METHODS
 from eval.rundir import RESULTS_FILE, read_results, row_failed
 from eval.stats import paired_diff_ci, stratified_mean_ci
 from s3core.errors import DataFormatError, S3Error
+from s3core.io import stored
 
 METHOD_LABELS = {
     "no_retrieval": "No retrieval",
@@ -415,7 +416,7 @@ def _scores(run: RunInfo, cache: dict[Path, dict[str, tuple[float | None, float 
     """question id -> (GenAcc, EM) of a run's results.jsonl (None: not scored); None when the run kept no rows."""
     key = run.run_dir.resolve()
     if key not in cache:
-        f = run.run_dir / RESULTS_FILE
+        f = stored(run.run_dir / RESULTS_FILE)
         if not f.is_file():
             cache[key] = None
         else:
@@ -652,7 +653,7 @@ def _trajectory_reports(board: Leaderboard, out: Path) -> dict[str, str]:
 
     links: dict[str, str] = {}
     for i, r in enumerate(board.runs):
-        if r.path.is_dir() and (r.path / "contexts.jsonl").is_file():
+        if r.path.is_dir() and stored(r.path / "contexts.jsonl").is_file():
             shown = METHOD_LABELS.get(r.method, r.method) if r.label == r.method else r.label
             name = f"{r.generator} · {shown} · {r.dataset}"
             try:

@@ -42,6 +42,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from s3core.io import stored
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 DEFAULT_RESULTS = ROOT / "benchmarks" / "results" / "transfer"
@@ -477,7 +479,7 @@ def _run_path(work: Path, name: str, method: str) -> Path:
     """Where a method's eval run is: under `work`, or for a baseline method the --baselines-from directory's run when
     `work` has none of its own."""
     own = work / "eval" / name / method
-    if BASELINES is not None and method in BASELINE_METHODS and not (own / "results.jsonl").is_file():
+    if BASELINES is not None and method in BASELINE_METHODS and not stored(own / "results.jsonl").is_file():
         other = BASELINES / "eval" / name / method
         if (other / "summary.json").is_file():
             return other
@@ -487,7 +489,7 @@ def _run_path(work: Path, name: str, method: str) -> Path:
 def _rows(run: Path) -> dict[str, dict[str, Any]]:
     from eval.rundir import read_results
 
-    return read_results(run / "results.jsonl") if (run / "results.jsonl").is_file() else {}
+    return read_results(run / "results.jsonl")  # {} when the run kept none
 
 
 def report(config: str, work: Path) -> None:

@@ -9,15 +9,21 @@ One implementation each, so "what happens to a line torn by a kill" has one answ
   killed while writing, cut its partial last line; each append is one write followed by fsync.
 - `file_sha256`, `text_sha256`, `write_json_atomic`, `write_jsonl_atomic`, `write_text_atomic`.
 - `file_lock`: an exclusive advisory lock, so concurrent first runs build a file once and never interleave writes.
+- `stored`: a jsonl file kept compressed (`FILE.jsonl.gz`, how benchmarks/results archives per-question rows) reads
+  as FILE: the readers above open a `.gz` name through gzip, `latest_by_id` and `read_log_jsonl` read FILE.gz where
+  only it exists, and `repair_tail` (the step before every append) unpacks it back to FILE, so a resumed run appends
+  to the rows it had.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import gzip
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -32,12 +38,23 @@ _CHUNK = 1 << 20
 # ----------------------------------------------------------------------------------------------- reading
 
 
+def stored(path: str | Path) -> Path:
+    """Where a jsonl file's rows are: `path` itself, else its compressed copy `path.gz` where only that exists (a
+    folder of results archived with `gzip -9 -n`), else `path` (missing)."""
+    p = Path(path)
+    if not p.is_file() and p.suffix != ".gz":
+        gz = p.with_name(p.name + ".gz")
+        if gz.is_file():
+            return gz
+    return p
+
+
 def _lines(path: Path, *, strict_utf8: bool = False) -> Iterator[tuple[int, str, bool, bool]]:
     """(lineno, text, complete, is_last) per line, streamed with one line of look-ahead; a line is incomplete when
     it is the last one and the file lacks a final newline. Bytes that are not UTF-8 become U+FFFD, or with
     `strict_utf8` a DataFormatError naming the line and the byte offset in the file."""
     errors = "strict" if strict_utf8 else "replace"
-    with path.open("rb") as fh:
+    with (gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")) as fh:
         prev: bytes | None = None
         lineno = start = 0  # start: the file offset of `prev`
         try:
@@ -52,6 +69,8 @@ def _lines(path: Path, *, strict_utf8: bool = False) -> Iterator[tuple[int, str,
                 yield lineno, prev.decode("utf-8", errors).rstrip("\n"), complete, True
         except UnicodeDecodeError as e:
             raise DataFormatError(f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte {start + e.start})") from None
+        except (gzip.BadGzipFile, EOFError) as e:
+            raise DataFormatError(f"{path}: not a complete gzip file ({e}); gunzip -t names the damage") from None
 
 
 def iter_jsonl(
@@ -119,7 +138,7 @@ def read_jsonl(path: str | Path, *, torn_tail: Literal["error", "skip"] = "error
 
 def read_log_jsonl(path: str | Path) -> list[JsonObject]:
     """Every complete JSON-object line of a log file; anything else (a torn or hand-edited line) is passed over."""
-    p = Path(path)
+    p = stored(path)
     out: list[JsonObject] = []
     if not p.is_file():
         return out
@@ -137,8 +156,9 @@ def read_log_jsonl(path: str | Path) -> list[JsonObject]:
 
 def latest_by_id(path: str | Path, *, what: str = "row") -> dict[str, JsonObject]:
     """The final view of an append-only jsonl log keyed by "id": the latest row per id (a torn last line is skipped,
-    a broken line elsewhere or a row without an id is an error naming it). A missing file is empty."""
-    p = Path(path)
+    a broken line elsewhere or a row without an id is an error naming it). A missing file is empty; one stored only
+    as `path.gz` is read from there (`stored`)."""
+    p = stored(path)
     latest: dict[str, JsonObject] = {}
     if not p.is_file():
         return latest
@@ -153,8 +173,11 @@ def latest_by_id(path: str | Path, *, what: str = "row") -> dict[str, JsonObject
 
 
 def repair_tail(path: str | Path) -> int:
-    """Cut a partial last line (left by a kill mid-write) so appends start on a fresh line. Returns bytes cut."""
+    """Cut a partial last line (left by a kill mid-write) so appends start on a fresh line. Returns bytes cut.
+    A file stored only as `path.gz` is unpacked back to `path` first (and the .gz removed: one copy of the rows),
+    so the appends that follow extend the rows it held."""
     p = Path(path)
+    _unpack(p)
     if not p.is_file():
         return 0
     size = p.stat().st_size
@@ -177,6 +200,23 @@ def repair_tail(path: str | Path) -> int:
         fh.flush()
         os.fsync(fh.fileno())
         return size - keep
+
+
+def _unpack(p: Path) -> None:
+    gz = stored(p)
+    if gz == p:
+        return
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        with gzip.open(gz, "rb") as src, tmp.open("wb") as dst:
+            shutil.copyfileobj(src, dst, _CHUNK)
+            dst.flush()
+            os.fsync(dst.fileno())
+    except (gzip.BadGzipFile, EOFError) as e:
+        tmp.unlink(missing_ok=True)
+        raise DataFormatError(f"{gz}: not a complete gzip file ({e}); gunzip -t names the damage") from None
+    os.replace(tmp, p)
+    gz.unlink()
 
 
 def append_jsonl(path: str | Path, rows: Sequence[JsonObject]) -> None:

@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from s3core.io import stored
+
 if TYPE_CHECKING:
     from eval.analysis import RunData, S3Analysis
     from eval.oversearch import R1Analysis
@@ -215,7 +217,7 @@ def _analyze(args: argparse.Namespace, cfg: S3Config) -> int:
     shared: dict[str, Any] = {}
     for d in args.runs:
         path = Path(d)
-        if (path / "metrics.jsonl").is_file() and not (path / "results.jsonl").is_file():
+        if (path / "metrics.jsonl").is_file() and not stored(path / "results.jsonl").is_file():
             training.append(TrainingBehavior.load(path))
             continue
         run = load_run(path, dataset)

@@ -97,3 +97,21 @@ def test_report_counts_documents_without_text_and_says_how_to_fix_it(
     assert m2 is not None and m2.group(1) == m2.group(2) == m.group(2)
     page = (out / "index.html").read_text()
     assert 'id="missing-texts"' not in page and "${q.turns} turns" not in page
+
+
+def test_a_run_stored_gzipped_reads_as_the_plain_one_in_load_run_and_s3_report(tmp_path: Path) -> None:
+    """benchmarks/results keeps runs' rows and trajectories as results.jsonl.gz / contexts.jsonl.gz: `load_run` (what
+    `s3 report`, `s3 analyze` and the browser read) sees the same rows and trajectories as from the plain files."""
+    import gzip
+
+    here = _clone_of_a_committed_run(tmp_path)
+    plain = load_run(here / "untrained")
+    for name in ("results.jsonl", "contexts.jsonl"):
+        f = here / "untrained" / name
+        f.with_name(name + ".gz").write_bytes(gzip.compress(f.read_bytes()))
+        f.unlink()
+    packed = load_run(here / "untrained")
+    assert packed.rows == plain.rows and packed.contexts == plain.contexts and len(packed.contexts) == 100
+    assert main(["report", str(here / "untrained"), "--out", str(tmp_path / "report")]) == 0
+    assert (tmp_path / "report" / "index.html").is_file()
+    assert not (here / "untrained" / "results.jsonl").exists()  # reading never unpacks: only an append does

@@ -96,11 +96,11 @@ def test_shape_steps_run_after_rollout_speed_and_land_in_the_summary(tmp_path: P
     at = names.index("rollout_speed")
     assert names[at + 1 : at + 3] == ["shape_3b", "shape_7b"] and len(names) == len(doctor.STEPS) + 2
     info = {"shape": "3b", "params": 3_085_938_688, "engine": "transformers", "rows": 64, "new_tokens": 128,
-            "tokens_per_s": 2345.6, "update_seconds": 12.34, "update_peak_allocated_gb": 14.2,
+            "tokens_per_s": 2345.6, "first_tokens_per_s": 601.5, "update_seconds": 12.34, "update_peak_allocated_gb": 14.2,
             "goal": "goal PASS: 2,345.6 policy tokens/s >= 1,110"}
     results = [doctor.StepResult(name="shape_3b", status="PASS", info=info),
                doctor.StepResult(name="shape_7b", status="SKIP", why="needs ~90 GB, 70 GB free on cuda")]
     doctor.write_summary(tmp_path, results, device="cuda", quick=False)
     md = (tmp_path / "summary.md").read_text()
-    assert "| 3b | 3.09B | transformers | 64 x 128 | 2,345.6 | 12.3 | 14.2 | goal PASS" in md
+    assert "| 3b | 3.09B | transformers | 64 x 128 | 2,345.6 | 601.5 | 12.3 | 14.2 | goal PASS" in md
     assert "| shape_7b | SKIP |" in md and "| 7b |" not in md

@@ -4,6 +4,7 @@ option validation, summary math. The real generator / index / metrics are driven
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from eval.harness import Components, EvalOptions, load_dataset, run_eval, valida
 from eval.rundir import RunDirError, read_results, run_lock
 from eval.summary import summarize
 from s3core.errors import ConfigError, DataFormatError
-from s3core.io import append_jsonl, repair_tail
+from s3core.io import append_jsonl, repair_tail, stored
 from s3core.types import Document, QAExample
 
 GOLD = {f"q{i}": f"answer{i}" for i in range(7)}
@@ -137,6 +138,33 @@ def test_kill_midway_truncated_line_is_rerun_without_duplicates(tmp_path: Path) 
     text = res.read_text()
     assert text.endswith("\n") and text.count("\n") == 7
     assert [json.loads(x)["id"] for x in text.splitlines()] == [f"q{i}" for i in range(7)]
+
+
+def test_a_run_archived_as_results_jsonl_gz_is_read_as_it_was_and_a_resume_extends_it(tmp_path: Path) -> None:
+    """benchmarks/results keeps finished runs' rows as results.jsonl.gz: the readers see the same rows, and `s3 eval`
+    on that folder unpacks them and runs only the questions it lacks (one copy of the rows afterwards)."""
+    ds = make_dataset(tmp_path)
+    out = tmp_path / "run"
+    run_eval(opts_for(ds, out, limit=4), load_dataset(ds, limit=4), Components(rag_contexts, FakeGen(), fake_score),
+             CONFIG)
+    res = out / "results.jsonl"
+    rows = read_results(res)
+    gz = out / "results.jsonl.gz"
+    gz.write_bytes(gzip.compress(res.read_bytes()))
+    res.unlink()
+    assert stored(res) == gz and read_results(res) == rows
+    gen = FakeGen()
+    s = run_eval(opts_for(ds, out), load_dataset(ds), Components(rag_contexts, gen, fake_score), CONFIG)
+    assert gen.calls == ["q4", "q5", "q6"] and s["n_scored"] == 7
+    assert not gz.exists() and res.read_text().count("\n") == 7
+    # a damaged archive is an error that names it, not rows silently lost
+    res.unlink()
+    gz.write_bytes(gzip.compress(b'{"id": "q0"}\n')[:-6])
+    with pytest.raises(DataFormatError, match=r"results.jsonl.gz: not a complete gzip file"):
+        read_results(res)
+    with pytest.raises(DataFormatError, match=r"results.jsonl.gz: not a complete gzip file"):
+        repair_tail(res)
+    assert gz.exists() and not res.exists() and not list(out.glob(".results.jsonl.*"))
 
 
 def test_repair_tail_and_corrupt_middle_line(tmp_path: Path) -> None:
