@@ -1,6 +1,6 @@
 """Where the transformers rollout engine's time goes on a GPU, and which lever moves it (the engine `s3 train` samples
 with where vLLM is absent; `s3 doctor --shape 3b` measured it at 443.5 policy tokens/s on an H200, under the 1,110 goal;
-merged and warm it passes: 1,765.8, benchmarks/results/doctor_cuda_shapes).
+merged and warm it passes: 1,543.3, benchmarks/results/doctor_cuda_shapes).
 
     S3_DOCTOR_TOKENIZER=.s3cache/doctor_gpu/tok python3 benchmarks/gpu_rollout_levers.py --out $OUT/levers.jsonl
     .venv/bin/python benchmarks/gpu_rollout_levers.py --device cpu --shape small --rows 8 --tokens 16   # the CPU check

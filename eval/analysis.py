@@ -137,10 +137,11 @@ def load_run(run_dir: Path, dataset_dir: Path | None = None, name: str | None = 
     ds = dataset_dir or resolve_recorded(run_dir, (config.get("dataset") or {}).get("dir"), "data")
     gold: dict[str, set[str]] = {}
     datasets: dict[str, str] = {}
-    if ds is not None and (ds / "questions.jsonl").is_file():
-        for lineno, q in iter_jsonl(ds / "questions.jsonl", what="question"):
+    questions = stored(ds / "questions.jsonl") if ds is not None else None  # or questions.jsonl.gz
+    if questions is not None and questions.is_file():
+        for lineno, q in iter_jsonl(questions, what="question"):
             if "id" not in q:
-                raise DataFormatError(f"{ds / 'questions.jsonl'}:{lineno}: a question without an id")
+                raise DataFormatError(f"{questions}:{lineno}: a question without an id")
             meta = q.get("metadata") or {}
             gold[str(q["id"])] = set(meta.get("supporting_ids") or [])
             datasets[str(q["id"])] = str(meta.get("dataset") or ds.parent.name)

@@ -92,15 +92,20 @@ def agent_contexts(agent: S3Searcher | TitleFollowingSearcher, own_answer: bool,
     agent's answer too.
     `trajectories`: a contexts.jsonl the agent's trajectories are appended to, a batch at a time (turns, queries,
     selections, stops: what the searcher did for each evaluated question; `s3 eval --contexts` replays it). A resumed
-    run appends the retried questions again; readers keep the latest row per id."""
-    if trajectories is not None:
-        repair_tail(trajectories)  # a line torn by a kill
+    run appends the retried questions again; readers keep the latest row per id. The file is repaired (a line torn by
+    a kill cut, a contexts.jsonl.gz unpacked) at the first append, which runs under the run's lock: building the run
+    (a --dry-run, a resume refused for another identity) leaves it as it was."""
+    repaired = trajectories is None
 
     async def contexts(qs: list[QAExample]) -> list[ContextOut]:
+        nonlocal repaired
         t0 = time.perf_counter()
         results = await asyncio.to_thread(agent.search, qs)
         per_q = (time.perf_counter() - t0) / max(len(qs), 1)
         if trajectories is not None:
+            if not repaired:
+                repair_tail(trajectories)
+                repaired = True
             append_jsonl(trajectories, [contexts_row(r, q.id) for r, q in zip(results, qs, strict=True)])
         out = []
         for r in results:

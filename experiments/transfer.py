@@ -66,7 +66,7 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     """The rows of a log file; a line torn by a kill is passed over."""
     from s3core.io import read_log_jsonl
 
-    return list(read_log_jsonl(path)) if path.is_file() else []
+    return list(read_log_jsonl(path))  # [] when there is none (path or path.gz)
 
 
 def _from_heldout(r: dict[str, Any], source: str) -> dict[str, Any]:
@@ -715,9 +715,9 @@ def _training(cfg: Any) -> tuple[list[str], dict[str, Any]]:
     from training.rundir import read_metrics
 
     run = cfg.resolve(cfg.training.output_dir)
-    if run is None or not (run / "metrics.jsonl").is_file():
+    if run is None or not stored(run / "metrics.jsonl").is_file():
         run = RESULTS  # the run directory is gone (another machine, a fresh clone): the copies an earlier report left
-    rows = read_metrics(run) if (run / "metrics.jsonl").is_file() else []
+    rows = read_metrics(run) if stored(run / "metrics.jsonl").is_file() else []
     if not rows:
         return [], {}
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -805,7 +805,7 @@ def _questions_file(data: Path) -> Path:
     """A dev slice's prepared questions: data/questions.jsonl, or where the attempt did not commit its own copy, the
     one of --baselines-from or of the first attempt holding the same questions (the sha256 in data/manifest.json):
     the repository keeps one copy of each question file."""
-    own, manifest = data / "questions.jsonl", data / "manifest.json"
+    own, manifest = stored(data / "questions.jsonl"), data / "manifest.json"
     if own.is_file() or not manifest.is_file():
         return own
     from s3core.io import file_sha256

@@ -483,22 +483,28 @@ def _available_bytes(device: str) -> tuple[float, float]:
     return float(info["MemAvailable"]), float(info["MemTotal"])
 
 
-def _s3_prompts(tokenizer_policy: Any, rows: int, max_select: int) -> tuple[list[str], list[list[int]]]:
+def _s3_prompts(tokenizer_policy: Any, rows: int, max_select: int, variant: int = 0
+                ) -> tuple[list[str], list[list[int]]]:
     """`rows` first-turn s3 searcher prompts as the rollout builds them: the instruction and example (~1k tokens,
-    shared by every row), a question and its begin-with-search window of 3 documents, chat-templated."""
+    shared by every row), a question and its begin-with-search window of 3 documents, chat-templated. Another
+    `variant` pairs each question with other filler documents: other texts, other lengths, the same instruction."""
     from s3core.types import Document
     from searcher.protocol import build_s3_prompt, render_information
 
     questions, ids = [], []
     for i in range(rows):
-        q, _, title, text = _QA[i % len(_QA)]
-        fill = [_FILLER[(i + k) % len(_FILLER)] for k in range(2)]
+        q, _, title, text = _QA[(i + variant) % len(_QA)]
+        fill = [_FILLER[(i + k + 2 * variant) % len(_FILLER)] for k in range(2)]
         docs = [Document(id=f"d{i}", title=title, text=text)] + [Document(id=f"f{i}{k}", title=t, text=x)
                                                                    for k, (t, x) in enumerate(fill)]
         prompt = build_s3_prompt(q, render_information(docs), max_select)
         questions.append(q)
         ids.append(list(tokenizer_policy.encode_chat([{"role": "user", "content": prompt}])))
     return questions, ids
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f}"
 
 
 def _peak(device: str) -> float | None:
@@ -605,9 +611,12 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
         sampler = learner.policy
     info["load_seconds"] = round(time.perf_counter() - t0, 1)
 
-    questions, prompt_ids = _s3_prompts(sampler, rows, cfg.searcher.max_select)
+    # two sets of prompts, one a rollout: the second set's texts and lengths differ from the first's, so its speed is
+    # the engine's warm rate on new shapes, not a repeat of shapes (or a prefix cache) the first rollout filled
+    first_ids = _s3_prompts(sampler, rows, cfg.searcher.max_select)[1]
+    questions, prompt_ids = _s3_prompts(sampler, rows, cfg.searcher.max_select, variant=1)
     info["prompt_tokens_mean"] = round(sum(map(len, prompt_ids)) / rows, 1)
-    prompts = [TokenPrompt(ids) for ids in prompt_ids]
+    info["first_prompt_tokens_mean"] = round(sum(map(len, first_ids)) / rows, 1)
     temperature = tc.rollout.temperature
     learner.model.eval()
     with contextlib.ExitStack() as rollout_ctx:
@@ -617,14 +626,15 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
             n = self_sampling(rollout_ctx, learner.model, tc.learner.autocast, merged)
             if n is not None:
                 info["lora_merged_weights"] = n
-        sampler.generate(prompts[:2], max_new_tokens=4, temperature=temperature)  # warm-up: kernels, allocator
-        # the same rollout twice: the process's first full-size one pays for its new shapes (on an H200 the 3B's ran
-        # at 421-563 tokens/s first, 793-922 again, the same code); a training run samples hundreds, so the second
-        # is the steady rate the goal is checked on, and the first is reported beside it
+        sampler.generate([TokenPrompt(first_ids[0])], max_new_tokens=4, temperature=temperature)  # warm-up
+        # two full-size rollouts, each timed: the process's first pays once for kernels and the allocator's growth
+        # (on an H200 the 3B's ran at 421-624 tokens/s first, 793-1,766 after, the same code); a training run samples
+        # hundreds, so the second is the steady rate the goal is checked on, and the first is reported beside it
         timed = []
-        for _ in range(2):
+        for ids_set in (first_ids, prompt_ids):
             t0 = time.perf_counter()
-            outs = sampler.generate(prompts, max_new_tokens=new_tokens, temperature=temperature)
+            outs = sampler.generate([TokenPrompt(ids) for ids in ids_set], max_new_tokens=new_tokens,
+                                    temperature=temperature)
             timed.append((sum(len(o.token_ids or []) for o in outs), time.perf_counter() - t0))
     peak = _peak(device)
     (first_tokens, first_dt), (policy_tokens, dt) = timed
@@ -703,7 +713,7 @@ def step_shape(name: str) -> Callable[[Ctx, StepResult], None]:
         ok, line = goal_line(info)
         ctx.log(f"     {res.name}: {info['params'] / 1e9:.2f}B params, {info['engine']}: rollout "
                 f"{info['tokens_per_s']:,.1f} policy tokens/s ({info['rows']} rows x {info['new_tokens']} tokens; "
-                f"the first rollout {info.get('first_tokens_per_s', 0):,.1f}); "
+                f"the first rollout {_num(info.get('first_tokens_per_s'))}); "
                 f"update {info['update_seconds']:.1f} s"
                 + (f", peak {info['update_peak_allocated_gb']:.1f} GB allocated" if "update_peak_allocated_gb" in info
                    else ""))
@@ -911,7 +921,7 @@ def write_summary(out: Path, results: list[StepResult], device: str, quick: bool
             i = r.info
             peak = i.get("update_peak_allocated_gb")
             lines.append(f"| {i['shape']} | {i['params'] / 1e9:.2f}B | {i['engine']} | {i['rows']} x {i['new_tokens']} | "
-                         f"{i['tokens_per_s']:,.1f} | {i.get('first_tokens_per_s', '-')} | {i['update_seconds']:.1f} | "
+                         f"{i['tokens_per_s']:,.1f} | {_num(i.get('first_tokens_per_s'))} | {i['update_seconds']:.1f} | "
                          f"{'-' if peak is None else peak} | "
                          f"{i.get('goal', '-')} |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +34,7 @@ from s3core.errors import DataFormatError
 JsonObject = dict[str, Any]  # a parsed JSON object: its values are JSON, typed at the point of use
 
 _CHUNK = 1 << 20
+_GZIP_DAMAGE = (gzip.BadGzipFile, EOFError, zlib.error)  # a bad header, a cut-off stream, damage inside it
 
 
 # ----------------------------------------------------------------------------------------------- reading
@@ -69,7 +71,7 @@ def _lines(path: Path, *, strict_utf8: bool = False) -> Iterator[tuple[int, str,
                 yield lineno, prev.decode("utf-8", errors).rstrip("\n"), complete, True
         except UnicodeDecodeError as e:
             raise DataFormatError(f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte {start + e.start})") from None
-        except (gzip.BadGzipFile, EOFError) as e:
+        except _GZIP_DAMAGE as e:
             raise DataFormatError(f"{path}: not a complete gzip file ({e}); gunzip -t names the damage") from None
 
 
@@ -212,11 +214,23 @@ def _unpack(p: Path) -> None:
             shutil.copyfileobj(src, dst, _CHUNK)
             dst.flush()
             os.fsync(dst.fileno())
-    except (gzip.BadGzipFile, EOFError) as e:
+    except _GZIP_DAMAGE as e:
         tmp.unlink(missing_ok=True)
         raise DataFormatError(f"{gz}: not a complete gzip file ({e}); gunzip -t names the damage") from None
+    except BaseException:  # a full disk, an interrupt: the archive stays, no half-written file is left
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, p)
-    gz.unlink()
+    _fsync_dir(p.parent)  # the plain file is durable before its archive goes
+    gz.unlink(missing_ok=True)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def append_jsonl(path: str | Path, rows: Sequence[JsonObject]) -> None:

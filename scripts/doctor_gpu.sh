@@ -3,7 +3,8 @@
 # Qwen2.5-3B's shape and, where the GPU's free memory allows, 7B's: the 3B recipe's (configs/gpu_single.toml) rollout
 # engine's policy tokens/s on 64 s3 prompts x 128 tokens, one masked update's seconds and peak memory, and the goal
 # check rollout >= 10 x 111 policy tokens/s (PASS / FAIL in the summary). ~2.5 minutes on an H200
-# (2026-12-04: 139 s, 3b and 7b; 3b alone ~1.5 minutes; benchmarks/results/doctor_cuda_shapes, docs/gpu.md).
+# (2026-12-04: 139 s, 3b and 7b, one rollout each; 3b with its two rollouts 78 s; benchmarks/results/doctor_cuda_shapes,
+# docs/gpu.md).
 #
 #   bash scripts/doctor_gpu.sh prep   # HERE (PyPI reachable): what a bare GPU image lacks, into .s3cache/doctor_gpu
 #                                     #   (cp312 wheels of pydantic and rich, SmolLM2's tokenizer files: ~8 MB)

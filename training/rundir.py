@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from s3core.errors import S3Error
-from s3core.io import append_jsonl, read_log_jsonl, repair_tail, write_text_atomic
+from s3core.io import append_jsonl, read_log_jsonl, repair_tail, stored, write_text_atomic
 from s3core.runs import CHECKPOINTS, pointer, policy_checkpoint
 
 __all__ = ["CONFIG_FILE", "HELDOUT_FILE", "HELDOUT_QUESTIONS_FILE", "METRICS_FILE", "STATE_FILE", "MetricsWriter", "append_heldout",
@@ -99,7 +99,7 @@ def rollback_events(run_dir: str | Path) -> list[dict[str, Any]]:
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """Rows of metrics.jsonl (the last row per step wins: a resumed run may repeat a step); an error when the
     directory has none."""
-    if not (Path(run_dir) / METRICS_FILE).is_file():
+    if not stored(Path(run_dir) / METRICS_FILE).is_file():  # or metrics.jsonl.gz: a run archived in benchmarks/results
         raise S3Error(f"no metrics.jsonl in {run_dir}: is it a training run directory?")
     return metrics_rows(run_dir)
 
@@ -121,6 +121,7 @@ class MetricsWriter:
 
     def __init__(self, run_dir: Path) -> None:
         self.path = run_dir / METRICS_FILE
+        self.repaired = False  # the first write cuts a line torn by a kill and unpacks a metrics.jsonl.gz
         self.tb: Any = None
         try:
             from torch.utils.tensorboard import SummaryWriter
@@ -131,6 +132,9 @@ class MetricsWriter:
 
     def write(self, step: int, row: dict[str, Any]) -> None:
         generation = len(recovery_rows(self.path.parent))  # the rollbacks so far: whose branch the row is on
+        if not self.repaired:
+            repair_tail(self.path)
+            self.repaired = True
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps({"step": step, **row, "generation": generation}) + "\n")
             fh.flush()

@@ -217,7 +217,7 @@ def _analyze(args: argparse.Namespace, cfg: S3Config) -> int:
     shared: dict[str, Any] = {}
     for d in args.runs:
         path = Path(d)
-        if (path / "metrics.jsonl").is_file() and not stored(path / "results.jsonl").is_file():
+        if stored(path / "metrics.jsonl").is_file() and not stored(path / "results.jsonl").is_file():
             training.append(TrainingBehavior.load(path))
             continue
         run = load_run(path, dataset)

@@ -165,6 +165,17 @@ def test_a_run_archived_as_results_jsonl_gz_is_read_as_it_was_and_a_resume_exten
     with pytest.raises(DataFormatError, match=r"results.jsonl.gz: not a complete gzip file"):
         repair_tail(res)
     assert gz.exists() and not res.exists() and not list(out.glob(".results.jsonl.*"))
+    # damage inside the stream (a byte flipped: zlib's error, a CRC mismatch, or text that no longer parses) is a
+    # DataFormatError naming the archive wherever it is, and unpacking it leaves nothing behind
+    text = b"".join(b'{"id": "q%d", "pad": "%s"}\n' % (i, b"x" * (i % 50)) for i in range(300))
+    for at in (0.3, 0.5, 0.7):
+        packed = bytearray(gzip.compress(text))
+        packed[int(len(packed) * at)] ^= 0xFF
+        gz.write_bytes(bytes(packed))
+        for read in (read_results, repair_tail):
+            with pytest.raises(DataFormatError, match=r"results.jsonl.gz(:\d+)?: not (a complete gzip file|valid JSON)"):
+                read(res)
+        assert gz.exists() and not res.exists() and not list(out.glob(".results.jsonl.*"))
 
 
 def test_repair_tail_and_corrupt_middle_line(tmp_path: Path) -> None:
