@@ -144,7 +144,7 @@ def load_run(run_dir: Path, dataset_dir: Path | None = None, name: str | None = 
                 raise DataFormatError(f"{questions}:{lineno}: a question without an id")
             meta = q.get("metadata") or {}
             gold[str(q["id"])] = set(meta.get("supporting_ids") or [])
-            datasets[str(q["id"])] = str(meta.get("dataset") or ds.parent.name)
+            datasets[str(q["id"])] = str(meta.get("dataset") or questions.parent.parent.name)
     elif contexts:
         fix = (dataset_rebuild_hint(ds, "questions.jsonl") if ds is not None else
                "no dataset folder found (run.json's dataset.dir, RUN_DIR/../data): pass --dataset DIR")
