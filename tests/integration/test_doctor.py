@@ -48,7 +48,7 @@ def test_doctor_cpu_quick_passes_every_step_it_can_and_says_why_it_skips(tmp_pat
     assert (shape["params"], shape["engine"], shape["lora"], shape["dtype"]) == (20_075_648, "transformers", True, "bfloat16")
     assert shape["prompt_tokens_mean"] > 500  # the s3 instruction + a question + its 3-document window
     assert 0 < shape["policy_tokens"] == shape["update_policy_tokens"] <= 4 * 8 and shape["tokens_per_s"] > 0
-    assert shape["first_tokens_per_s"] > 0  # the same rollout timed twice: the first one's rate is reported beside
+    assert shape["first_tokens_per_s"] > 0  # two rollouts timed: the first one's rate is reported beside the second's
     assert shape["update_seconds"] > 0 and shape["update_grad_norm"] > 0 and "goal" not in shape
     assert steps["shape_small"]["rss_peak_mb"] > 100
     md = (out / "summary.md").read_text()
