@@ -175,25 +175,29 @@ def reuse_untrained(report: dict[str, Any], model: str, seed: int, windows: Sequ
                     ) -> tuple[dict[str, Any], float]:
     """An earlier run's untrained table and seconds per held-out window, for a run of the same model, seed and
     held-out windows (a LoRA starts as its base model, so a `--train 0` run scored exactly these windows). ValueError
-    unless the report's window counts, position and bm25 columns are these windows' own, group for group.
+    unless it is of this model, seed and selection size, and its window counts, position and bm25 columns are these
+    windows' own, group for group.
 
     >>> ws = [Window("q", "?", "question", [Document(id=i) for i in "abc"], [3, 1, 2], [True, False, False])]
-    >>> old = {"model": "m", "seed": 0, "s_per_heldout_window": 8.0,
-    ...        "untrained": {g: {**v, "student": 1.0} for g, v in selection_table(ws, None, m=2).items()}}
+    >>> old = {"model": "m", "seed": 0, "select": 2, "s_per_heldout_window": 8.0,
+    ...        "untrained": {g: {**v, "student": 1.0} for g, v in selection_table(ws, None).items()}}
     >>> reuse_untrained(old, "m", 0, ws)[0]["all"]["student"], reuse_untrained(old, "m", 0, ws)[1]
     (1.0, 8.0)
     >>> reuse_untrained(old, "m", 1, ws)
     Traceback (most recent call last):
-    ValueError: that report is of model 'm', seed 0; this run is of model 'm', seed 1
+    ValueError: that report is of model 'm', seed 0, select 2; this run is of model 'm', seed 1, select 2
+    >>> reuse_untrained({**old, "select": 1}, "m", 0, ws)  # scored at another selection size
+    Traceback (most recent call last):
+    ValueError: that report is of model 'm', seed 0, select 1; this run is of model 'm', seed 0, select 2
     >>> reuse_untrained(old, "m", 0, ws + ws)
     Traceback (most recent call last):
     ValueError: that report scored other held-out windows (the counts, position or bm25 columns differ)
     """
-    if (report.get("model"), report.get("seed")) != (model, seed):
-        raise ValueError(f"that report is of model {report.get('model')!r}, seed {report.get('seed')}; "
-                         f"this run is of model {model!r}, seed {seed}")
+    if (report.get("model"), report.get("seed"), report.get("select", SELECT)) != (model, seed, SELECT):
+        raise ValueError(f"that report is of model {report.get('model')!r}, seed {report.get('seed')}, select "
+                         f"{report.get('select', SELECT)}; this run is of model {model!r}, seed {seed}, select {SELECT}")
     old = report.get("untrained") or {}
-    mine = selection_table(windows, None, m=report.get("select", SELECT))
+    mine = selection_table(windows, None)
     if set(old) != set(mine) or any(old[g].get(k) != v[k] for g, v in mine.items()
                                     for k in ("windows", "position", "bm25")):
         raise ValueError("that report scored other held-out windows (the counts, position or bm25 columns differ)")
