@@ -4,13 +4,16 @@
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/selection_probe.py run --model smollm2-135m-instruct \
         --train 800 --heldout 200 --epochs 1                        # -> benchmarks/results/selection_probe/<model>/
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/selection_probe.py run --model qwen2.5-coder-0.5b-instruct --lora 16
+    ... run --reader pointwise ...                                  # one document a prompt (a cross-encoder), yes / no
 
 Windows (experiments/selection_probe.py): the question's own bm25 top-8 and a gold title query's top-8 over the
 training questions' paragraphs (../shared/data/train_hotpotqa1200), shown shuffled; the questions are split after a
 seeded shuffle, the held-out ones never trained on. The student (the offline GGUF converted to torch by the project's
 loader) scores a window from the logits of its first id token and is trained with the listwise gold-mass loss; the
 report is held-out gold recall at 2 for the student, selecting by position and by bm25 order, per window kind and
-gold rank, with the training time per example: report.md / report.json beside the loss curve (loss.png).
+gold rank, with the training time per example: report.md / report.json beside the loss curve (loss.png). The
+pointwise reader (`--reader pointwise`) scores each document in its own prompt from logit(yes) - logit(no); every run
+also reports the headroom case, the choice among a question window's bm25 ranks 4-8 (`sp.tail_table`).
 """
 
 from __future__ import annotations
@@ -64,19 +67,21 @@ def _windows(train: int, heldout: int, seed: int) -> tuple[list[sp.Window], list
             sp.build_windows(held_q, bm25.search, titles, seed=seed + 1))
 
 
-def _reused_untrained(folder: Path, model: str, seed: int, held_w: list[sp.Window]
-                      ) -> tuple[dict[str, Any], float]:
+def _reused_untrained(folder: Path, model: str, seed: int, held_w: list[sp.Window], reader: str
+                      ) -> tuple[dict[str, Any], float, dict[str, Any] | None]:
     path = folder / "report.json"
     if not path.is_file():
         raise SystemExit(f"--untrained-from {folder}: no report.json there")
+    report = json.loads(path.read_text(encoding="utf-8"))
     try:
-        return sp.reuse_untrained(json.loads(path.read_text(encoding="utf-8")), model, seed, held_w)
+        table, held_s = sp.reuse_untrained(report, model, seed, held_w, reader)
+        return table, held_s, report.get("tail_untrained")
     except ValueError as e:
         raise SystemExit(f"--untrained-from {folder}: {e}") from None
 
 
 def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int, lora: int, seed: int,
-        tag: str = "", untrained_from: Path | None = None) -> dict[str, Any]:
+        tag: str = "", untrained_from: Path | None = None, reader: str = "listwise") -> dict[str, Any]:
     import torch
 
     from searcher.policy.transformers_policy import TransformersPolicy
@@ -84,7 +89,7 @@ def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int
     torch.manual_seed(seed)
     train_w, held_w = _windows(train, heldout, seed)
     if untrained_from is not None:  # the first of the two held-out passes, reused (~8 s a window for the 0.5B)
-        before, held_s = _reused_untrained(untrained_from, model, seed, held_w)
+        before, held_s, tail_before = _reused_untrained(untrained_from, model, seed, held_w, reader)
     t0 = time.perf_counter()
     policy = TransformersPolicy.load(model)
     load_s = time.perf_counter() - t0
@@ -94,12 +99,14 @@ def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int
 
         net = get_peft_model(net, LoraConfig(r=lora, lora_alpha=2 * lora, target_modules="all-linear"))
     tok = policy.tokenizer
-    student = sp.Student(net, lambda s: tok.encode(s, add_special_tokens=False), sp.id_token_ids(tok),
-                         pad_id=policy.pad_id)
+    encode = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    student = (sp.PointwiseStudent(net, encode, sp.yes_no_token_ids(tok), pad_id=policy.pad_id)
+               if reader == "pointwise" else sp.Student(net, encode, sp.id_token_ids(tok), pad_id=policy.pad_id))
     net.eval()
     if untrained_from is None:
         t0 = time.perf_counter()
-        before = sp.selection_table(held_w, student.scores(held_w))
+        held_scores = student.scores(held_w)
+        before, tail_before = sp.selection_table(held_w, held_scores), sp.tail_table(held_w, held_scores)
         held_s = (time.perf_counter() - t0) / max(len(held_w), 1)
     curve: list[dict[str, float]] = []
     steps = epochs * -(-len(train_w) // batch)
@@ -115,15 +122,18 @@ def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int
     print(f"{len(train_w)} training windows, {len(held_w)} held-out; model loaded in {load_s:.0f} s", flush=True)
     # --train 0: the untrained student only (what a model reads zero-shot), no training and no second pass
     losses = student.train(train_w, epochs=epochs, lr=lr, batch=batch, seed=seed, log=log) if train_w else []
-    after = sp.selection_table(held_w, student.scores(held_w)) if train_w else None
+    after_scores = student.scores(held_w) if train_w else None
+    after = sp.selection_table(held_w, after_scores) if after_scores is not None else None
     out = {
-        "model": model, "lora_r": lora or None, "train_windows": len(train_w), "heldout_windows": len(held_w),
+        "model": model, "reader": reader, "lora_r": lora or None, "train_windows": len(train_w), "heldout_windows": len(held_w),
         "epochs": epochs, "lr": lr, "batch": batch, "seed": seed, "select": sp.SELECT, "load_s": round(load_s, 1),
         "s_per_heldout_window": round(held_s, 2),
         "s_per_example": statistics.median(student.times) if student.times else None,
         "loss_first_50": statistics.fmean(losses[:50]) if losses else None,
         "loss_last_50": statistics.fmean(losses[-50:]) if losses else None,
         "untrained": before, "trained": after,
+        "tail_untrained": tail_before,
+        "tail_trained": sp.tail_table(held_w, after_scores) if after_scores is not None else None,
         "untrained_from": untrained_from.relative_to(ROOT).as_posix() if untrained_from else None,
     }
     folder = RESULTS / (f"{model}-{tag}" if tag else model)
@@ -167,6 +177,9 @@ def main() -> int:
     r.add_argument("--lr", type=float, default=2e-5)
     r.add_argument("--batch", type=int, default=4)
     r.add_argument("--lora", type=int, default=0, help="LoRA rank (0 = full fine-tuning; use it for the 0.5B)")
+    r.add_argument("--reader", choices=("listwise", "pointwise"), default="listwise",
+                   help="listwise: one prompt a window, read from its first id token (FIRST); pointwise: one prompt "
+                        "a document, scored logit(yes) - logit(no), trained with the same listwise loss")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--tag", default="", help="results go to <model>-<tag>/ (another setting beside the first)")
     r.add_argument("--untrained-from", type=Path, default=None,
@@ -177,7 +190,7 @@ def main() -> int:
         prepare()
     else:
         run(a.model, a.train, a.heldout, a.epochs, a.lr, a.batch, a.lora, a.seed, a.tag,
-            a.untrained_from.resolve() if a.untrained_from else None)
+            a.untrained_from.resolve() if a.untrained_from else None, a.reader)
     return 0
 
 

@@ -32,6 +32,8 @@ WINDOW = 8  # documents a window shows (the searcher's k)
 SELECT = 2  # documents selected from a window (what a searcher keeps of one window, the trained ones' [1, 2])
 WORDS = 60  # words of each document shown after its title
 PROMPT_TAIL = "The most useful document is ["
+PAIR_TAIL = "Does this document help answer the question? Answer yes or no:"  # the pointwise reader's prompt end
+TAIL_FROM = 4  # the window's ranks from here on are what naive RAG's top-3 (and the script's start) leave unread
 RANK_BUCKETS = ((1, 3), (4, 8))  # bm25 ranks: naive RAG's top-3, the rest of the window
 
 
@@ -112,6 +114,18 @@ def render(w: Window, words: int = WORDS) -> str:
     return "\n".join([*lines, PROMPT_TAIL])
 
 
+def render_pair(question: str, doc: Document, words: int = WORDS) -> str:
+    """The pointwise reader's prompt: one document with the question, then `PAIR_TAIL`, after which the first
+    generated token is " yes" or " no".
+
+    >>> print(render_pair("Who?", Document(id="a", title="A", text="one two three"), words=2))
+    Question: Who?
+    Document: A: one two
+    Does this document help answer the question? Answer yes or no:
+    """
+    return f"Question: {question}\nDocument: {doc.title}: {' '.join(doc.text.split()[:words])}\n{PAIR_TAIL}"
+
+
 # ------------------------------------------------------------------------------------------------ selection rules
 
 
@@ -171,12 +185,39 @@ def selection_table(windows: Sequence[Window], scores: Sequence[Sequence[float]]
             for g, v in rows.items()}
 
 
-def reuse_untrained(report: dict[str, Any], model: str, seed: int, windows: Sequence[Window]
-                    ) -> tuple[dict[str, Any], float]:
+def tail_table(windows: Sequence[Window], scores: Sequence[Sequence[float]] | None) -> dict[str, Any]:
+    """The headroom case: in each question window, only the documents of bm25 rank >= `TAIL_FROM` (what the script's
+    start leaves unread), kept when they hold a gold and a non-gold document; gold recall at 1 there for `position`
+    (the first shown), `bm25` (the best rank: what adding the next document does) and `student` (its best score):
+    the choice a searcher started from the script must make to add a gold page.
+
+    >>> d = [Document(id=i) for i in "abcde"]
+    >>> w = Window("q", "?", "question", d, [5, 1, 4, 2, 6], [True, False, False, False, False])
+    >>> tail_table([w], [[0.9, 0.0, 0.1, 0.0, 0.5]])
+    {'windows': 1, 'position': 1.0, 'bm25': 0.0, 'student': 1.0}
+    >>> tail_table([w], None)["windows"], tail_table([], None)
+    (1, {'windows': 0})
+    """
+    got: dict[str, list[float]] = {}
+    for j, w in enumerate(windows):
+        idx = [i for i in range(w.n) if w.ranks[i] >= TAIL_FROM]
+        if w.kind != "question" or not any(w.gold[i] for i in idx) or all(w.gold[i] for i in idx):
+            continue
+        picks = {"position": idx[0], "bm25": min(idx, key=lambda i: w.ranks[i])}
+        if scores is not None:
+            picks["student"] = max(idx, key=lambda i: (scores[j][i], -i))
+        for k, i in picks.items():
+            got.setdefault(k, []).append(float(w.gold[i]))
+    n = len(next(iter(got.values()))) if got else 0
+    return {"windows": n, **{k: sum(v) / len(v) for k, v in got.items()}}
+
+
+def reuse_untrained(report: dict[str, Any], model: str, seed: int, windows: Sequence[Window],
+                    reader: str = "listwise") -> tuple[dict[str, Any], float]:
     """An earlier run's untrained table and seconds per held-out window, for a run of the same model, seed and
     held-out windows (a LoRA starts as its base model, so a `--train 0` run scored exactly these windows). ValueError
-    unless it is of this model, seed and selection size, and its window counts, position and bm25 columns are these
-    windows' own, group for group.
+    unless it is of this model, reader, seed and selection size, and its window counts, position and bm25 columns are
+    these windows' own, group for group.
 
     >>> ws = [Window("q", "?", "question", [Document(id=i) for i in "abc"], [3, 1, 2], [True, False, False])]
     >>> old = {"model": "m", "seed": 0, "select": 2, "s_per_heldout_window": 8.0,
@@ -189,6 +230,9 @@ def reuse_untrained(report: dict[str, Any], model: str, seed: int, windows: Sequ
     >>> reuse_untrained({**old, "select": 1}, "m", 0, ws)  # scored at another selection size
     Traceback (most recent call last):
     ValueError: that report is of model 'm', seed 0, select 1; this run is of model 'm', seed 0, select 2
+    >>> reuse_untrained(old, "m", 0, ws, reader="pointwise")  # the untrained column of another way of reading
+    Traceback (most recent call last):
+    ValueError: that report is of the listwise reader; this run is of the pointwise reader
     >>> reuse_untrained(old, "m", 0, ws + ws)
     Traceback (most recent call last):
     ValueError: that report scored other held-out windows (the counts, position or bm25 columns differ)
@@ -196,6 +240,9 @@ def reuse_untrained(report: dict[str, Any], model: str, seed: int, windows: Sequ
     if (report.get("model"), report.get("seed"), report.get("select", SELECT)) != (model, seed, SELECT):
         raise ValueError(f"that report is of model {report.get('model')!r}, seed {report.get('seed')}, select "
                          f"{report.get('select', SELECT)}; this run is of model {model!r}, seed {seed}, select {SELECT}")
+    if report.get("reader", "listwise") != reader:
+        raise ValueError(f"that report is of the {report.get('reader', 'listwise')} reader; this run is of the "
+                         f"{reader} reader")
     old = report.get("untrained") or {}
     mine = selection_table(windows, None)
     if set(old) != set(mine) or any(old[g].get(k) != v[k] for g, v in mine.items()
@@ -236,8 +283,8 @@ class Student:
     max_tokens: int = 1024
     times: list[float] = field(default_factory=list)
 
-    def logits(self, prompts: Sequence[str], n: Sequence[int]) -> Any:
-        """(B, max n) logits of the id tokens at each prompt's last position; ids past a window's n are -inf."""
+    def last_logits(self, prompts: Sequence[str]) -> Any:
+        """(B, V) next-token logits at each prompt's last position (left padding, each prompt's own positions)."""
         import torch
 
         ids = [self.encode(p)[-self.max_tokens:] for p in prompts]
@@ -248,11 +295,23 @@ class Student:
             batch[i, width - len(x):] = torch.tensor(x)
             mask[i, width - len(x):] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # each prompt's own positions, from 0 after its padding
-        out = self.model(input_ids=batch, attention_mask=mask, position_ids=positions).logits[:, -1, :]  # (B, V)
+        # logits_to_keep=1: only the last position goes through the vocabulary projection (B x V, not B x T x V)
+        return self.model(input_ids=batch, attention_mask=mask, position_ids=positions,
+                          logits_to_keep=1).logits[:, -1, :]
+
+    def logits(self, prompts: Sequence[str], n: Sequence[int]) -> Any:
+        """(B, max n) logits of the id tokens at each prompt's last position; ids past a window's n are -inf."""
+        import torch
+
+        out = self.last_logits(prompts)  # (B, V)
         top = max(n)
         scores = out[:, self.id_tokens[:top]]  # (B, top)
         keep = torch.arange(top)[None, :] < torch.tensor(list(n))[:, None]
         return scores.masked_fill(~keep, float("-inf"))
+
+    def window_logits(self, windows: Sequence[Window], words: int = WORDS) -> Any:
+        """(B, max n) scores of each window's documents, -inf past a window's n: one prompt a window."""
+        return self.logits([render(w, words) for w in windows], [w.n for w in windows])
 
     def scores(self, windows: Sequence[Window], words: int = WORDS, batch: int = 4) -> list[list[float]]:
         import torch
@@ -261,7 +320,7 @@ class Student:
         with torch.no_grad():
             for lo in range(0, len(windows), batch):
                 part = windows[lo:lo + batch]
-                got = self.logits([render(w, words) for w in part], [w.n for w in part])
+                got = self.window_logits(part, words)
                 out += [row[: w.n].tolist() for row, w in zip(got, part, strict=True)]
         return out
 
@@ -281,7 +340,7 @@ class Student:
             for lo in range(0, len(order), batch):
                 part = order[lo:lo + batch]
                 t0 = time.perf_counter()
-                logits = self.logits([render(w, words) for w in part], [w.n for w in part])
+                logits = self.window_logits(part, words)
                 top = logits.shape[1]
                 gold = torch.tensor([[*w.gold, *[False] * (top - w.n)] for w in part])
                 loss = listwise_loss(logits, gold)
@@ -294,6 +353,38 @@ class Student:
                     log({"step": len(losses), "loss": losses[-1], "s_per_example": self.times[-1]})
         self.model.eval()
         return losses
+
+
+@dataclass
+class PointwiseStudent(Student):
+    """The causal LM as a cross-encoder: each (question, document) pair is its own short prompt (`render_pair`), read
+    at its first generated token; a document's score is logit(" yes") - logit(" no"). `id_tokens` is [yes, no]
+    (`yes_no_token_ids`). Trained with the same listwise loss over a window's pointwise scores, so the scores rank
+    documents within a window as a selection must, and no document's number or place can carry the answer."""
+
+    def window_logits(self, windows: Sequence[Window], words: int = WORDS) -> Any:
+        import torch
+
+        out = self.last_logits([render_pair(w.question, d, words) for w in windows for d in w.docs])  # (sum n, V)
+        flat = out[:, self.id_tokens[0]] - out[:, self.id_tokens[1]]
+        top = max(w.n for w in windows)
+        rows, lo = [], 0
+        for w in windows:
+            rows.append(torch.cat([flat[lo:lo + w.n], flat.new_full((top - w.n,), float("-inf"))]))
+            lo += w.n
+        return torch.stack(rows)
+
+
+def yes_no_token_ids(tokenizer: Any) -> list[int]:
+    """The single token ids of " yes" and " no" after `PAIR_TAIL`; a tokenizer that splits one is an error."""
+    base = tokenizer.encode(PAIR_TAIL, add_special_tokens=False)
+    out = []
+    for word in (" yes", " no"):
+        ids = tokenizer.encode(PAIR_TAIL + word, add_special_tokens=False)
+        if ids[: len(base)] != base or len(ids) != len(base) + 1:
+            raise ValueError(f"the tokenizer does not give {word!r} one token after {PAIR_TAIL!r}: {ids}")
+        out.append(ids[-1])
+    return out
 
 
 def id_token_ids(tokenizer: Any, n: int = WINDOW) -> list[int]:
@@ -328,7 +419,9 @@ def report_lines(r: dict[str, Any]) -> list[str]:
            f"{r.get('s_per_heldout_window', float('nan')):.1f} s to score a held-out window.")
     if r.get("untrained_from"):
         how += f" The untrained column is {r['untrained_from']}'s (the same held-out windows, scored before)."
-    lines = [f"# Selection probe: {r['model']}" + (f" (LoRA r = {r['lora_r']})" if r["lora_r"] else ""), "",
+    reader = r.get("reader", "listwise")
+    lines = [f"# Selection probe: {r['model']}" + (f" (LoRA r = {r['lora_r']})" if r["lora_r"] else "")
+             + (", pointwise reader (one document a prompt, yes / no)" if reader == "pointwise" else ""), "",
              f"Generated by `benchmarks/selection_probe.py run`: {how}",
              "", f"Held-out gold recall at {r['select']} (windows shown shuffled):", "",
              "| windows | n | position [1, 2] | bm25 order | student untrained |" + (" student trained |" if trained else ""),
@@ -337,4 +430,14 @@ def report_lines(r: dict[str, Any]) -> list[str]:
         t = r["trained"][group] if trained else u
         lines.append(f"| {group} | {t['windows']} | {t['position']:.3f} | {t['bm25']:.3f} | {u['student']:.3f} |"
                      + (f" {t['student']:.3f} |" if trained else ""))
+    tail_u, tail_t = r.get("tail_untrained"), r.get("tail_trained")
+    if (tail_u or tail_t or {}).get("windows"):
+        t = tail_t or tail_u or {}
+        untrained = f"{tail_u['student']:.3f}" if tail_u else "-"
+        lines += ["", f"The headroom case: question windows' bm25 ranks {TAIL_FROM}-{WINDOW} only (what the script's "
+                  "start leaves unread), those holding a gold and a non-gold document; gold recall at 1:", "",
+                  "| n | position | bm25 order (the next document) | student untrained |"
+                  + (" student trained |" if tail_t else ""), "| ---: | ---: | ---: | ---: |" + (" ---: |" if tail_t else ""),
+                  f"| {t['windows']} | {t['position']:.3f} | {t['bm25']:.3f} | {untrained} |"
+                  + (f" {tail_t['student']:.3f} |" if tail_t else "")]
     return lines

@@ -5,6 +5,7 @@ learns: a tiny random causal LM trained on windows whose gold documents say so r
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,53 @@ def test_a_tiny_student_learns_to_read_the_gold_marker() -> None:
     assert sum(losses[-6:]) / 6 < sum(losses[:6]) / 6  # it learns
     assert after["student"] >= 0.9 > after["position"] and after["student"] > before["student"]
     assert len(student.times) == len(losses) and all(t > 0 for t in student.times)
+
+
+def test_a_tiny_pointwise_student_learns_to_read_the_gold_marker_one_document_a_prompt() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+
+    words = ["<pad>", ":", "gold", "other", "Question", "?", "Document", "T", "yes", "no", "Does", "this", "help"]
+    vocab = {w: i for i, w in enumerate(words)}
+
+    def encode(text: str) -> list[int]:
+        for ch in ":?":
+            text = text.replace(ch, f" {ch} ")
+        return [vocab.get(t, 0) for t in text.split()]
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256)
+    student = sp.PointwiseStudent(transformers.LlamaForCausalLM(cfg), encode, [vocab["yes"], vocab["no"]])
+    rng = random.Random(0)
+
+    def window(i: int) -> sp.Window:
+        g, n = rng.randrange(4), 3 + i % 2  # windows of 3 and 4 documents: a batch pads the shorter
+        g = min(g, n - 1)
+        docs = [Document(id=f"{i}-{j}", title="T", text="gold" if j == g else "other") for j in range(n)]
+        return sp.Window(str(i), "?", "question", docs, list(range(1, n + 1)), [j == g for j in range(n)])
+
+    train, held = [window(i) for i in range(32)], [window(100 + i) for i in range(16)]
+    got = student.window_logits(held[:2])
+    assert got.shape == (2, 4) and torch.isinf(got[0, 3]) and bool(torch.isfinite(got[1]).all())  # 3 docs, then 4
+    losses = student.train(train, epochs=25, lr=3e-3, batch=8)
+    after = sp.selection_table(held, student.scores(held), m=1)["all"]
+    assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4
+    assert after["student"] >= 0.9 > after["position"]
+
+
+def test_the_tokenizers_give_yes_and_no_one_token_each_after_the_pointwise_prompt() -> None:
+    class Chars:  # a tokenizer of single characters: " yes" is four tokens
+        def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+            return [ord(c) for c in text]
+
+    class Words(Chars):
+        def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+            return [sum(map(ord, w)) for w in re.findall(r" ?\S+", text)]  # a word with the space before it
+
+    assert len(sp.yes_no_token_ids(Words())) == 2
+    with pytest.raises(ValueError, match="does not give ' yes' one token"):
+        sp.yes_no_token_ids(Chars())
 
 
 def test_the_module_doctests() -> None:
