@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT.parent / "shared" / "data" / "train_hotpotqa1200" / "hotpot_train.jsonl"
 WORK = ROOT / "runs" / "selection_probe"  # data and index: rebuilt, never committed
 RESULTS = ROOT / "benchmarks" / "results" / "selection_probe"
+READERS = WORK / "readers"  # --save: trained readers, for a searcher that selects with one
 
 
 def _s3(*args: str) -> None:
@@ -81,7 +82,8 @@ def _reused_untrained(folder: Path, model: str, seed: int, held_w: list[sp.Windo
 
 
 def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int, lora: int, seed: int,
-        tag: str = "", untrained_from: Path | None = None, reader: str = "listwise") -> dict[str, Any]:
+        tag: str = "", untrained_from: Path | None = None, reader: str = "listwise", save: bool = False
+        ) -> dict[str, Any]:
     import torch
 
     from searcher.policy.transformers_policy import TransformersPolicy
@@ -138,6 +140,12 @@ def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int
     }
     folder = RESULTS / (f"{model}-{tag}" if tag else model)
     folder.mkdir(parents=True, exist_ok=True)
+    if save and train_w:  # the trained reader (weights or LoRA adapter, with its tokenizer): runs/, never committed
+        kept = READERS / folder.name
+        net.save_pretrained(kept)
+        tok.save_pretrained(kept)
+        out["saved_to"] = kept.relative_to(ROOT).as_posix()
+        print(f"the trained reader is in {kept}", flush=True)
     (folder / "report.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     (folder / "curve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve), encoding="utf-8")
     (folder / "report.md").write_text("\n".join(sp.report_lines(out)) + "\n", encoding="utf-8")
@@ -180,6 +188,8 @@ def main() -> int:
     r.add_argument("--reader", choices=("listwise", "pointwise"), default="listwise",
                    help="listwise: one prompt a window, read from its first id token (FIRST); pointwise: one prompt "
                         "a document, scored logit(yes) - logit(no), trained with the same listwise loss")
+    r.add_argument("--save", action="store_true",
+                   help="keep the trained reader in runs/selection_probe/readers/<model>-<tag>/ (not committed)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--tag", default="", help="results go to <model>-<tag>/ (another setting beside the first)")
     r.add_argument("--untrained-from", type=Path, default=None,
@@ -190,7 +200,7 @@ def main() -> int:
         prepare()
     else:
         run(a.model, a.train, a.heldout, a.epochs, a.lr, a.batch, a.lora, a.seed, a.tag,
-            a.untrained_from.resolve() if a.untrained_from else None, a.reader)
+            a.untrained_from.resolve() if a.untrained_from else None, a.reader, a.save)
     return 0
 
 
