@@ -14,6 +14,12 @@ Held-out selection quality (`selection_table`): gold recall at the selection siz
 documents among the m selected), per window kind and per the gold's bm25 rank (1-3, 4-8), for the student, for
 selecting by position ([1]..[m] as shown) and by bm25 order (the m best ranks), with the time per training example.
 
+The pointwise reader (`PointwiseStudent`, `render_pair`) shows ONE document a prompt and scores it logit(" yes") -
+logit(" no"), a cross-encoder made of the causal LM, trained with the same listwise loss over a window's scores: the
+135M does not learn the listwise reading (held-out recall at 2 0.30) and does learn this one (0.83, above bm25 order's
+0.80; docs/transfer.md). `tail_table` scores the choice a searcher started where the script ends must make: the gold
+among a question window's bm25 ranks 4-8.
+
 Pure functions and a small trainer over any causal LM whose tokenizer has single tokens for the ids; the command line
 is benchmarks/selection_probe.py.
 """
