@@ -381,29 +381,27 @@ class PointwiseStudent(Student):
         return torch.stack(rows)
 
 
-def yes_no_token_ids(tokenizer: Any) -> list[int]:
-    """The single token ids of " yes" and " no" after `PAIR_TAIL`; a tokenizer that splits one is an error."""
-    base = tokenizer.encode(PAIR_TAIL, add_special_tokens=False)
+def one_token_each(tokenizer: Any, tail: str, words: Sequence[str]) -> list[int]:
+    """The single token id of each of `words` as it follows `tail`; a tokenizer that splits one is an error (a
+    student reads one token's logit per choice)."""
+    base = tokenizer.encode(tail, add_special_tokens=False)
     out = []
-    for word in (" yes", " no"):
-        ids = tokenizer.encode(PAIR_TAIL + word, add_special_tokens=False)
+    for word in words:
+        ids = tokenizer.encode(tail + word, add_special_tokens=False)
         if ids[: len(base)] != base or len(ids) != len(base) + 1:
-            raise ValueError(f"the tokenizer does not give {word!r} one token after {PAIR_TAIL!r}: {ids}")
+            raise ValueError(f"the tokenizer does not give {word!r} one token after {tail!r}: {ids}")
         out.append(ids[-1])
     return out
+
+
+def yes_no_token_ids(tokenizer: Any) -> list[int]:
+    """The single token ids of " yes" and " no" after `PAIR_TAIL` (the pointwise reader's two choices)."""
+    return one_token_each(tokenizer, PAIR_TAIL, (" yes", " no"))
 
 
 def id_token_ids(tokenizer: Any, n: int = WINDOW) -> list[int]:
-    """The single token id of each of "1".."n" as it follows "[" in `PROMPT_TAIL`; a tokenizer that splits one is an
-    error (the student needs one token per id)."""
-    base = tokenizer.encode(PROMPT_TAIL, add_special_tokens=False)
-    out = []
-    for i in range(1, n + 1):
-        ids = tokenizer.encode(PROMPT_TAIL + str(i), add_special_tokens=False)
-        if ids[: len(base)] != base or len(ids) != len(base) + 1:
-            raise ValueError(f"the tokenizer does not give {i!r} one token after {PROMPT_TAIL!r}: {ids}")
-        out.append(ids[-1])
-    return out
+    """The single token id of each of "1".."n" as it follows "[" in `PROMPT_TAIL` (the listwise reader's choices)."""
+    return one_token_each(tokenizer, PROMPT_TAIL, [str(i) for i in range(1, n + 1)])
 
 
 def report_lines(r: dict[str, Any]) -> list[str]:

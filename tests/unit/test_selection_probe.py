@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -53,22 +54,29 @@ def test_the_table_splits_by_kind_and_rank_and_the_loss_is_the_gold_mass() -> No
     assert float(sp.listwise_loss(logits, gold)) == pytest.approx(float(want))
 
 
-def test_a_tiny_student_learns_to_read_the_gold_marker() -> None:
+def tiny_llama(words: list[str], marks: str) -> tuple[object, Callable[[str], list[int]], dict[str, int]]:
+    """A tiny random Llama (seeded) over `words`, and its encoder: `marks` split off as their own words, unknown
+    words are id 0. Skips the test without torch and transformers."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
 
-    vocab = {w: i for i, w in enumerate(["<pad>", "[", "]", ":", "gold", "other", "Question", "?", "The", "most",
-                                        "useful", "document", "is", "T", *[str(i) for i in range(1, 9)]])}
+    vocab = {w: i for i, w in enumerate(words)}
 
     def encode(text: str) -> list[int]:
-        for ch in "[]:?":
+        for ch in marks:
             text = text.replace(ch, f" {ch} ")
         return [vocab.get(t, 0) for t in text.split()]
 
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256)
-    student = sp.Student(transformers.LlamaForCausalLM(cfg), encode, [vocab[str(i)] for i in range(1, 5)])
+    return transformers.LlamaForCausalLM(cfg), encode, vocab
+
+
+def test_a_tiny_student_learns_to_read_the_gold_marker() -> None:
+    net, encode, vocab = tiny_llama(["<pad>", "[", "]", ":", "gold", "other", "Question", "?", "The", "most",
+                                     "useful", "document", "is", "T", *[str(i) for i in range(1, 9)]], "[]:?")
+    student = sp.Student(net, encode, [vocab[str(i)] for i in range(1, 5)])
     rng = random.Random(0)
 
     def window(i: int) -> sp.Window:
@@ -87,20 +95,9 @@ def test_a_tiny_student_learns_to_read_the_gold_marker() -> None:
 
 def test_a_tiny_pointwise_student_learns_to_read_the_gold_marker_one_document_a_prompt() -> None:
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-
-    words = ["<pad>", ":", "gold", "other", "Question", "?", "Document", "T", "yes", "no", "Does", "this", "help"]
-    vocab = {w: i for i, w in enumerate(words)}
-
-    def encode(text: str) -> list[int]:
-        for ch in ":?":
-            text = text.replace(ch, f" {ch} ")
-        return [vocab.get(t, 0) for t in text.split()]
-
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256)
-    student = sp.PointwiseStudent(transformers.LlamaForCausalLM(cfg), encode, [vocab["yes"], vocab["no"]])
+    net, encode, vocab = tiny_llama(["<pad>", ":", "gold", "other", "Question", "?", "Document", "T", "yes", "no",
+                                     "Does", "this", "help"], ":?")
+    student = sp.PointwiseStudent(net, encode, [vocab["yes"], vocab["no"]])
     rng = random.Random(0)
 
     def window(i: int) -> sp.Window:
