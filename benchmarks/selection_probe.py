@@ -52,18 +52,33 @@ def prepare() -> None:
         _s3("index", "build", "--corpus", str(data / "corpus.jsonl"), "--out", str(index))
 
 
-def _windows(train: int, heldout: int, seed: int) -> tuple[list[sp.Window], list[sp.Window]]:
+def _windows(train: int, heldout: int, seed: int, kind: str = "window"
+             ) -> tuple[list[sp.Window], list[sp.Window]]:
     from s3core.corpus import iter_corpus, read_questions
     from searcher.config import RetrieverConfig
     from searcher.retrieval import load_retriever
 
     if not (WORK / "index").is_dir():
         raise SystemExit("run `benchmarks/selection_probe.py prepare` first")
-    qs = [q for q in read_questions(WORK / "data" / "questions.jsonl") if q.supporting_ids]
-    random.Random(seed).shuffle(qs)
-    held_q, train_q = qs[:heldout], qs[heldout:heldout + train]
+    held_q, train_q = sp.split_questions(read_questions(WORK / "data" / "questions.jsonl"), heldout, train, seed)
     titles = {d.id: d.title for d in iter_corpus(WORK / "data" / "corpus.jsonl")}
     bm25 = load_retriever(RetrieverConfig(), WORK / "index")
+    if kind == "leftover":  # what a reader started where the script ends chooses from (transfer_checks.py read)
+        from experiments import transfer_checks as tc
+
+        index = tc.TitleIndex.of(titles.values())
+
+        def leftover(qs: list[Any], rng: random.Random) -> list[sp.Window]:
+            ranked = bm25.search([q.question for q in qs], sp.LEFTOVER_LAST)
+            out = []
+            for q, r in zip(qs, ranked, strict=True):
+                h = tc.heuristic_documents(q.question, r[:3], bm25.search, index)
+                w = sp.leftover_window(q, h.documents, r, rng)
+                if w is not None:
+                    out.append(w)
+            return out
+
+        return leftover(train_q, random.Random(seed)), leftover(held_q, random.Random(seed + 1))
     return (sp.build_windows(train_q, bm25.search, titles, seed=seed),
             sp.build_windows(held_q, bm25.search, titles, seed=seed + 1))
 
@@ -82,18 +97,21 @@ def _reused_untrained(folder: Path, model: str, seed: int, held_w: list[sp.Windo
 
 
 def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int, lora: int, seed: int,
-        tag: str = "", untrained_from: Path | None = None, reader: str = "listwise", save: bool = False
-        ) -> dict[str, Any]:
+        tag: str = "", untrained_from: Path | None = None, reader: str = "listwise", save: bool = False,
+        kind: str = "window", from_reader: str | None = None) -> dict[str, Any]:
     import torch
 
     from searcher.policy.transformers_policy import TransformersPolicy
 
     torch.manual_seed(seed)
-    train_w, held_w = _windows(train, heldout, seed)
+    train_w, held_w = _windows(train, heldout, seed, kind)
     if untrained_from is not None:  # the first of the two held-out passes, reused (~8 s a window for the 0.5B)
         before, held_s, tail_before = _reused_untrained(untrained_from, model, seed, held_w, reader)
     t0 = time.perf_counter()
-    policy = TransformersPolicy.load(model)
+    start = READERS / from_reader if from_reader else None
+    if start is not None and not (start / "config.json").is_file():
+        raise SystemExit(f"--from-reader {from_reader}: no saved reader in {start.relative_to(ROOT)} (run --save)")
+    policy = TransformersPolicy.load(str(start) if start is not None else model)
     load_s = time.perf_counter() - t0
     net = policy.model
     if lora:
@@ -111,6 +129,7 @@ def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int
         t0 = time.perf_counter()
         held_scores = student.scores(held_w)
         before, tail_before = sp.selection_table(held_w, held_scores), sp.tail_table(held_w, held_scores)
+        before_at1 = sp.selection_table(held_w, held_scores, m=1) if kind == "leftover" else None
         held_s = (time.perf_counter() - t0) / max(len(held_w), 1)
     curve: list[dict[str, float]] = []
     steps = epochs * -(-len(train_w) // batch)
@@ -142,7 +161,11 @@ def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int
         "tail_untrained": tail_before,
         "tail_trained": sp.tail_table(held_w, after_scores) if after_scores is not None else None,
         "untrained_from": untrained_from.relative_to(ROOT).as_posix() if untrained_from else None,
+        "windows": kind, "from_reader": from_reader,
     }
+    if kind == "leftover":
+        out["untrained_at1"] = before_at1
+        out["trained_at1"] = sp.selection_table(held_w, after_scores, m=1) if after_scores is not None else None
     folder = RESULTS / (f"{model}-{tag}" if tag else model)
     folder.mkdir(parents=True, exist_ok=True)
     if save and train_w:  # the trained reader (weights or LoRA adapter, with its tokenizer): runs/, never committed
@@ -200,12 +223,21 @@ def main() -> int:
     r.add_argument("--untrained-from", type=Path, default=None,
                    help="a results folder of a --train 0 run of the same model, seed and --heldout: its untrained "
                         "column is reused instead of scoring the held-out windows twice")
+    r.add_argument("--windows", choices=("window", "leftover"), default="window",
+                   help="window: the question's own and a gold title's bm25 top-8; leftover: the question's own ranks "
+                        "4-16 less the title-following script's documents (what a reader started where the script "
+                        "ends chooses from; windows holding a gold only)")
+    r.add_argument("--from-reader", default=None, metavar="TAG",
+                   help="start from a saved reader (runs/selection_probe/readers/TAG) instead of the base model")
     a = ap.parse_args()
     if a.stage == "prepare":
         prepare()
     else:
+        if a.windows == "leftover" and a.untrained_from:
+            raise SystemExit("--untrained-from reuses a report of the window kind's held-out windows, not leftover "
+                             "ones")
         run(a.model, a.train, a.heldout, a.epochs, a.lr, a.batch, a.lora, a.seed, a.tag,
-            a.untrained_from.resolve() if a.untrained_from else None, a.reader, a.save)
+            a.untrained_from.resolve() if a.untrained_from else None, a.reader, a.save, a.windows, a.from_reader)
     return 0
 
 

@@ -6,6 +6,9 @@
     .venv/bin/python benchmarks/transfer_checks.py max-tokens --generator qwen15 --limit 100 --measure-at 48
     .venv/bin/python benchmarks/transfer_checks.py reach      # contexts/reach.json: where the missing gold could be
                                                               # reached (the question's own ranks, a perfect selector)
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py read  # contexts/heuristic_plus_reader.jsonl:
+                                                              # the script, then a trained reader's picks (the
+                                                              # selection probe's --save; resumable score cache)
     .venv/bin/python benchmarks/transfer_checks.py report     # report.md, report.json, checks.png
     S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py run naive_rag_top3 --dataset musique_dev200 \
         --limit 100                                           # the other datasets (2wiki_dev200 too): own data,
@@ -16,14 +19,16 @@ searcher model, smollm2-135m-instruct, in the same additive loop; --additive sea
 heuristic run live: the product searcher, on any --dataset) | a1 | a2 (every missing
 gold paragraph added: a perfect searcher) | heuristic (the title-following searcher) | heuristic_pruned (its
 documents without its non-gold additions) | heuristic_plus_gold (then the gold among the question's bm25 ranks 4-8: a
-perfect selector where the script ends) | heuristic_plus_next (then the next bm25 document: no reading) | a0 (attempt 2's
+perfect selector where the script ends) | heuristic_plus_gold16 (the same over ranks 4-16: a
+perfect reader of what `read` reads) | heuristic_plus_next (then the next bm25 document: no reading) |
+heuristic_plus_reader (then a trained reader's picks among ranks 4-16: `read` writes it) | a0 (attempt 2's
 policy made additive: needs --policy DIR and the searcher's additive setting) | policy_NAME (a searcher trained under
 configs/transfer3.toml: --policy DIR; e.g. `run policy_warmed60 --policy runs/transfer3/warmed60_policy
 --additive searcher.policy=vllm`, the vLLM engine for the searcher's greedy rollouts). Each is one resumable `s3 eval` run
 (configs/transfer3.toml; GenAcc = span check, else the 0.5B judge) in
 benchmarks/results/transfer3/checks/runs/<generator>/<METHOD>/: run the same command again and it resumes; a larger
 --limit extends it. The contexts files (contexts/a1.jsonl, a2.jsonl, heuristic.jsonl, heuristic_pruned.jsonl,
-heuristic_plus_gold.jsonl, heuristic_plus_next.jsonl;
+heuristic_plus_gold.jsonl, heuristic_plus_gold16.jsonl, heuristic_plus_next.jsonl;
 contexts/places.jsonl: where each
 question's missing gold title was visible, the report's diagnosis table) cover all 500 questions, so
 their runs' identity does not change with --limit. The logic (copyable gold, title-like spans, the paired table) is
@@ -88,13 +93,10 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
     retriever = load_retriever(cfg.retriever, index)
     titles = tc.TitleIndex.of(d.title for d in iter_corpus(data / "corpus.jsonl"))
     tops = retriever.search([q.question for q in qs], cfg.retriever.k)
-    windows = retriever.search([q.question for q in qs], tc.HEURISTIC_K)  # what a selector after the script reads
+    windows = retriever.search([q.question for q in qs], tc.READ_LAST)  # what a selector after the script reads
     # the heuristic control is the product's title-following searcher at the checks' settings (one span turn, cap,
     # k a span, the visible words): one batched call per step over all questions
-    script = TitleFollowingSearcher(
-        retriever, cfg.searcher.model_copy(update={"k": k, "context_cap": cap, "max_turns": 1,
-                                                   "begin_with_search": True}),
-        k0=cfg.retriever.k, titles=titles, words=words)
+    script = _script(retriever, titles, words, cap, k)
     followed, _ = script.follow([q.question for q in qs])
     out = RESULTS / "contexts"
     out.mkdir(parents=True, exist_ok=True)
@@ -105,6 +107,7 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
     place_rows: list[dict[str, Any]] = []
     g_rows: list[dict[str, Any]] = []
     n_rows: list[dict[str, Any]] = []
+    g16_rows: list[dict[str, Any]] = []
     lacking = copyable = 0
     n_added_h = []
     for q, top, h, window in zip(qs, tops, followed, windows, strict=True):
@@ -124,10 +127,13 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
         kept = tc.pruned_documents(h.documents, h.added_by, set(q.supporting_ids))
         p_rows.append(tc.contexts_row(q.id, kept, dropped=sorted(set(h.added_by) - {d.id for d in kept})))
         for rows, docs in ((g_rows, tc.plus_documents(h.documents, window, set(q.supporting_ids))),
-                           (n_rows, tc.plus_documents(h.documents, window, add=1))):
+                           (n_rows, tc.plus_documents(h.documents, window, add=1)),
+                           (g16_rows, tc.plus_documents(h.documents, window, set(q.supporting_ids),
+                                                        window=tc.READ_LAST))):
             rows.append(tc.contexts_row(q.id, docs, added=[d.id for d in docs[len(h.documents):]]))
     for name, rows in (("a1", a1_rows), ("a2", a2_rows), ("heuristic", h_rows), ("heuristic_pruned", p_rows),
-                       ("heuristic_plus_gold", g_rows), ("heuristic_plus_next", n_rows), ("places", place_rows)):
+                       ("heuristic_plus_gold", g_rows), ("heuristic_plus_next", n_rows),
+                       ("heuristic_plus_gold16", g16_rows), ("places", place_rows)):
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     gold_ids = {q.id: set(q.supporting_ids) for q in qs}
     h_gold_added = sum(bool(set(r["added_by"]) & gold_ids[r["id"]]) for r in h_rows)
@@ -145,11 +151,144 @@ def prepare(words: int, cap: int, k: int) -> dict[str, Any]:
             sum(len(set(r["added_by"]) & gold_ids[r["id"]]) for r in h_rows) / max(sum(n_added_h), 1)),
         "heuristic_pruned_mean_docs": statistics.fmean(len(r["documents"]) for r in p_rows),
         "heuristic_pruned_questions_changed": sum(bool(r["dropped"]) for r in p_rows),
-        **{f"{name}_{k}": v for name, rows in (("heuristic_plus_gold", g_rows), ("heuristic_plus_next", n_rows))
+        **{f"{name}_{k}": v for name, rows in (("heuristic_plus_gold", g_rows), ("heuristic_plus_next", n_rows),
+                                               ("heuristic_plus_gold16", g16_rows))
            for k, v in (("mean_docs", statistics.fmean(len(r["documents"]) for r in rows)),
                         ("questions_changed", sum(bool(r["added"]) for r in rows)))},
     }
     (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(stats, indent=2))
+    return stats
+
+
+PROBE = ROOT / "runs" / "selection_probe"  # benchmarks/selection_probe.py: its training-question data, index, readers
+PROBE_RESULTS = ROOT / "benchmarks" / "results" / "selection_probe"
+
+
+def _script(retriever: Any, titles: tc.TitleIndex, words: int = tc.VISIBLE_WORDS, cap: int = tc.DOC_CAP,
+            k: int = tc.HEURISTIC_K) -> TitleFollowingSearcher:
+    """The heuristic control: the product's title-following searcher at the checks' settings (one span turn, the
+    document cap, k a span, the visible words)."""
+    cfg = _cfg()
+    return TitleFollowingSearcher(
+        retriever, cfg.searcher.model_copy(update={"k": k, "context_cap": cap, "max_turns": 1,
+                                                   "begin_with_search": True}),
+        k0=cfg.retriever.k, titles=titles, words=words)
+
+
+def _scored(student: Any, name: str, qs: list[Any], data: Path, index: Path, cache: Path
+            ) -> list[tuple[Any, Any, list[Any], list[float]]]:
+    """Per question of `qs` (corpus `data`, bm25 `index`): (question, the script's TitleFollowing, the reader's
+    candidates, their scores). Scores are cached in `cache` one question a line (keyed by `name` and the question id,
+    checked against the candidates' ids), so a stopped run resumes."""
+    import time
+
+    from s3core.corpus import iter_corpus
+    from searcher.retrieval import load_retriever
+
+    retriever = load_retriever(_cfg().retriever, index)
+    titles = tc.TitleIndex.of(d.title for d in iter_corpus(data / "corpus.jsonl"))
+    followed, _ = _script(retriever, titles).follow([q.question for q in qs])
+    ranked = retriever.search([q.question for q in qs], tc.READ_LAST)
+    done: dict[str, dict[str, Any]] = {}
+    if cache.is_file():
+        for line in cache.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line) if line.strip() else None
+            if row and row.get("set") == name:
+                done[row["id"]] = row
+    out = []
+    t0, fresh = time.perf_counter(), 0
+    with cache.open("a", encoding="utf-8") as f:
+        for i, (q, h, r) in enumerate(zip(qs, followed, ranked, strict=True)):
+            cands = tc.read_candidates(h.documents, r)
+            old = done.get(q.id)
+            if old is not None and old["candidates"] == [d.id for d in cands]:
+                scores = old["scores"]
+            else:
+                scores = student.pair_scores(q.question, cands)
+                f.write(json.dumps({"set": name, "id": q.id, "candidates": [d.id for d in cands],
+                                    "scores": scores}) + "\n")
+                f.flush()
+                fresh += 1
+            out.append((q, h, cands, scores))
+            if fresh and (i + 1) % 50 == 0:
+                left = (time.perf_counter() - t0) / fresh * (len(qs) - i - 1)
+                print(f"{name}: {i + 1}/{len(qs)} questions read, ~{left / 60:.0f} min left", flush=True)
+    return out
+
+
+def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
+    """contexts/heuristic_plus_reader.jsonl: the script's documents, then up to `add` of the question's own bm25 ranks
+    4-16 that the trained reader `tag` (benchmarks/selection_probe.py `run --save --tag ...`) scores highest, each at
+    or above a threshold chosen on the probe's `heldout` held-out TRAINING questions (`tc.precision_threshold`: the
+    script's own precision there). No dev gold label chooses anything; contexts/reader.json has the numbers."""
+    from eval.harness import load_dataset
+    from experiments import selection_probe as sp
+    from s3core.corpus import read_questions
+    from searcher.policy.transformers_policy import TransformersPolicy
+
+    reader, probe = PROBE / "readers" / tag, PROBE_RESULTS / tag / "report.json"
+    if not (reader / "config.json").is_file() or not probe.is_file():
+        raise SystemExit(f"no trained reader {tag!r}: {reader.relative_to(ROOT)} and {probe.relative_to(ROOT)} come "
+                         "from `benchmarks/selection_probe.py run --reader pointwise --save --tag ...`")
+    rep = json.loads(probe.read_text(encoding="utf-8"))
+    if rep.get("reader") != "pointwise":
+        raise SystemExit(f"{tag}: a {rep.get('reader')} reader; the searcher reads with a pointwise one")
+    held, _ = sp.split_questions(read_questions(PROBE / "data" / "questions.jsonl"), heldout, 0, rep["seed"])
+    policy = TransformersPolicy.load(str(reader))
+    tok = policy.tokenizer
+    student = sp.PointwiseStudent(policy.model, lambda x: tok.encode(x, add_special_tokens=False),
+                                  sp.yes_no_token_ids(tok), pad_id=policy.pad_id)
+    policy.model.eval()
+    cache = WORK.parent / "reader_scores" / f"{tag}.jsonl"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    calib = _scored(student, "heldout_training", held, PROBE / "data", PROBE / "index", cache)
+    # the script's own precision on these questions: the share of its additions that are gold
+    added = [(d.id in set(q.supporting_ids)) for q, h, _, _ in calib for d in h.documents if d.id in h.added_by]
+    target = sum(added) / max(len(added), 1)
+    picks = [(sc[i], c[i].id in set(q.supporting_ids)) for q, _, c, sc in calib for i in tc.read_picks(sc, -1e9, add)]
+    threshold = tc.precision_threshold(picks, target)
+    kept = [g for s, g in picks if s >= threshold]
+    qs = load_dataset(WORK / "data").questions
+    dev = _scored(student, "hotpotqa_dev500", qs, WORK / "data", WORK / "index", cache)
+    script_rows = {r["id"]: [d["id"] for d in r["documents"]] for r in _contexts(CHANGED_BASE)}
+    rows, gold_added, n_added = [], 0, 0
+    for q, h, c, sc in dev:
+        if script_rows.get(q.id) != [d.id for d in h.documents]:  # --only-changed composes over the script's rows
+            raise SystemExit(f"{q.id}: the script's documents differ from contexts/{CHANGED_BASE}.jsonl; run prepare")
+        chosen = [c[i] for i in tc.read_picks(sc, threshold, add)]
+        rows.append(tc.contexts_row(q.id, [*h.documents, *chosen], added=[d.id for d in chosen],
+                                    added_scores=[round(sc[c.index(d)], 3) for d in chosen]))
+        n_added += len(chosen)
+        gold_added += sum(d.id in set(q.supporting_ids) for d in chosen)
+    out_dir = RESULTS / "contexts"
+    (out_dir / "heuristic_plus_reader.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows),
+                                                         encoding="utf-8")
+    def at1(scored: list[tuple[Any, Any, list[Any], list[float]]]) -> dict[str, int]:
+        """On the questions with a gold among the candidates: the reader's best is gold, bm25's best is gold."""
+        has = [(set(q.supporting_ids), c, sc) for q, _, c, sc in scored if any(d.id in q.supporting_ids for d in c)]
+        return {"questions_with_a_gold_candidate": len(has),
+                "reader_best_is_gold": sum(c[tc.read_picks(sc, -float("inf"), 1)[0]].id in g for g, c, sc in has),
+                "bm25_best_is_gold": sum(c[0].id in g for g, c, _ in has)}
+
+    stats = {
+        "reader": tag, "reader_probe": probe.parent.relative_to(ROOT).as_posix(), "add": add,
+        "calibration_at1": at1(calib), "dev_at1": at1(dev),
+        "ranks": [tc.PLUS_FIRST, tc.READ_LAST], "calibration_questions": len(calib),
+        "calibration_script_added_gold_share": round(target, 3),
+        "threshold": None if threshold == float("inf") else threshold,  # None: no pick is precise enough, none added
+        "calibration_picks": len(picks), "calibration_picks_kept": len(kept),
+        "calibration_kept_gold_share": round(sum(kept) / max(len(kept), 1), 3),
+        "heuristic_plus_reader_mean_docs": statistics.fmean(len(r["documents"]) for r in rows),
+        "heuristic_plus_reader_questions_changed": sum(bool(r["added"]) for r in rows),
+        "dev_added_docs": n_added, "dev_added_gold_share": round(gold_added / max(n_added, 1), 3),
+        "dev_questions_adding_gold": sum(bool(set(r["added"]) & set(q.supporting_ids))
+                                         for r, q in zip(rows, qs, strict=True)),
+    }
+    path = out_dir / "reader.json"  # one entry a reader; heuristic_plus_reader.jsonl is the last one read
+    every = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    every = {"last": tag, "readers": {**every.get("readers", {}), tag: stats}}
+    path.write_text(json.dumps(every, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(stats, indent=2))
     return stats
 
@@ -275,7 +414,8 @@ def max_tokens(gen: str, limit: int, measure_at: int) -> dict[str, Any]:
 
 
 ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "a2", "heuristic", "heuristic_pruned",
-         "heuristic_plus_gold", "heuristic_plus_next", "title_following",
+         "heuristic_plus_gold", "heuristic_plus_gold16", "heuristic_plus_next", "heuristic_plus_reader",
+         "title_following",
          "a0")
 
 
@@ -309,8 +449,31 @@ def report() -> dict[str, Any]:
                      f"{st['heuristic_pruned_questions_changed']} questions, mean documents "
                      f"{st['heuristic_pruned_mean_docs']:.2f}" if "heuristic_pruned_mean_docs" in st else "")
                   + "".join(f"\n- {name}: changed on {st[f'{name}_questions_changed']} questions, mean documents "
-                            f"{st[f'{name}_mean_docs']:.2f}" for name in ("heuristic_plus_gold", "heuristic_plus_next")
+                            f"{st[f'{name}_mean_docs']:.2f}" for name in ("heuristic_plus_gold", "heuristic_plus_next",
+                                                                         "heuristic_plus_gold16")
                             if f"{name}_mean_docs" in st), ""]
+    reader_path = RESULTS / "contexts" / "reader.json"
+    readers = json.loads(reader_path.read_text()) if reader_path.is_file() else {"readers": {}}
+    out["readers"] = readers
+    for tag, rd in readers["readers"].items():
+        ca, da = rd["calibration_at1"], rd["dev_at1"]
+        lines.append(
+            ("- **heuristic_plus_reader** (the contexts file)" if tag == readers.get("last") else "- another reader")
+            + f" (`read`: the trained reader {tag}, {rd['reader_probe']}, reads the question's own bm25 ranks "
+            f"{rd['ranks'][0]}-{rd['ranks'][1]} the script lacks and adds up to {rd['add']} at or above the threshold "
+            + ("+inf (none is precise enough)" if rd["threshold"] is None else f"{rd['threshold']:.3f}") + ", chosen on"
+            f" {rd['calibration_questions']} held-out training questions where the "
+            f"script's additions are gold {rd['calibration_script_added_gold_share']:.3f} of the time; its kept picks "
+            f"there {rd['calibration_picks_kept']} of {rd['calibration_picks']}, gold "
+            f"{rd['calibration_kept_gold_share']:.3f}): changed on {rd['heuristic_plus_reader_questions_changed']} "
+            f"questions, {rd['dev_added_docs']} documents added, gold {rd['dev_added_gold_share']:.3f} of them, a "
+            f"missing gold added on {rd['dev_questions_adding_gold']} questions; mean documents "
+            f"{rd['heuristic_plus_reader_mean_docs']:.2f}. Where a gold is among the candidates, the reader's best is "
+            f"gold on {ca['reader_best_is_gold']} of {ca['questions_with_a_gold_candidate']} held-out training "
+            f"questions (bm25 order's: {ca['bm25_best_is_gold']}) and on {da['reader_best_is_gold']} of "
+            f"{da['questions_with_a_gold_candidate']} dev questions (bm25 order's: {da['bm25_best_is_gold']})")
+    if readers["readers"]:
+        lines.append("")
     mt_path = RESULTS / "max_tokens.json"
     if mt_path.is_file():
         mt = json.loads(mt_path.read_text())
@@ -561,6 +724,13 @@ def main() -> int:
     m.add_argument("--generator", choices=GENERATORS, default="qwen15")
     m.add_argument("--limit", type=int, default=100)
     m.add_argument("--measure-at", type=int, default=48)
+    rd = sub.add_parser("read", help="contexts/heuristic_plus_reader.jsonl: the script, then a trained reader's picks")
+    rd.add_argument("--reader", default="smollm2-135m-instruct-pointwise",
+                    help="a trained pointwise reader's tag (runs/selection_probe/readers/TAG, its probe report in "
+                         "benchmarks/results/selection_probe/TAG)")
+    rd.add_argument("--heldout", type=int, default=200, help="the probe's held-out training questions the threshold "
+                    "is chosen on (at most the probe's own --heldout)")
+    rd.add_argument("--add", type=int, default=tc.READ_ADD, help="documents the reader adds at most")
     sub.add_parser("reach", help="contexts/reach.json: where the missing gold could be reached (bm25 only)")
     sub.add_parser("report", help="report.md, report.json and checks.png")
     a = ap.parse_args()
@@ -575,6 +745,8 @@ def main() -> int:
         if a.measure_at < max(c for c in CAPS if c <= a.measure_at):
             raise SystemExit("--measure-at must be at least the largest cap measured")
         max_tokens(a.generator, a.limit, a.measure_at)
+    elif a.stage == "read":
+        read(a.reader, a.heldout, a.add)
     elif a.stage == "reach":
         reach()
     else:

@@ -60,6 +60,22 @@ class Window:
 SearchFn = Callable[[list[str], int], list[list[Document]]]
 
 
+def split_questions(questions: Sequence[QAExample], heldout: int, train: int, seed: int
+                    ) -> tuple[list[QAExample], list[QAExample]]:
+    """(held-out, training) questions: those with gold paragraphs, shuffled by `seed`, the first `heldout` held out and
+    the next `train` trained on (the probe's split; a reader's threshold is chosen on its held-out questions).
+
+    >>> qs = [QAExample(id=str(i), question="?", golden_answers=["a"], metadata={"supporting_ids": ["g"] * (i > 0)})
+    ...       for i in range(5)]
+    >>> held, train = split_questions(qs, 2, 1, seed=0)
+    >>> len(held), len(train), "0" in {q.id for q in held + train}, set(q.id for q in held) & set(q.id for q in train)
+    (2, 1, False, set())
+    """
+    qs = [q for q in questions if q.supporting_ids]
+    random.Random(seed).shuffle(qs)
+    return qs[:heldout], qs[heldout:heldout + train]
+
+
 def make_window(q: QAExample, kind: str, ranked: Sequence[Document], rng: random.Random) -> Window | None:
     """A window of `ranked` (best first) shown in a shuffled order; None when it lacks a gold or a non-gold document.
 
@@ -78,6 +94,35 @@ def make_window(q: QAExample, kind: str, ranked: Sequence[Document], rng: random
     order = list(range(len(ranked)))
     rng.shuffle(order)
     return Window(q.id, q.question, kind, [ranked[i] for i in order], [i + 1 for i in order], [gold[i] for i in order])
+
+
+LEFTOVER_LAST = 16  # a leftover window: the question's own bm25 ranks TAIL_FROM..LEFTOVER_LAST the script lacks
+
+
+def leftover_window(q: QAExample, script: Sequence[Document], ranked: Sequence[Document], rng: random.Random, *,
+                    first: int = TAIL_FROM, last: int = LEFTOVER_LAST) -> Window | None:
+    """What a reader started where the script ends chooses from ("leftover"): the question's own bm25 list (`ranked`,
+    best first) at ranks `first`..`last` less the script's documents, shown shuffled with their true ranks; None
+    unless it holds a gold and a non-gold document.
+
+    >>> d = lambda i: Document(id=i, title=i, text="")
+    >>> q = QAExample(id="q", question="?", golden_answers=["a"], metadata={"supporting_ids": ["g", "s"]})
+    >>> ranked = [d(i) for i in ("t1", "t2", "t3", "s", "x", "g", "y")]
+    >>> w = leftover_window(q, ranked[:4], ranked, random.Random(0), last=6)
+    >>> sorted(zip(w.ranks, [x.id for x in w.docs], w.gold)), w.kind
+    ([(5, 'x', False), (6, 'g', True)], 'leftover')
+    >>> leftover_window(q, ranked[:4], ranked, random.Random(0), last=5) is None  # no gold left
+    True
+    """
+    gold_ids, have = set(q.supporting_ids), {d.id for d in script}
+    cands = [(i + 1, d) for i, d in enumerate(ranked[:last]) if i + 1 >= first and d.id not in have]
+    gold = [d.id in gold_ids for _, d in cands]
+    if not any(gold) or all(gold):
+        return None
+    order = list(range(len(cands)))
+    rng.shuffle(order)
+    return Window(q.id, q.question, "leftover", [cands[i][1] for i in order], [cands[i][0] for i in order],
+                  [gold[i] for i in order])
 
 
 def build_windows(questions: Sequence[QAExample], search: SearchFn, titles: Mapping[str, str], *,
@@ -380,6 +425,19 @@ class PointwiseStudent(Student):
             lo += w.n
         return torch.stack(rows)
 
+    def pair_scores(self, question: str, docs: Sequence[Document], words: int = WORDS, batch: int = 16
+                    ) -> list[float]:
+        """Each of `docs`' score for `question` (logit yes - no), `batch` prompts a forward pass, no gradient: what a
+        searcher that selects with a trained reader calls."""
+        import torch
+
+        out: list[float] = []
+        with torch.no_grad():
+            for lo in range(0, len(docs), batch):
+                got = self.last_logits([render_pair(question, d, words) for d in docs[lo:lo + batch]])
+                out += (got[:, self.id_tokens[0]] - got[:, self.id_tokens[1]]).tolist()
+        return out
+
 
 def one_token_each(tokenizer: Any, tail: str, words: Sequence[str]) -> list[int]:
     """The single token id of each of `words` as it follows `tail`; a tokenizer that splits one is an error (a
@@ -434,6 +492,15 @@ def report_lines(r: dict[str, Any]) -> list[str]:
         t = r["trained"][group] if trained else u
         lines.append(f"| {group} | {t['windows']} | {t['position']:.3f} | {t['bm25']:.3f} | {u['student']:.3f} |"
                      + (f" {t['student']:.3f} |" if trained else ""))
+    at1_u, at1_t = r.get("untrained_at1"), r.get("trained_at1")
+    if at1_u:
+        lines += ["", "Held-out gold recall at 1 (the reader's best document):", "",
+                  "| windows | n | position | bm25 order | student untrained |" + (" student trained |" if at1_t else ""),
+                  "| --- | ---: | ---: | ---: | ---: |" + (" ---: |" if at1_t else "")]
+        for group, u in at1_u.items():
+            t = at1_t[group] if at1_t else u
+            lines.append(f"| {group} | {t['windows']} | {t['position']:.3f} | {t['bm25']:.3f} | {u['student']:.3f} |"
+                         + (f" {t['student']:.3f} |" if at1_t else ""))
     tail_u, tail_t = r.get("tail_untrained"), r.get("tail_trained")
     if (tail_u or tail_t or {}).get("windows"):
         t = tail_t or tail_u or {}

@@ -21,6 +21,12 @@ contract `s3 eval --method searcher --contexts FILE` reads), so the real generat
                           that READS the question's window (no new query) could add over the script
     heuristic_plus_next   the heuristic's documents, then the question's next bm25 document not among them (one
                           more): the same window selected by bm25 order, no reading
+    heuristic_plus_gold16 the same perfect selector over the question's own ranks 4-16 (`READ_LAST`): the most the
+                          reader below could add
+    heuristic_plus_reader the heuristic's documents, then up to 2 of the question's own bm25 ranks 4-16 that a TRAINED
+                          READER (the selection probe's pointwise reader) scores highest, each only at or above a
+                          threshold chosen on held-out training questions (`precision_threshold`: the script's own
+                          precision); what a searcher that reads where the script ends adds, no gold label at test time
     naive RAG top-N       the retriever's top-N of the question (`s3 eval --method naive_rag`, retriever.k = N): more
                           documents without better ones
 
@@ -155,6 +161,59 @@ def plus_documents(documents: Sequence[Document], ranked: Sequence[Document], go
     return [*documents, *pool[:add]]
 
 
+READ_LAST = 16  # a reader started where the script ends reads the question's own ranks PLUS_FIRST..READ_LAST
+READ_ADD = 2  # and adds at most this many of them
+
+
+def read_candidates(documents: Sequence[Document], ranked: Sequence[Document], *, first: int = PLUS_FIRST,
+                    last: int = READ_LAST) -> list[Document]:
+    """What a reader started where the script ends reads: the question's own retrieval list (`ranked`, best first)
+    at ranks `first`..`last`, less the script's `documents`.
+
+    >>> d = lambda i: Document(id=i, title=i, text="")
+    >>> [x.id for x in read_candidates([d("a"), d("c")], [d(i) for i in "abcdef"], first=2, last=5)]
+    ['b', 'd', 'e']
+    """
+    have = {x.id for x in documents}
+    return [x for x in ranked[first - 1:last] if x.id not in have]
+
+
+def read_picks(scores: Sequence[float], threshold: float, add: int = READ_ADD) -> list[int]:
+    """The candidates a reader adds: the indices of its `add` best `scores` at or above `threshold`, best first.
+
+    >>> read_picks([0.5, 2.0, 1.0, -1.0], threshold=0.7), read_picks([0.5], threshold=0.7), read_picks([3.0, 3.0], 0.0)
+    ([1, 2], [], [0, 1])
+    """
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    return [i for i in order[:add] if scores[i] >= threshold]
+
+
+def precision_threshold(picks: Sequence[tuple[float, bool]], precision: float) -> float:
+    """The lowest score threshold at which the picks kept (score >= it) are gold at least `precision` of the time:
+    `picks` are (score, gold) of every question's best candidates, on held-out training questions. A reader held to
+    the script's own precision adds a document only where it is as sure as the script, and as often as it can. No such
+    threshold (no pick, or none precise enough) is +inf: it adds nothing.
+
+    >>> precision_threshold([(3.0, True), (2.0, False), (1.0, True), (0.0, False), (-1.0, False)], 0.5)
+    0.0
+    >>> precision_threshold([(3.0, True), (2.0, False), (1.0, False)], 0.9)
+    3.0
+    >>> precision_threshold([(1.0, False)], 0.5), precision_threshold([], 0.5)
+    (inf, inf)
+    >>> precision_threshold([(2.0, True), (1.0, False), (1.0, True)], 0.6)  # a tie is kept or dropped whole
+    1.0
+    """
+    best, gold = float("inf"), 0
+    ranked = sorted(picks, key=lambda p: -p[0])
+    for i, (score, is_gold) in enumerate(ranked):
+        gold += is_gold
+        if i + 1 < len(ranked) and ranked[i + 1][0] == score:
+            continue  # a threshold keeps every pick of its score
+        if gold / (i + 1) >= precision:
+            best = score
+    return best
+
+
 # ------------------------------------------------------------------------------------- where a searcher could reach
 
 RANK_BUCKETS = ((4, 8), (9, 16), (17, 50))  # ranks of the question's own retrieval list beyond naive RAG's top-3
@@ -208,7 +267,8 @@ def reach_by_place(
 # ------------------------------------------------------------------------------------------------ the runs
 
 
-CONTEXTS_METHODS = ("a1", "a2", "heuristic", "heuristic_pruned", "heuristic_plus_gold", "heuristic_plus_next")
+CONTEXTS_METHODS = ("a1", "a2", "heuristic", "heuristic_pruned", "heuristic_plus_gold", "heuristic_plus_next",
+                    "heuristic_plus_gold16", "heuristic_plus_reader")
 
 
 def eval_method_args(

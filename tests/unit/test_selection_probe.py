@@ -39,6 +39,27 @@ def test_windows_from_a_real_bm25_index_keep_ranks_and_gold_and_are_shuffled(tmp
     assert prompt.startswith("Question: Which castle") and prompt.endswith(sp.PROMPT_TAIL) and "[4] " in prompt
 
 
+def test_a_leftover_window_on_a_real_bm25_index_is_what_the_script_leaves(tmp_path: Path) -> None:
+    """The reader started where the script ends chooses among the question's own ranks 4-16 that the title-following
+    script did not add: the page the script follows (its title is in a top-3 document) is not in it."""
+    from experiments import transfer_checks as tc
+
+    docs = [Document(id=f"d{i}", title=f"Page {i}", text=f"river castle town {'castle ' * i}") for i in range(12)]
+    docs += [Document(id="b", title="Sarn Bridge", text="Sarn Bridge is an old bridge over the river castle town."),
+             Document(id="m", title="Ostmark", text="Ostmark castle town river. See Sarn Bridge."),
+             Document(id="g", title="Old mill", text="A mill by the castle town on the river.")]
+    write_corpus(tmp_path / "c.jsonl", docs)
+    bm25 = load_retriever(RetrieverConfig(), build_index(tmp_path / "c.jsonl", "bm25", tmp_path / "i"))
+    question = q("q1", "Which Ostmark castle town lies on the river?", ["b", "g"])
+    ranked = bm25.search([question.question], sp.LEFTOVER_LAST)[0]
+    h = tc.heuristic_documents(question.question, ranked[:3], bm25.search, tc.TitleIndex.of(d.title for d in docs))
+    assert "m" in [d.id for d in ranked[:3]] and "b" in h.added_by  # the script follows "Sarn Bridge" from Ostmark
+    w = sp.leftover_window(question, h.documents, ranked, random.Random(0))
+    assert w is not None and w.kind == "leftover"
+    assert not {d.id for d in w.docs} & {d.id for d in h.documents} and min(w.ranks) >= sp.TAIL_FROM
+    assert [ranked[r - 1].id for r in w.ranks] == [d.id for d in w.docs] and w.gold == [d.id == "g" for d in w.docs]
+
+
 def test_the_table_splits_by_kind_and_rank_and_the_loss_is_the_gold_mass() -> None:
     import torch
 
@@ -113,6 +134,9 @@ def test_a_tiny_pointwise_student_learns_to_read_the_gold_marker_one_document_a_
     after = sp.selection_table(held, student.scores(held), m=1)["all"]
     assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4
     assert after["student"] >= 0.9 > after["position"]
+    # a searcher scores one question's documents in batches, and gets the window's own scores
+    w = held[1]
+    assert student.pair_scores(w.question, w.docs, batch=3) == pytest.approx(student.scores([w])[0], abs=1e-4)
 
 
 def test_the_tokenizers_give_yes_and_no_one_token_each_after_the_pointwise_prompt() -> None:

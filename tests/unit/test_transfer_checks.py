@@ -254,3 +254,26 @@ def test_the_plus_controls_read_only_the_question_window_after_the_script() -> N
     assert [d.id for d in tc.plus_documents(script, ranked, {"r9"})] == ["r1", "r2", "r3", "r5"]
     assert [d.id for d in tc.plus_documents(script, ranked, add=1)] == ["r1", "r2", "r3", "r5", "r4"]
     assert tc.plus_documents(script, ranked[:3], add=1) == script  # nothing beyond the top-3 retrieved
+
+
+def test_the_reader_control_reads_ranks_4_to_16_and_adds_only_what_clears_the_threshold() -> None:
+    """heuristic_plus_reader: the candidates are the question's own ranks 4-16 the script lacks; the reader adds its
+    best (at most 2), only at or above the threshold, and the threshold is the lowest one whose kept picks are gold at
+    least as often as the script's additions."""
+    ranked = [doc(f"r{i}", f"R{i}") for i in range(1, 21)]  # ranks 1..20
+    script = [*ranked[:3], ranked[4]]
+    cands = tc.read_candidates(script, ranked)
+    assert [d.id for d in cands] == [f"r{i}" for i in (4, *range(6, 17))]  # rank 5 is in; 17+ are not read
+    scores = [0.0] * len(cands)
+    scores[5], scores[9], scores[1] = 2.0, 1.5, 1.4  # r10, r14, r6
+    assert [cands[i].id for i in tc.read_picks(scores, threshold=1.0)] == ["r10", "r14"]
+    assert [cands[i].id for i in tc.read_picks(scores, threshold=1.0, add=1)] == ["r10"]
+    assert [cands[i].id for i in tc.read_picks(scores, threshold=1.6)] == ["r10"]
+    assert tc.read_picks(scores, threshold=3.0) == []
+    # picks of held-out questions, best first: gold, gold, not, not, gold, not; the script's precision 0.5
+    picks = [(5.0, True), (4.0, True), (3.0, False), (2.0, False), (1.0, True), (0.0, False)]
+    assert tc.precision_threshold(picks, 0.5) == 0.0  # 3 of 6 gold
+    assert tc.precision_threshold(picks, 0.6) == 1.0  # 3 of 5
+    assert tc.precision_threshold(picks, 0.65) == 3.0  # 2 of 3
+    assert tc.precision_threshold(picks, 0.7) == tc.precision_threshold(picks, 1.0) == 4.0  # 2 of 2
+    assert tc.precision_threshold([(1.0, False)], 0.1) == float("inf")
