@@ -5,6 +5,10 @@
         --train 800 --heldout 200 --epochs 1                        # -> benchmarks/results/selection_probe/<model>/
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/selection_probe.py run --model qwen2.5-coder-0.5b-instruct --lora 16
     ... run --reader pointwise ...                                  # one document a prompt (a cross-encoder), yes / no
+    ... run --reader pointwise --save --tag pointwise               # keep it: runs/selection_probe/readers/<model>-<tag>
+    ... run --reader pointwise --windows leftover --from-reader smollm2-135m-instruct-pointwise --train 1000 \
+        --batch 2 --lr 3e-5 --tag pointwise-leftover --save         # trained further on what the script leaves
+    ... --windows leftover --loss bce --negatives 1                 # scores that can abstain (windows with no gold too)
 
 Windows (experiments/selection_probe.py): the question's own bm25 top-8 and a gold title query's top-8 over the
 training questions' paragraphs (../shared/data/train_hotpotqa1200), shown shuffled; the questions are split after a
@@ -14,6 +18,9 @@ report is held-out gold recall at 2 for the student, selecting by position and b
 gold rank, with the training time per example: report.md / report.json beside the loss curve (loss.png). The
 pointwise reader (`--reader pointwise`) scores each document in its own prompt from logit(yes) - logit(no); every run
 also reports the headroom case, the choice among a question window's bm25 ranks 4-8 (`sp.tail_table`).
+`--windows leftover` trains and scores on what a reader started where the script ends chooses from: the question's own
+ranks 4-16 less the title-following script's documents (`sp.leftover_window`), with gold recall at 1 as well;
+`benchmarks/transfer_checks.py read` turns a saved reader into that searcher's contexts.
 """
 
 from __future__ import annotations
@@ -52,8 +59,10 @@ def prepare() -> None:
         _s3("index", "build", "--corpus", str(data / "corpus.jsonl"), "--out", str(index))
 
 
-def _windows(train: int, heldout: int, seed: int, kind: str = "window"
+def _windows(train: int, heldout: int, seed: int, kind: str = "window", negatives: float = 0.0
              ) -> tuple[list[sp.Window], list[sp.Window]]:
+    """(training, held-out) windows. leftover: held-out ones hold a gold (the selection tables need one); training
+    ones too, plus `negatives` x as many without a gold (drawn by `seed`), for the pointwise loss."""
     from s3core.corpus import iter_corpus, read_questions
     from searcher.config import RetrieverConfig
     from searcher.retrieval import load_retriever
@@ -68,17 +77,21 @@ def _windows(train: int, heldout: int, seed: int, kind: str = "window"
 
         index = tc.TitleIndex.of(titles.values())
 
-        def leftover(qs: list[Any], rng: random.Random) -> list[sp.Window]:
+        def leftover(qs: list[Any], rng: random.Random, negatives: float) -> list[sp.Window]:
             ranked = bm25.search([q.question for q in qs], sp.LEFTOVER_LAST)
-            out = []
+            gold: list[sp.Window] = []
+            none: list[sp.Window] = []
             for q, r in zip(qs, ranked, strict=True):
                 h = tc.heuristic_documents(q.question, r[:3], bm25.search, index)
-                w = sp.leftover_window(q, h.documents, r, rng)
+                w = sp.leftover_window(q, h.documents, r, rng, any_gold=negatives > 0)
                 if w is not None:
-                    out.append(w)
-            return out
+                    (gold if any(w.gold) else none).append(w)
+            extra = rng.sample(none, min(len(none), round(negatives * len(gold))))
+            at = {q.id: i for i, q in enumerate(qs)}
+            return sorted(gold + extra, key=lambda w: at[w.question_id])
 
-        return leftover(train_q, random.Random(seed)), leftover(held_q, random.Random(seed + 1))
+        return (leftover(train_q, random.Random(seed), negatives),
+                leftover(held_q, random.Random(seed + 1), 0.0))
     return (sp.build_windows(train_q, bm25.search, titles, seed=seed),
             sp.build_windows(held_q, bm25.search, titles, seed=seed + 1))
 
@@ -98,13 +111,14 @@ def _reused_untrained(folder: Path, model: str, seed: int, held_w: list[sp.Windo
 
 def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int, lora: int, seed: int,
         tag: str = "", untrained_from: Path | None = None, reader: str = "listwise", save: bool = False,
-        kind: str = "window", from_reader: str | None = None) -> dict[str, Any]:
+        kind: str = "window", from_reader: str | None = None, loss: str = "listwise", negatives: float = 0.0
+        ) -> dict[str, Any]:
     import torch
 
     from searcher.policy.transformers_policy import TransformersPolicy
 
     torch.manual_seed(seed)
-    train_w, held_w = _windows(train, heldout, seed, kind)
+    train_w, held_w = _windows(train, heldout, seed, kind, negatives)
     if untrained_from is not None:  # the first of the two held-out passes, reused (~8 s a window for the 0.5B)
         before, held_s, tail_before = _reused_untrained(untrained_from, model, seed, held_w, reader)
     t0 = time.perf_counter()
@@ -120,7 +134,7 @@ def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int
         net = get_peft_model(net, LoraConfig(r=lora, lora_alpha=2 * lora, target_modules="all-linear"))
     tok = policy.tokenizer
     encode = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
-    student = (sp.PointwiseStudent(net, encode, sp.yes_no_token_ids(tok), pad_id=policy.pad_id)
+    student = (sp.PointwiseStudent(net, encode, sp.yes_no_token_ids(tok), pad_id=policy.pad_id, loss=loss)
                if reader == "pointwise" else sp.Student(net, encode, sp.id_token_ids(tok), pad_id=policy.pad_id))
     net.eval()
     if untrained_from is None:
@@ -161,7 +175,8 @@ def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int
         "tail_untrained": tail_before,
         "tail_trained": sp.tail_table(held_w, after_scores) if after_scores is not None else None,
         "untrained_from": untrained_from.relative_to(ROOT).as_posix() if untrained_from else None,
-        "windows": kind, "from_reader": from_reader,
+        "windows": kind, "from_reader": from_reader, "loss": loss, "negatives": negatives,
+        "train_windows_without_gold": sum(not any(w.gold) for w in train_w),
     }
     if kind == "leftover":
         out["untrained_at1"] = before_at1
@@ -229,15 +244,26 @@ def main() -> int:
                         "ends chooses from; windows holding a gold only)")
     r.add_argument("--from-reader", default=None, metavar="TAG",
                    help="start from a saved reader (runs/selection_probe/readers/TAG) instead of the base model")
+    r.add_argument("--loss", choices=tuple(sp.LOSSES), default="listwise",
+                   help="listwise: the gold's share of a window's softmax (ranks within a window); bce (pointwise "
+                        "reader only): each document's score against its label, the same meaning in every window, so "
+                        "a threshold can abstain")
+    r.add_argument("--negatives", type=float, default=0.0,
+                   help="leftover windows with --loss bce: add this many windows without a gold per window with one")
     a = ap.parse_args()
     if a.stage == "prepare":
         prepare()
     else:
+        if (a.loss == "bce" and a.reader != "pointwise") or (a.negatives and (a.loss != "bce"
+                                                                               or a.windows != "leftover")):
+            raise SystemExit("--loss bce is the pointwise reader's; --negatives needs --loss bce --windows leftover "
+                             "(a window without a gold has no listwise loss)")
         if a.windows == "leftover" and a.untrained_from:
             raise SystemExit("--untrained-from reuses a report of the window kind's held-out windows, not leftover "
                              "ones")
         run(a.model, a.train, a.heldout, a.epochs, a.lr, a.batch, a.lora, a.seed, a.tag,
-            a.untrained_from.resolve() if a.untrained_from else None, a.reader, a.save, a.windows, a.from_reader)
+            a.untrained_from.resolve() if a.untrained_from else None, a.reader, a.save, a.windows, a.from_reader,
+            a.loss, a.negatives)
     return 0
 
 

@@ -249,6 +249,7 @@ def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
     picks = [(sc[i], c[i].id in set(q.supporting_ids)) for q, _, c, sc in calib for i in tc.read_picks(sc, -1e9, add)]
     threshold = tc.precision_threshold(picks, target)
     kept = [g for s, g in picks if s >= threshold]
+    surest = [g for _, g in sorted(picks, key=lambda p: -p[0])]  # the picks' gold labels, surest first
     qs = load_dataset(WORK / "data").questions
     dev = _scored(student, "hotpotqa_dev500", qs, WORK / "data", WORK / "index", cache)
     script_rows = {r["id"]: [d["id"] for d in r["documents"]] for r in _contexts(CHANGED_BASE)}
@@ -279,6 +280,10 @@ def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
         "threshold": None if threshold == float("inf") else threshold,  # None: no pick is precise enough, none added
         "calibration_picks": len(picks), "calibration_picks_kept": len(kept),
         "calibration_kept_gold_share": round(sum(kept) / max(len(kept), 1), 3),
+        # how precise the reader's surest picks are: the gold share of its best-scored 10%, 25% and all picks there
+        "calibration_precision_of_top": {
+            f"{int(f * 100)}%": round(statistics.fmean(surest[:max(1, int(f * len(surest)))]), 3)
+            for f in (0.1, 0.25, 1.0)} if surest else {},
         "heuristic_plus_reader_mean_docs": statistics.fmean(len(r["documents"]) for r in rows),
         "heuristic_plus_reader_questions_changed": sum(bool(r["added"]) for r in rows),
         "dev_added_docs": n_added, "dev_added_gold_share": round(gold_added / max(n_added, 1), 3),
@@ -465,7 +470,9 @@ def report() -> dict[str, Any]:
             f" {rd['calibration_questions']} held-out training questions where the "
             f"script's additions are gold {rd['calibration_script_added_gold_share']:.3f} of the time; its kept picks "
             f"there {rd['calibration_picks_kept']} of {rd['calibration_picks']}, gold "
-            f"{rd['calibration_kept_gold_share']:.3f}): changed on {rd['heuristic_plus_reader_questions_changed']} "
+            f"{rd['calibration_kept_gold_share']:.3f}; its surest picks' gold share, top 10% / 25% / all: "
+            + " / ".join(f"{v:.3f}" for v in rd.get("calibration_precision_of_top", {}).values()) + "): changed on"
+            f" {rd['heuristic_plus_reader_questions_changed']} "
             f"questions, {rd['dev_added_docs']} documents added, gold {rd['dev_added_gold_share']:.3f} of them, a "
             f"missing gold added on {rd['dev_questions_adding_gold']} questions; mean documents "
             f"{rd['heuristic_plus_reader_mean_docs']:.2f}. Where a gold is among the candidates, the reader's best is "

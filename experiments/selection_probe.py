@@ -100,10 +100,11 @@ LEFTOVER_LAST = 16  # a leftover window: the question's own bm25 ranks TAIL_FROM
 
 
 def leftover_window(q: QAExample, script: Sequence[Document], ranked: Sequence[Document], rng: random.Random, *,
-                    first: int = TAIL_FROM, last: int = LEFTOVER_LAST) -> Window | None:
+                    first: int = TAIL_FROM, last: int = LEFTOVER_LAST, any_gold: bool = False) -> Window | None:
     """What a reader started where the script ends chooses from ("leftover"): the question's own bm25 list (`ranked`,
     best first) at ranks `first`..`last` less the script's documents, shown shuffled with their true ranks; None
-    unless it holds a gold and a non-gold document.
+    unless it holds a gold and a non-gold document (`any_gold`: or only non-gold ones, for the pointwise loss, which
+    must also learn where there is nothing to add).
 
     >>> d = lambda i: Document(id=i, title=i, text="")
     >>> q = QAExample(id="q", question="?", golden_answers=["a"], metadata={"supporting_ids": ["g", "s"]})
@@ -113,11 +114,13 @@ def leftover_window(q: QAExample, script: Sequence[Document], ranked: Sequence[D
     ([(5, 'x', False), (6, 'g', True)], 'leftover')
     >>> leftover_window(q, ranked[:4], ranked, random.Random(0), last=5) is None  # no gold left
     True
+    >>> leftover_window(q, ranked[:4], ranked, random.Random(0), last=5, any_gold=True).gold
+    [False]
     """
     gold_ids, have = set(q.supporting_ids), {d.id for d in script}
     cands = [(i + 1, d) for i, d in enumerate(ranked[:last]) if i + 1 >= first and d.id not in have]
     gold = [d.id in gold_ids for _, d in cands]
-    if not any(gold) or all(gold):
+    if not cands or all(gold) or not (any(gold) or any_gold):
         return None
     order = list(range(len(cands)))
     rng.shuffle(order)
@@ -320,6 +323,24 @@ def listwise_loss(logits: Any, gold: Any) -> Any:
     return -gold_logp.mean()
 
 
+def pointwise_loss(logits: Any, gold: Any) -> Any:
+    """Binary cross-entropy of each document's score (as the logit of "this one is gold") against its label, over the
+    real documents (padding is -inf and left out): a score that means the same in every window, so one threshold can
+    say "nothing here is worth adding". Windows without a gold document are allowed.
+
+    >>> import torch
+    >>> round(float(pointwise_loss(torch.tensor([[0.0, float("-inf")]]), torch.tensor([[False, False]]))), 4)  # log 2
+    0.6931
+    """
+    import torch
+
+    real = torch.isfinite(logits)
+    return torch.nn.functional.binary_cross_entropy_with_logits(logits[real], gold[real].float())
+
+
+LOSSES = {"listwise": listwise_loss, "bce": pointwise_loss}
+
+
 @dataclass
 class Student:
     """A causal LM read at its first generated token: `scores(prompts, n)` -> (B, n) logits of the ids "1".."n".
@@ -332,6 +353,7 @@ class Student:
     id_tokens: list[int]
     pad_id: int = 0
     max_tokens: int = 1024
+    loss: str = "listwise"  # LOSSES: "bce" for the pointwise reader whose scores must mean the same across windows
     times: list[float] = field(default_factory=list)
 
     def last_logits(self, prompts: Sequence[str]) -> Any:
@@ -394,7 +416,7 @@ class Student:
                 logits = self.window_logits(part, words)
                 top = logits.shape[1]
                 gold = torch.tensor([[*w.gold, *[False] * (top - w.n)] for w in part])
-                loss = listwise_loss(logits, gold)
+                loss = LOSSES[self.loss](logits, gold)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()

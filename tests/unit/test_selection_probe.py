@@ -139,6 +139,27 @@ def test_a_tiny_pointwise_student_learns_to_read_the_gold_marker_one_document_a_
     assert student.pair_scores(w.question, w.docs, batch=3) == pytest.approx(student.scores([w])[0], abs=1e-4)
 
 
+def test_a_tiny_pointwise_student_trained_with_bce_abstains_where_no_document_is_gold() -> None:
+    """The pointwise loss learns a score that means the same in every window: windows with no gold at all are
+    trainable, and one threshold (0: logit yes = no) keeps the gold and drops everything else."""
+    net, encode, vocab = tiny_llama(["<pad>", ":", "gold", "other", "Question", "?", "Document", "T", "yes", "no",
+                                     "Does", "this", "help"], ":?")
+    student = sp.PointwiseStudent(net, encode, [vocab["yes"], vocab["no"]], loss="bce")
+    rng = random.Random(1)
+
+    def window(i: int) -> sp.Window:
+        g = rng.randrange(3) if i % 2 else None  # every other window holds no gold document
+        docs = [Document(id=f"{i}-{j}", title="T", text="gold" if j == g else "other") for j in range(3)]
+        return sp.Window(str(i), "?", "leftover", docs, [4, 5, 6], [j == g for j in range(3)])
+
+    train, held = [window(i) for i in range(32)], [window(100 + i) for i in range(16)]
+    losses = student.train(train, epochs=25, lr=3e-3, batch=8)
+    scores = student.scores(held)
+    kept = [w.gold[i] for w, sc in zip(held, scores, strict=True) for i in range(w.n) if sc[i] > 0]
+    assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4
+    assert kept and all(kept) and len(kept) >= 0.9 * sum(sum(w.gold) for w in held)
+
+
 def test_the_tokenizers_give_yes_and_no_one_token_each_after_the_pointwise_prompt() -> None:
     class Chars:  # a tokenizer of single characters: " yes" is four tokens
         def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
