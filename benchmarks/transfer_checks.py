@@ -246,7 +246,8 @@ def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
     # the script's own precision on these questions: the share of its additions that are gold
     added = [(d.id in set(q.supporting_ids)) for q, h, _, _ in calib for d in h.documents if d.id in h.added_by]
     target = sum(added) / max(len(added), 1)
-    picks = [(sc[i], c[i].id in set(q.supporting_ids)) for q, _, c, sc in calib for i in tc.read_picks(sc, -1e9, add)]
+    picks = [(sc[i], c[i].id in set(q.supporting_ids))  # every question's best `add`, before any threshold
+             for q, _, c, sc in calib for i in tc.read_picks(sc, -float("inf"), add)]
     threshold = tc.precision_threshold(picks, target)
     kept = [g for s, g in picks if s >= threshold]
     surest = [g for _, g in sorted(picks, key=lambda p: -p[0])]  # the picks' gold labels, surest first
@@ -265,12 +266,9 @@ def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
     out_dir = RESULTS / "contexts"
     (out_dir / "heuristic_plus_reader.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows),
                                                          encoding="utf-8")
+
     def at1(scored: list[tuple[Any, Any, list[Any], list[float]]]) -> dict[str, int]:
-        """On the questions with a gold among the candidates: the reader's best is gold, bm25's best is gold."""
-        has = [(set(q.supporting_ids), c, sc) for q, _, c, sc in scored if any(d.id in q.supporting_ids for d in c)]
-        return {"questions_with_a_gold_candidate": len(has),
-                "reader_best_is_gold": sum(c[tc.read_picks(sc, -float("inf"), 1)[0]].id in g for g, c, sc in has),
-                "bm25_best_is_gold": sum(c[0].id in g for g, c, _ in has)}
+        return tc.best_pick_hits([(set(q.supporting_ids), [d.id for d in c], sc) for q, _, c, sc in scored])
 
     stats = {
         "reader": tag, "reader_probe": probe.parent.relative_to(ROOT).as_posix(), "add": add,

@@ -188,6 +188,19 @@ def read_picks(scores: Sequence[float], threshold: float, add: int = READ_ADD) -
     return [i for i in order[:add] if scores[i] >= threshold]
 
 
+def best_pick_hits(rows: Sequence[tuple[set[str], Sequence[str], Sequence[float]]]) -> dict[str, int]:
+    """Per question (its gold ids, its candidates' ids best bm25 rank first, the reader's scores): on the questions
+    with a gold among the candidates, how often the reader's best is gold and how often bm25 order's best is.
+
+    >>> best_pick_hits([({"g"}, ["x", "g"], [0.1, 0.9]), ({"g"}, ["g", "x"], [0.1, 0.9]), ({"g"}, ["x"], [1.0])])
+    {'questions_with_a_gold_candidate': 2, 'reader_best_is_gold': 1, 'bm25_best_is_gold': 1}
+    """
+    has = [(gold, ids, scores) for gold, ids, scores in rows if gold & set(ids)]
+    return {"questions_with_a_gold_candidate": len(has),
+            "reader_best_is_gold": sum(ids[read_picks(sc, -float("inf"), 1)[0]] in gold for gold, ids, sc in has),
+            "bm25_best_is_gold": sum(ids[0] in gold for gold, ids, _ in has)}
+
+
 def precision_threshold(picks: Sequence[tuple[float, bool]], precision: float) -> float:
     """The lowest score threshold at which the picks kept (score >= it) are gold at least `precision` of the time:
     `picks` are (score, gold) of every question's best candidates, on held-out training questions. A reader held to
