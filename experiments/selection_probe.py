@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from experiments.transfer_checks import READ_LAST, read_candidates
 from s3core.types import Document, QAExample
 
 WINDOW = 8  # documents a window shows (the searcher's k)
@@ -96,7 +97,7 @@ def make_window(q: QAExample, kind: str, ranked: Sequence[Document], rng: random
     return Window(q.id, q.question, kind, [ranked[i] for i in order], [i + 1 for i in order], [gold[i] for i in order])
 
 
-LEFTOVER_LAST = 16  # a leftover window: the question's own bm25 ranks TAIL_FROM..LEFTOVER_LAST the script lacks
+LEFTOVER_LAST = READ_LAST  # a leftover window: what transfer_checks.py read reads (`read_candidates`, one definition)
 
 
 def leftover_window(q: QAExample, script: Sequence[Document], ranked: Sequence[Document], rng: random.Random, *,
@@ -117,8 +118,8 @@ def leftover_window(q: QAExample, script: Sequence[Document], ranked: Sequence[D
     >>> leftover_window(q, ranked[:4], ranked, random.Random(0), last=5, any_gold=True).gold
     [False]
     """
-    gold_ids, have = set(q.supporting_ids), {d.id for d in script}
-    cands = [(i + 1, d) for i, d in enumerate(ranked[:last]) if i + 1 >= first and d.id not in have]
+    gold_ids, rank = set(q.supporting_ids), {d.id: i + 1 for i, d in enumerate(ranked)}
+    cands = [(rank[d.id], d) for d in read_candidates(script, ranked, first=first, last=last)]
     gold = [d.id in gold_ids for _, d in cands]
     if not cands or all(gold) or not (any(gold) or any_gold):
         return None
@@ -438,14 +439,18 @@ class PointwiseStudent(Student):
     def window_logits(self, windows: Sequence[Window], words: int = WORDS) -> Any:
         import torch
 
-        out = self.last_logits([render_pair(w.question, d, words) for w in windows for d in w.docs])  # (sum n, V)
-        flat = out[:, self.id_tokens[0]] - out[:, self.id_tokens[1]]
+        flat = self.pair_logits([render_pair(w.question, d, words) for w in windows for d in w.docs])  # (sum n,)
         top = max(w.n for w in windows)
         rows, lo = [], 0
         for w in windows:
             rows.append(torch.cat([flat[lo:lo + w.n], flat.new_full((top - w.n,), float("-inf"))]))
             lo += w.n
         return torch.stack(rows)
+
+    def pair_logits(self, prompts: Sequence[str]) -> Any:
+        """(B,) logit(" yes") - logit(" no") at each pair prompt's last position: a document's score."""
+        out = self.last_logits(prompts)
+        return out[:, self.id_tokens[0]] - out[:, self.id_tokens[1]]
 
     def pair_scores(self, question: str, docs: Sequence[Document], words: int = WORDS, batch: int = 16
                     ) -> list[float]:
@@ -456,8 +461,7 @@ class PointwiseStudent(Student):
         out: list[float] = []
         with torch.no_grad():
             for lo in range(0, len(docs), batch):
-                got = self.last_logits([render_pair(question, d, words) for d in docs[lo:lo + batch]])
-                out += (got[:, self.id_tokens[0]] - got[:, self.id_tokens[1]]).tolist()
+                out += self.pair_logits([render_pair(question, d, words) for d in docs[lo:lo + batch]]).tolist()
         return out
 
 
