@@ -21,7 +21,8 @@ gold paragraph added: a perfect searcher) | heuristic (the title-following searc
 documents without its non-gold additions) | heuristic_plus_gold (then the gold among the question's bm25 ranks 4-8: a
 perfect selector where the script ends) | heuristic_plus_gold16 (the same over ranks 4-16: a
 perfect reader of what `read` reads) | heuristic_plus_next (then the next bm25 document: no reading) |
-heuristic_plus_reader (then a trained reader's picks among ranks 4-16: `read` writes it) | a0 (attempt 2's
+heuristic_plus_reader (then a trained reader's picks among ranks 4-16: `read` writes it) | heuristic_plus_reader1
+(then that reader's best one, always: reading's counterpart of heuristic_plus_next) | a0 (attempt 2's
 policy made additive: needs --policy DIR and the searcher's additive setting) | policy_NAME (a searcher trained under
 configs/transfer3.toml: --policy DIR; e.g. `run policy_warmed60 --policy runs/transfer3/warmed60_policy
 --additive searcher.policy=vllm`, the vLLM engine for the searcher's greedy rollouts). Each is one resumable `s3 eval` run
@@ -254,7 +255,7 @@ def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
     qs = load_dataset(WORK / "data").questions
     dev = _scored(student, "hotpotqa_dev500", qs, WORK / "data", WORK / "index", cache)
     script_rows = {r["id"]: [d["id"] for d in r["documents"]] for r in _contexts(CHANGED_BASE)}
-    rows, gold_added, n_added = [], 0, 0
+    rows, rows1, gold_added, n_added = [], [], 0, 0
     for q, h, c, sc in dev:
         if script_rows.get(q.id) != [d.id for d in h.documents]:  # --only-changed composes over the script's rows
             raise SystemExit(f"{q.id}: the script's documents differ from contexts/{CHANGED_BASE}.jsonl; run prepare")
@@ -263,9 +264,12 @@ def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
                                     added_scores=[round(sc[c.index(d)], 3) for d in chosen]))
         n_added += len(chosen)
         gold_added += sum(d.id in set(q.supporting_ids) for d in chosen)
+        best = [c[i] for i in tc.read_picks(sc, -float("inf"), 1)]  # heuristic_plus_reader1: its best, always
+        rows1.append(tc.contexts_row(q.id, [*h.documents, *best], added=[d.id for d in best],
+                                     added_scores=[round(sc[c.index(d)], 3) for d in best]))
     out_dir = RESULTS / "contexts"
-    (out_dir / "heuristic_plus_reader.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows),
-                                                         encoding="utf-8")
+    for name, written in (("heuristic_plus_reader", rows), ("heuristic_plus_reader1", rows1)):
+        (out_dir / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in written), encoding="utf-8")
 
     def at1(scored: list[tuple[Any, Any, list[Any], list[float]]]) -> dict[str, int]:
         return tc.best_pick_hits([(set(q.supporting_ids), [d.id for d in c], sc) for q, _, c, sc in scored])
@@ -287,6 +291,9 @@ def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
         "dev_added_docs": n_added, "dev_added_gold_share": round(gold_added / max(n_added, 1), 3),
         "dev_questions_adding_gold": sum(bool(set(r["added"]) & set(q.supporting_ids))
                                          for r, q in zip(rows, qs, strict=True)),
+        "heuristic_plus_reader1_questions_changed": sum(bool(r["added"]) for r in rows1),
+        "heuristic_plus_reader1_gold_share": round(statistics.fmean(
+            bool(set(r["added"]) & set(q.supporting_ids)) for r, q in zip(rows1, qs, strict=True) if r["added"]), 3),
     }
     path = out_dir / "reader.json"  # one entry a reader; heuristic_plus_reader.jsonl is the last one read
     every = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
@@ -418,7 +425,7 @@ def max_tokens(gen: str, limit: int, measure_at: int) -> dict[str, Any]:
 
 ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "a2", "heuristic", "heuristic_pruned",
          "heuristic_plus_gold", "heuristic_plus_gold16", "heuristic_plus_next", "heuristic_plus_reader",
-         "title_following",
+         "heuristic_plus_reader1", "title_following",
          "a0")
 
 
@@ -473,7 +480,11 @@ def report() -> dict[str, Any]:
             f" {rd['heuristic_plus_reader_questions_changed']} "
             f"questions, {rd['dev_added_docs']} documents added, gold {rd['dev_added_gold_share']:.3f} of them, a "
             f"missing gold added on {rd['dev_questions_adding_gold']} questions; mean documents "
-            f"{rd['heuristic_plus_reader_mean_docs']:.2f}. Where a gold is among the candidates, the reader's best is "
+            f"{rd['heuristic_plus_reader_mean_docs']:.2f}"
+            + (f"; heuristic_plus_reader1 (its best, always) changes {rd['heuristic_plus_reader1_questions_changed']}"
+               f" questions, gold on {rd['heuristic_plus_reader1_gold_share']:.3f} of them"
+               if "heuristic_plus_reader1_gold_share" in rd else "")
+            + ". Where a gold is among the candidates, the reader's best is "
             f"gold on {ca['reader_best_is_gold']} of {ca['questions_with_a_gold_candidate']} held-out training "
             f"questions (bm25 order's: {ca['bm25_best_is_gold']}) and on {da['reader_best_is_gold']} of "
             f"{da['questions_with_a_gold_candidate']} dev questions (bm25 order's: {da['bm25_best_is_gold']})")

@@ -27,6 +27,9 @@ contract `s3 eval --method searcher --contexts FILE` reads), so the real generat
                           READER (the selection probe's pointwise reader) scores highest, each only at or above a
                           threshold chosen on held-out training questions (`precision_threshold`: the script's own
                           precision); what a searcher that reads where the script ends adds, no gold label at test time
+    heuristic_plus_reader1 the heuristic's documents, then the same reader's best one among those ranks, always (no
+                          threshold): reading's counterpart of heuristic_plus_next, for a generator that a non-gold
+                          document costs little and a gold one gains much
     naive RAG top-N       the retriever's top-N of the question (`s3 eval --method naive_rag`, retriever.k = N): more
                           documents without better ones
 
@@ -281,7 +284,7 @@ def reach_by_place(
 
 
 CONTEXTS_METHODS = ("a1", "a2", "heuristic", "heuristic_pruned", "heuristic_plus_gold", "heuristic_plus_next",
-                    "heuristic_plus_gold16", "heuristic_plus_reader")
+                    "heuristic_plus_gold16", "heuristic_plus_reader", "heuristic_plus_reader1")
 
 
 def eval_method_args(
