@@ -8,7 +8,8 @@
                                                               # reached (the question's own ranks, a perfect selector)
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py read  # contexts/heuristic_plus_reader.jsonl:
                                                               # the script, then a trained reader's picks (the
-                                                              # selection probe's --save; resumable score cache)
+                                                              # selection probe's --save; resumable score cache),
+                                                              # and heuristic_plus_reader1.jsonl (its best, always)
     .venv/bin/python benchmarks/transfer_checks.py report     # report.md, report.json, checks.png
     S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py run naive_rag_top3 --dataset musique_dev200 \
         --limit 100                                           # the other datasets (2wiki_dev200 too): own data,
@@ -292,8 +293,9 @@ def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
         "dev_questions_adding_gold": sum(bool(set(r["added"]) & set(q.supporting_ids))
                                          for r, q in zip(rows, qs, strict=True)),
         "heuristic_plus_reader1_questions_changed": sum(bool(r["added"]) for r in rows1),
-        "heuristic_plus_reader1_gold_share": round(statistics.fmean(
-            bool(set(r["added"]) & set(q.supporting_ids)) for r, q in zip(rows1, qs, strict=True) if r["added"]), 3),
+        "heuristic_plus_reader1_gold_share": round(statistics.fmean([
+            bool(set(r["added"]) & set(q.supporting_ids)) for r, q in zip(rows1, qs, strict=True) if r["added"]]
+            or [0.0]), 3),
     }
     path = out_dir / "reader.json"  # one entry a reader; heuristic_plus_reader.jsonl is the last one read
     every = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
@@ -740,7 +742,8 @@ def main() -> int:
     m.add_argument("--generator", choices=GENERATORS, default="qwen15")
     m.add_argument("--limit", type=int, default=100)
     m.add_argument("--measure-at", type=int, default=48)
-    rd = sub.add_parser("read", help="contexts/heuristic_plus_reader.jsonl: the script, then a trained reader's picks")
+    rd = sub.add_parser("read", help="contexts/heuristic_plus_reader.jsonl: the script, then a trained reader's picks "
+                        "(and heuristic_plus_reader1.jsonl: its best, always)")
     rd.add_argument("--reader", default="smollm2-135m-instruct-pointwise",
                     help="a trained pointwise reader's tag (runs/selection_probe/readers/TAG, its probe report in "
                          "benchmarks/results/selection_probe/TAG)")
