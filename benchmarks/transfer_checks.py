@@ -256,18 +256,19 @@ def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
     qs = load_dataset(WORK / "data").questions
     dev = _scored(student, "hotpotqa_dev500", qs, WORK / "data", WORK / "index", cache)
     script_rows = {r["id"]: [d["id"] for d in r["documents"]] for r in _contexts(CHANGED_BASE)}
-    rows, rows1, gold_added, n_added = [], [], 0, 0
+    rows: list[dict[str, Any]] = []
+    rows1: list[dict[str, Any]] = []
     for q, h, c, sc in dev:
         if script_rows.get(q.id) != [d.id for d in h.documents]:  # --only-changed composes over the script's rows
             raise SystemExit(f"{q.id}: the script's documents differ from contexts/{CHANGED_BASE}.jsonl; run prepare")
-        chosen = [c[i] for i in tc.read_picks(sc, threshold, add)]
-        rows.append(tc.contexts_row(q.id, [*h.documents, *chosen], added=[d.id for d in chosen],
-                                    added_scores=[round(sc[c.index(d)], 3) for d in chosen]))
-        n_added += len(chosen)
-        gold_added += sum(d.id in set(q.supporting_ids) for d in chosen)
-        best = [c[i] for i in tc.read_picks(sc, -float("inf"), 1)]  # heuristic_plus_reader1: its best, always
-        rows1.append(tc.contexts_row(q.id, [*h.documents, *best], added=[d.id for d in best],
-                                     added_scores=[round(sc[c.index(d)], 3) for d in best]))
+        for written, picked in ((rows, tc.read_picks(sc, threshold, add)),
+                                (rows1, tc.read_picks(sc, -float("inf"), 1))):  # heuristic_plus_reader1: its best
+            written.append(tc.contexts_row(q.id, [*h.documents, *(c[i] for i in picked)],
+                                           added=[c[i].id for i in picked], added_scores=[round(sc[i], 3) for i in picked]))
+    # per question, how many of the pages each file adds are gold
+    gold_of = [[len(set(r["added"]) & set(q.supporting_ids)) for r, q in zip(written, qs, strict=True)]
+               for written in (rows, rows1)]
+    n_added = sum(len(r["added"]) for r in rows)
     out_dir = RESULTS / "contexts"
     for name, written in (("heuristic_plus_reader", rows), ("heuristic_plus_reader1", rows1)):
         (out_dir / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in written), encoding="utf-8")
@@ -289,13 +290,11 @@ def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
             for f in (0.1, 0.25, 1.0)} if surest else {},
         "heuristic_plus_reader_mean_docs": statistics.fmean(len(r["documents"]) for r in rows),
         "heuristic_plus_reader_questions_changed": sum(bool(r["added"]) for r in rows),
-        "dev_added_docs": n_added, "dev_added_gold_share": round(gold_added / max(n_added, 1), 3),
-        "dev_questions_adding_gold": sum(bool(set(r["added"]) & set(q.supporting_ids))
-                                         for r, q in zip(rows, qs, strict=True)),
+        "dev_added_docs": n_added, "dev_added_gold_share": round(sum(gold_of[0]) / max(n_added, 1), 3),
+        "dev_questions_adding_gold": sum(g > 0 for g in gold_of[0]),
         "heuristic_plus_reader1_questions_changed": sum(bool(r["added"]) for r in rows1),
-        "heuristic_plus_reader1_gold_share": round(statistics.fmean([
-            bool(set(r["added"]) & set(q.supporting_ids)) for r, q in zip(rows1, qs, strict=True) if r["added"]]
-            or [0.0]), 3),
+        "heuristic_plus_reader1_gold_share": round(statistics.fmean(
+            [bool(g) for g, r in zip(gold_of[1], rows1, strict=True) if r["added"]] or [0.0]), 3),
     }
     path = out_dir / "reader.json"  # one entry a reader; heuristic_plus_reader.jsonl is the last one read
     every = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
