@@ -165,7 +165,7 @@ def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int
     after = sp.selection_table(held_w, after_scores) if after_scores is not None else None
     out = {
         "model": model, "reader": reader, "lora_r": lora or None, "train_windows": len(train_w),
-        "heldout_windows": len(held_w),
+        "heldout_windows": len(held_w), "heldout_questions": heldout, "train_questions": train,  # what it has seen
         "epochs": epochs, "lr": lr, "batch": batch, "seed": seed, "select": sp.SELECT, "load_s": round(load_s, 1),
         "s_per_heldout_window": round(held_s, 2),
         "s_per_example": statistics.median(student.times) if student.times else None,

@@ -9,7 +9,8 @@
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py read  # contexts/heuristic_plus_reader.jsonl:
                                                               # the script, then a trained reader's picks (the
                                                               # selection probe's --save; resumable score cache),
-                                                              # and heuristic_plus_reader1.jsonl (its best, always)
+                                                              # heuristic_plus_reader1.jsonl (its best, always),
+                                                              # heuristic_plus_ranker1 / _links1.jsonl (a ranker's)
     .venv/bin/python benchmarks/transfer_checks.py report     # report.md, report.json, checks.png
     S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py run naive_rag_top3 --dataset musique_dev200 \
         --limit 100                                           # the other datasets (2wiki_dev200 too): own data,
@@ -23,7 +24,9 @@ documents without its non-gold additions) | heuristic_plus_gold (then the gold a
 perfect selector where the script ends) | heuristic_plus_gold16 (the same over ranks 4-16: a
 perfect reader of what `read` reads) | heuristic_plus_next (then the next bm25 document: no reading) |
 heuristic_plus_reader (then a trained reader's picks among ranks 4-16: `read` writes it) | heuristic_plus_reader1
-(then that reader's best one, always: reading's counterpart of heuristic_plus_next) | a0 (attempt 2's
+(then that reader's best one, always: reading's counterpart of heuristic_plus_next) | heuristic_plus_ranker1 (then
+the best of a ranker trained over the reader's score and what the script found; `read`; --only-changed runs it over
+heuristic_plus_reader1's run) | heuristic_plus_links1 (the same ranker without the reader's score) | a0 (attempt 2's
 policy made additive: needs --policy DIR and the searcher's additive setting) | policy_NAME (a searcher trained under
 configs/transfer3.toml: --policy DIR; e.g. `run policy_warmed60 --policy runs/transfer3/warmed60_policy
 --additive searcher.policy=vllm`, the vLLM engine for the searcher's greedy rollouts). Each is one resumable `s3 eval` run
@@ -45,7 +48,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from experiments import transfer_checks as tc
 from s3core.errors import DataFormatError
@@ -178,11 +181,20 @@ def _script(retriever: Any, titles: tc.TitleIndex, words: int = tc.VISIBLE_WORDS
         k0=cfg.retriever.k, titles=titles, words=words)
 
 
-def _scored(student: Any, name: str, qs: list[Any], data: Path, index: Path, cache: Path
-            ) -> list[tuple[Any, Any, list[Any], list[float]]]:
-    """Per question of `qs` (corpus `data`, bm25 `index`): (question, the script's TitleFollowing, the reader's
-    candidates, their scores). Scores are cached in `cache` one question a line (keyed by `name` and the question id,
-    checked against the candidates' ids), so a stopped run resumes."""
+class Read(NamedTuple):
+    """One question as the reader where the script ends sees it: the script's `TitleFollowing`, the candidates
+    (`tc.read_candidates`), their ranks in the question's own bm25 list and the reader's scores."""
+
+    question: Any
+    script: Any
+    candidates: list[Any]
+    ranks: list[int]
+    scores: list[float]
+
+
+def _scored(student: Any, name: str, qs: list[Any], data: Path, index: Path, cache: Path) -> list[Read]:
+    """Per question of `qs` (corpus `data`, bm25 `index`), a `Read`. Scores are cached in `cache` one question a line
+    (keyed by `name` and the question id, checked against the candidates' ids), so a stopped run resumes."""
     import time
 
     from s3core.corpus import iter_corpus
@@ -212,18 +224,36 @@ def _scored(student: Any, name: str, qs: list[Any], data: Path, index: Path, cac
                                     "scores": scores}) + "\n")
                 f.flush()
                 fresh += 1
-            out.append((q, h, cands, scores))
+            rank = {d.id: n for n, d in enumerate(r, 1)}
+            out.append(Read(q, h, cands, [rank[d.id] for d in cands], scores))
             if fresh and (i + 1) % 50 == 0:
                 left = (time.perf_counter() - t0) / fresh * (len(qs) - i - 1)
                 print(f"{name}: {i + 1}/{len(qs)} questions read, ~{left / 60:.0f} min left", flush=True)
     return out
 
 
-def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
+RANKERS = {"heuristic_plus_ranker1": tc.RANKER_FEATURES, "heuristic_plus_links1": tc.NO_READING}
+
+
+def _featured(scored: list[Read]) -> list[list[dict[str, float]]]:
+    return [tc.ranker_rows(r.question.question, r.script.documents, r.candidates, r.ranks, r.scores) for r in scored]
+
+
+def _at1(scored: list[Read], scores: list[list[float]] | None = None) -> dict[str, int]:
+    """`tc.best_pick_hits` of the reader's scores, or of other `scores` (a ranker's), one list a question."""
+    return tc.best_pick_hits([(set(r.question.supporting_ids), [d.id for d in r.candidates], sc)
+                              for r, sc in zip(scored, scores or [r.scores for r in scored], strict=True)])
+
+
+def read(tag: str, heldout: int, add: int, probe_questions: int) -> dict[str, Any]:
     """contexts/heuristic_plus_reader.jsonl: the script's documents, then up to `add` of the question's own bm25 ranks
     4-16 that the trained reader `tag` (benchmarks/selection_probe.py `run --save --tag ...`) scores highest, each at
     or above a threshold chosen on the probe's `heldout` held-out TRAINING questions (`tc.precision_threshold`: the
-    script's own precision there). No dev gold label chooses anything; contexts/reader.json has the numbers."""
+    script's own precision there); heuristic_plus_reader1.jsonl: its best, always. And the rankers (`RANKERS`): a
+    logistic regression over the reader's score and what the script found (`tc.ranker_rows`), fitted on the training
+    questions after the probe's first `probe_questions` (its held-out and training ones, which the reader has seen),
+    its best added always (heuristic_plus_ranker1.jsonl; heuristic_plus_links1.jsonl without the reader's score). No
+    dev gold label chooses anything; contexts/reader.json has the numbers."""
     from eval.harness import load_dataset
     from experiments import selection_probe as sp
     from s3core.corpus import read_questions
@@ -236,7 +266,15 @@ def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
     rep = json.loads(probe.read_text(encoding="utf-8"))
     if rep.get("reader") != "pointwise":
         raise SystemExit(f"{tag}: a {rep.get('reader')} reader; the searcher reads with a pointwise one")
-    held, _ = sp.split_questions(read_questions(PROBE / "data" / "questions.jsonl"), heldout, 0, rep["seed"])
+    shuffled, _ = sp.split_questions(read_questions(PROBE / "data" / "questions.jsonl"), 10**9, 0, rep["seed"])
+    seen = rep.get("heldout_questions", 0) + rep.get("train_questions", 0)  # recorded by probes after 2026-12-05
+    if seen > probe_questions:
+        raise SystemExit(f"{tag} has seen the first {seen} training questions (its probe's --heldout + --train): pass "
+                         f"--probe-questions {seen} or more")
+    if not heldout <= probe_questions < len(shuffled):
+        raise SystemExit(f"--heldout {heldout} and --probe-questions {probe_questions}: need heldout <= probe "
+                         f"questions < the {len(shuffled)} training questions with gold paragraphs")
+    held, unseen = shuffled[:heldout], shuffled[probe_questions:]
     policy = TransformersPolicy.load(str(reader))
     tok = policy.tokenizer
     student = sp.PointwiseStudent(policy.model, lambda x: tok.encode(x, add_special_tokens=False),
@@ -246,39 +284,59 @@ def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
     cache.parent.mkdir(parents=True, exist_ok=True)
     calib = _scored(student, "heldout_training", held, PROBE / "data", PROBE / "index", cache)
     # the script's own precision on these questions: the share of its additions that are gold
-    added = [(d.id in set(q.supporting_ids)) for q, h, _, _ in calib for d in h.documents if d.id in h.added_by]
+    added = [(d.id in set(r.question.supporting_ids)) for r in calib for d in r.script.documents
+             if d.id in r.script.added_by]
     target = sum(added) / max(len(added), 1)
-    picks = [(sc[i], c[i].id in set(q.supporting_ids))  # every question's best `add`, before any threshold
-             for q, _, c, sc in calib for i in tc.read_picks(sc, -float("inf"), add)]
+    picks = [(r.scores[i], r.candidates[i].id in set(r.question.supporting_ids))  # every best `add`, no threshold
+             for r in calib for i in tc.read_picks(r.scores, -float("inf"), add)]
     threshold = tc.precision_threshold(picks, target)
     kept = [g for s, g in picks if s >= threshold]
     surest = [g for _, g in sorted(picks, key=lambda p: -p[0])]  # the picks' gold labels, surest first
     qs = load_dataset(WORK / "data").questions
     dev = _scored(student, "hotpotqa_dev500", qs, WORK / "data", WORK / "index", cache)
+    fit_on = _scored(student, "unseen_training", unseen, PROBE / "data", PROBE / "index", cache)
+    fit_rows = [(row, c.id in set(r.question.supporting_ids))
+                for r, rows in zip(fit_on, _featured(fit_on), strict=True)
+                for c, row in zip(r.candidates, rows, strict=True)]
+    weights = {name: tc.fit_ranker([x for x, _ in fit_rows], [g for _, g in fit_rows], feats)
+               for name, feats in RANKERS.items()}
+    feats_calib, feats_dev = _featured(calib), _featured(dev)
+
+    def ranked(name: str, feats: list[list[dict[str, float]]]) -> list[list[float]]:
+        return [[tc.ranker_score(weights[name], x) for x in rows] for rows in feats]
+
     script_rows = {r["id"]: [d["id"] for d in r["documents"]] for r in _contexts(CHANGED_BASE)}
-    rows: list[dict[str, Any]] = []
-    rows1: list[dict[str, Any]] = []
-    for q, h, c, sc in dev:
-        if script_rows.get(q.id) != [d.id for d in h.documents]:  # --only-changed composes over the script's rows
-            raise SystemExit(f"{q.id}: the script's documents differ from contexts/{CHANGED_BASE}.jsonl; run prepare")
-        for written, picked in ((rows, tc.read_picks(sc, threshold, add)),
-                                (rows1, tc.read_picks(sc, -float("inf"), 1))):  # heuristic_plus_reader1: its best
-            written.append(tc.contexts_row(q.id, [*h.documents, *(c[i] for i in picked)],
-                                           added=[c[i].id for i in picked], added_scores=[round(sc[i], 3) for i in picked]))
+    files: dict[str, list[dict[str, Any]]] = {"heuristic_plus_reader": [], "heuristic_plus_reader1": [],
+                                              **{name: [] for name in RANKERS}}
+    dev_scores = {"heuristic_plus_reader": [r.scores for r in dev], "heuristic_plus_reader1": [r.scores for r in dev],
+                  **{name: ranked(name, feats_dev) for name in RANKERS}}
+    for n, r in enumerate(dev):
+        if script_rows.get(r.question.id) != [d.id for d in r.script.documents]:  # --only-changed composes over them
+            raise SystemExit(f"{r.question.id}: the script's documents differ from contexts/{CHANGED_BASE}.jsonl; run "
+                             "prepare")
+        for name, written in files.items():
+            sc = dev_scores[name][n]
+            picked = tc.read_picks(sc, threshold, add) if name == "heuristic_plus_reader" else tc.read_picks(
+                sc, -float("inf"), 1)  # the others: their best, always
+            written.append(tc.contexts_row(r.question.id, [*r.script.documents, *(r.candidates[i] for i in picked)],
+                                           added=[r.candidates[i].id for i in picked],
+                                           added_scores=[round(sc[i], 3) for i in picked]))
     # per question, how many of the pages each file adds are gold
-    gold_of = [[len(set(r["added"]) & set(q.supporting_ids)) for r, q in zip(written, qs, strict=True)]
-               for written in (rows, rows1)]
+    gold_of = {name: [len(set(w["added"]) & set(r.question.supporting_ids)) for w, r in zip(written, dev, strict=True)]
+               for name, written in files.items()}
+    rows = files["heuristic_plus_reader"]
     n_added = sum(len(r["added"]) for r in rows)
     out_dir = RESULTS / "contexts"
-    for name, written in (("heuristic_plus_reader", rows), ("heuristic_plus_reader1", rows1)):
+    for name, written in files.items():
         (out_dir / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in written), encoding="utf-8")
 
-    def at1(scored: list[tuple[Any, Any, list[Any], list[float]]]) -> dict[str, int]:
-        return tc.best_pick_hits([(set(q.supporting_ids), [d.id for d in c], sc) for q, _, c, sc in scored])
+    def gold_share(name: str) -> float:
+        return round(statistics.fmean([bool(g) for g, w in zip(gold_of[name], files[name], strict=True)
+                                       if w["added"]] or [0.0]), 3)
 
     stats = {
         "reader": tag, "reader_probe": probe.parent.relative_to(ROOT).as_posix(), "add": add,
-        "calibration_at1": at1(calib), "dev_at1": at1(dev),
+        "calibration_at1": _at1(calib), "dev_at1": _at1(dev),
         "ranks": [tc.PLUS_FIRST, tc.READ_LAST], "calibration_questions": len(calib),
         "calibration_script_added_gold_share": round(target, 3),
         "threshold": None if threshold == float("inf") else threshold,  # None: no pick is precise enough, none added
@@ -290,13 +348,20 @@ def read(tag: str, heldout: int, add: int) -> dict[str, Any]:
             for f in (0.1, 0.25, 1.0)} if surest else {},
         "heuristic_plus_reader_mean_docs": statistics.fmean(len(r["documents"]) for r in rows),
         "heuristic_plus_reader_questions_changed": sum(bool(r["added"]) for r in rows),
-        "dev_added_docs": n_added, "dev_added_gold_share": round(sum(gold_of[0]) / max(n_added, 1), 3),
-        "dev_questions_adding_gold": sum(g > 0 for g in gold_of[0]),
-        "heuristic_plus_reader1_questions_changed": sum(bool(r["added"]) for r in rows1),
-        "heuristic_plus_reader1_gold_share": round(statistics.fmean(
-            [bool(g) for g, r in zip(gold_of[1], rows1, strict=True) if r["added"]] or [0.0]), 3),
+        "dev_added_docs": n_added,
+        "dev_added_gold_share": round(sum(gold_of["heuristic_plus_reader"]) / max(n_added, 1), 3),
+        "dev_questions_adding_gold": sum(g > 0 for g in gold_of["heuristic_plus_reader"]),
+        "heuristic_plus_reader1_questions_changed": sum(bool(r["added"]) for r in files["heuristic_plus_reader1"]),
+        "heuristic_plus_reader1_gold_share": gold_share("heuristic_plus_reader1"),
+        # the rankers: fitted on `fit_on`'s candidates; their best's gold counts as the reader's above (at1 keys)
+        "rankers": {name: {
+            "weights": weights[name], "fit_questions": len(fit_on), "fit_candidates": len(fit_rows),
+            "fit_gold_candidates": sum(g for _, g in fit_rows), "calibration_at1": _at1(calib, ranked(name, feats_calib)),
+            "dev_at1": _at1(dev, dev_scores[name]), "gold_share": gold_share(name),
+            "questions_other_than_reader1": len(tc.changed_ids(files[name], files["heuristic_plus_reader1"]))}
+            for name in RANKERS},
     }
-    path = out_dir / "reader.json"  # one entry a reader; heuristic_plus_reader.jsonl is the last one read
+    path = out_dir / "reader.json"  # one entry a reader; the contexts files are the last one read's
     every = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     every = {"last": tag, "readers": {**every.get("readers", {}), tag: stats}}
     path.write_text(json.dumps(every, indent=2) + "\n", encoding="utf-8")
@@ -359,6 +424,12 @@ def _eval(gen: str, margs: list[str], sets: list[str], data: Path, index: Path |
 
 
 CHANGED_BASE = "heuristic"  # the run a changed-only control takes its unchanged questions' rows from
+# ... unless it is one of these, whose base is another control's (itself composed over the heuristic's first)
+CHANGED_BASES = dict.fromkeys(RANKERS, "heuristic_plus_reader1")
+
+
+def _base(method: str) -> str:
+    return CHANGED_BASES.get(method, CHANGED_BASE)
 
 
 def _contexts(method: str) -> list[dict[str, Any]]:
@@ -366,31 +437,41 @@ def _contexts(method: str) -> list[dict[str, Any]]:
 
 
 def run_changed(method: str, gen: str) -> None:
-    """A control that changes only some of the heuristic's contexts (heuristic_plus_gold: 72 of 500), run on those
-    questions only (a questions file of theirs under runs/, `s3 eval` into RESULTS/changed/<gen>/<method>); the report
-    takes the heuristic run's rows for the others (`tc.compose_changed`: the same documents, the same prompt, greedy)."""
+    """A control that changes only some of its base's contexts (`_base`: the heuristic's, heuristic_plus_gold changes
+    72 of 500; a ranker's is heuristic_plus_reader1's), run on those questions only (a questions file of theirs under
+    runs/, `s3 eval` into RESULTS/changed/<gen>/<method>); the report takes the base run's rows for the others
+    (`tc.compose_changed`: the same documents, the same prompt, greedy)."""
+    base = _base(method)
     if method not in tc.CONTEXTS_METHODS or method == CHANGED_BASE:
         raise SystemExit(f"--only-changed runs a contexts control other than {CHANGED_BASE}, not {method!r}")
-    ids = set(tc.changed_ids(_contexts(method), _contexts(CHANGED_BASE)))
+    if base != CHANGED_BASE and not _rows(RESULTS / "changed" / gen / base):
+        raise SystemExit(f"{method} composes over {base}'s {gen} run: run `run {base} --only-changed --generator {gen} "
+                         "--limit 500` first")
+    ids = set(tc.changed_ids(_contexts(method), _contexts(base)))
     qdir = WORK / f"changed_{method}"
     qdir.mkdir(parents=True, exist_ok=True)
     lines = (WORK / "data" / "questions.jsonl").read_text(encoding="utf-8").splitlines()
     keep = [x for x in lines if x.strip() and json.loads(x)["id"] in ids]
     (qdir / "questions.jsonl").write_text("".join(x + "\n" for x in keep), encoding="utf-8")
-    print(f"{method}: {len(keep)} of {len(lines)} questions have other documents than {CHANGED_BASE}'s", flush=True)
+    print(f"{method}: {len(keep)} of {len(lines)} questions have other documents than {base}'s", flush=True)
     margs, sets, _ = tc.eval_method_args(method, RESULTS / "contexts")
     _eval(gen, margs, sets, qdir, WORK / "index", len(keep), RESULTS / "changed" / gen / method)
 
 
 def _changed_runs(gen: str, base_rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """The changed-only controls of `gen`, each composed into a whole run's rows over `base_rows` (the heuristic's)."""
+    """The changed-only controls of `gen`, each composed into a whole run's rows over its base's (`_base`): over
+    `base_rows` (the heuristic's), or over another control's once that is composed."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     root = RESULTS / "changed" / gen
-    for d in sorted(root.iterdir()) if root.is_dir() and base_rows else ():
-        own = _rows(d)
-        changed = tc.changed_ids(_contexts(d.name), _contexts(CHANGED_BASE))
+    found = sorted(root.iterdir(), key=lambda d: (_base(d.name) != CHANGED_BASE, d.name)) if root.is_dir() else []
+    for d in found if base_rows else ():
+        base = _base(d.name)
+        under = base_rows if base == CHANGED_BASE else out.get(base)
+        if under is None:
+            print(f"{gen}/{d.name} left out of the report: its base {base} has no composed run", flush=True)
+            continue
         try:
-            out[d.name] = tc.compose_changed(base_rows, own, changed)
+            out[d.name] = tc.compose_changed(under, _rows(d), tc.changed_ids(_contexts(d.name), _contexts(base)))
         except DataFormatError as e:
             print(f"{gen}/{d.name} left out of the report: {e}", flush=True)
     return out
@@ -426,7 +507,7 @@ def max_tokens(gen: str, limit: int, measure_at: int) -> dict[str, Any]:
 
 ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "a2", "heuristic", "heuristic_pruned",
          "heuristic_plus_gold", "heuristic_plus_gold16", "heuristic_plus_next", "heuristic_plus_reader",
-         "heuristic_plus_reader1", "title_following",
+         "heuristic_plus_reader1", "heuristic_plus_links1", "heuristic_plus_ranker1", "title_following",
          "a0")
 
 
@@ -734,7 +815,8 @@ def main() -> int:
     r.add_argument("--policy", default=None, help="a0 / policy_NAME: the policy directory")
     r.add_argument("--only-changed", action="store_true",
                    help=f"a contexts control: run only the questions whose documents differ from {CHANGED_BASE}'s "
-                        "(the report takes its rows for the rest)")
+                        f"({', '.join(CHANGED_BASES)}: from {CHANGED_BASES[next(iter(CHANGED_BASES))]}'s; the report "
+                        "takes that run's rows for the rest)")
     r.add_argument("--additive", action="append", default=[], metavar="KEY=VALUE",
                    help="a0: the --set that makes the searcher additive; policy_NAME: any extra --set (repeatable)")
     m = sub.add_parser("max-tokens", help="cap-hit shares of naive-RAG answers at 16 / 32 / 48")
@@ -742,13 +824,17 @@ def main() -> int:
     m.add_argument("--limit", type=int, default=100)
     m.add_argument("--measure-at", type=int, default=48)
     rd = sub.add_parser("read", help="contexts/heuristic_plus_reader.jsonl: the script, then a trained reader's picks "
-                        "(and heuristic_plus_reader1.jsonl: its best, always)")
+                        "(heuristic_plus_reader1.jsonl: its best, always; heuristic_plus_ranker1 / _links1.jsonl: a ranker's best over "
+                        "the reader's score and the script's documents, with and without the reader)")
     rd.add_argument("--reader", default="smollm2-135m-instruct-pointwise",
                     help="a trained pointwise reader's tag (runs/selection_probe/readers/TAG, its probe report in "
                          "benchmarks/results/selection_probe/TAG)")
     rd.add_argument("--heldout", type=int, default=200, help="the probe's held-out training questions the threshold "
                     "is chosen on (at most the probe's own --heldout)")
     rd.add_argument("--add", type=int, default=tc.READ_ADD, help="documents the reader adds at most")
+    rd.add_argument("--probe-questions", type=int, default=400, help="the probe's held-out + training questions "
+                    "(its --heldout + --train), which the reader has seen: the rankers fit on the training questions "
+                    "after them")
     sub.add_parser("reach", help="contexts/reach.json: where the missing gold could be reached (bm25 only)")
     sub.add_parser("report", help="report.md, report.json and checks.png")
     a = ap.parse_args()
@@ -764,7 +850,7 @@ def main() -> int:
             raise SystemExit("--measure-at must be at least the largest cap measured")
         max_tokens(a.generator, a.limit, a.measure_at)
     elif a.stage == "read":
-        read(a.reader, a.heldout, a.add)
+        read(a.reader, a.heldout, a.add, a.probe_questions)
     elif a.stage == "reach":
         reach()
     else:

@@ -277,3 +277,41 @@ def test_the_reader_control_reads_ranks_4_to_16_and_adds_only_what_clears_the_th
     assert tc.precision_threshold(picks, 0.65) == 3.0  # 2 of 3
     assert tc.precision_threshold(picks, 0.7) == tc.precision_threshold(picks, 1.0) == 4.0  # 2 of 2
     assert tc.precision_threshold([(1.0, False)], 0.1) == float("inf")
+
+
+def test_the_ranker_sees_the_page_a_found_document_names_and_learns_to_put_it_first(tmp_path: Path) -> None:
+    """heuristic_plus_ranker1's features on a real bm25 index: past the script's documents, the page one of them names
+    (a second hop the script does not take) is `named_in_found`; the question's own words are `named_in_question`.
+    A ranker fitted where that feature marks the gold puts such a candidate above bm25 order and above a reader that
+    says nothing, and its weights say why; candidates of one class are refused with the counts."""
+    docs = [
+        doc("a", "Garbage Warrior", "Garbage Warrior is a film about the architect Michael Reynolds."),
+        doc("b", "Michael Reynolds", "Michael Reynolds is an architect who founded Earthship Biotecture."),
+        doc("c", "Earthship Biotecture", "Earthship Biotecture sells a house kit in Taos."),
+        *(doc(f"f{i}", f"Film {i}", f"Film {i} is a film about a house and an architect.") for i in range(6)),
+    ]
+    write_corpus(tmp_path / "corpus.jsonl", docs)
+    build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "index", RetrieverConfig(), overwrite=True)
+    bm25 = load_retriever(RetrieverConfig(), tmp_path / "index")
+    question = "Which firm builds the houses of the architect in the film Garbage Warrior?"
+    ranked = bm25.search([question], tc.READ_LAST)[0]
+    h = tc.heuristic_documents(question, ranked[:3], bm25.search, tc.TitleIndex.of(d.title for d in docs), k=3)
+    assert "b" in {d.id for d in h.documents} and "c" not in {d.id for d in h.documents}
+    cands = tc.read_candidates(h.documents, ranked)
+    rank = {d.id: n for n, d in enumerate(ranked, 1)}
+    rows = tc.ranker_rows(question, h.documents, cands, [rank[d.id] for d in cands], [0.0] * len(cands))
+    named = {d.id for d, r in zip(cands, rows, strict=True) if r["named_in_found"]}
+    assert named == {"c"}, [(d.id, r) for d, r in zip(cands, rows, strict=True)]
+    assert all(r["named_in_question"] == 0 for r in rows)
+    # a fit where the gold is the named page, at any rank, and the reader's score is noise
+    fit = [{"reader": (i * 7 % 5) - 2.0, "log_rank": 1.0 + i % 3, "named_in_found": float(i % 4 == 0),
+            "named_in_question": 0.0, "names_found": 0.0} for i in range(200)]
+    weights = tc.fit_ranker(fit, [r["named_in_found"] > 0 for r in fit])
+    assert set(weights) == {*tc.RANKER_FEATURES, "bias"} and weights["named_in_found"] > 2 > abs(weights["reader"])
+    scores = [tc.ranker_score(weights, r) for r in rows]
+    assert cands[tc.read_picks(scores, -float("inf"), 1)[0]].id == "c" != cands[0].id  # not bm25 order's best
+    no_reading = tc.fit_ranker(fit, [r["named_in_found"] > 0 for r in fit], tc.NO_READING)
+    assert "reader" not in no_reading and tc.ranker_score(no_reading, rows[0]) == pytest.approx(
+        no_reading["bias"] + sum(no_reading[f] * rows[0][f] for f in tc.NO_READING))
+    with pytest.raises(ValueError, match="0 gold of 200"):
+        tc.fit_ranker(fit, [False] * len(fit))
