@@ -233,6 +233,7 @@ def _scored(student: Any, name: str, qs: list[Any], data: Path, index: Path, cac
 
 
 RANKERS = {"heuristic_plus_ranker1": tc.RANKER_FEATURES, "heuristic_plus_links1": tc.NO_READING}
+SHIPPED_RANKER = ROOT / "searcher" / "policies" / "links-hotpotqa.json"  # heuristic_plus_links1's, as users run it
 
 
 def _featured(scored: list[Read]) -> list[list[dict[str, float]]]:
@@ -361,6 +362,13 @@ def read(tag: str, heldout: int, add: int, probe_questions: int) -> dict[str, An
             "questions_other_than_reader1": len(tc.changed_ids(files[name], files["heuristic_plus_reader1"]))}
             for name in RANKERS},
     }
+    # the no-reading ranker ships (searcher.read_last; searcher/links.py): it needs no model
+    SHIPPED_RANKER.write_text(json.dumps({
+        "about": "searcher.ranker = 'links-hotpotqa': the page the title-following script adds after its spans "
+                 "(searcher.read_last); a logistic regression fitted by `benchmarks/transfer_checks.py read` "
+                 "(heuristic_plus_links1 in benchmarks/results/transfer3/checks/contexts/reader.json, docs/transfer.md)",
+        "fit_questions": len(fit_on), "fit_candidates": len(fit_rows), "ranks": [tc.PLUS_FIRST, tc.READ_LAST],
+        "weights": weights["heuristic_plus_links1"]}, indent=2) + "\n", encoding="utf-8")
     path = out_dir / "reader.json"  # one entry a reader; the contexts files are the last one read's
     every = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     every = {"last": tag, "readers": {**every.get("readers", {}), tag: stats}}

@@ -120,6 +120,8 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
         if s.kind == "title_following":  # a script: its identity is its settings, no model
             config["searcher"] = {"class": type(agent).__name__, "kind": s.kind, "k": s.k,
                                   "max_turns": min(s.max_turns, 1), "context_cap": s.max_contexts}
+            if s.read_last:  # only then: the script's earlier runs keep their identity
+                config["searcher"] |= {"read_last": s.read_last, "ranker": s.ranker}
         else:
             config["searcher"] = {"class": type(agent).__name__, "policy": s.policy, "model": s.model,
                                   "policy_path": _rel_local(s.policy_path, opts.out), "k": s.k,

@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 from eval.stats import mean_ci, paired_diff_ci
 from s3core.errors import DataFormatError
 from s3core.types import Document
+from searcher.links import NO_READING, RANKER_FEATURES, ranker_rows, ranker_score  # noqa: F401  (re-exported)
 from searcher.spans import MAX_TITLE_WORDS, TitleIndex, title_like_spans  # noqa: F401  (re-exported)
 from searcher.title_following import SearchFn, TitleFollowing, follow_titles
 
@@ -231,40 +232,7 @@ def precision_threshold(picks: Sequence[tuple[float, bool]], precision: float) -
 
 
 # ------------------------------------------------------------------------------- a ranker trained over the reader
-
-RANKER_FEATURES = ("reader", "log_rank", "named_in_found", "named_in_question", "names_found")
-NO_READING = RANKER_FEATURES[1:]  # the same ranker without the reader's score: what reading adds to it
-
-
-def ranker_rows(question: str, found: Sequence[Document], candidates: Sequence[Document], ranks: Sequence[int],
-                reader: Sequence[float]) -> list[dict[str, float]]:
-    """What the trained ranker sees of each candidate where the script ends (`RANKER_FEATURES`), all of it a searcher
-    has at test time: the pointwise reader's score (`reader`); the log of its rank in the question's own bm25 list;
-    whether its title (a `title_variants` form) is named in the text of a document already `found` (the script's: a
-    bridge page one more hop would follow) and in the question; how many found documents' titles its own text names
-    (at most 2).
-
-    >>> d = lambda t, x="": Document(id=t, title=t, text=x)
-    >>> found = [d("Ann Lee", "Ann Lee was born in Oslo (city)."), d("Bob")]
-    >>> rows = ranker_rows("Where was Ann Lee born?", found, [d("Oslo (city)", "Bob and Ann Lee"), d("Rome")],
-    ...                    [4, 9], [0.5, -1.0])
-    >>> [rows[0][k] for k in RANKER_FEATURES], rows[1]["named_in_found"], round(rows[1]["log_rank"], 3)
-    ([0.5, 1.386, 1.0, 0.0, 2.0], 0.0, 2.197)
-    """
-    import math
-
-    seen = norm(" ".join(f"{x.title} {x.text}" for x in found))
-    asked = norm(question)
-    titles = [title_variants(x.title) for x in found]
-    out = []
-    for c, rank, score in zip(candidates, ranks, reader, strict=True):
-        forms, text = title_variants(c.title), norm(c.text)
-        out.append({"reader": float(score), "log_rank": round(math.log(rank), 3),
-                    "named_in_found": float(any(contains_phrase(seen, f) for f in forms)),
-                    "named_in_question": float(any(contains_phrase(asked, f) for f in forms)),
-                    "names_found": float(min(2, sum(any(contains_phrase(text, f) for f in t) for t in titles)))})
-    return out
-
+# (its features and score are the product's: searcher/links.py, re-exported above; the fit is training's, here)
 
 def fit_ranker(rows: Sequence[Mapping[str, float]], gold: Sequence[bool], features: Sequence[str] = RANKER_FEATURES,
                ) -> dict[str, float]:
@@ -292,15 +260,6 @@ def fit_ranker(rows: Sequence[Mapping[str, float]], gold: Sequence[bool], featur
     w = lr.coef_[0] / scale
     bias = float(lr.intercept_[0] - (w * scaler.mean_).sum())
     return {**{f: round(float(v), 4) for f, v in zip(features, w, strict=True)}, "bias": round(bias, 4)}
-
-
-def ranker_score(weights: Mapping[str, float], row: Mapping[str, float]) -> float:
-    """The ranker's log-odds that a candidate is gold: `weights`' bias plus each weighted feature of `row`.
-
-    >>> ranker_score({"a": 2.0, "bias": -1.0}, {"a": 1.0, "b": 5.0})
-    1.0
-    """
-    return weights["bias"] + sum(w * row[f] for f, w in weights.items() if f != "bias")
 
 
 # ------------------------------------------------------------------------------------- where a searcher could reach

@@ -189,6 +189,18 @@ class SearcherConfig(Section):
         "baseline (GBR's Acc(G(Q, D_RAG))) and retrieval_gain's reference are the script's documents.",
     )
     start_cap: int = Field(5, ge=1, description="The document cap of the title-following start (start = 'title_following').")
+    read_last: int = Field(
+        0, ge=0,
+        description="title_following only: after its span turn, read the question's own retrieval list at ranks "
+        "k0+1..read_last that the script lacks and add the ONE page `ranker` scores highest, beyond the document cap "
+        "(docs/transfer.md, 'Reading with what the script found': read_last 16). 0 = the script alone.",
+    )
+    ranker: str = Field(
+        "links-hotpotqa",
+        description="title_following with read_last > 0: the trained ranker that picks that page (searcher/links.py): "
+        "a shipped name (searcher/policies/<name>.json) or the path of a ranker file ({\"weights\": ...}). The shipped "
+        "links-hotpotqa runs no model: bm25 rank and whether a found document or the question names the page.",
+    )
     k: int = Field(8, ge=1, description="Documents retrieved per search turn (paper: 8).")
     max_select: int = Field(3, ge=1, description="Documents the policy may select per window (paper: 3).")
     max_turns: int = Field(3, ge=0, description="Search turns after begin-with-search (paper: 3).")

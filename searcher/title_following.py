@@ -33,6 +33,7 @@ from s3core.errors import ConfigError, S3Error
 from s3core.types import Document, QAExample, SearchResult, SearchStep
 from searcher.agent import START_SCRIPTS, LoopStats  # the services read the LLM searcher's accounting
 from searcher.config import SearcherConfig
+from searcher.links import LinkRanker
 from searcher.retrieval.base import Retriever
 from searcher.spans import TitleIndex, title_like_spans
 from searcher.titles import norm, title_variants
@@ -61,6 +62,8 @@ class TitleFollowing:
     queries: list[str] = field(default_factory=list)
     added_by: dict[str, str] = field(default_factory=dict)  # added document id -> the span whose search found it
     retrieved: list[str] = field(default_factory=list)  # every id the span searches returned, first seen first
+    read: str | None = None  # the page the ranker added after the spans (searcher.read_last), last in `documents`
+    read_from: list[str] = field(default_factory=list)  # the candidates it chose among, best bm25 rank first
 
 
 # ------------------------------------------------------------------------------------------------ the script, pure
@@ -177,7 +180,9 @@ class TitleFollowingSearcher:
         self.titles = titles
         self.words = words
         self.last_stats = LoopStats()
+        self._rankers: dict[str, LinkRanker] = {}
         self._cap(self.cfg)
+        self._ranker(self.cfg)  # a ranker that cannot load fails here, before the first question
 
     @property
     def max_turns(self) -> int:
@@ -199,15 +204,28 @@ class TitleFollowingSearcher:
                               f"{self.k0}")
         return cap
 
+    def _ranker(self, cfg: SearcherConfig) -> LinkRanker | None:
+        """searcher.read_last's ranker (loaded once a name), None when the script reads no further."""
+        if not cfg.read_last:
+            return None
+        if cfg.read_last <= self.k0:
+            raise ConfigError(f"searcher.read_last = {cfg.read_last} reads nothing past naive RAG's top-{self.k0}: set it "
+                              f"above {self.k0} (16 in docs/transfer.md) or to 0")
+        if cfg.ranker not in self._rankers:
+            self._rankers[cfg.ranker] = LinkRanker.load(cfg.ranker)
+        return self._rankers[cfg.ranker]
+
     def search_one(self, question: str | QAExample) -> SearchResult:
         return self.search([question])[0]
 
     def follow(self, questions: Sequence[str], *, cfg: SearcherConfig | None = None,
                skip: Sequence[bool] | None = None) -> tuple[list[TitleFollowing], list[float]]:
         """The script for a batch: per question its `TitleFollowing` (`skip[i]`: stop at D0), and the retrieval seconds
-        of its two steps (D0, the spans), shared over the batch. One batched retrieval call per step."""
+        of its steps (D0, the spans, the read: `read_further`), shared over the batch. One batched retrieval call per
+        step."""
         run = self.cfg if cfg is None else cfg
         cap = self._cap(run)
+        ranker = self._ranker(run)
         stats = self.last_stats
         t0 = time.perf_counter()
         tops: list[list[Document]] = [[] for _ in questions]
@@ -237,8 +255,31 @@ class TitleFollowingSearcher:
                 out[i] = admit_titled(tops[i], spans, hits[at:at + len(spans)], cap)
                 at += len(spans)
         t2 = time.perf_counter()
+        reads = [i for i in range(len(questions)) if ranker is not None and run.begin_with_search and not (
+            skip is not None and skip[i])]
+        if reads and ranker is not None:
+            self.read_further([questions[i] for i in reads], [out[i] for i in reads], ranker, run.read_last)
+        t3 = time.perf_counter()
         n = max(len(questions), 1)
-        return out, [(t1 - t0) / n, (t2 - t1) / max(len(asks), 1)]
+        return out, [(t1 - t0) / n, (t2 - t1) / max(len(asks), 1), (t3 - t2) / max(len(reads), 1)]
+
+    def read_further(self, questions: Sequence[str], found: Sequence[TitleFollowing], ranker: LinkRanker,
+                     last: int) -> None:
+        """searcher.read_last: per question, the pages of its own retrieval list at ranks k0+1..`last` that `found`
+        lacks; the one `ranker` scores highest is added to `found` (in place; `read`, `read_from`). One batched call."""
+        ranked = self.retriever.search(list(questions), last)
+        self.last_stats.retrieval_calls += 1
+        if len(ranked) != len(questions):
+            raise S3Error(f"retriever returned {len(ranked)} result lists for {len(questions)} queries")
+        for q, f, r in zip(questions, found, ranked, strict=True):
+            have = {d.id for d in f.documents}
+            rank = {d.id: n for n, d in enumerate(r, 1)}
+            cands = [d for d in r[self.k0:last] if d.id not in have]
+            f.read_from = [d.id for d in cands]
+            best = ranker.best(q, f.documents, cands, [rank[d.id] for d in cands])
+            if best is not None:
+                f.read = cands[best].id
+                f.documents.append(cands[best])
 
     def search(
         self, questions: Sequence[str | QAExample], *, cfg: SearcherConfig | None = None,
@@ -260,23 +301,27 @@ class TitleFollowingSearcher:
         self.last_stats = LoopStats(questions=len(items), batch_sizes=[len(items)])
         t0 = time.perf_counter()
         gone = [bool(c()) for c in cancelled] if cancelled is not None else [False] * len(items)
-        found, (d0_s, spans_s) = self.follow([q for q, _ in items], cfg=run, skip=gone)
+        found, (d0_s, spans_s, read_s) = self.follow([q for q, _ in items], cfg=run, skip=gone)
         seconds = time.perf_counter() - t0
         self.last_stats.seconds = seconds
         self.last_stats.retrieval_seconds = seconds
         results = []
         for (question, qid), f, left in zip(items, found, gone, strict=True):
-            d0 = f.documents[: len(f.documents) - len(f.added_by)]
+            d0 = f.documents[: len(f.documents) - len(f.added_by) - (f.read is not None)]
             searched = bool(f.queries) and len(d0) < run.max_contexts and not left
             steps = [SearchStep(turn=0, query=question if run.begin_with_search else None,
                                 retrieved_ids=[d.id for d in d0], selected_ids=[d.id for d in d0],
-                                search_complete=None if searched or left else True, retrieval_seconds=d0_s,
+                                retrieval_seconds=d0_s,
                                 invalid_reason="cancelled: the request's deadline passed" if left else None)]
             if searched:
                 steps.append(SearchStep(
                     turn=1, query=f.queries[0], queries=list(f.queries) if len(f.queries) > 1 else None,
-                    retrieved_ids=list(f.retrieved), selected_ids=list(f.added_by), search_complete=True,
-                    retrieval_seconds=spans_s))
+                    retrieved_ids=list(f.retrieved), selected_ids=list(f.added_by), retrieval_seconds=spans_s))
+            if f.read_from:  # the question's own list read further: its candidates, the ranker's pick
+                steps.append(SearchStep(turn=len(steps), query=question, retrieved_ids=list(f.read_from),
+                                        selected_ids=[f.read] if f.read else [], retrieval_seconds=read_s))
+            if not left:
+                steps[-1] = steps[-1].model_copy(update={"search_complete": True})
             results.append(SearchResult(
                 question_id=qid, question=question, documents=f.documents, steps=steps, seconds=seconds,
                 error="cancelled: the request's deadline passed" if left else None,

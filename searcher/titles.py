@@ -35,3 +35,12 @@ def title_variants(title: str) -> set[str]:
     ['kiss and tell', 'kiss and tell 1945 film']
     """
     return {v for v in (norm(f) for f in _title_forms(title)) if v}
+
+
+def contains_phrase(haystack: str, phrase: str) -> bool:
+    """Whether normalised `phrase` occurs in normalised `haystack` on word boundaries.
+
+    >>> contains_phrase("the kiss and tell show", "kiss and tell"), contains_phrase("kissandtell", "kiss")
+    (True, False)
+    """
+    return bool(phrase) and f" {phrase} " in f" {haystack} "

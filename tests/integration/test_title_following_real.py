@@ -58,6 +58,26 @@ def test_it_reproduces_the_committed_heuristic_contexts(hotpot: tuple[Path, Path
     assert all(r.steps[0].retrieved_ids == [d.id for d in r.documents[:3]] for r in results)  # D0 kept, in order
 
 
+def test_reading_further_reproduces_the_committed_links_ranker_contexts(hotpot: tuple[Path, Path, list[QAExample]]
+                                                                       ) -> None:
+    """searcher.read_last = 16 with the shipped links-hotpotqa ranker (no model) adds, on every question, the page
+    the transfer checks' heuristic_plus_links1 added (written by `benchmarks/transfer_checks.py read`, which fitted the
+    ranker and wrote the shipped file): the product searcher is the measured one, all 500 questions."""
+    committed = COMMITTED.with_name("heuristic_plus_links1.jsonl")
+    if not committed.is_file():
+        pytest.skip(f"{committed.relative_to(REPO)} is not in this checkout")
+    _, index, qs = hotpot
+    rows = {r["id"]: r for r in map(json.loads, committed.read_text(encoding="utf-8").splitlines())}
+    s = build_configured_searcher(CHECKS.model_copy(update={"read_last": 16}), build_retriever(RetrieverConfig(), index),
+                                  k0=3)
+    results = s.search(qs)
+    got = {q.id: [d.id for d in r.documents] for q, r in zip(qs, results, strict=True)}
+    same = sum(got[i] == [d["id"] for d in rows[i]["documents"]] for i in rows)
+    assert len(rows) == 500 and same == 500, f"{same} of {len(rows)} questions match"
+    assert all(r.steps[-1].selected_ids == rows[q.id]["added"] for q, r in zip(qs, results, strict=True))
+    assert s.last_stats.retrieval_calls == 3  # D0, the spans, the read: one batched call each
+
+
 def test_without_titles_it_is_refused_and_would_be_naive_rag(hotpot: tuple[Path, Path, list[QAExample]],
                                                               tmp_path: Path) -> None:
     corpus, _, qs = hotpot

@@ -16,6 +16,7 @@ from s3core.errors import ConfigError, S3Error
 from s3core.types import Document
 from searcher.build import build_configured_searcher
 from searcher.config import RetrieverConfig, SearcherConfig
+from searcher.links import LinkRanker, ranker_rows
 from searcher.retrieval import build_index, load_retriever
 from searcher.service import summarize_result
 from searcher.spans import TitleIndex
@@ -165,6 +166,60 @@ def test_the_module_doctests() -> None:
     import searcher.spans
     import searcher.title_following
 
-    for mod in (searcher.title_following, searcher.spans):
+    import searcher.links
+    import searcher.titles
+
+    for mod in (searcher.title_following, searcher.spans, searcher.links, searcher.titles):
         res = doctest.testmod(mod, raise_on_error=False)
         assert res.failed == 0 and res.attempted > 0, mod.__name__
+
+
+def test_read_last_adds_the_ranked_page_a_found_document_names_and_reports_it_as_a_step(tmp_path: Path) -> None:
+    """searcher.read_last: after the span turn, the question's own list at ranks k0+1..read_last less what the script
+    has is ranked by the shipped links ranker, and its one best page is added beyond the cap, as a last step (query:
+    the question, retrieved: the candidates, selected: the page). The page a found document names (Atlanta, in Erika
+    Jayne's page) beats better-ranked pages nobody names; one more batched retrieval call, none when read_last = 0."""
+    atl = doc("at", "Atlanta", "Atlanta is a city in Georgia.")
+    table = {**TABLE, Q: [T1, doc("q2", "Jayne Mansfield"), KT, doc("q4", "Erika Eleniak"), atl, doc("q6", "Tell Me")]}
+    r = FakeRetriever(table)
+    s = TitleFollowingSearcher(r, SearcherConfig(k=8, context_cap=4, read_last=6), k0=1)
+    (res,) = s.search([Q])
+    assert [d.id for d in res.documents] == ["t1", "k1", "m1", "m2", "at"]  # cap 4, then the read page
+    assert r.calls[-1] == ([Q], 6) and s.last_stats.retrieval_calls == 3
+    d0, spans, read = res.steps
+    assert spans.search_complete is None and read.search_complete is True
+    assert (read.turn, read.query, read.retrieved_ids, read.selected_ids) == (2, Q, ["q2", "q4", "at", "q6"], ["at"])
+    assert summarize_result(res, max_turns=3).documents[-1].turn == 2
+    # the ranker's own reasons: named in a found document, at rank 5, against the unnamed rank 2
+    ranker = LinkRanker.load("links-hotpotqa")
+    rows = ranker_rows(Q, res.documents[:4], [table[Q][i] for i in (1, 4)], [2, 5])
+    assert rows[1]["named_in_found"] == 1.0 and rows[0]["named_in_found"] == 0.0
+    assert ranker.best(Q, res.documents[:4], [table[Q][i] for i in (1, 4)], [2, 5]) == 1
+    # off by default, and per request
+    (plain,) = TitleFollowingSearcher(FakeRetriever(table), SearcherConfig(k=8, context_cap=4), k0=1).search([Q])
+    assert [d.id for d in plain.documents] == ["t1", "k1", "m1", "m2"] and len(plain.steps) == 2
+    (res,) = s.search([Q], cfg=SearcherConfig(k=8, context_cap=4))
+    assert len(res.documents) == 4
+    # a cancelled question reads nothing further
+    (gone,) = s.search([Q], cancelled=[lambda: True])
+    assert [d.id for d in gone.documents] == ["t1"] and gone.steps[-1].search_complete is None
+
+
+def test_a_ranker_that_cannot_run_is_refused_when_the_searcher_is_built(tmp_path: Path) -> None:
+    r = FakeRetriever(TABLE)
+    with pytest.raises(ConfigError, match="reads nothing past naive RAG's top-3"):
+        TitleFollowingSearcher(r, SearcherConfig(read_last=3), k0=3)
+    with pytest.raises(ConfigError, match="no such file or shipped ranker .shipped: links-hotpotqa"):
+        TitleFollowingSearcher(r, SearcherConfig(read_last=16, ranker="links-wiki"), k0=3)
+    reader = tmp_path / "reader.json"
+    reader.write_text(json.dumps({"weights": {"reader": 0.2, "log_rank": -0.7, "bias": -3}}))
+    with pytest.raises(ConfigError, match="the reader does not ship"):
+        TitleFollowingSearcher(r, SearcherConfig(read_last=16, ranker=str(reader)), k0=3)
+    for bad, why in (({"weights": {"log_rank": -1}}, "no bias"), ({"weights": {"pagerank": 1, "bias": 0}}, "pagerank"),
+                     ({"w": 1}, "not a ranker file"), ([], "not a ranker file")):
+        reader.write_text(json.dumps(bad))
+        with pytest.raises(ConfigError, match=why):
+            LinkRanker.load(str(reader))
+    reader.write_text(json.dumps({"weights": {"log_rank": -1.0, "bias": 0.0}}))  # bm25 order, as a ranker file
+    s = TitleFollowingSearcher(r, SearcherConfig(read_last=16, ranker=str(reader)), k0=1)
+    assert s._ranker(s.cfg) == LinkRanker("reader", {"log_rank": -1.0, "bias": 0.0})

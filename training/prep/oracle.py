@@ -42,7 +42,12 @@ from typing import Literal
 
 from s3core.types import Document, QAExample
 from searcher.protocol import parse_queries
-from searcher.titles import _title_forms, norm, title_variants  # the one definition (re-exported here)
+from searcher.titles import (  # the one definition (re-exported)
+    _title_forms,
+    contains_phrase,
+    norm,
+    title_variants,
+)
 
 __all__ = [
     "TEACHERS",
@@ -70,15 +75,6 @@ _QUERY = re.compile(r"<query>(.*?)</query>", re.S)
 
 
 # ------------------------------------------------------------------------------------------------ titles in text
-
-
-def contains_phrase(haystack: str, phrase: str) -> bool:
-    """Whether normalised `phrase` occurs in normalised `haystack` on word boundaries.
-
-    >>> contains_phrase("the kiss and tell show", "kiss and tell"), contains_phrase("kissandtell", "kiss")
-    (True, False)
-    """
-    return bool(phrase) and f" {phrase} " in f" {haystack} "
 
 
 def first_words(text: str, n: int) -> str:
