@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,6 +108,13 @@ def test_heuristic_adds_exact_title_matches_in_span_order_up_to_the_cap() -> Non
         tc.heuristic_documents(q, [*top, kt], search, cap=1)
 
 
+def _bm25(tmp_path: Path, docs: list[Document]) -> Any:
+    """A real bm25s retriever over `docs`."""
+    write_corpus(tmp_path / "corpus.jsonl", docs)
+    build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "index", RetrieverConfig(), overwrite=True)
+    return load_retriever(RetrieverConfig(), tmp_path / "index")
+
+
 def test_heuristic_on_a_real_bm25_index(tmp_path: Path) -> None:
     docs = [
         doc("a", "Garbage Warrior", "Garbage Warrior is a film about the architect Michael Reynolds."),
@@ -115,9 +123,7 @@ def test_heuristic_on_a_real_bm25_index(tmp_path: Path) -> None:
         doc("d", "Reynolds Wrap", "Reynolds Wrap is an aluminium foil brand."),
         doc("e", "Solar house", "A solar house uses the sun."),
     ]
-    write_corpus(tmp_path / "corpus.jsonl", docs)
-    build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "index", RetrieverConfig(), overwrite=True)
-    bm25 = load_retriever(RetrieverConfig(), tmp_path / "index")
+    bm25 = _bm25(tmp_path, docs)
     top = bm25.search(["Who made the film Garbage Warrior?"], 1)[0]
     assert [d.id for d in top] == ["a"]
     titles = tc.TitleIndex.of(d.title for d in docs)
@@ -290,9 +296,7 @@ def test_the_ranker_sees_the_page_a_found_document_names_and_learns_to_put_it_fi
         doc("c", "Earthship Biotecture", "Earthship Biotecture sells a house kit in Taos."),
         *(doc(f"f{i}", f"Film {i}", f"Film {i} is a film about a house and an architect.") for i in range(6)),
     ]
-    write_corpus(tmp_path / "corpus.jsonl", docs)
-    build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "index", RetrieverConfig(), overwrite=True)
-    bm25 = load_retriever(RetrieverConfig(), tmp_path / "index")
+    bm25 = _bm25(tmp_path, docs)
     question = "Which firm builds the houses of the architect in the film Garbage Warrior?"
     ranked = bm25.search([question], tc.READ_LAST)[0]
     h = tc.heuristic_documents(question, ranked[:3], bm25.search, tc.TitleIndex.of(d.title for d in docs), k=3)
