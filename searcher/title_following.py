@@ -13,6 +13,9 @@ What it does for each question (one batched retrieval call per step for the whol
              searched with k = searcher.k; a retrieved document whose title IS the span (`title_variants`: "Kiss and
              Tell" is also "Kiss and Tell (1945 film)") is added, in span order then rank order, until the document
              cap (searcher.context_cap, else max_select x max_turns) is reached
+    turn 2   only with searcher.read_last: the question's own retrieval list at ranks k0+1..read_last, less what it
+             has, is read by a trained ranker (searcher.ranker, searcher/links.py: the page's rank and whether a found
+             document or the question names it; no model) and its one best page is added, beyond the cap
 
 It is the control every trained searcher is reported against (docs/transfer.md: +0.082 GenAcc over naive RAG top-3 on
 hotpotqa_dev500 with the 1.5B generator, cap 5). Its limits: it needs TITLED documents (Wikipedia-style pages whose
@@ -255,8 +258,8 @@ class TitleFollowingSearcher:
                 out[i] = admit_titled(tops[i], spans, hits[at:at + len(spans)], cap)
                 at += len(spans)
         t2 = time.perf_counter()
-        reads = [i for i in range(len(questions)) if ranker is not None and run.begin_with_search and not (
-            skip is not None and skip[i])]
+        reads = [i for i in range(len(questions)) if ranker is not None and run.begin_with_search
+                 and run.max_turns >= 1 and not (skip is not None and skip[i])]
         if reads and ranker is not None:
             self.read_further([questions[i] for i in reads], [out[i] for i in reads], ranker, run.read_last)
         t3 = time.perf_counter()

@@ -115,6 +115,11 @@ def test_through_the_real_search_app_and_the_command_line(hotpot: tuple[Path, Pa
     assert main(["search", q.question, "--index", str(index), *sets, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [d["title"] for d in out["documents"]] == titles
+    # reading one page further (searcher.read_last, the shipped no-model ranker): the same pages, then one more
+    assert main(["search", q.question, "--index", str(index), *sets, "--set", "searcher.read_last=16", "--json"]) == 0
+    read = json.loads(capsys.readouterr().out)
+    assert [d["title"] for d in read["documents"]][:-1] == titles and len(read["documents"]) == len(titles) + 1
+    assert read["documents"][-1]["turn"] == read["trajectory"]["turns"] == 2
 
 
 def test_s3_eval_runs_it_as_a_method_and_the_leaderboard_takes_it_as_the_baseline(

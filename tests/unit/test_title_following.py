@@ -163,10 +163,9 @@ def test_the_transfer_checks_pruned_control_keeps_top_k_and_only_gold_additions(
 def test_the_module_doctests() -> None:
     import doctest
 
+    import searcher.links
     import searcher.spans
     import searcher.title_following
-
-    import searcher.links
     import searcher.titles
 
     for mod in (searcher.title_following, searcher.spans, searcher.links, searcher.titles):
@@ -186,7 +185,7 @@ def test_read_last_adds_the_ranked_page_a_found_document_names_and_reports_it_as
     (res,) = s.search([Q])
     assert [d.id for d in res.documents] == ["t1", "k1", "m1", "m2", "at"]  # cap 4, then the read page
     assert r.calls[-1] == ([Q], 6) and s.last_stats.retrieval_calls == 3
-    d0, spans, read = res.steps
+    _, spans, read = res.steps
     assert spans.search_complete is None and read.search_complete is True
     assert (read.turn, read.query, read.retrieved_ids, read.selected_ids) == (2, Q, ["q2", "q4", "at", "q6"], ["at"])
     assert summarize_result(res, max_turns=3).documents[-1].turn == 2
@@ -200,6 +199,8 @@ def test_read_last_adds_the_ranked_page_a_found_document_names_and_reports_it_as
     assert [d.id for d in plain.documents] == ["t1", "k1", "m1", "m2"] and len(plain.steps) == 2
     (res,) = s.search([Q], cfg=SearcherConfig(k=8, context_cap=4))
     assert len(res.documents) == 4
+    (res,) = s.search([Q], cfg=SearcherConfig(k=8, context_cap=4, read_last=6, max_turns=0))  # D0 only, as documented
+    assert [d.id for d in res.documents] == ["t1"] and res.steps[-1].search_complete is True
     # a cancelled question reads nothing further
     (gone,) = s.search([Q], cancelled=[lambda: True])
     assert [d.id for d in gone.documents] == ["t1"] and gone.steps[-1].search_complete is None
@@ -209,7 +210,7 @@ def test_a_ranker_that_cannot_run_is_refused_when_the_searcher_is_built(tmp_path
     r = FakeRetriever(TABLE)
     with pytest.raises(ConfigError, match="reads nothing past naive RAG's top-3"):
         TitleFollowingSearcher(r, SearcherConfig(read_last=3), k0=3)
-    with pytest.raises(ConfigError, match="no such file or shipped ranker .shipped: links-hotpotqa"):
+    with pytest.raises(ConfigError, match=r"no such file or shipped ranker \(shipped: links-hotpotqa"):
         TitleFollowingSearcher(r, SearcherConfig(read_last=16, ranker="links-wiki"), k0=3)
     reader = tmp_path / "reader.json"
     reader.write_text(json.dumps({"weights": {"reader": 0.2, "log_rank": -0.7, "bias": -3}}))
