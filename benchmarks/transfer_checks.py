@@ -10,7 +10,9 @@
                                                               # the script, then a trained reader's picks (the
                                                               # selection probe's --save; resumable score cache),
                                                               # heuristic_plus_reader1.jsonl (its best, always),
-                                                              # heuristic_plus_ranker1 / _links1.jsonl (a ranker's)
+                                                              # heuristic_plus_ranker1 / _links1.jsonl (a ranker's;
+                                                              # --ship: the no-reading one users run, in
+                                                              # searcher/policies/links-hotpotqa.json)
     .venv/bin/python benchmarks/transfer_checks.py report     # report.md, report.json, checks.png
     S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py run naive_rag_top3 --dataset musique_dev200 \
         --limit 100                                           # the other datasets (2wiki_dev200 too): own data,
@@ -177,7 +179,7 @@ def _script(retriever: Any, titles: tc.TitleIndex, words: int = tc.VISIBLE_WORDS
     cfg = _cfg()
     return TitleFollowingSearcher(
         retriever, cfg.searcher.model_copy(update={"k": k, "context_cap": cap, "max_turns": 1,
-                                                   "begin_with_search": True}),
+                                                   "begin_with_search": True, "read_last": 0}),
         k0=cfg.retriever.k, titles=titles, words=words)
 
 
@@ -246,7 +248,22 @@ def _at1(scored: list[Read], scores: list[list[float]] | None = None) -> dict[st
                               for r, sc in zip(scored, scores or [r.scores for r in scored], strict=True)])
 
 
-def read(tag: str, heldout: int, add: int, probe_questions: int) -> dict[str, Any]:
+def _seen_questions(tag: str) -> int | None:
+    """How many of the probe's shuffled training questions the reader `tag` has seen (its held-out and training ones,
+    and those of the reader it was trained further from), or None where a report does not say. Probes record it since
+    2026-12-05; before, only a reader trained from scratch is known: 0 (the caller's --probe-questions says)."""
+    rep = json.loads((PROBE_RESULTS / tag / "report.json").read_text(encoding="utf-8"))
+    own = rep.get("heldout_questions", 0) + rep.get("train_questions", 0)
+    start = rep.get("from_reader")
+    if not start:
+        return own
+    if "train_questions" not in rep or not (PROBE_RESULTS / start / "report.json").is_file():
+        return None
+    before = _seen_questions(start)
+    return None if before is None else max(own, before)
+
+
+def read(tag: str, heldout: int, add: int, probe_questions: int, ship: bool) -> dict[str, Any]:
     """contexts/heuristic_plus_reader.jsonl: the script's documents, then up to `add` of the question's own bm25 ranks
     4-16 that the trained reader `tag` (benchmarks/selection_probe.py `run --save --tag ...`) scores highest, each at
     or above a threshold chosen on the probe's `heldout` held-out TRAINING questions (`tc.precision_threshold`: the
@@ -268,10 +285,13 @@ def read(tag: str, heldout: int, add: int, probe_questions: int) -> dict[str, An
     if rep.get("reader") != "pointwise":
         raise SystemExit(f"{tag}: a {rep.get('reader')} reader; the searcher reads with a pointwise one")
     shuffled, _ = sp.split_questions(read_questions(PROBE / "data" / "questions.jsonl"), 10**9, 0, rep["seed"])
-    seen = rep.get("heldout_questions", 0) + rep.get("train_questions", 0)  # recorded by probes after 2026-12-05
+    seen = _seen_questions(tag)
+    if seen is None:
+        raise SystemExit(f"{tag} was trained further from another reader and its probe report does not record the "
+                         "questions it saw: the rankers cannot be fitted on questions it never saw")
     if seen > probe_questions:
-        raise SystemExit(f"{tag} has seen the first {seen} training questions (its probe's --heldout + --train): pass "
-                         f"--probe-questions {seen} or more")
+        raise SystemExit(f"{tag} has seen the first {seen} training questions (its probe's --heldout + --train, and "
+                         f"its starting reader's): pass --probe-questions {seen} or more")
     if not heldout <= probe_questions < len(shuffled):
         raise SystemExit(f"--heldout {heldout} and --probe-questions {probe_questions}: need heldout <= probe "
                          f"questions < the {len(shuffled)} training questions with gold paragraphs")
@@ -363,12 +383,14 @@ def read(tag: str, heldout: int, add: int, probe_questions: int) -> dict[str, An
             for name in RANKERS},
     }
     # the no-reading ranker ships (searcher.read_last; searcher/links.py): it needs no model
-    SHIPPED_RANKER.write_text(json.dumps({
-        "about": "searcher.ranker = 'links-hotpotqa': the page the title-following script adds after its spans "
-                 "(searcher.read_last); a logistic regression fitted by `benchmarks/transfer_checks.py read` "
-                 "(heuristic_plus_links1 in benchmarks/results/transfer3/checks/contexts/reader.json, docs/transfer.md)",
-        "fit_questions": len(fit_on), "fit_candidates": len(fit_rows), "ranks": [tc.PLUS_FIRST, tc.READ_LAST],
-        "weights": weights["heuristic_plus_links1"]}, indent=2) + "\n", encoding="utf-8")
+    if ship:
+        SHIPPED_RANKER.write_text(json.dumps({
+            "about": "searcher.ranker = 'links-hotpotqa': the page the title-following script adds after its spans "
+                     "(searcher.read_last); a logistic regression fitted by `benchmarks/transfer_checks.py read "
+                     "--ship` (heuristic_plus_links1 in benchmarks/results/transfer3/checks/contexts/reader.json, "
+                     "docs/transfer.md)",
+            "fit_questions": len(fit_on), "fit_candidates": len(fit_rows), "ranks": [tc.PLUS_FIRST, tc.READ_LAST],
+            "weights": weights["heuristic_plus_links1"]}, indent=2) + "\n", encoding="utf-8")
     path = out_dir / "reader.json"  # one entry a reader; the contexts files are the last one read's
     every = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     every = {"last": tag, "readers": {**every.get("readers", {}), tag: stats}}
@@ -840,6 +862,8 @@ def main() -> int:
     rd.add_argument("--heldout", type=int, default=200, help="the probe's held-out training questions the threshold "
                     "is chosen on (at most the probe's own --heldout)")
     rd.add_argument("--add", type=int, default=tc.READ_ADD, help="documents the reader adds at most")
+    rd.add_argument("--ship", action="store_true", help=f"also write the no-reading ranker users run, "
+                    f"{SHIPPED_RANKER.relative_to(ROOT)} (searcher.read_last)")
     rd.add_argument("--probe-questions", type=int, default=400, help="the probe's held-out + training questions "
                     "(its --heldout + --train), which the reader has seen: the rankers fit on the training questions "
                     "after them")
@@ -858,7 +882,7 @@ def main() -> int:
             raise SystemExit("--measure-at must be at least the largest cap measured")
         max_tokens(a.generator, a.limit, a.measure_at)
     elif a.stage == "read":
-        read(a.reader, a.heldout, a.add, a.probe_questions)
+        read(a.reader, a.heldout, a.add, a.probe_questions, a.ship)
     elif a.stage == "reach":
         reach()
     else:

@@ -40,6 +40,7 @@ from s3core.io import JsonObject, file_sha256
 from s3core.types import Document, QAExample
 from searcher.build import build_configured_searcher, build_retriever
 from searcher.config import RetrieverConfig
+from searcher.links import LinkRanker
 from searcher.retrieval.base import Retriever
 from searcher.retrieval.metrics import supporting_ids_in_index
 
@@ -121,7 +122,8 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
             config["searcher"] = {"class": type(agent).__name__, "kind": s.kind, "k": s.k,
                                   "max_turns": min(s.max_turns, 1), "context_cap": s.max_contexts}
             if s.read_last:  # only then: the script's earlier runs keep their identity
-                config["searcher"] |= {"read_last": s.read_last, "ranker": s.ranker}
+                config["searcher"] |= {"read_last": s.read_last, "ranker": s.ranker,
+                                       "ranker_weights": LinkRanker.load(s.ranker).weights}
         else:
             config["searcher"] = {"class": type(agent).__name__, "policy": s.policy, "model": s.model,
                                   "policy_path": _rel_local(s.policy_path, opts.out), "k": s.k,

@@ -8,7 +8,7 @@ names that the span search missed, are often still in the question's own retriev
 
 The ranker is a logistic regression over `RANKER_FEATURES` of each candidate (a page of the question's own bm25 list
 at ranks k0+1..read_last that the script lacks), fitted on training questions' gold labels by
-`benchmarks/transfer_checks.py read` (experiments/transfer_checks.py `fit_ranker`). Its score is a log-odds, a plain
+`benchmarks/transfer_checks.py read --ship` (experiments/transfer_checks.py `fit_ranker`). Its score is a log-odds, a plain
 weighted sum a person can read. The shipped one, `links-hotpotqa`, uses no model: bm25 rank and which names link the
 page to what was found (docs/transfer.md, "Reading with what the script found"). A ranker fitted with the trained
 reader's score ("reader") needs that reader, which does not ship: `LinkRanker.load` refuses it with the reason.
@@ -77,22 +77,24 @@ class LinkRanker:
 
     name: str
     weights: dict[str, float]
+    ranks: tuple[int, int] | None = None  # the ranks of the question's list it was fitted on, where its file says
 
     @classmethod
     def load(cls, name_or_path: str) -> LinkRanker:
         """A shipped ranker by name (searcher/policies/<name>.json) or a ranker file's path: {"weights": {...}}, as
-        `benchmarks/transfer_checks.py read` writes it. A feature it does not know, a missing bias, or the reader's
+        `benchmarks/transfer_checks.py read --ship` writes it. A feature it does not know, a missing bias, or the reader's
         score (its model does not ship) is a ConfigError that says so."""
         path = Path(name_or_path)
-        if not path.suffix:
+        if not path.suffix and "/" not in name_or_path:
             path = SHIPPED / f"{name_or_path}.json"
         if not path.is_file():
             shipped = sorted(p.stem for p in SHIPPED.glob("*.json"))
             raise ConfigError(f"searcher.ranker = {name_or_path!r}: no such file or shipped ranker (shipped: "
                               f"{', '.join(shipped) or 'none'})")
         try:
-            weights = json.loads(path.read_text(encoding="utf-8"))["weights"]
-            weights = {str(k): float(v) for k, v in weights.items()}
+            body = json.loads(path.read_text(encoding="utf-8"))
+            weights = {str(k): float(v) for k, v in body["weights"].items()}
+            ranks = tuple(int(r) for r in body["ranks"]) if "ranks" in body else None
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(f"{path.name}: not a ranker file ({{\"weights\": {{feature: number, \"bias\": number}}}}"
                               f"): {e}") from None
@@ -103,7 +105,9 @@ class LinkRanker:
         if unknown or "bias" not in weights:
             raise ConfigError(f"{path.name}: features must be among {', '.join(NO_READING)} plus a bias; got "
                               f"{', '.join(unknown) or 'no bias'}")
-        return cls(path.stem, weights)
+        if ranks is not None and len(ranks) != 2:
+            raise ConfigError(f"{path.name}: ranks must be [first, last], got {list(ranks)}")
+        return cls(path.stem, weights, (ranks[0], ranks[1]) if ranks else None)
 
     def best(self, question: str, found: Sequence[Document], candidates: Sequence[Document],
              ranks: Sequence[int]) -> int | None:

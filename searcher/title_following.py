@@ -27,6 +27,7 @@ at D0). The returned records are the LLM searcher's (SearchResult, SearchStep), 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ __all__ = [
     "TITLE_FOLLOWING", "VISIBLE_WORDS", "TitleFollowing", "TitleFollowingSearcher", "build_title_following",
     "corpus_titles", "follow_titles", "visible_segments", "visible_spans",
 ]
+
+log = logging.getLogger(__name__)
 
 TITLE_FOLLOWING = "title_following"  # searcher.kind
 VISIBLE_WORDS = 70  # words of each D0 document (after its title) the script reads: ~ an LLM searcher's 96-token view
@@ -189,7 +192,9 @@ class TitleFollowingSearcher:
 
     @property
     def max_turns(self) -> int:
-        return min(self.cfg.max_turns, 1)
+        """Its turns after D0: the span turn, and the read (searcher.read_last) as a second."""
+        spans = min(self.cfg.max_turns, 1)
+        return spans + bool(spans and self.cfg.read_last)
 
     @property
     def k(self) -> int:
@@ -215,7 +220,12 @@ class TitleFollowingSearcher:
             raise ConfigError(f"searcher.read_last = {cfg.read_last} reads nothing past naive RAG's top-{self.k0}: set it "
                               f"above {self.k0} (16 in docs/transfer.md) or to 0")
         if cfg.ranker not in self._rankers:
-            self._rankers[cfg.ranker] = LinkRanker.load(cfg.ranker)
+            ranker = LinkRanker.load(cfg.ranker)
+            if ranker.ranks is not None and ranker.ranks != (self.k0 + 1, cfg.read_last):
+                log.warning("searcher.ranker %s was fitted on ranks %d-%d of the question's list; it reads ranks "
+                            "%d-%d here (searcher.read_last, retriever.k): its weights may not carry", ranker.name,
+                            *ranker.ranks, self.k0 + 1, cfg.read_last)
+            self._rankers[cfg.ranker] = ranker
         return self._rankers[cfg.ranker]
 
     def search_one(self, question: str | QAExample) -> SearchResult:
@@ -261,17 +271,17 @@ class TitleFollowingSearcher:
         reads = [i for i in range(len(questions)) if ranker is not None and run.begin_with_search
                  and run.max_turns >= 1 and not (skip is not None and skip[i])]
         if reads and ranker is not None:
-            self.read_further([questions[i] for i in reads], [out[i] for i in reads], ranker, run.read_last)
+            self.read_further([questions[i] for i in reads], [out[i] for i in reads], ranker, run.read_last, stats)
         t3 = time.perf_counter()
         n = max(len(questions), 1)
         return out, [(t1 - t0) / n, (t2 - t1) / max(len(asks), 1), (t3 - t2) / max(len(reads), 1)]
 
     def read_further(self, questions: Sequence[str], found: Sequence[TitleFollowing], ranker: LinkRanker,
-                     last: int) -> None:
+                     last: int, stats: LoopStats) -> None:
         """searcher.read_last: per question, the pages of its own retrieval list at ranks k0+1..`last` that `found`
         lacks; the one `ranker` scores highest is added to `found` (in place; `read`, `read_from`). One batched call."""
         ranked = self.retriever.search(list(questions), last)
-        self.last_stats.retrieval_calls += 1
+        stats.retrieval_calls += 1
         if len(ranked) != len(questions):
             raise S3Error(f"retriever returned {len(ranked)} result lists for {len(questions)} queries")
         for q, f, r in zip(questions, found, ranked, strict=True):

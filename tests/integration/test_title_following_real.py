@@ -74,7 +74,10 @@ def test_reading_further_reproduces_the_committed_links_ranker_contexts(hotpot: 
     got = {q.id: [d.id for d in r.documents] for q, r in zip(qs, results, strict=True)}
     same = sum(got[i] == [d["id"] for d in rows[i]["documents"]] for i in rows)
     assert len(rows) == 500 and same == 500, f"{same} of {len(rows)} questions match"
-    assert all(r.steps[-1].selected_ids == rows[q.id]["added"] for q, r in zip(qs, results, strict=True))
+    read = [(q.question, r.steps[-1], rows[q.id]["added"]) for q, r in zip(qs, results, strict=True)]
+    # every question's last step is the read (its own list, the question as the query), after the spans' turn or D0
+    assert all(step.query == text and step.selected_ids == added and added for text, step, added in read)
+    assert sum(step.turn == 2 for _, step, _ in read) > 250
     assert s.last_stats.retrieval_calls == 3  # D0, the spans, the read: one batched call each
 
 

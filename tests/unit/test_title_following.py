@@ -206,7 +206,8 @@ def test_read_last_adds_the_ranked_page_a_found_document_names_and_reports_it_as
     assert [d.id for d in gone.documents] == ["t1"] and gone.steps[-1].search_complete is None
 
 
-def test_a_ranker_that_cannot_run_is_refused_when_the_searcher_is_built(tmp_path: Path) -> None:
+def test_a_ranker_that_cannot_run_is_refused_when_the_searcher_is_built(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
     r = FakeRetriever(TABLE)
     with pytest.raises(ConfigError, match="reads nothing past naive RAG's top-3"):
         TitleFollowingSearcher(r, SearcherConfig(read_last=3), k0=3)
@@ -224,3 +225,12 @@ def test_a_ranker_that_cannot_run_is_refused_when_the_searcher_is_built(tmp_path
     reader.write_text(json.dumps({"weights": {"log_rank": -1.0, "bias": 0.0}}))  # bm25 order, as a ranker file
     s = TitleFollowingSearcher(r, SearcherConfig(read_last=16, ranker=str(reader)), k0=1)
     assert s._ranker(s.cfg) == LinkRanker("reader", {"log_rank": -1.0, "bias": 0.0})
+    # a path is a path, with or without a suffix; a ranker fitted on other ranks is used, with a warning
+    with pytest.raises(ConfigError, match="no such file"):
+        LinkRanker.load(str(tmp_path / "mine" / "ranker"))
+    reader.write_text(json.dumps({"weights": {"log_rank": -1.0, "bias": 0.0}, "ranks": [4, 16]}))
+    assert LinkRanker.load(str(reader)).ranks == (4, 16)
+    with caplog.at_level("WARNING", logger="searcher.title_following"):
+        s = TitleFollowingSearcher(r, SearcherConfig(read_last=20, ranker=str(reader)), k0=3)
+    assert "fitted on ranks 4-16" in caplog.text and "reads ranks 4-20" in caplog.text
+    assert s.max_turns == 2 and TitleFollowingSearcher(r, SearcherConfig(), k0=3).max_turns == 1
