@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import selection_probe as sp
+from searcher.reader import yes_no_token_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT.parent / "shared" / "data" / "train_hotpotqa1200" / "hotpot_train.jsonl"
@@ -134,7 +135,7 @@ def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int
         net = get_peft_model(net, LoraConfig(r=lora, lora_alpha=2 * lora, target_modules="all-linear"))
     tok = policy.tokenizer
     encode = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
-    student = (sp.PointwiseStudent(net, encode, sp.yes_no_token_ids(tok), pad_id=policy.pad_id, loss=loss)
+    student = (sp.PointwiseStudent(net, encode, yes_no_token_ids(tok), pad_id=policy.pad_id, loss=loss)
                if reader == "pointwise" else sp.Student(net, encode, sp.id_token_ids(tok), pad_id=policy.pad_id))
     net.eval()
     if untrained_from is None:

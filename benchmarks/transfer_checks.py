@@ -20,7 +20,10 @@
 
 METHOD: naive_rag_top3 | naive_rag_topN (N = 4, 5, ...: the retriever's top-N) | no_retrieval | untrained (the base
 searcher model, smollm2-135m-instruct, in the same additive loop; --additive searcher.policy=vllm) | title_following (the
-heuristic run live: the product searcher, on any --dataset) | a1 | a2 (every missing
+heuristic run live: the product searcher, on any --dataset) | title_following_NAME (the same with --additive settings:
+title_following_links1 --additive searcher.read_last=16 is the shipped one page further; title_following_ranker1 adds
+--additive searcher.ranker=benchmarks/results/transfer3/checks/rankers/heuristic_plus_ranker1.json --additive
+searcher.reader=runs/selection_probe/readers/smollm2-135m-instruct-pointwise, the ranker over the reader) | a1 | a2 (every missing
 gold paragraph added: a perfect searcher) | heuristic (the title-following searcher) | heuristic_pruned (its
 documents without its non-gold additions) | heuristic_plus_gold (then the gold among the question's bm25 ranks 4-8: a
 perfect selector where the script ends) | heuristic_plus_gold16 (the same over ranks 4-16: a
@@ -194,7 +197,7 @@ class Read(NamedTuple):
     scores: list[float]
 
 
-def _scored(student: Any, name: str, qs: list[Any], data: Path, index: Path, cache: Path) -> list[Read]:
+def _scored(reader: Any, name: str, qs: list[Any], data: Path, index: Path, cache: Path) -> list[Read]:
     """Per question of `qs` (corpus `data`, bm25 `index`), a `Read`. Scores are cached in `cache` one question a line
     (keyed by `name` and the question id, checked against the candidates' ids), so a stopped run resumes."""
     import time
@@ -221,7 +224,7 @@ def _scored(student: Any, name: str, qs: list[Any], data: Path, index: Path, cac
             if old is not None and old["candidates"] == [d.id for d in cands]:
                 scores = old["scores"]
             else:
-                scores = student.pair_scores(q.question, cands)
+                scores = reader.scores(q.question, cands)
                 f.write(json.dumps({"set": name, "id": q.id, "candidates": [d.id for d in cands],
                                     "scores": scores}) + "\n")
                 f.flush()
@@ -236,6 +239,7 @@ def _scored(student: Any, name: str, qs: list[Any], data: Path, index: Path, cac
 
 RANKERS = {"heuristic_plus_ranker1": tc.RANKER_FEATURES, "heuristic_plus_links1": tc.NO_READING}
 SHIPPED_RANKER = ROOT / "searcher" / "policies" / "links-hotpotqa.json"  # heuristic_plus_links1's, as users run it
+RANKER_FILES = RESULTS / "rankers"  # every ranker's file, for searcher.ranker (run title_following_NAME)
 
 
 def _featured(scored: list[Read]) -> list[list[dict[str, float]]]:
@@ -275,10 +279,10 @@ def read(tag: str, heldout: int, add: int, probe_questions: int, ship: bool) -> 
     from eval.harness import load_dataset
     from experiments import selection_probe as sp
     from s3core.corpus import read_questions
-    from searcher.policy.transformers_policy import TransformersPolicy
+    from searcher.reader import PointwiseReader
 
     reader, probe = PROBE / "readers" / tag, PROBE_RESULTS / tag / "report.json"
-    if not (reader / "config.json").is_file() or not probe.is_file():
+    if not any((reader / f).is_file() for f in ("config.json", "adapter_config.json")) or not probe.is_file():
         raise SystemExit(f"no trained reader {tag!r}: {reader.relative_to(ROOT)} and {probe.relative_to(ROOT)} come "
                          "from `benchmarks/selection_probe.py run --reader pointwise --save --tag ...`")
     rep = json.loads(probe.read_text(encoding="utf-8"))
@@ -296,14 +300,10 @@ def read(tag: str, heldout: int, add: int, probe_questions: int, ship: bool) -> 
         raise SystemExit(f"--heldout {heldout} and --probe-questions {probe_questions}: need heldout <= probe "
                          f"questions < the {len(shuffled)} training questions with gold paragraphs")
     held, unseen = shuffled[:heldout], shuffled[probe_questions:]
-    policy = TransformersPolicy.load(str(reader))
-    tok = policy.tokenizer
-    student = sp.PointwiseStudent(policy.model, lambda x: tok.encode(x, add_special_tokens=False),
-                                  sp.yes_no_token_ids(tok), pad_id=policy.pad_id)
-    policy.model.eval()
+    scorer = PointwiseReader.load(str(reader))  # the product's reader (searcher.reader): the searcher scores the same
     cache = WORK.parent / "reader_scores" / f"{tag}.jsonl"
     cache.parent.mkdir(parents=True, exist_ok=True)
-    calib = _scored(student, "heldout_training", held, PROBE / "data", PROBE / "index", cache)
+    calib = _scored(scorer, "heldout_training", held, PROBE / "data", PROBE / "index", cache)
     # the script's own precision on these questions: the share of its additions that are gold
     added = [(d.id in set(r.question.supporting_ids)) for r in calib for d in r.script.documents
              if d.id in r.script.added_by]
@@ -314,8 +314,8 @@ def read(tag: str, heldout: int, add: int, probe_questions: int, ship: bool) -> 
     kept = [g for s, g in picks if s >= threshold]
     surest = [g for _, g in sorted(picks, key=lambda p: -p[0])]  # the picks' gold labels, surest first
     qs = load_dataset(WORK / "data").questions
-    dev = _scored(student, "hotpotqa_dev500", qs, WORK / "data", WORK / "index", cache)
-    fit_on = _scored(student, "unseen_training", unseen, PROBE / "data", PROBE / "index", cache)
+    dev = _scored(scorer, "hotpotqa_dev500", qs, WORK / "data", WORK / "index", cache)
+    fit_on = _scored(scorer, "unseen_training", unseen, PROBE / "data", PROBE / "index", cache)
     fit_rows = [(row, c.id in set(r.question.supporting_ids))
                 for r, rows in zip(fit_on, _featured(fit_on), strict=True)
                 for c, row in zip(r.candidates, rows, strict=True)]
@@ -382,15 +382,22 @@ def read(tag: str, heldout: int, add: int, probe_questions: int, ship: bool) -> 
             "questions_other_than_reader1": len(tc.changed_ids(files[name], files["heuristic_plus_reader1"]))}
             for name in RANKERS},
     }
-    # the no-reading ranker ships (searcher.read_last; searcher/links.py): it needs no model
-    if ship:
-        SHIPPED_RANKER.write_text(json.dumps({
-            "about": "searcher.ranker = 'links-hotpotqa': the page the title-following script adds after its spans "
-                     "(searcher.read_last); a logistic regression fitted by `benchmarks/transfer_checks.py read "
-                     "--ship` (heuristic_plus_links1 in benchmarks/results/transfer3/checks/contexts/reader.json, "
-                     "docs/transfer.md)",
-            "fit_questions": len(fit_on), "fit_candidates": len(fit_rows), "ranks": [tc.PLUS_FIRST, tc.READ_LAST],
-            "weights": weights["heuristic_plus_links1"]}, indent=2) + "\n", encoding="utf-8")
+    # every ranker as a file searcher.ranker loads (searcher/links.py), so the live searcher runs it on any dataset;
+    # the no-reading one ships (searcher.read_last's default ranker): it needs no model
+    RANKER_FILES.mkdir(parents=True, exist_ok=True)
+    for name, feats in RANKERS.items():
+        reads = "reader" in feats
+        body = {"about": f"searcher.ranker: the page the title-following script adds after its spans (searcher."
+                         f"read_last); a logistic regression fitted by `benchmarks/transfer_checks.py read` ({name} in "
+                         "benchmarks/results/transfer3/checks/contexts/reader.json, docs/transfer.md)"
+                         + (f"; it weighs the pointwise reader {tag}'s score: set searcher.reader to that reader"
+                            if reads else ""),
+                "fit_questions": len(fit_on), "fit_candidates": len(fit_rows), "ranks": [tc.PLUS_FIRST, tc.READ_LAST],
+                **({"reader": tag} if reads else {}), "weights": weights[name]}
+        (RANKER_FILES / f"{name}.json").write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+        if ship and name == "heuristic_plus_links1":
+            body["about"] = body["about"].replace("searcher.ranker:", "searcher.ranker = 'links-hotpotqa':", 1)
+            SHIPPED_RANKER.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
     path = out_dir / "reader.json"  # one entry a reader; the contexts files are the last one read's
     every = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     every = {"last": tag, "readers": {**every.get("readers", {}), tag: stats}}
@@ -424,7 +431,7 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
     data, index = _work(dataset) / "data", _work(dataset) / "index"
     if dataset != "hotpotqa_dev500":
         if not method.startswith(OTHER_METHODS):
-            raise SystemExit(f"{dataset} runs naive_rag_topN, no_retrieval, title_following and policy_NAME (the "
+            raise SystemExit(f"{dataset} runs naive_rag_topN, no_retrieval, title_following(_NAME) and policy_NAME (the "
                              f"checks' contexts files are hotpotqa_dev500's), not {method!r}")
         _prepare_other(dataset)
     elif not (index.is_dir() and (RESULTS / "contexts" / "a1.jsonl").is_file()):
@@ -491,19 +498,27 @@ def run_changed(method: str, gen: str) -> None:
 def _changed_runs(gen: str, base_rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
     """The changed-only controls of `gen`, each composed into a whole run's rows over its base's (`_base`): over
     `base_rows` (the heuristic's), or over another control's once that is composed."""
+    from s3core.io import file_sha256
+
     out: dict[str, dict[str, dict[str, Any]]] = {}
     root = RESULTS / "changed" / gen
-    found = sorted(root.iterdir(), key=lambda d: (_base(d.name) != CHANGED_BASE, d.name)) if root.is_dir() else []
-    for d in found if base_rows else ():
-        base = _base(d.name)
+    names = [d.name for d in root.iterdir() if d.is_dir()] if root.is_dir() and base_rows else []
+    for name in tc.composition_order(names, CHANGED_BASES, CHANGED_BASE):
+        d, base = root / name, _base(name)
         under = base_rows if base == CHANGED_BASE else out.get(base)
         if under is None:
-            print(f"{gen}/{d.name} left out of the report: its base {base} has no composed run", flush=True)
+            print(f"{gen}/{name} left out of the report: its base {base} has no composed run", flush=True)
+            continue
+        ran = json.loads((d / "run.json").read_text(encoding="utf-8")).get("config", {}).get("contexts", {})
+        now = RESULTS / "contexts" / f"{name}.jsonl"
+        if ran.get("sha256") != (file_sha256(now) if now.is_file() else None):
+            print(f"{gen}/{name} left out of the report: contexts/{name}.jsonl is not the file it ran (rerun it)",
+                  flush=True)
             continue
         try:
-            out[d.name] = tc.compose_changed(under, _rows(d), tc.changed_ids(_contexts(d.name), _contexts(base)))
+            out[name] = tc.compose_changed(under, _rows(d), tc.changed_ids(_contexts(name), _contexts(base)))
         except DataFormatError as e:
-            print(f"{gen}/{d.name} left out of the report: {e}", flush=True)
+            print(f"{gen}/{name} left out of the report: {e}", flush=True)
     return out
 
 
@@ -538,7 +553,7 @@ def max_tokens(gen: str, limit: int, measure_at: int) -> dict[str, Any]:
 ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "a2", "heuristic", "heuristic_pruned",
          "heuristic_plus_gold", "heuristic_plus_gold16", "heuristic_plus_next", "heuristic_plus_reader",
          "heuristic_plus_reader1", "heuristic_plus_links1", "heuristic_plus_ranker1", "title_following",
-         "a0")
+         "title_following_links1", "title_following_ranker1", "a0")
 
 
 def report() -> dict[str, Any]:
@@ -839,7 +854,7 @@ def main() -> int:
     r.add_argument("--generator", choices=GENERATORS, default="qwen15")
     r.add_argument("--limit", type=int, default=300)
     r.add_argument("--dataset", choices=["hotpotqa_dev500", *OTHER], default="hotpotqa_dev500",
-                   help="musique_dev200 / 2wiki_dev200: naive_rag_topN, no_retrieval, title_following and policy_NAME "
+                   help="musique_dev200 / 2wiki_dev200: naive_rag_topN, no_retrieval, title_following(_NAME) and policy_NAME "
                    "only")
     r.add_argument("--max-tokens", type=int, default=None, help="override configs/transfer3.toml's max_tokens")
     r.add_argument("--policy", default=None, help="a0 / policy_NAME: the policy directory")
@@ -848,7 +863,8 @@ def main() -> int:
                         f"({', '.join(CHANGED_BASES)}: from {CHANGED_BASES[next(iter(CHANGED_BASES))]}'s; the report "
                         "takes that run's rows for the rest)")
     r.add_argument("--additive", action="append", default=[], metavar="KEY=VALUE",
-                   help="a0: the --set that makes the searcher additive; policy_NAME: any extra --set (repeatable)")
+                   help="a0: the --set that makes the searcher additive; policy_NAME and title_following_NAME: any "
+                        "extra --set (repeatable)")
     m = sub.add_parser("max-tokens", help="cap-hit shares of naive-RAG answers at 16 / 32 / 48")
     m.add_argument("--generator", choices=GENERATORS, default="qwen15")
     m.add_argument("--limit", type=int, default=100)

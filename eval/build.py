@@ -123,7 +123,10 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
                                   "max_turns": min(s.max_turns, 1), "context_cap": s.max_contexts}
             if s.read_last:  # only then: the script's earlier runs keep their identity
                 config["searcher"] |= {"read_last": s.read_last, "ranker": s.ranker,
-                                       "ranker_weights": LinkRanker.load(s.ranker).weights}
+                                       "ranker_weights": LinkRanker.load(s.ranker, reader=s.reader).weights}
+                if s.reader:  # only then, as above: where the reader was loaded from and its weights' hash
+                    config["searcher"] |= {"reader": _rel_local(s.reader, opts.out),
+                                           "reader_sha256": _weights_sha256(s.reader)}
         else:
             config["searcher"] = {"class": type(agent).__name__, "policy": s.policy, "model": s.model,
                                   "policy_path": _rel_local(s.policy_path, opts.out), "k": s.k,
@@ -262,6 +265,15 @@ def _rel(path: Path, run_dir: Path) -> str:
     '../../../data/hotpot'
     """
     return os.path.relpath(path.resolve(), run_dir.resolve())
+
+
+def _weights_sha256(where: str) -> str | None:
+    """The sha256 of a checkpoint directory's weights file (a full model's or a LoRA adapter's), None where there is
+    none (a hub name)."""
+    for name in ("model.safetensors", "adapter_model.safetensors"):
+        if (Path(where) / name).is_file():
+            return file_sha256(Path(where) / name)
+    return None
 
 
 def _rel_local(path: str | None, run_dir: Path) -> str | None:

@@ -34,12 +34,12 @@ from typing import Any
 
 from experiments.transfer_checks import READ_LAST, read_candidates
 from s3core.types import Document, QAExample
+from searcher.reader import last_token_logits, one_token_each, render_pair
 
 WINDOW = 8  # documents a window shows (the searcher's k)
 SELECT = 2  # documents selected from a window (what a searcher keeps of one window, the trained ones' [1, 2])
 WORDS = 60  # words of each document shown after its title
 PROMPT_TAIL = "The most useful document is ["
-PAIR_TAIL = "Does this document help answer the question? Answer yes or no:"  # the pointwise reader's prompt end
 TAIL_FROM = 4  # the window's ranks from here on are what naive RAG's top-3 (and the script's start) leave unread
 RANK_BUCKETS = ((1, 3), (4, 8))  # bm25 ranks: naive RAG's top-3, the rest of the window
 
@@ -167,18 +167,6 @@ def render(w: Window, words: int = WORDS) -> str:
     lines = [f"Question: {w.question}"]
     lines += [f"[{i}] {d.title}: {' '.join(d.text.split()[:words])}" for i, d in enumerate(w.docs, start=1)]
     return "\n".join([*lines, PROMPT_TAIL])
-
-
-def render_pair(question: str, doc: Document, words: int = WORDS) -> str:
-    """The pointwise reader's prompt: one document with the question, then `PAIR_TAIL`, after which the first
-    generated token is " yes" or " no".
-
-    >>> print(render_pair("Who?", Document(id="a", title="A", text="one two three"), words=2))
-    Question: Who?
-    Document: A: one two
-    Does this document help answer the question? Answer yes or no:
-    """
-    return f"Question: {question}\nDocument: {doc.title}: {' '.join(doc.text.split()[:words])}\n{PAIR_TAIL}"
 
 
 # ------------------------------------------------------------------------------------------------ selection rules
@@ -359,19 +347,7 @@ class Student:
 
     def last_logits(self, prompts: Sequence[str]) -> Any:
         """(B, V) next-token logits at each prompt's last position (left padding, each prompt's own positions)."""
-        import torch
-
-        ids = [self.encode(p)[-self.max_tokens:] for p in prompts]
-        width = max(len(x) for x in ids)
-        batch = torch.full((len(ids), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(ids), width), dtype=torch.long)
-        for i, x in enumerate(ids):  # left padding: every prompt ends at the last position
-            batch[i, width - len(x):] = torch.tensor(x)
-            mask[i, width - len(x):] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # each prompt's own positions, from 0 after its padding
-        # logits_to_keep=1: only the last position goes through the vocabulary projection (B x V, not B x T x V)
-        return self.model(input_ids=batch, attention_mask=mask, position_ids=positions,
-                          logits_to_keep=1).logits[:, -1, :]
+        return last_token_logits(self.model, [self.encode(p)[-self.max_tokens:] for p in prompts], self.pad_id)
 
     def logits(self, prompts: Sequence[str], n: Sequence[int]) -> Any:
         """(B, max n) logits of the id tokens at each prompt's last position; ids past a window's n are -inf."""
@@ -463,24 +439,6 @@ class PointwiseStudent(Student):
             for lo in range(0, len(docs), batch):
                 out += self.pair_logits([render_pair(question, d, words) for d in docs[lo:lo + batch]]).tolist()
         return out
-
-
-def one_token_each(tokenizer: Any, tail: str, words: Sequence[str]) -> list[int]:
-    """The single token id of each of `words` as it follows `tail`; a tokenizer that splits one is an error (a
-    student reads one token's logit per choice)."""
-    base = tokenizer.encode(tail, add_special_tokens=False)
-    out = []
-    for word in words:
-        ids = tokenizer.encode(tail + word, add_special_tokens=False)
-        if ids[: len(base)] != base or len(ids) != len(base) + 1:
-            raise ValueError(f"the tokenizer does not give {word!r} one token after {tail!r}: {ids}")
-        out.append(ids[-1])
-    return out
-
-
-def yes_no_token_ids(tokenizer: Any) -> list[int]:
-    """The single token ids of " yes" and " no" after `PAIR_TAIL` (the pointwise reader's two choices)."""
-    return one_token_each(tokenizer, PAIR_TAIL, (" yes", " no"))
 
 
 def id_token_ids(tokenizer: Any, n: int = WINDOW) -> list[int]:

@@ -336,6 +336,8 @@ def eval_method_args(
     (['no_retrieval'], [], False)
     >>> eval_method_args("title_following", Path("c"))
     (['title_following'], ['searcher.k=8', 'searcher.context_cap=5', 'searcher.max_turns=1'], True)
+    >>> eval_method_args("title_following_links1", Path("c"), None, ["searcher.read_last=16"])[1][-1]
+    'searcher.read_last=16'
     >>> eval_method_args("policy_x", Path("c"), "p", ["searcher.min_turns=2"])
     (['searcher'], ['searcher.policy_path=p', 'searcher.min_turns=2'], True)
     """
@@ -349,9 +351,13 @@ def eval_method_args(
         return ["no_retrieval"], [], False
     if method == "untrained":  # the base searcher model in the same additive loop (configs/transfer3.toml), greedy
         return ["searcher"], extra, True
-    if method == "title_following":  # the heuristic run live (the product searcher), on any dataset with an index
+    if method == "title_following" or method.startswith("title_following_"):
+        # the heuristic run live (the product searcher), on any dataset with an index; _NAME: with extra --sets
+        if method != "title_following" and not extra:
+            raise ValueError(f"{method} is the title-following searcher with other settings: pass them with "
+                             "--additive KEY=VALUE (e.g. searcher.read_last=16)")
         return ["title_following"], [f"searcher.k={HEURISTIC_K}", f"searcher.context_cap={DOC_CAP}",
-                                     "searcher.max_turns=1"], True
+                                     "searcher.max_turns=1", *extra], True
     if method in CONTEXTS_METHODS:
         return ["searcher", "--contexts", str(contexts / f"{method}.jsonl")], [], True
     if method == "a0":
@@ -410,6 +416,29 @@ def changed_ids(rows: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, A
     """
     before = {r["id"]: [d["id"] for d in r["documents"]] for r in base}
     return [r["id"] for r in rows if [d["id"] for d in r["documents"]] != before.get(r["id"])]
+
+
+def composition_order(names: Sequence[str], base_of: Mapping[str, str], root: str) -> list[str]:
+    """The changed-only runs `names` in the order they can be composed: each after the run it composes over
+    (`base_of[name]`, `root` where it is not there), those over `root` first, then by name. A run whose base is neither
+    `root` nor among `names` (nor reached through them), or a circle of bases, comes last: the caller leaves it out.
+
+    >>> composition_order(["ranker", "reader", "gold", "orphan"], {"ranker": "reader", "orphan": "gone"}, "heuristic")
+    ['gold', 'reader', 'ranker', 'orphan']
+    >>> composition_order(["a", "b"], {"a": "b", "b": "a"}, "r")
+    ['a', 'b']
+    """
+    have = set(names)
+
+    def depth(name: str, seen: frozenset[str] = frozenset()) -> float:
+        base = base_of.get(name, root)
+        if base == root:
+            return 0
+        if base not in have or base in seen:
+            return float("inf")
+        return 1 + depth(base, seen | {name})
+
+    return sorted(names, key=lambda n: (depth(n), n))
 
 
 def compose_changed(base: Mapping[str, T], own: Mapping[str, T], changed: Sequence[str]) -> dict[str, T]:

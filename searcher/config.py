@@ -201,6 +201,13 @@ class SearcherConfig(Section):
         "a shipped name (searcher/policies/<name>.json) or the path of a ranker file ({\"weights\": ...}). The shipped "
         "links-hotpotqa runs no model: bm25 rank and whether a found document or the question names the page.",
     )
+    reader: str | None = Field(
+        None,
+        description="title_following with read_last > 0 and a ranker that weighs the reader's score: the trained "
+        "pointwise reader (searcher/reader.py; a checkpoint directory or LoRA adapter from `benchmarks/"
+        "selection_probe.py run --reader pointwise --save`) that scores each candidate page for the question, one "
+        "small forward pass a page. None: a ranker without a reader (links-hotpotqa).",
+    )
     k: int = Field(8, ge=1, description="Documents retrieved per search turn (paper: 8).")
     max_select: int = Field(3, ge=1, description="Documents the policy may select per window (paper: 3).")
     max_turns: int = Field(3, ge=0, description="Search turns after begin-with-search (paper: 3).")

@@ -8,10 +8,11 @@ names that the span search missed, are often still in the question's own retriev
 
 The ranker is a logistic regression over `RANKER_FEATURES` of each candidate (a page of the question's own bm25 list
 at ranks k0+1..read_last that the script lacks), fitted on training questions' gold labels by
-`benchmarks/transfer_checks.py read --ship` (experiments/transfer_checks.py `fit_ranker`). Its score is a log-odds, a plain
+`benchmarks/transfer_checks.py read` (experiments/transfer_checks.py `fit_ranker`). Its score is a log-odds, a plain
 weighted sum a person can read. The shipped one, `links-hotpotqa`, uses no model: bm25 rank and which names link the
 page to what was found (docs/transfer.md, "Reading with what the script found"). A ranker fitted with the trained
-reader's score ("reader") needs that reader, which does not ship: `LinkRanker.load` refuses it with the reason.
+pointwise reader's score ("reader"; searcher/reader.py) runs only beside that reader (searcher.reader), which does not
+ship: `LinkRanker.load` says so where it is missing.
 """
 
 from __future__ import annotations
@@ -78,12 +79,19 @@ class LinkRanker:
     name: str
     weights: dict[str, float]
     ranks: tuple[int, int] | None = None  # the ranks of the question's list it was fitted on, where its file says
+    reader: str | None = None  # the reader whose scores it was fitted on, where its file says (its tag)
+
+    @property
+    def reads(self) -> bool:
+        """Whether it weighs a pointwise reader's score (and so needs searcher.reader)."""
+        return "reader" in self.weights
 
     @classmethod
-    def load(cls, name_or_path: str) -> LinkRanker:
+    def load(cls, name_or_path: str, *, reader: str | None = None) -> LinkRanker:
         """A shipped ranker by name (searcher/policies/<name>.json) or a ranker file's path: {"weights": {...}}, as
-        `benchmarks/transfer_checks.py read --ship` writes it. A feature it does not know, a missing bias, or the reader's
-        score (its model does not ship) is a ConfigError that says so."""
+        `benchmarks/transfer_checks.py read` writes it. A feature it does not know, a missing bias, the reader's score
+        without a `reader` (searcher.reader) to give it, or a `reader` the ranker would not read, is a ConfigError
+        that says so."""
         path = Path(name_or_path)
         if not path.suffix and "/" not in name_or_path:
             path = SHIPPED / f"{name_or_path}.json"
@@ -95,24 +103,33 @@ class LinkRanker:
             body = json.loads(path.read_text(encoding="utf-8"))
             weights = {str(k): float(v) for k, v in body["weights"].items()}
             ranks = tuple(int(r) for r in body["ranks"]) if "ranks" in body else None
+            fitted_with = str(body["reader"]) if body.get("reader") else None
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError(f"{path.name}: not a ranker file ({{\"weights\": {{feature: number, \"bias\": number}}}}"
                               f"): {e}") from None
-        unknown = sorted(set(weights) - {*NO_READING, "bias"})
-        if "reader" in weights:
-            raise ConfigError(f"{path.name} weighs the trained reader's score, and the reader does not ship with s3: "
-                              "use a ranker fitted without it (heuristic_plus_links1 in contexts/reader.json)")
+        unknown = sorted(set(weights) - {*RANKER_FEATURES, "bias"})
         if unknown or "bias" not in weights:
-            raise ConfigError(f"{path.name}: features must be among {', '.join(NO_READING)} plus a bias; got "
+            raise ConfigError(f"{path.name}: features must be among {', '.join(RANKER_FEATURES)} plus a bias; got "
                               f"{', '.join(unknown) or 'no bias'}")
+        if "reader" in weights and not reader:
+            raise ConfigError(f"{path.name} weighs a trained pointwise reader's score"
+                              f"{f' ({fitted_with})' if fitted_with else ''}, and the reader does not ship with s3: "
+                              "set searcher.reader to that reader's directory, or use a ranker fitted without it "
+                              "(links-hotpotqa)")
+        if reader and "reader" not in weights:
+            raise ConfigError(f"searcher.reader is set but {path.name} does not weigh a reader's score: unset "
+                              "searcher.reader (it would be loaded and never read), or use a ranker fitted with it")
         if ranks is not None and len(ranks) != 2:
             raise ConfigError(f"{path.name}: ranks must be [first, last], got {list(ranks)}")
-        return cls(path.stem, weights, (ranks[0], ranks[1]) if ranks else None)
+        return cls(path.stem, weights, (ranks[0], ranks[1]) if ranks else None, fitted_with)
 
     def best(self, question: str, found: Sequence[Document], candidates: Sequence[Document],
-             ranks: Sequence[int]) -> int | None:
-        """The index of the candidate it scores highest (ties: the better-ranked), None when there is none."""
+             ranks: Sequence[int], reader: Sequence[float] | None = None) -> int | None:
+        """The index of the candidate it scores highest (ties: the better-ranked), None when there is none. `reader`:
+        the pointwise reader's score of each candidate, which a ranker that `reads` needs."""
         if not candidates:
             return None
-        scores = [ranker_score(self.weights, r) for r in ranker_rows(question, found, candidates, ranks)]
+        if self.reads and reader is None:
+            raise ConfigError(f"searcher.ranker {self.name} weighs the reader's score: pass the reader's scores")
+        scores = [ranker_score(self.weights, r) for r in ranker_rows(question, found, candidates, ranks, reader)]
         return min(range(len(scores)), key=lambda i: (-scores[i], i))

@@ -15,7 +15,9 @@ What it does for each question (one batched retrieval call per step for the whol
              cap (searcher.context_cap, else max_select x max_turns) is reached
     turn 2   only with searcher.read_last: the question's own retrieval list at ranks k0+1..read_last, less what it
              has, is read by a trained ranker (searcher.ranker, searcher/links.py: the page's rank and whether a found
-             document or the question names it; no model) and its one best page is added, beyond the cap
+             document or the question names it; no model) and its one best page is added, beyond the cap; a ranker
+             fitted with a trained pointwise reader's score (searcher.reader, searcher/reader.py) also reads each
+             candidate with that small LM (about 0.1 s a page for the 135M on this CPU)
 
 It is the control every trained searcher is reported against (docs/transfer.md: +0.082 GenAcc over naive RAG top-3 on
 hotpotqa_dev500 with the 1.5B generator, cap 5). Its limits: it needs TITLED documents (Wikipedia-style pages whose
@@ -31,6 +33,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from s3core.errors import ConfigError, S3Error
@@ -38,6 +41,7 @@ from s3core.types import Document, QAExample, SearchResult, SearchStep
 from searcher.agent import START_SCRIPTS, LoopStats  # the services read the LLM searcher's accounting
 from searcher.config import SearcherConfig
 from searcher.links import LinkRanker
+from searcher.reader import PointwiseReader
 from searcher.retrieval.base import Retriever
 from searcher.spans import TitleIndex, title_like_spans
 from searcher.titles import norm, title_variants
@@ -186,9 +190,11 @@ class TitleFollowingSearcher:
         self.titles = titles
         self.words = words
         self.last_stats = LoopStats()
-        self._rankers: dict[str, LinkRanker] = {}
+        self._rankers: dict[tuple[str, str | None], LinkRanker] = {}
+        self._readers: dict[str, PointwiseReader] = {}
         self._cap(self.cfg)
-        self._ranker(self.cfg)  # a ranker that cannot load fails here, before the first question
+        self._reader(self.cfg, self._ranker(self.cfg))  # a ranker or reader that cannot load fails here, before the
+        # first question
 
     @property
     def max_turns(self) -> int:
@@ -219,14 +225,25 @@ class TitleFollowingSearcher:
         if cfg.read_last <= self.k0:
             raise ConfigError(f"searcher.read_last = {cfg.read_last} reads nothing past naive RAG's top-{self.k0}: set it "
                               f"above {self.k0} (16 in docs/transfer.md) or to 0")
-        if cfg.ranker not in self._rankers:
-            ranker = LinkRanker.load(cfg.ranker)
+        if (cfg.ranker, cfg.reader) not in self._rankers:
+            ranker = LinkRanker.load(cfg.ranker, reader=cfg.reader)
             if ranker.ranks is not None and ranker.ranks != (self.k0 + 1, cfg.read_last):
                 log.warning("searcher.ranker %s was fitted on ranks %d-%d of the question's list; it reads ranks "
                             "%d-%d here (searcher.read_last, retriever.k): its weights may not carry", ranker.name,
                             *ranker.ranks, self.k0 + 1, cfg.read_last)
-            self._rankers[cfg.ranker] = ranker
-        return self._rankers[cfg.ranker]
+            if ranker.reader and cfg.reader and Path(cfg.reader).name != ranker.reader:
+                log.warning("searcher.ranker %s was fitted on the scores of reader %s; searcher.reader is %s: its "
+                            "weights may not carry", ranker.name, ranker.reader, cfg.reader)
+            self._rankers[(cfg.ranker, cfg.reader)] = ranker
+        return self._rankers[(cfg.ranker, cfg.reader)]
+
+    def _reader(self, cfg: SearcherConfig, ranker: LinkRanker | None) -> PointwiseReader | None:
+        """searcher.reader (loaded once a path), for a `ranker` that reads; None otherwise."""
+        if ranker is None or not ranker.reads or not cfg.reader:
+            return None
+        if cfg.reader not in self._readers:
+            self._readers[cfg.reader] = PointwiseReader.load(cfg.reader)
+        return self._readers[cfg.reader]
 
     def search_one(self, question: str | QAExample) -> SearchResult:
         return self.search([question])[0]
@@ -271,15 +288,17 @@ class TitleFollowingSearcher:
         reads = [i for i in range(len(questions)) if ranker is not None and run.begin_with_search
                  and run.max_turns >= 1 and not (skip is not None and skip[i])]
         if reads and ranker is not None:
-            self.read_further([questions[i] for i in reads], [out[i] for i in reads], ranker, run.read_last, stats)
+            self.read_further([questions[i] for i in reads], [out[i] for i in reads], ranker, run.read_last, stats,
+                              self._reader(run, ranker))
         t3 = time.perf_counter()
         n = max(len(questions), 1)
         return out, [(t1 - t0) / n, (t2 - t1) / max(len(asks), 1), (t3 - t2) / max(len(reads), 1)]
 
     def read_further(self, questions: Sequence[str], found: Sequence[TitleFollowing], ranker: LinkRanker,
-                     last: int, stats: LoopStats) -> None:
+                     last: int, stats: LoopStats, reader: PointwiseReader | None = None) -> None:
         """searcher.read_last: per question, the pages of its own retrieval list at ranks k0+1..`last` that `found`
-        lacks; the one `ranker` scores highest is added to `found` (in place; `read`, `read_from`). One batched call."""
+        lacks; the one `ranker` scores highest (with `reader`'s score of each, for a ranker that reads) is added to
+        `found` (in place; `read`, `read_from`). One batched retrieval call."""
         ranked = self.retriever.search(list(questions), last)
         stats.retrieval_calls += 1
         if len(ranked) != len(questions):
@@ -289,7 +308,8 @@ class TitleFollowingSearcher:
             rank = {d.id: n for n, d in enumerate(r, 1)}
             cands = [d for d in r[self.k0:last] if d.id not in have]
             f.read_from = [d.id for d in cands]
-            best = ranker.best(q, f.documents, cands, [rank[d.id] for d in cands])
+            scores = reader.scores(q, cands) if reader is not None and cands else None
+            best = ranker.best(q, f.documents, cands, [rank[d.id] for d in cands], scores)
             if best is not None:
                 f.read = cands[best].id
                 f.documents.append(cands[best])

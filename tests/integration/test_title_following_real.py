@@ -201,3 +201,78 @@ def test_the_s3_loop_can_start_where_the_script_ends(hotpot: tuple[Path, Path, l
     assert any(len(r.documents) > len(committed[q.id]) for q, r in zip(qs[:10], more, strict=True))
     with pytest.raises(ConfigError, match="context_cap >= 5"):
         S3Searcher(ScriptedPolicy(stop), retriever, cfg.model_copy(update={"context_cap": 4}), k0=3)
+
+
+def test_a_ranker_over_a_real_reader_scores_as_the_probe_trains_it(hotpot: tuple[Path, Path, list[QAExample]],
+                                                                  tmp_path: Path) -> None:
+    """searcher.reader with a real transformers causal LM (the base smollm2-135m-instruct, an untrained reader): the
+    product's reader scores each page as the selection probe's training student does (the same prompt, the same
+    logits); the searcher adds the candidate the ranker scores highest with those scores; a peft LoRA adapter, as the
+    probe trains one, loads as a reader too (merged) and scores as the unmerged adapter does."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from experiments.selection_probe import PointwiseStudent
+    from searcher.policy.transformers_policy import resolve_checkpoint
+    from searcher.reader import PointwiseReader, yes_no_token_ids
+
+    base = str(resolve_checkpoint("smollm2-135m-instruct"))
+    _, index, qs = hotpot
+    retriever = build_retriever(RetrieverConfig(), index)
+    reader = PointwiseReader.load(base)
+    tok = reader.tokenizer
+
+    def student(model: Any) -> PointwiseStudent:
+        return PointwiseStudent(model, lambda x: tok.encode(x, add_special_tokens=False), yes_no_token_ids(tok),
+                                pad_id=reader.pad_id)
+
+    q = qs[0].question
+    pages = retriever.search([q], 8)[0][3:]
+    assert reader.scores(q, pages) == pytest.approx(student(reader.model).pair_scores(q, pages), abs=1e-4)
+    ranker = tmp_path / "reader_only.json"
+    ranker.write_text(json.dumps({"weights": {"reader": 1.0, "bias": 0.0}}))
+    s = build_configured_searcher(CHECKS.model_copy(update={"read_last": 8, "ranker": str(ranker), "reader": base}),
+                                  retriever, k0=3)
+    for ex, res in zip(qs[:3], s.search(qs[:3]), strict=True):
+        read = res.steps[-1]
+        by_id = {d.id: d for d in retriever.search([ex.question], 8)[0]}
+        scores = reader.scores(ex.question, [by_id[i] for i in read.retrieved_ids])
+        assert read.selected_ids == [read.retrieved_ids[max(range(len(scores)), key=lambda i: (scores[i], -i))]]
+        assert res.documents[-1].id == read.selected_ids[0]
+    # a LoRA adapter (its B weights moved off zero, so it differs from the base) saved as the probe saves one
+    torch.manual_seed(0)
+    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=4, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.02)
+    peft.eval()
+    peft.save_pretrained(tmp_path / "adapter")
+    adapted = PointwiseReader.load(str(tmp_path / "adapter"))
+    want = student(peft).pair_scores(q, pages)
+    assert adapted.scores(q, pages) == pytest.approx(want, abs=2e-3)
+    assert max(abs(a - b) for a, b in zip(want, reader.scores(q, pages), strict=True)) > 0.05
+    with pytest.raises(ConfigError, match="searcher.reader = .*cannot load"):
+        PointwiseReader.load(str(tmp_path / "no-reader"))
+
+
+TRAINED_READER = REPO / "runs" / "selection_probe" / "readers" / "smollm2-135m-instruct-pointwise"
+
+
+@pytest.mark.skipif(not TRAINED_READER.is_dir(), reason="the trained 135M reader is built by benchmarks/"
+                    "selection_probe.py (517 MB, not committed)")
+def test_the_ranker_over_the_trained_reader_reproduces_the_committed_ranker1_contexts(
+        hotpot: tuple[Path, Path, list[QAExample]]) -> None:
+    """Where the trained reader is (this machine), the live searcher with the committed ranker file
+    (benchmarks/results/transfer3/checks/rankers/heuristic_plus_ranker1.json) adds the page heuristic_plus_ranker1
+    added (the +0.034 row of docs/transfer.md), on the first 20 questions (~1.6 s a question)."""
+    rows = {r["id"]: r for r in map(json.loads, COMMITTED.with_name("heuristic_plus_ranker1.jsonl").read_text(
+        encoding="utf-8").splitlines())}
+    _, index, qs = hotpot
+    ranker = REPO / "benchmarks" / "results" / "transfer3" / "checks" / "rankers" / "heuristic_plus_ranker1.json"
+    s = build_configured_searcher(CHECKS.model_copy(update={"read_last": 16, "ranker": str(ranker),
+                                                            "reader": str(TRAINED_READER)}),
+                                  build_retriever(RetrieverConfig(), index), k0=3)
+    got = s.search(qs[:20])
+    assert [[d.id for d in r.documents] for r in got] == [[d["id"] for d in rows[q.id]["documents"]] for q in qs[:20]]

@@ -13,8 +13,10 @@ import pytest
 
 from experiments import selection_probe as sp
 from s3core.corpus import write_corpus
+from s3core.errors import ConfigError
 from s3core.types import Document, QAExample
 from searcher.config import RetrieverConfig
+from searcher.reader import yes_no_token_ids
 from searcher.retrieval import build_index, load_retriever
 
 
@@ -169,9 +171,9 @@ def test_the_tokenizers_give_yes_and_no_one_token_each_after_the_pointwise_promp
         def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
             return [sum(map(ord, w)) for w in re.findall(r" ?\S+", text)]  # a word with the space before it
 
-    assert len(sp.yes_no_token_ids(Words())) == 2
-    with pytest.raises(ValueError, match="does not give ' yes' one token"):
-        sp.yes_no_token_ids(Chars())
+    assert len(yes_no_token_ids(Words())) == 2
+    with pytest.raises(ConfigError, match="does not give ' yes' one token"):
+        yes_no_token_ids(Chars())
 
 
 def test_the_module_doctests() -> None:

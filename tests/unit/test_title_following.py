@@ -164,11 +164,12 @@ def test_the_module_doctests() -> None:
     import doctest
 
     import searcher.links
+    import searcher.reader
     import searcher.spans
     import searcher.title_following
     import searcher.titles
 
-    for mod in (searcher.title_following, searcher.spans, searcher.links, searcher.titles):
+    for mod in (searcher.title_following, searcher.spans, searcher.links, searcher.titles, searcher.reader):
         res = doctest.testmod(mod, raise_on_error=False)
         assert res.failed == 0 and res.attempted > 0, mod.__name__
 
@@ -204,6 +205,50 @@ def test_read_last_adds_the_ranked_page_a_found_document_names_and_reports_it_as
     # a cancelled question reads nothing further
     (gone,) = s.search([Q], cancelled=[lambda: True])
     assert [d.id for d in gone.documents] == ["t1"] and gone.steps[-1].search_complete is None
+
+
+def test_a_ranker_over_a_reader_reads_each_candidate_with_it_and_needs_it(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """searcher.reader: a ranker that weighs a pointwise reader's score gets it for every candidate (one call a
+    question, the candidates in order), and its pick follows the reader where the reader's weight dominates; the
+    reader is loaded once, when the searcher is built. Without searcher.reader such a ranker is refused; a reader beside
+    a ranker that would not read it is refused too; a reader other than the one the ranker was fitted with warns."""
+    atl = doc("at", "Atlanta", "Atlanta is a city in Georgia.")
+    table = {**TABLE, Q: [T1, doc("q2", "Jayne Mansfield"), KT, doc("q4", "Erika Eleniak"), atl, doc("q6", "Tell Me")]}
+
+    class Reader:  # the reader likes "Tell Me", the last-ranked candidate nobody names
+        calls: list[tuple[str, list[str]]] = []
+        loads: list[str] = []
+
+        def scores(self, question: str, docs: list[Document]) -> list[float]:
+            self.calls.append((question, [d.id for d in docs]))
+            return [9.0 if d.title == "Tell Me" else 0.0 for d in docs]
+
+    def load(spec: str, **_: object) -> Reader:
+        Reader.loads.append(spec)
+        return Reader()
+
+    monkeypatch.setattr("searcher.title_following.PointwiseReader.load", load)
+    ranker = tmp_path / "ranker1.json"
+    ranker.write_text(json.dumps({"reader": "mine", "weights": {"reader": 1.0, "log_rank": -1.0, "named_in_found": 3.0,
+                                                                "bias": -3.0}}))
+    cfg = SearcherConfig(k=8, context_cap=4, read_last=6, ranker=str(ranker), reader="/readers/mine")
+    s = TitleFollowingSearcher(FakeRetriever(table), cfg, k0=1)
+    for _ in range(2):
+        (res,) = s.search([Q])
+        assert [d.id for d in res.documents] == ["t1", "k1", "m1", "m2", "q6"]  # not Atlanta: the reader outweighs
+        assert res.steps[-1].selected_ids == ["q6"]
+    assert Reader.calls == [(Q, ["q2", "q4", "at", "q6"])] * 2 and Reader.loads == ["/readers/mine"]
+    with pytest.raises(ConfigError, match="weighs the reader's score: pass"):  # called without the scores
+        LinkRanker.load(str(ranker), reader="x").best(Q, [T1], [atl], [4])
+    with pytest.raises(ConfigError, match=r"reader's score \(mine\).*set searcher.reader"):
+        TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"reader": None}), k0=1)
+    with pytest.raises(ConfigError, match="searcher.reader is set but links-hotpotqa.json does not weigh"):
+        TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"ranker": "links-hotpotqa"}), k0=1)
+    with caplog.at_level("WARNING", logger="searcher.title_following"):
+        TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"reader": "/readers/other"}), k0=1)
+    assert "fitted on the scores of reader mine" in caplog.text
 
 
 def test_a_ranker_that_cannot_run_is_refused_when_the_searcher_is_built(tmp_path: Path,
