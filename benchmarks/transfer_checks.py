@@ -509,11 +509,14 @@ def _changed_runs(gen: str, base_rows: dict[str, dict[str, Any]]) -> dict[str, d
         if under is None:
             print(f"{gen}/{name} left out of the report: its base {base} has no composed run", flush=True)
             continue
-        ran = json.loads((d / "run.json").read_text(encoding="utf-8")).get("config", {}).get("contexts", {})
+        ran = (json.loads((d / "run.json").read_text(encoding="utf-8")).get("config", {}).get("contexts", {})
+               if (d / "run.json").is_file() else {})
         now = RESULTS / "contexts" / f"{name}.jsonl"
-        if ran.get("sha256") != (file_sha256(now) if now.is_file() else None):
-            print(f"{gen}/{name} left out of the report: contexts/{name}.jsonl is not the file it ran (rerun it)",
-                  flush=True)
+        why = ("its run.json records no contexts file" if not ran.get("sha256") else
+               f"contexts/{name}.jsonl is gone" if not now.is_file() else
+               f"contexts/{name}.jsonl is not the file it ran (rerun it)" if ran["sha256"] != file_sha256(now) else "")
+        if why:
+            print(f"{gen}/{name} left out of the report: {why}", flush=True)
             continue
         try:
             out[name] = tc.compose_changed(under, _rows(d), tc.changed_ids(_contexts(name), _contexts(base)))

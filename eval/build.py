@@ -41,6 +41,7 @@ from s3core.types import Document, QAExample
 from searcher.build import build_configured_searcher, build_retriever
 from searcher.config import RetrieverConfig
 from searcher.links import LinkRanker
+from searcher.reader import reader_identity
 from searcher.retrieval.base import Retriever
 from searcher.retrieval.metrics import supporting_ids_in_index
 
@@ -124,9 +125,9 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
             if s.read_last:  # only then: the script's earlier runs keep their identity
                 config["searcher"] |= {"read_last": s.read_last, "ranker": s.ranker,
                                        "ranker_weights": LinkRanker.load(s.ranker, reader=s.reader).weights}
-                if s.reader:  # only then, as above: where the reader was loaded from and its weights' hash
-                    config["searcher"] |= {"reader": _rel_local(s.reader, opts.out),
-                                           "reader_sha256": _weights_sha256(s.reader)}
+                if s.reader:  # only then, as above: where the reader was loaded from, its prompt, its weights' hash
+                    config["searcher"] |= {"reader": _rel_local(s.reader, opts.out), **{
+                        f"reader_{k}": v for k, v in reader_identity(s.reader).items()}}
         else:
             config["searcher"] = {"class": type(agent).__name__, "policy": s.policy, "model": s.model,
                                   "policy_path": _rel_local(s.policy_path, opts.out), "k": s.k,
@@ -265,15 +266,6 @@ def _rel(path: Path, run_dir: Path) -> str:
     '../../../data/hotpot'
     """
     return os.path.relpath(path.resolve(), run_dir.resolve())
-
-
-def _weights_sha256(where: str) -> str | None:
-    """The sha256 of a checkpoint directory's weights file (a full model's or a LoRA adapter's), None where there is
-    none (a hub name)."""
-    for name in ("model.safetensors", "adapter_model.safetensors"):
-        if (Path(where) / name).is_file():
-            return file_sha256(Path(where) / name)
-    return None
 
 
 def _rel_local(path: str | None, run_dir: Path) -> str | None:

@@ -34,11 +34,10 @@ from typing import Any
 
 from experiments.transfer_checks import READ_LAST, read_candidates
 from s3core.types import Document, QAExample
-from searcher.reader import last_token_logits, one_token_each, render_pair
+from searcher.reader import MAX_TOKENS, WORDS, last_token_logits, one_token_each, render_pair
 
 WINDOW = 8  # documents a window shows (the searcher's k)
 SELECT = 2  # documents selected from a window (what a searcher keeps of one window, the trained ones' [1, 2])
-WORDS = 60  # words of each document shown after its title
 PROMPT_TAIL = "The most useful document is ["
 TAIL_FROM = 4  # the window's ranks from here on are what naive RAG's top-3 (and the script's start) leave unread
 RANK_BUCKETS = ((1, 3), (4, 8))  # bm25 ranks: naive RAG's top-3, the rest of the window
@@ -341,7 +340,7 @@ class Student:
     encode: Callable[[str], list[int]]
     id_tokens: list[int]
     pad_id: int = 0
-    max_tokens: int = 1024
+    max_tokens: int = MAX_TOKENS  # the product reader's (searcher/reader.py), as WORDS
     loss: str = "listwise"  # LOSSES: "bce" for the pointwise reader whose scores must mean the same across windows
     times: list[float] = field(default_factory=list)
 

@@ -327,7 +327,8 @@ def eval_method_args(
     `--set`s beyond the generator's, and whether the run reads the index (no_retrieval does not, and `s3 eval`
     refuses an `--index` it would not use). `contexts` holds one file per `CONTEXTS_METHODS` (a1.jsonl, ...);
     `policy` is a0's and
-    policy_NAME's policy directory; `extra_sets` are a0's additive setting, policy_NAME's and untrained's extra `--set`s.
+    policy_NAME's policy directory; `extra_sets` are a0's additive setting, policy_NAME's, title_following_NAME's and
+    untrained's extra `--set`s.
     A method it does not know, or one missing what it needs, is a ValueError that says what to pass.
 
     >>> eval_method_args("naive_rag_top4", Path("c"))
@@ -338,6 +339,9 @@ def eval_method_args(
     (['title_following'], ['searcher.k=8', 'searcher.context_cap=5', 'searcher.max_turns=1'], True)
     >>> eval_method_args("title_following_links1", Path("c"), None, ["searcher.read_last=16"])[1][-1]
     'searcher.read_last=16'
+    >>> eval_method_args("title_following", Path("c"), None, ["searcher.read_last=16"])
+    Traceback (most recent call last):
+    ValueError: title_following is the script as it is (its runs' folder says so): name a variant title_following_NAME to run it with --additive settings
     >>> eval_method_args("policy_x", Path("c"), "p", ["searcher.min_turns=2"])
     (['searcher'], ['searcher.policy_path=p', 'searcher.min_turns=2'], True)
     """
@@ -356,6 +360,9 @@ def eval_method_args(
         if method != "title_following" and not extra:
             raise ValueError(f"{method} is the title-following searcher with other settings: pass them with "
                              "--additive KEY=VALUE (e.g. searcher.read_last=16)")
+        if method == "title_following" and extra:
+            raise ValueError("title_following is the script as it is (its runs' folder says so): name a variant "
+                             "title_following_NAME to run it with --additive settings")
         return ["title_following"], [f"searcher.k={HEURISTIC_K}", f"searcher.context_cap={DOC_CAP}",
                                      "searcher.max_turns=1", *extra], True
     if method in CONTEXTS_METHODS:

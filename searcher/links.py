@@ -74,7 +74,8 @@ def ranker_score(weights: Mapping[str, float], row: Mapping[str, float]) -> floa
 
 @dataclass(frozen=True)
 class LinkRanker:
-    """A trained ranker of the pages the script leaves: `weights` (one a feature of `NO_READING`, and "bias")."""
+    """A trained ranker of the pages the script leaves: `weights` (one a feature of `RANKER_FEATURES`, and "bias"; with
+    "reader" it `reads`: it needs a pointwise reader's score of each candidate, searcher.reader)."""
 
     name: str
     weights: dict[str, float]

@@ -21,11 +21,12 @@ from typing import Any
 from s3core.errors import ConfigError, S3Error
 from s3core.types import Document
 
-__all__ = ["PAIR_TAIL", "WORDS", "PointwiseReader", "last_token_logits", "one_token_each", "render_pair",
-           "yes_no_token_ids"]
+__all__ = ["MAX_TOKENS", "PAIR_TAIL", "WORDS", "PointwiseReader", "last_token_logits", "one_token_each",
+           "reader_identity", "render_pair", "yes_no_token_ids"]
 
 WORDS = 60  # words of each document shown after its title
 PAIR_TAIL = "Does this document help answer the question? Answer yes or no:"  # the prompt's end
+MAX_TOKENS = 1024  # a prompt's last tokens read (a pair prompt is ~120)
 
 
 def render_pair(question: str, doc: Document, words: int = WORDS) -> str:
@@ -48,7 +49,8 @@ def one_token_each(tokenizer: Any, tail: str, words: Sequence[str]) -> list[int]
     for word in words:
         ids = tokenizer.encode(tail + word, add_special_tokens=False)
         if ids[: len(base)] != base or len(ids) != len(base) + 1:
-            raise ConfigError(f"the tokenizer does not give {word!r} one token after {tail!r}: {ids}")
+            raise ConfigError(f"the tokenizer does not give {word!r} one token after {tail!r}: {ids} (a reader, "
+                              "searcher.reader, reads one token's logit a choice)")
         out.append(ids[-1])
     return out
 
@@ -79,7 +81,7 @@ class PointwiseReader:
     `name` is what it was loaded from, for a run's identity."""
 
     def __init__(self, model: Any, tokenizer: Any, *, name: str = "reader", batch: int = 16,
-                 max_tokens: int = 1024, words: int = WORDS) -> None:
+                 max_tokens: int = MAX_TOKENS, words: int = WORDS) -> None:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.model, self.tokenizer, self.name = model, tokenizer, name
@@ -91,13 +93,17 @@ class PointwiseReader:
     @classmethod
     def load(cls, spec: str, *, threads: int | None = None) -> PointwiseReader:
         """A reader from a checkpoint directory (a full model, or a LoRA adapter whose adapter_config.json names its
-        base), an offline model name or a hub name; a missing one, or one whose tokenizer cannot answer yes / no in one
-        token, is a ConfigError that says so."""
+        base), an offline model name or a hub name; a missing or broken one, or one whose tokenizer cannot answer yes /
+        no in one token, is a ConfigError that says so."""
+        from safetensors import SafetensorError
+
         from searcher.policy.transformers_policy import TransformersPolicy
 
         try:
             policy = TransformersPolicy.load(spec, threads=threads, merge_adapter=True)
-        except (OSError, ValueError, S3Error) as e:
+        except ConfigError:
+            raise
+        except (OSError, ValueError, RuntimeError, S3Error, SafetensorError) as e:  # missing, broken, mismatched
             raise ConfigError(f"searcher.reader = {spec!r}: cannot load a transformers model there ({e}); a pointwise "
                               "reader comes from `benchmarks/selection_probe.py run --reader pointwise --save`") from None
         return cls(policy.model, policy.tokenizer, name=spec)
@@ -117,3 +123,33 @@ class PointwiseReader:
             for lo in range(0, len(docs), self.batch):
                 out += self.logits([render_pair(question, d, self.words) for d in docs[lo:lo + self.batch]]).tolist()
         return out
+
+
+def reader_identity(spec: str) -> dict[str, Any]:
+    """What a run's identity records of the reader `spec`: its prompt (`WORDS`, `PAIR_TAIL`, `MAX_TOKENS`) and a
+    sha256 over its checkpoint's weight files (*.safetensors, *.bin; a LoRA adapter's and its base's), so two runs that
+    read with other weights or another prompt never share an identity."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from s3core.io import file_sha256
+    from searcher.policy.transformers_policy import resolve_checkpoint
+
+    def weights(where: Path | str) -> list[str]:
+        if not isinstance(where, Path):  # a hub name: its name is all there is here
+            return [where]
+        out = [f"{p.name}:{file_sha256(p)}" for p in sorted(where.iterdir())
+               if p.is_file() and p.suffix in (".safetensors", ".bin")]
+        adapter = where / "adapter_config.json"
+        if adapter.is_file():
+            base = json.loads(adapter.read_text(encoding="utf-8")).get("base_model_name_or_path")
+            out += weights(resolve_checkpoint(str(base))) if base else []
+        return out
+
+    try:
+        files = weights(resolve_checkpoint(spec))
+    except S3Error as e:
+        raise ConfigError(f"searcher.reader = {spec!r}: {e}") from None
+    return {"words": WORDS, "tail": PAIR_TAIL, "max_tokens": MAX_TOKENS,
+            "weights_sha256": hashlib.sha256("\n".join(files).encode()).hexdigest()}

@@ -238,12 +238,17 @@ class TitleFollowingSearcher:
         return self._rankers[(cfg.ranker, cfg.reader)]
 
     def _reader(self, cfg: SearcherConfig, ranker: LinkRanker | None) -> PointwiseReader | None:
-        """searcher.reader (loaded once a path), for a `ranker` that reads; None otherwise."""
+        """searcher.reader (loaded once a place), for a `ranker` that reads; None otherwise. A reader set where nothing
+        reads (searcher.read_last = 0) is refused: it would be loaded and never read."""
+        if cfg.reader and ranker is None:
+            raise ConfigError(f"searcher.reader = {cfg.reader!r} reads the pages searcher.read_last adds, and "
+                              "read_last is 0: set searcher.read_last (16 in docs/transfer.md) or unset the reader")
         if ranker is None or not ranker.reads or not cfg.reader:
             return None
-        if cfg.reader not in self._readers:
-            self._readers[cfg.reader] = PointwiseReader.load(cfg.reader)
-        return self._readers[cfg.reader]
+        key = str(Path(cfg.reader).resolve()) if Path(cfg.reader).exists() else cfg.reader
+        if key not in self._readers:
+            self._readers[key] = PointwiseReader.load(cfg.reader)
+        return self._readers[key]
 
     def search_one(self, question: str | QAExample) -> SearchResult:
         return self.search([question])[0]

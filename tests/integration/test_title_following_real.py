@@ -7,6 +7,7 @@ loopback) and the `s3 search` command line. No model anywhere: bm25 only, second
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -215,7 +216,7 @@ def test_a_ranker_over_a_real_reader_scores_as_the_probe_trains_it(hotpot: tuple
 
     from experiments.selection_probe import PointwiseStudent
     from searcher.policy.transformers_policy import resolve_checkpoint
-    from searcher.reader import PointwiseReader, yes_no_token_ids
+    from searcher.reader import PointwiseReader, reader_identity, yes_no_token_ids
 
     base = str(resolve_checkpoint("smollm2-135m-instruct"))
     _, index, qs = hotpot
@@ -253,8 +254,19 @@ def test_a_ranker_over_a_real_reader_scores_as_the_probe_trains_it(hotpot: tuple
     want = student(peft).pair_scores(q, pages)
     assert adapted.scores(q, pages) == pytest.approx(want, abs=2e-3)
     assert max(abs(a - b) for a, b in zip(want, reader.scores(q, pages), strict=True)) > 0.05
-    with pytest.raises(ConfigError, match="searcher.reader = .*cannot load"):
+    with pytest.raises(ConfigError, match=r"searcher.reader = .*cannot load"):
         PointwiseReader.load(str(tmp_path / "no-reader"))
+    broken = tmp_path / "broken"  # a truncated weights file: a ConfigError that names the setting, no traceback
+    shutil.copytree(tmp_path / "adapter", broken)
+    weights = broken / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(ConfigError, match=r"searcher.reader = .*cannot load"):
+        PointwiseReader.load(str(broken))
+    # a run's identity: the prompt, and a hash over the weights (an adapter's with its base's)
+    ident = reader_identity(base)
+    assert ident["words"] == 60 and ident["tail"].endswith("yes or no:") and len(ident["weights_sha256"]) == 64
+    assert reader_identity(str(tmp_path / "adapter"))["weights_sha256"] not in (ident["weights_sha256"],
+                                                                                reader_identity(str(broken))["weights_sha256"])
 
 
 TRAINED_READER = REPO / "runs" / "selection_probe" / "readers" / "smollm2-135m-instruct-pointwise"

@@ -244,8 +244,10 @@ def test_a_ranker_over_a_reader_reads_each_candidate_with_it_and_needs_it(tmp_pa
         LinkRanker.load(str(ranker), reader="x").best(Q, [T1], [atl], [4])
     with pytest.raises(ConfigError, match=r"reader's score \(mine\).*set searcher.reader"):
         TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"reader": None}), k0=1)
-    with pytest.raises(ConfigError, match="searcher.reader is set but links-hotpotqa.json does not weigh"):
+    with pytest.raises(ConfigError, match=r"searcher.reader is set but links-hotpotqa\.json does not weigh"):
         TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"ranker": "links-hotpotqa"}), k0=1)
+    with pytest.raises(ConfigError, match=r"searcher\.read_last adds, and read_last is 0"):
+        TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"read_last": 0}), k0=1)
     with caplog.at_level("WARNING", logger="searcher.title_following"):
         TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"reader": "/readers/other"}), k0=1)
     assert "fitted on the scores of reader mine" in caplog.text
