@@ -123,11 +123,12 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
             config["searcher"] = {"class": type(agent).__name__, "kind": s.kind, "k": s.k,
                                   "max_turns": min(s.max_turns, 1), "context_cap": s.max_contexts}
             if s.read_last:  # only then: the script's earlier runs keep their identity
-                config["searcher"] |= {"read_last": s.read_last, "ranker": s.ranker,
-                                       "ranker_weights": LinkRanker.load(s.ranker, reader=s.reader).weights}
-                if s.reader:  # only then, as above: where the reader was loaded from, its prompt, its weights' hash
-                    config["searcher"] |= {"reader": _rel_local(s.reader, opts.out), **{
-                        f"reader_{k}": v for k, v in reader_identity(s.reader).items()}}
+                ranker = LinkRanker.load(s.ranker, reader=s.reader)
+                config["searcher"] |= {"read_last": s.read_last, "ranker": s.ranker, "ranker_weights": ranker.weights}
+                reader = (s.reader or ranker.shipped_reader) if ranker.reads else None
+                if reader:  # only then, as above: where the reader was loaded from, its prompt, its weights' hash
+                    config["searcher"] |= {"reader": _rel_local(reader, opts.out), **{
+                        f"reader_{k}": v for k, v in reader_identity(reader).items()}}
         else:
             config["searcher"] = {"class": type(agent).__name__, "policy": s.policy, "model": s.model,
                                   "policy_path": _rel_local(s.policy_path, opts.out), "k": s.k,

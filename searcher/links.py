@@ -87,12 +87,21 @@ class LinkRanker:
         """Whether it weighs a pointwise reader's score (and so needs searcher.reader)."""
         return "reader" in self.weights
 
+    @property
+    def shipped_reader(self) -> str | None:
+        """The reader it was fitted with, where that ships beside it (searcher/policies/<reader>/: a LoRA adapter or a
+        checkpoint): what it reads with when searcher.reader is unset."""
+        where = SHIPPED / self.reader if self.reader else None
+        if where is None or not any((where / f).is_file() for f in ("adapter_config.json", "config.json")):
+            return None
+        return str(where)
+
     @classmethod
     def load(cls, name_or_path: str, *, reader: str | None = None) -> LinkRanker:
         """A shipped ranker by name (searcher/policies/<name>.json) or a ranker file's path: {"weights": {...}}, as
         `benchmarks/transfer_checks.py read` writes it. A feature it does not know, a missing bias, the reader's score
-        without a `reader` (searcher.reader) to give it, or a `reader` the ranker would not read, is a ConfigError
-        that says so."""
+        without a `reader` (searcher.reader, else the `shipped_reader` it names) to give it, or a `reader` the ranker
+        would not read, is a ConfigError that says so."""
         path = Path(name_or_path)
         if not path.suffix and "/" not in name_or_path:
             path = SHIPPED / f"{name_or_path}.json"
@@ -112,7 +121,8 @@ class LinkRanker:
         if unknown or "bias" not in weights:
             raise ConfigError(f"{path.name}: features must be among {', '.join(RANKER_FEATURES)} plus a bias; got "
                               f"{', '.join(unknown) or 'no bias'}")
-        if "reader" in weights and not reader:
+        made = cls(path.stem, weights, (ranks[0], ranks[1]) if ranks and len(ranks) == 2 else None, fitted_with)
+        if "reader" in weights and not reader and made.shipped_reader is None:
             raise ConfigError(f"{path.name} weighs a trained pointwise reader's score"
                               f"{f' ({fitted_with})' if fitted_with else ''}, and the reader does not ship with s3: "
                               "set searcher.reader to that reader's directory, or use a ranker fitted without it "
@@ -122,7 +132,7 @@ class LinkRanker:
                               "searcher.reader (it would be loaded and never read), or use a ranker fitted with it")
         if ranks is not None and len(ranks) != 2:
             raise ConfigError(f"{path.name}: ranks must be [first, last], got {list(ranks)}")
-        return cls(path.stem, weights, (ranks[0], ranks[1]) if ranks else None, fitted_with)
+        return made
 
     def best(self, question: str, found: Sequence[Document], candidates: Sequence[Document],
              ranks: Sequence[int], reader: Sequence[float] | None = None) -> int | None:

@@ -238,16 +238,18 @@ class TitleFollowingSearcher:
         return self._rankers[(cfg.ranker, cfg.reader)]
 
     def _reader(self, cfg: SearcherConfig, ranker: LinkRanker | None) -> PointwiseReader | None:
-        """searcher.reader (loaded once a place), for a `ranker` that reads; None otherwise. A reader set where nothing
-        reads (searcher.read_last = 0) is refused: it would be loaded and never read."""
+        """searcher.reader, else the reader the ranker names where it ships (`shipped_reader`), loaded once a place,
+        for a `ranker` that reads; None otherwise. A reader set where nothing reads (searcher.read_last = 0) is
+        refused: it would be loaded and never read."""
         if cfg.reader and ranker is None:
             raise ConfigError(f"searcher.reader = {cfg.reader!r} reads the pages searcher.read_last adds, and "
                               "read_last is 0: set searcher.read_last (16 in docs/transfer.md) or unset the reader")
-        if ranker is None or not ranker.reads or not cfg.reader:
+        spec = (cfg.reader or ranker.shipped_reader) if ranker is not None and ranker.reads else None
+        if spec is None:
             return None
-        key = str(Path(cfg.reader).resolve()) if Path(cfg.reader).exists() else cfg.reader
+        key = str(Path(spec).resolve()) if Path(spec).exists() else spec
         if key not in self._readers:
-            self._readers[key] = PointwiseReader.load(cfg.reader)
+            self._readers[key] = PointwiseReader.load(spec)
         return self._readers[key]
 
     def search_one(self, question: str | QAExample) -> SearchResult:

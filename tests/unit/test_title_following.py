@@ -251,6 +251,14 @@ def test_a_ranker_over_a_reader_reads_each_candidate_with_it_and_needs_it(tmp_pa
     with caplog.at_level("WARNING", logger="searcher.title_following"):
         TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"reader": "/readers/other"}), k0=1)
     assert "fitted on the scores of reader mine" in caplog.text
+    # a ranker whose reader ships beside it (searcher/policies/<reader>/) reads with that one when searcher.reader is unset
+    shipped = tmp_path / "policies"
+    (shipped / "mine").mkdir(parents=True)
+    (shipped / "mine" / "adapter_config.json").write_text("{}")
+    (shipped / "ranker1.json").write_text(ranker.read_text())
+    monkeypatch.setattr("searcher.links.SHIPPED", shipped)
+    s = TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"reader": None, "ranker": "ranker1"}), k0=1)
+    assert Reader.loads[-1] == str(shipped / "mine") and s.search([Q])[0].documents[-1].id == "q6"
 
 
 def test_a_ranker_that_cannot_run_is_refused_when_the_searcher_is_built(tmp_path: Path,
