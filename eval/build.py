@@ -125,7 +125,7 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
             if s.read_last:  # only then: the script's earlier runs keep their identity
                 ranker = LinkRanker.load(s.ranker, reader=s.reader)
                 config["searcher"] |= {"read_last": s.read_last, "ranker": s.ranker, "ranker_weights": ranker.weights}
-                reader = (s.reader or ranker.shipped_reader) if ranker.reads else None
+                reader = ranker.reader_for(s.reader)
                 if reader:  # only then, as above: where the reader was loaded from, its prompt, its weights' hash
                     config["searcher"] |= {"reader": _rel_local(reader, opts.out), **{
                         f"reader_{k}": v for k, v in reader_identity(reader).items()}}

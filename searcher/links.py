@@ -96,6 +96,11 @@ class LinkRanker:
             return None
         return str(where)
 
+    def reader_for(self, configured: str | None) -> str | None:
+        """The reader it reads with: `configured` (searcher.reader), else its `shipped_reader`; None for a ranker that
+        does not read (or a reader nowhere to be had, which `load` refuses)."""
+        return (configured or self.shipped_reader) if self.reads else None
+
     @classmethod
     def load(cls, name_or_path: str, *, reader: str | None = None) -> LinkRanker:
         """A shipped ranker by name (searcher/policies/<name>.json) or a ranker file's path: {"weights": {...}}, as
@@ -121,17 +126,17 @@ class LinkRanker:
         if unknown or "bias" not in weights:
             raise ConfigError(f"{path.name}: features must be among {', '.join(RANKER_FEATURES)} plus a bias; got "
                               f"{', '.join(unknown) or 'no bias'}")
-        made = cls(path.stem, weights, (ranks[0], ranks[1]) if ranks and len(ranks) == 2 else None, fitted_with)
-        if "reader" in weights and not reader and made.shipped_reader is None:
+        if ranks is not None and len(ranks) != 2:
+            raise ConfigError(f"{path.name}: ranks must be [first, last], got {list(ranks)}")
+        made = cls(path.stem, weights, (ranks[0], ranks[1]) if ranks else None, fitted_with)
+        if made.reads and made.reader_for(reader) is None:
             raise ConfigError(f"{path.name} weighs a trained pointwise reader's score"
                               f"{f' ({fitted_with})' if fitted_with else ''}, and the reader does not ship with s3: "
                               "set searcher.reader to that reader's directory, or use a ranker fitted without it "
                               "(links-hotpotqa)")
-        if reader and "reader" not in weights:
+        if reader and not made.reads:
             raise ConfigError(f"searcher.reader is set but {path.name} does not weigh a reader's score: unset "
                               "searcher.reader (it would be loaded and never read), or use a ranker fitted with it")
-        if ranks is not None and len(ranks) != 2:
-            raise ConfigError(f"{path.name}: ranks must be [first, last], got {list(ranks)}")
         return made
 
     def best(self, question: str, found: Sequence[Document], candidates: Sequence[Document],

@@ -244,7 +244,7 @@ class TitleFollowingSearcher:
         if cfg.reader and ranker is None:
             raise ConfigError(f"searcher.reader = {cfg.reader!r} reads the pages searcher.read_last adds, and "
                               "read_last is 0: set searcher.read_last (16 in docs/transfer.md) or unset the reader")
-        spec = (cfg.reader or ranker.shipped_reader) if ranker is not None and ranker.reads else None
+        spec = ranker.reader_for(cfg.reader) if ranker is not None else None
         if spec is None:
             return None
         key = str(Path(spec).resolve()) if Path(spec).exists() else spec
