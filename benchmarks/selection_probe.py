@@ -116,8 +116,10 @@ def run(model: str, train: int, heldout: int, epochs: int, lr: float, batch: int
         ) -> dict[str, Any]:
     import torch
 
+    from s3core.devices import steady_malloc
     from searcher.policy.transformers_policy import TransformersPolicy
 
+    steady_malloc()  # before the model loads: without it the training grew past 24 GB on this CPU (docs/transfer.md)
     torch.manual_seed(seed)
     train_w, held_w = _windows(train, heldout, seed, kind, negatives)
     if untrained_from is not None:  # the first of the two held-out passes, reused (~8 s a window for the 0.5B)
