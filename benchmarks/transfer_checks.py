@@ -239,6 +239,11 @@ def _scored(reader: Any, name: str, qs: list[Any], data: Path, index: Path, cach
 
 RANKERS = {"heuristic_plus_ranker1": tc.RANKER_FEATURES, "heuristic_plus_links1": tc.NO_READING}
 SHIPPED_RANKER = ROOT / "searcher" / "policies" / "links-hotpotqa.json"  # heuristic_plus_links1's, as users run it
+# read --ship-reader NAME: the reader as it ships (a float16 LoRA adapter in searcher/policies/NAME/), the ranker fitted
+# over its scores (this contexts control, composed over heuristic_plus_ranker1's run) and, with --ship, that ranker as
+# users run it (searcher.ranker = 'links-reader-hotpotqa': it loads the shipped reader on its own)
+SHIPPED_VARIANT = "heuristic_plus_ranker1_shipped"
+SHIPPED_READING_RANKER = ROOT / "searcher" / "policies" / "links-reader-hotpotqa.json"
 RANKER_FILES = RESULTS / "rankers"  # every ranker's file, for searcher.ranker (run title_following_NAME)
 
 
@@ -267,7 +272,27 @@ def _seen_questions(tag: str) -> int | None:
     return None if before is None else max(own, before)
 
 
-def read(tag: str, heldout: int, add: int, probe_questions: int, ship: bool) -> dict[str, Any]:
+def _ship_reader(tag: str, rep: dict[str, Any], name: str) -> Path:
+    """The LoRA reader `tag` as it ships: searcher/policies/`name`/, a float16 adapter on the offline base model by its
+    name (training/learn/export.py `export_adapter`: the same rank, no machine path in adapter_config.json). Made once;
+    a folder already there is used as it is."""
+    from training.learn.export import export_adapter
+
+    out = ROOT / "searcher" / "policies" / name
+    if (out / "adapter_config.json").is_file():
+        return out
+    if not rep.get("lora_r"):
+        raise SystemExit(f"--ship-reader: {tag} is a full fine-tune; only a LoRA reader ships (selection_probe.py run "
+                         "--lora R --save)")
+    # the base's tokenizer is the one it was trained with (the probe trains the adapter only): none is copied
+    info = export_adapter(PROBE / "readers" / tag, rep["model"], out, rank=int(rep["lora_r"]), dtype="float16")
+    print(f"{tag} shipped as {out.relative_to(ROOT)}: {info['layers']} layers, {info['bytes'] / 1e6:.1f} MB, largest "
+          f"remainder {info['max_remainder']:.1e}", flush=True)
+    return out
+
+
+def read(tag: str, heldout: int, add: int, probe_questions: int, ship: bool,
+         ship_reader: str | None = None) -> dict[str, Any]:
     """contexts/heuristic_plus_reader.jsonl: the script's documents, then up to `add` of the question's own bm25 ranks
     4-16 that the trained reader `tag` (benchmarks/selection_probe.py `run --save --tag ...`) scores highest, each at
     or above a threshold chosen on the probe's `heldout` held-out TRAINING questions (`tc.precision_threshold`: the
@@ -275,7 +300,9 @@ def read(tag: str, heldout: int, add: int, probe_questions: int, ship: bool) -> 
     logistic regression over the reader's score and what the script found (`tc.ranker_rows`), fitted on the training
     questions after the probe's first `probe_questions` (its held-out and training ones, which the reader has seen),
     its best added always (heuristic_plus_ranker1.jsonl; heuristic_plus_links1.jsonl without the reader's score). No
-    dev gold label chooses anything; contexts/reader.json has the numbers."""
+    dev gold label chooses anything; contexts/reader.json has the numbers. `ship_reader`: the reader as it ships
+    (`_ship_reader`) scores instead, and only the ranker over it is written (`SHIPPED_VARIANT`; the other contexts
+    files stay the last reader's)."""
     from eval.harness import load_dataset
     from experiments import selection_probe as sp
     from s3core.corpus import read_questions
@@ -300,8 +327,10 @@ def read(tag: str, heldout: int, add: int, probe_questions: int, ship: bool) -> 
         raise SystemExit(f"--heldout {heldout} and --probe-questions {probe_questions}: need heldout <= probe "
                          f"questions < the {len(shuffled)} training questions with gold paragraphs")
     held, unseen = shuffled[:heldout], shuffled[probe_questions:]
+    if ship_reader:
+        reader = _ship_reader(tag, rep, ship_reader)
     scorer = PointwiseReader.load(str(reader))  # the product's reader (searcher.reader): the searcher scores the same
-    cache = WORK.parent / "reader_scores" / f"{tag}.jsonl"
+    cache = WORK.parent / "reader_scores" / f"{ship_reader or tag}.jsonl"
     cache.parent.mkdir(parents=True, exist_ok=True)
     calib = _scored(scorer, "heldout_training", held, PROBE / "data", PROBE / "index", cache)
     # the script's own precision on these questions: the share of its additions that are gold
@@ -349,6 +378,10 @@ def read(tag: str, heldout: int, add: int, probe_questions: int, ship: bool) -> 
     n_added = sum(len(r["added"]) for r in rows)
     out_dir = RESULTS / "contexts"
     for name, written in files.items():
+        if ship_reader and name != "heuristic_plus_ranker1":
+            continue
+        if ship_reader:
+            name = SHIPPED_VARIANT
         (out_dir / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in written), encoding="utf-8")
 
     def gold_share(name: str) -> float:
@@ -387,20 +420,31 @@ def read(tag: str, heldout: int, add: int, probe_questions: int, ship: bool) -> 
     RANKER_FILES.mkdir(parents=True, exist_ok=True)
     for name, feats in RANKERS.items():
         reads = "reader" in feats
-        body = {"about": f"searcher.ranker: the page the title-following script adds after its spans (searcher."
+        if ship_reader and not reads:
+            continue
+        body: dict[str, Any] = {"about": f"searcher.ranker: the page the title-following script adds after its spans (searcher."
                          f"read_last); a logistic regression fitted by `benchmarks/transfer_checks.py read` ({name} in "
                          "benchmarks/results/transfer3/checks/contexts/reader.json, docs/transfer.md)"
                          + (f"; it weighs the pointwise reader {tag}'s score: set searcher.reader to that reader"
-                            if reads else ""),
+                            if reads and not ship_reader else
+                            f"; it weighs the score of the reader that ships beside it (searcher/policies/{ship_reader}"
+                            f", {tag} in float16), which it loads on its own" if reads else ""),
                 "fit_questions": len(fit_on), "fit_candidates": len(fit_rows), "ranks": [tc.PLUS_FIRST, tc.READ_LAST],
-                **({"reader": tag} if reads else {}), "weights": weights[name]}
-        (RANKER_FILES / f"{name}.json").write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+                **({"reader": ship_reader or tag} if reads else {}), "weights": weights[name]}
+        (RANKER_FILES / f"{SHIPPED_VARIANT if ship_reader else name}.json").write_text(
+            json.dumps(body, indent=2) + "\n", encoding="utf-8")
         if ship and name == "heuristic_plus_links1":
             body["about"] = body["about"].replace("searcher.ranker:", "searcher.ranker = 'links-hotpotqa':", 1)
             SHIPPED_RANKER.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+        if ship and ship_reader:
+            body["about"] = body["about"].replace("searcher.ranker:", "searcher.ranker = 'links-reader-hotpotqa':", 1)
+            SHIPPED_READING_RANKER.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
     path = out_dir / "reader.json"  # one entry a reader; the contexts files are the last one read's
     every = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    every = {"last": tag, "readers": {**every.get("readers", {}), tag: stats}}
+    if ship_reader:  # the shipped reader's entry, under its name; only SHIPPED_VARIANT's files are its
+        stats |= {"shipped_as": f"searcher/policies/{ship_reader}", "contexts": f"{SHIPPED_VARIANT}.jsonl"}
+    every = {"last": every.get("last", tag) if ship_reader else tag,
+             "readers": {**every.get("readers", {}), (ship_reader or tag): stats}}
     path.write_text(json.dumps(every, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(stats, indent=2))
     return stats
@@ -462,7 +506,7 @@ def _eval(gen: str, margs: list[str], sets: list[str], data: Path, index: Path |
 
 CHANGED_BASE = "heuristic"  # the run a changed-only control takes its unchanged questions' rows from
 # ... unless it is one of these, whose base is another control's (itself composed over the heuristic's first)
-CHANGED_BASES = dict.fromkeys(RANKERS, "heuristic_plus_reader1")
+CHANGED_BASES = {**dict.fromkeys(RANKERS, "heuristic_plus_reader1"), SHIPPED_VARIANT: "heuristic_plus_ranker1"}
 
 
 def _base(method: str) -> str:
@@ -555,7 +599,7 @@ def max_tokens(gen: str, limit: int, measure_at: int) -> dict[str, Any]:
 
 ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "a2", "heuristic", "heuristic_pruned",
          "heuristic_plus_gold", "heuristic_plus_gold16", "heuristic_plus_next", "heuristic_plus_reader",
-         "heuristic_plus_reader1", "heuristic_plus_links1", "heuristic_plus_ranker1", "title_following",
+         "heuristic_plus_reader1", "heuristic_plus_links1", "heuristic_plus_ranker1", SHIPPED_VARIANT, "title_following",
          "title_following_links1", "title_following_ranker1", "a0")
 
 
@@ -883,6 +927,10 @@ def main() -> int:
     rd.add_argument("--add", type=int, default=tc.READ_ADD, help="documents the reader adds at most")
     rd.add_argument("--ship", action="store_true", help=f"also write the no-reading ranker users run, "
                     f"{SHIPPED_RANKER.relative_to(ROOT)} (searcher.read_last)")
+    rd.add_argument("--ship-reader", default=None, metavar="NAME",
+                    help="a LoRA reader as it ships: exported in float16 to searcher/policies/NAME/, scored from there, "
+                    f"only its ranker written ({SHIPPED_VARIANT}: run it --only-changed over heuristic_plus_ranker1); "
+                    f"with --ship also {SHIPPED_READING_RANKER.relative_to(ROOT)}")
     rd.add_argument("--probe-questions", type=int, default=400, help="the probe's held-out + training questions "
                     "(its --heldout + --train), which the reader has seen: the rankers fit on the training questions "
                     "after them")
@@ -901,7 +949,7 @@ def main() -> int:
             raise SystemExit("--measure-at must be at least the largest cap measured")
         max_tokens(a.generator, a.limit, a.measure_at)
     elif a.stage == "read":
-        read(a.reader, a.heldout, a.add, a.probe_questions, a.ship)
+        read(a.reader, a.heldout, a.add, a.probe_questions, a.ship, a.ship_reader)
     elif a.stage == "reach":
         reach()
     else:

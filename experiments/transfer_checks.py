@@ -317,7 +317,7 @@ def reach_by_place(
 
 CONTEXTS_METHODS = ("a1", "a2", "heuristic", "heuristic_pruned", "heuristic_plus_gold", "heuristic_plus_next",
                     "heuristic_plus_gold16", "heuristic_plus_reader", "heuristic_plus_reader1", "heuristic_plus_ranker1",
-                    "heuristic_plus_links1")
+                    "heuristic_plus_links1", "heuristic_plus_ranker1_shipped")
 
 
 def eval_method_args(

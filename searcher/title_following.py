@@ -192,6 +192,7 @@ class TitleFollowingSearcher:
         self.last_stats = LoopStats()
         self._rankers: dict[tuple[str, str | None], LinkRanker] = {}
         self._readers: dict[str, PointwiseReader] = {}
+        self._warned: set[tuple[str, str | None, int, int]] = set()  # (ranker, reader, first, last) warned of
         self._cap(self.cfg)
         self._reader(self.cfg, self._ranker(self.cfg))  # a ranker or reader that cannot load fails here, before the
         # first question
@@ -225,17 +226,21 @@ class TitleFollowingSearcher:
         if cfg.read_last <= self.k0:
             raise ConfigError(f"searcher.read_last = {cfg.read_last} reads nothing past naive RAG's top-{self.k0}: set it "
                               f"above {self.k0} (16 in docs/transfer.md) or to 0")
-        if (cfg.ranker, cfg.reader) not in self._rankers:
+        key = (cfg.ranker, cfg.reader)
+        if key not in self._rankers:
             ranker = LinkRanker.load(cfg.ranker, reader=cfg.reader)
-            if ranker.ranks is not None and ranker.ranks != (self.k0 + 1, cfg.read_last):
-                log.warning("searcher.ranker %s was fitted on ranks %d-%d of the question's list; it reads ranks "
-                            "%d-%d here (searcher.read_last, retriever.k): its weights may not carry", ranker.name,
-                            *ranker.ranks, self.k0 + 1, cfg.read_last)
             if ranker.reader and cfg.reader and Path(cfg.reader).name != ranker.reader:
                 log.warning("searcher.ranker %s was fitted on the scores of reader %s; searcher.reader is %s: its "
                             "weights may not carry", ranker.name, ranker.reader, cfg.reader)
-            self._rankers[(cfg.ranker, cfg.reader)] = ranker
-        return self._rankers[(cfg.ranker, cfg.reader)]
+            self._rankers[key] = ranker
+        ranker = self._rankers[key]
+        span = (self.k0 + 1, cfg.read_last)  # once for each span read (a request may set its own read_last)
+        if ranker.ranks is not None and ranker.ranks != span and (*key, *span) not in self._warned:
+            log.warning("searcher.ranker %s was fitted on ranks %d-%d of the question's list; it reads ranks %d-%d "
+                        "here (searcher.read_last, retriever.k): its weights may not carry", ranker.name, *ranker.ranks,
+                        *span)
+            self._warned.add((*key, *span))
+        return ranker
 
     def _reader(self, cfg: SearcherConfig, ranker: LinkRanker | None) -> PointwiseReader | None:
         """searcher.reader, else the reader the ranker names where it ships (`shipped_reader`), loaded once a place,

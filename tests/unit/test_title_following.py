@@ -288,4 +288,9 @@ def test_a_ranker_that_cannot_run_is_refused_when_the_searcher_is_built(tmp_path
     with caplog.at_level("WARNING", logger="searcher.title_following"):
         s = TitleFollowingSearcher(r, SearcherConfig(read_last=20, ranker=str(reader)), k0=3)
     assert "fitted on ranks 4-16" in caplog.text and "reads ranks 4-20" in caplog.text
+    caplog.clear()  # once for each span a request reads, not once a ranker
+    with caplog.at_level("WARNING", logger="searcher.title_following"):
+        for last in (24, 16, 24, 20):
+            s._ranker(s.cfg.model_copy(update={"read_last": last}))
+    assert caplog.text.count("may not carry") == 1 and "reads ranks 4-24" in caplog.text
     assert s.max_turns == 2 and TitleFollowingSearcher(r, SearcherConfig(), k0=3).max_turns == 1
