@@ -199,14 +199,17 @@ class SearcherConfig(Section):
         "links-hotpotqa",
         description="title_following with read_last > 0: the trained ranker that picks that page (searcher/links.py): "
         "a shipped name (searcher/policies/<name>.json) or the path of a ranker file ({\"weights\": ...}). The shipped "
-        "links-hotpotqa runs no model: bm25 rank and whether a found document or the question names the page.",
+        "links-hotpotqa runs no model: bm25 rank and whether a found document or the question names the page; "
+        "links-reader-hotpotqa also weighs the score of the pointwise reader shipped beside it, which it loads itself "
+        "(the best searcher on hotpotqa_dev500, docs/transfer.md).",
     )
     reader: str | None = Field(
         None,
         description="title_following with read_last > 0 and a ranker that weighs the reader's score: the trained "
         "pointwise reader (searcher/reader.py; a checkpoint directory or LoRA adapter from `benchmarks/"
         "selection_probe.py run --reader pointwise --save`) that scores each candidate page for the question, one "
-        "small forward pass a page. None: a ranker without a reader (links-hotpotqa).",
+        "small forward pass a page. None: the reader the ranker names where it ships (links-reader-hotpotqa's), or "
+        "none (links-hotpotqa).",
     )
     k: int = Field(8, ge=1, description="Documents retrieved per search turn (paper: 8).")
     max_select: int = Field(3, ge=1, description="Documents the policy may select per window (paper: 3).")

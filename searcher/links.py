@@ -3,16 +3,18 @@ in the question and naive RAG's top-k0; the pages those documents name in turn (
 names that the span search missed, are often still in the question's own retrieval list, a little further down.
 
     from searcher.links import LinkRanker
-    ranker = LinkRanker.load("links-hotpotqa")      # shipped (searcher/policies/links-hotpotqa.json) or a path
+    ranker = LinkRanker.load("links-reader-hotpotqa")  # shipped (searcher/policies/<name>.json) or a path
     i = ranker.best(question, found, candidates, ranks)   # the candidate to add
 
 The ranker is a logistic regression over `RANKER_FEATURES` of each candidate (a page of the question's own bm25 list
 at ranks k0+1..read_last that the script lacks), fitted on training questions' gold labels by
 `benchmarks/transfer_checks.py read` (experiments/transfer_checks.py `fit_ranker`). Its score is a log-odds, a plain
-weighted sum a person can read. The shipped one, `links-hotpotqa`, uses no model: bm25 rank and which names link the
-page to what was found (docs/transfer.md, "Reading with what the script found"). A ranker fitted with the trained
-pointwise reader's score ("reader"; searcher/reader.py) runs only beside that reader (searcher.reader), which does not
-ship: `LinkRanker.load` says so where it is missing.
+weighted sum a person can read. Two ship (docs/transfer.md, "Reading with what the script found" and "The reader
+ships"): `links-reader-hotpotqa` weighs a trained pointwise reader's score ("reader"; searcher/reader.py) as well, and
+loads that reader from beside it (searcher/policies/reader-smollm2-135m-hotpotqa, a 9.8 MB LoRA adapter on the offline
+SmolLM2-135M; ~0.1 s a page read); `links-hotpotqa` uses no model: bm25 rank and which names link the page to what was
+found. A ranker fitted over another reader's score runs beside that reader (searcher.reader): `LinkRanker.load` says
+so where it is missing.
 """
 
 from __future__ import annotations

@@ -9,8 +9,10 @@ A reader is trained by `benchmarks/selection_probe.py run --reader pointwise --s
 selection_probe.py `PointwiseStudent`, which scores with these same functions). In the searcher it is one feature of
 the ranker that picks the title-following script's last page (searcher.reader, searcher/links.py): the 135M reader
 there, with the links the script found, is +0.034 [+0.010, +0.060] GenAcc over the script on hotpotqa_dev500
-(docs/transfer.md, "Reading with what the script found"). Any transformers causal LM whose tokenizer gives " yes" and
-" no" one token each after `PAIR_TAIL` loads, a full checkpoint or a peft LoRA adapter (merged for inference).
+(docs/transfer.md, "Reading with what the script found"); its LoRA version ships (searcher/policies/
+reader-smollm2-135m-hotpotqa, read by the shipped ranker links-reader-hotpotqa). Any transformers causal LM whose
+tokenizer gives " yes" and " no" one token each after `PAIR_TAIL` loads, a full checkpoint or a peft LoRA adapter
+(merged for inference).
 """
 
 from __future__ import annotations

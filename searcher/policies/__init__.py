@@ -7,6 +7,10 @@ a README saying how it was trained and what it gains).
 
 `smollm2-135m-hotpotqa`: the third transfer attempt's searcher (docs/transfer.md, "Attempt 3"), a 9.8 MB LoRA adapter
 on the offline SmolLM2-135M; +0.040 [+0.018, +0.064] GenAcc over naive RAG top-3 on hotpotqa_dev500.
+
+Beside the policies, the title-following script's rankers (searcher.ranker; searcher/links.py): `links-hotpotqa.json`
+(no model) and `links-reader-hotpotqa.json`, which reads with the pointwise reader in `reader-smollm2-135m-hotpotqa/`
+(a LoRA adapter without a searcher.json: a reader, not a policy; searcher/reader.py).
 """
 
 from __future__ import annotations

@@ -24,13 +24,20 @@ def test_demo_quick_runs_and_writes_its_report(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["n"] == 2
-    # the title-following script beside the trained searcher: the control it is reported against
-    assert set(results["methods"]) == {"no_retrieval", "naive_rag", "title_following", "searcher"}
+    # the title-following script beside the trained searcher: the control it is reported against; and the script with
+    # the page its shipped ranker picks over the shipped reader's scores (the best searcher on hotpotqa_dev500)
+    assert list(results["methods"]) == ["no_retrieval", "naive_rag", "title_following", "title_following_reader",
+                                        "searcher"]
     for name, m in results["methods"].items():
         assert set(m) >= {"genacc", "em", "support_recall", "mean_turns"}
         assert m["n_scored"] + m["n_failed"] == 2, name
     assert results["methods"]["naive_rag"]["support_recall"] is not None
     assert results["methods"]["searcher"]["mean_turns"] is not None
+    reading = json.loads((out / "runs" / "title_following_reader" / "run.json").read_text())["config"]["searcher"]
+    assert (reading["read_last"], reading["ranker"]) == (16, "links-reader-hotpotqa")
+    assert reading["reader"].endswith("reader-smollm2-135m-hotpotqa") and len(reading["reader_weights_sha256"]) == 64
+    assert results["methods"]["title_following_reader"]["mean_context_docs"] >= results["methods"]["title_following"][
+        "mean_context_docs"]
     # the trained searcher, on the loop its searcher.json recorded (additive, cap 5, k = 8)
     assert results["searcher"]["policy"] == "shipped: smollm2-135m-hotpotqa"
     assert (results["searcher"]["additive"], results["searcher"]["context_cap"], results["searcher"]["k"]) == (True, 5, 8)

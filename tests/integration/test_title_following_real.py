@@ -288,3 +288,23 @@ def test_the_ranker_over_the_trained_reader_reproduces_the_committed_ranker1_con
                                   build_retriever(RetrieverConfig(), index), k0=3)
     got = s.search(qs[:20])
     assert [[d.id for d in r.documents] for r in got] == [[d["id"] for d in rows[q.id]["documents"]] for q in qs[:20]]
+
+
+def test_the_shipped_ranker_reads_with_the_shipped_reader_and_reproduces_its_committed_contexts(
+        hotpot: tuple[Path, Path, list[QAExample]]) -> None:
+    """searcher.ranker = 'links-reader-hotpotqa' and nothing else: the ranker loads the LoRA reader that ships beside
+    it (searcher/policies/reader-smollm2-135m-hotpotqa, float16, on the offline SmolLM2-135M) and the live searcher adds
+    the page the measured control heuristic_plus_ranker1_shipped added (`benchmarks/transfer_checks.py read
+    --ship-reader`, docs/transfer.md), on the first 10 questions; its run identity names the shipped reader."""
+    from searcher.links import LinkRanker
+
+    rows = {r["id"]: r for r in map(json.loads, COMMITTED.with_name("heuristic_plus_ranker1_shipped.jsonl").read_text(
+        encoding="utf-8").splitlines())}
+    ranker = LinkRanker.load("links-reader-hotpotqa")
+    assert ranker.reads and ranker.reader_for(None) == str(REPO / "searcher" / "policies" / ranker.reader)
+    _, index, qs = hotpot
+    s = build_configured_searcher(CHECKS.model_copy(update={"read_last": 16, "ranker": "links-reader-hotpotqa"}),
+                                  build_retriever(RetrieverConfig(), index), k0=3)
+    got = s.search(qs[:10])
+    assert [[d.id for d in r.documents] for r in got] == [[d["id"] for d in rows[q.id]["documents"]] for q in qs[:10]]
+    assert all(r.steps[-1].selected_ids == rows[q.id]["added"] for q, r in zip(qs[:10], got, strict=True))
