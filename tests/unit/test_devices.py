@@ -44,7 +44,6 @@ def test_the_cold_llamacpp_searcher_path_does_not_import_torch() -> None:
     assert out.stdout.strip() == "False", out.stderr
 
 
-
 _REUSED_BLOCK = """
 import ctypes, sys
 from s3core.devices import steady_malloc
