@@ -17,13 +17,18 @@
     S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py run naive_rag_top3 --dataset musique_dev200 \
         --limit 100                                           # the other datasets (2wiki_dev200 too): own data,
                                                               # index, runs under checks/<dataset>/runs/
+    S3_LLAMA_THREADS=2 .venv/bin/python benchmarks/transfer_checks.py run title_following_ranker1 --dataset \
+        2wiki_dev200 --generator qwen05 --limit 164 --documents-from qwen15  # the searcher's documents as the 1.5B
+                                                              # run recorded them, answered by the 0.5B
 
 METHOD: naive_rag_top3 | naive_rag_topN (N = 4, 5, ...: the retriever's top-N) | no_retrieval | untrained (the base
 searcher model, smollm2-135m-instruct, in the same additive loop; --additive searcher.policy=vllm) | title_following (the
 heuristic run live: the product searcher, on any --dataset) | title_following_NAME (the same with --additive settings:
 title_following_links1 --additive searcher.read_last=16 is the shipped one page further; title_following_ranker1 adds
 --additive searcher.ranker=benchmarks/results/transfer3/checks/rankers/heuristic_plus_ranker1.json --additive
-searcher.reader=runs/selection_probe/readers/smollm2-135m-instruct-pointwise, the ranker over the reader) | a1 | a2 (every missing
+searcher.reader=runs/selection_probe/readers/smollm2-135m-instruct-pointwise, the ranker over the reader;
+title_following_reader: --additive searcher.read_last=16 --additive searcher.ranker=links-reader-hotpotqa, the same
+ranker over the LoRA reader that ships, `s3 demo`'s row) | a1 | a2 (every missing
 gold paragraph added: a perfect searcher) | heuristic (the title-following searcher) | heuristic_pruned (its
 documents without its non-gold additions) | heuristic_plus_gold (then the gold among the question's bm25 ranks 4-8: a
 perfect selector where the script ends) | heuristic_plus_gold16 (the same over ranks 4-16: a
@@ -470,8 +475,9 @@ def _prepare_other(dataset: str) -> None:
 
 
 def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str | None, additive: list[str],
-        dataset: str = "hotpotqa_dev500") -> None:
-    """One resumable `s3 eval` run of a check with a generator."""
+        dataset: str = "hotpotqa_dev500", documents_from: str | None = None) -> None:
+    """One resumable `s3 eval` run of a check with a generator; `documents_from` another generator whose run of the
+    same searcher method recorded its documents: those are replayed (`_replay`) instead of running the searcher."""
     data, index = _work(dataset) / "data", _work(dataset) / "index"
     if dataset != "hotpotqa_dev500":
         if not method.startswith(OTHER_METHODS):
@@ -481,7 +487,11 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
     elif not (index.is_dir() and (RESULTS / "contexts" / "a1.jsonl").is_file()):
         raise SystemExit("run `benchmarks/transfer_checks.py prepare` first")
     try:
-        margs, method_sets, uses_index = tc.eval_method_args(method, RESULTS / "contexts", policy, additive)
+        if documents_from is not None:  # the searcher's settings are the source run's: no --additive needed
+            margs, method_sets, uses_index = (
+                ["searcher", "--contexts", str(_replay(method, documents_from, gen, dataset))], [], True)
+        else:
+            margs, method_sets, uses_index = tc.eval_method_args(method, RESULTS / "contexts", policy, additive)
     except ValueError as e:
         raise SystemExit(str(e)) from None
     if max_tokens is not None:
@@ -493,6 +503,33 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
         print(f"= {gen}/{name}: {done['n_scored']} questions already scored", flush=True)
         return
     _eval(gen, margs, method_sets, data, index if uses_index else None, limit, _run_dir(gen, name, dataset))
+
+
+def _replay(method: str, source: str, gen: str, dataset: str) -> Path:
+    """The documents `source`'s run of `method` recorded (its contexts.jsonl[.gz]), as a contexts file for `gen`'s run
+    (runs/transfer3/<dataset>/replay/). Exact for the title-following searcher, which never asks the generator: its
+    documents are the same whichever generator answers (MuSiQue, title_following_ranker1: the 1.5B and 0.5B runs'
+    documents agree on 200 of 200 questions, and a replay's answers equal the live run's on 12 of 12). A policy
+    searcher is refused: it may sample, and a replay would stand in for a run it did not make."""
+    from s3core.io import latest_by_id
+
+    if source == gen:
+        raise SystemExit(f"--documents-from {source}: that is the run being made; name the generator whose run "
+                         "recorded the documents")
+    if not method.startswith("title_following"):
+        raise SystemExit(f"--documents-from replays the documents of a title_following(_NAME) run; {method} is not "
+                         "one (a policy searcher samples: its replay would stand in for another run)")
+    src = _run_dir(source, method, dataset)
+    rows = list(latest_by_id(src / "contexts.jsonl", what="contexts row").values())  # or contexts.jsonl.gz
+    if not rows:
+        raise SystemExit(f"{src.relative_to(ROOT)}: no recorded documents (contexts.jsonl or contexts.jsonl.gz): run "
+                         f"`run {method} --dataset {dataset} --generator {source}` first")
+    out = _work(dataset) / "replay" / source / f"{method}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps({"id": r["id"], "documents": r["documents"]}) + "\n" for r in rows),
+                   encoding="utf-8")
+    print(f"{gen}/{method} on {dataset}: the documents of {source}'s run ({len(rows)} questions), replayed", flush=True)
+    return out
 
 
 def _eval(gen: str, margs: list[str], sets: list[str], data: Path, index: Path | None, limit: int, out: Path) -> None:
@@ -600,7 +637,7 @@ def max_tokens(gen: str, limit: int, measure_at: int) -> dict[str, Any]:
 ORDER = ("naive_rag_top3", "no_retrieval", "untrained", "a1", "a2", "heuristic", "heuristic_pruned",
          "heuristic_plus_gold", "heuristic_plus_gold16", "heuristic_plus_next", "heuristic_plus_reader",
          "heuristic_plus_reader1", "heuristic_plus_links1", "heuristic_plus_ranker1", SHIPPED_VARIANT, "title_following",
-         "title_following_links1", "title_following_ranker1", "a0")
+         "title_following_links1", "title_following_ranker1", "title_following_reader", "a0")
 
 
 def report() -> dict[str, Any]:
@@ -912,6 +949,10 @@ def main() -> int:
     r.add_argument("--additive", action="append", default=[], metavar="KEY=VALUE",
                    help="a0: the --set that makes the searcher additive; policy_NAME and title_following_NAME: any "
                         "extra --set (repeatable)")
+    r.add_argument("--documents-from", choices=GENERATORS, default=None, metavar="GENERATOR",
+                   help="title_following_NAME: answer from the documents GENERATOR's run of the same method recorded "
+                        "(its contexts.jsonl.gz) instead of running the searcher again; exact, since that searcher "
+                        "never asks the generator")
     m = sub.add_parser("max-tokens", help="cap-hit shares of naive-RAG answers at 16 / 32 / 48")
     m.add_argument("--generator", choices=GENERATORS, default="qwen15")
     m.add_argument("--limit", type=int, default=100)
@@ -943,7 +984,7 @@ def main() -> int:
         if a.only_changed:
             run_changed(a.method, a.generator)
         else:
-            run(a.method, a.generator, a.limit, a.max_tokens, a.policy, a.additive, a.dataset)
+            run(a.method, a.generator, a.limit, a.max_tokens, a.policy, a.additive, a.dataset, a.documents_from)
     elif a.stage == "max-tokens":
         if a.measure_at < max(c for c in CAPS if c <= a.measure_at):
             raise SystemExit("--measure-at must be at least the largest cap measured")
