@@ -487,10 +487,10 @@ def run(method: str, gen: str, limit: int, max_tokens: int | None, policy: str |
     elif not (index.is_dir() and (RESULTS / "contexts" / "a1.jsonl").is_file()):
         raise SystemExit("run `benchmarks/transfer_checks.py prepare` first")
     try:
-        if documents_from is not None and additive:
-            raise ValueError("--documents-from replays another run's documents: its searcher settings were that run's, "
-                             "so --additive would change nothing (leave it out)")
         if documents_from is not None:  # the searcher's settings are the source run's: no --additive needed
+            if additive:
+                raise ValueError("--documents-from replays another run's documents: its searcher settings were that "
+                                 "run's, so --additive would change nothing (leave it out)")
             margs, method_sets, uses_index = (
                 ["searcher", "--contexts", str(_replay(method, documents_from, gen, dataset))], [], True)
         else:

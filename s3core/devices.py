@@ -65,8 +65,9 @@ def steady_malloc(threshold: int = MMAP_THRESHOLD) -> bool:
     serves blocks of that size from the heap, whose freed memory it keeps. A torch training loop that allocates and
     frees activations of many sizes then grows without bound: the selection probe's training on this CPU climbed
     ~0.7 GB every 6 s and was killed at 24.3 GB, full fine-tuning and LoRA alike; with the threshold fixed the LoRA run
-    held 1.4-11.8 GB over its 37 minutes, without climbing (docs/transfer.md). The same as running under MALLOC_MMAP_THRESHOLD_=131072, set from inside the
-    process; call it before the model loads. A no-op off glibc (macOS, musl, Windows)."""
+    held 1.4-11.8 GB over its 37 minutes, without climbing (docs/transfer.md). The same as running under
+    MALLOC_MMAP_THRESHOLD_=131072, set from inside the process; call it before the model loads. A no-op off glibc
+    (macOS, musl, Windows)."""
     import ctypes
     import ctypes.util
     import sys
