@@ -15,10 +15,10 @@ prints a sample to label).
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+from experiments.s3cli import run_s3
 from s3core.io import stored
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,20 +51,14 @@ OVER_SEARCH_STEPS = os.environ.get("S3_R1_OVER_SEARCH_STEPS", "")
 R1_DIR = OUT / "search_r1"  # runs: R1_DIR/<dataset>/<name>
 
 
-def _s3(*args: str) -> None:
-    cmd = [str(ROOT / ".venv" / "bin" / "s3"), *args]
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT)
-
-
 def _prepare(fmt: str, raws: list[Path], where: Path) -> None:
     """WHERE/data (s3 data prepare) and WHERE/index (bm25), each built once."""
     data, index = where / "data", where / "index"
     if not (data / "corpus.jsonl").is_file():
-        _s3("data", "prepare", fmt, "--input", *map(str, raws), "--out", str(data))
+        run_s3("data", "prepare", fmt, "--input", *map(str, raws), "--out", str(data))
     if not index.is_dir():
-        _s3("index", "build", "--config", "configs/transfer.toml", "--corpus", str(data / "corpus.jsonl"),
-            "--out", str(index))
+        run_s3("index", "build", "--config", "configs/transfer.toml", "--corpus", str(data / "corpus.jsonl"),
+               "--out", str(index))
 
 
 def prepare() -> None:
@@ -89,18 +83,18 @@ def search_r1() -> None:
     for name in R1_SELECTED:
         policy, dataset, questions, tokens, turns, _ = R1_RUNS[name]
         data, index = _r1_dataset(dataset)
-        _s3("eval", "--config", "configs/transfer.toml", "--dataset", str(data), "--index", str(index), "--method",
-            "search_r1", "--limit", str(questions), "--out", str(R1_DIR / dataset / name), "--set", "searcher.policy=litellm",
-            "--set", f"searcher.model={policy}", "--set", f"searcher.max_new_tokens={tokens}", "--set",
-            f"searcher.max_turns={turns}", "--set", "eval.metric=genacc", "--set", "eval.use_judge=true", "--no-progress")
+        run_s3("eval", "--config", "configs/transfer.toml", "--dataset", str(data), "--index", str(index), "--method",
+               "search_r1", "--limit", str(questions), "--out", str(R1_DIR / dataset / name), "--set", "searcher.policy=litellm",
+               "--set", f"searcher.model={policy}", "--set", f"searcher.max_new_tokens={tokens}", "--set",
+               f"searcher.max_turns={turns}", "--set", "eval.metric=genacc", "--set", "eval.use_judge=true", "--no-progress")
 
 
 def analyze_s3() -> None:
     prepare()
     runs = [str(TRANSFER / s / m) for s in SLICES for m in ("untrained", "trained")]
-    _s3("analyze", "--config", "configs/transfer.toml", *runs, "--out", str(OUT / "s3"), "--probe",
-        "--genacc-questions", GENACC_QUESTIONS, "--set", "eval.metric=genacc", "--set", "eval.use_judge=true")
-    _s3("analyze", str(ROOT / "benchmarks" / "results" / "transfer"), "--out", str(OUT / "training"))
+    run_s3("analyze", "--config", "configs/transfer.toml", *runs, "--out", str(OUT / "s3"), "--probe",
+           "--genacc-questions", GENACC_QUESTIONS, "--set", "eval.metric=genacc", "--set", "eval.use_judge=true")
+    run_s3("analyze", str(ROOT / "benchmarks" / "results" / "transfer"), "--out", str(OUT / "training"))
 
 
 def analyze_r1() -> None:
@@ -111,11 +105,11 @@ def analyze_r1() -> None:
         if not stored(run / "results.jsonl").is_file():
             continue
         data, index = _r1_dataset(dataset)
-        _s3("analyze", "--config", "configs/transfer.toml", str(run), "--out", str(OUT / "search_r1" / f"analysis_{name}"),
-            "--dataset", str(data), "--index", str(index),
-            "--set", "searcher.policy=litellm", "--set", f"searcher.model={policy}", "--set", "eval.metric=genacc",
-            "--set", "eval.use_judge=true", *(["--labels", str(labels)] if labels.is_file() else []),
-            *(["--over-search-steps", OVER_SEARCH_STEPS] if OVER_SEARCH_STEPS else []))
+        run_s3("analyze", "--config", "configs/transfer.toml", str(run), "--out", str(OUT / "search_r1" / f"analysis_{name}"),
+               "--dataset", str(data), "--index", str(index),
+               "--set", "searcher.policy=litellm", "--set", f"searcher.model={policy}", "--set", "eval.metric=genacc",
+               "--set", "eval.use_judge=true", *(["--labels", str(labels)] if labels.is_file() else []),
+               *(["--over-search-steps", OVER_SEARCH_STEPS] if OVER_SEARCH_STEPS else []))
 
 
 def main() -> int:

@@ -49,7 +49,7 @@ def build(index_dir: Path) -> tuple[Any, Any, Any]:
         "searcher.max_turns=1", "searcher.doc_token_budget=24", "searcher.max_new_tokens=24", "retriever.k=3",
         f"retriever.index={index}", "service.batch_window_ms=0", "service.request_timeout_s=600",
     ])
-    searcher, retriever, _ = build_searcher(cfg, index)
+    searcher, retriever = build_searcher(cfg, index)[:2]
     return cfg, searcher, retriever
 
 

@@ -29,14 +29,14 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from experiments import selection_probe as sp
-from searcher.reader import yes_no_token_ids
+from experiments.s3cli import run_s3
+from searcher.title_following.reader import yes_no_token_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT.parent / "shared" / "data" / "train_hotpotqa1200" / "hotpot_train.jsonl"
@@ -45,19 +45,12 @@ RESULTS = ROOT / "benchmarks" / "results" / "selection_probe"
 READERS = WORK / "readers"  # --save: trained readers, for a searcher that selects with one
 
 
-def _s3(*args: str) -> None:
-    print("+ s3 " + " ".join(args), flush=True)
-    done = subprocess.run([sys.executable, "-m", "s3.cli", *args], check=False, cwd=ROOT)
-    if done.returncode:
-        raise SystemExit(f"s3 {args[0]} exited with {done.returncode}")
-
-
 def prepare() -> None:
     data, index = WORK / "data", WORK / "index"
     if not (data / "corpus.jsonl").is_file():
-        _s3("data", "prepare", "hotpotqa", "--input", str(RAW), "--out", str(data))
+        run_s3("data", "prepare", "hotpotqa", "--input", str(RAW), "--out", str(data))
     if not index.is_dir():
-        _s3("index", "build", "--corpus", str(data / "corpus.jsonl"), "--out", str(index))
+        run_s3("index", "build", "--corpus", str(data / "corpus.jsonl"), "--out", str(index))
 
 
 def _windows(train: int, heldout: int, seed: int, kind: str = "window", negatives: float = 0.0
@@ -74,7 +67,7 @@ def _windows(train: int, heldout: int, seed: int, kind: str = "window", negative
     titles = {d.id: d.title for d in iter_corpus(WORK / "data" / "corpus.jsonl")}
     bm25 = load_retriever(RetrieverConfig(), WORK / "index")
     if kind == "leftover":  # what a reader started where the script ends chooses from (transfer_checks.py read)
-        from experiments import transfer_checks as tc
+        from experiments.transfer import checks as tc
 
         index = tc.TitleIndex.of(titles.values())
 
@@ -83,7 +76,7 @@ def _windows(train: int, heldout: int, seed: int, kind: str = "window", negative
             gold: list[sp.Window] = []
             none: list[sp.Window] = []
             for q, r in zip(qs, ranked, strict=True):
-                h = tc.heuristic_documents(q.question, r[:3], bm25.search, index)
+                h = tc.title_following_documents(q.question, r[:3], bm25.search, index)
                 w = sp.leftover_window(q, h.documents, r, rng, any_gold=negatives > 0)
                 if w is not None:
                     (gold if any(w.gold) else none).append(w)

@@ -37,10 +37,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from training import rundir
 
-from training import rundir  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 RUNS = {"recovery off": "off", "recovery on": "on"}
 THREADS = min(2, os.cpu_count() or 1)  # the shipped world's update and engine threads
@@ -101,7 +100,7 @@ def run_shipped(work: Path, plant: str, steps: int, every: int, lr: float, runs:
         # both cores for the update and the engine, pinned: the automatic choice reads the 1-minute load, so a run
         # started just after another job gets one thread (measured: one step's update 214 s on one, 129 s on two)
         env = {**os.environ, "S3_PLANTED_FAILURE": f"stop_pays@{plant}", "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(THREADS)}
+               "OMP_NUM_THREADS": str(THREADS)}
         cmd = [sys.executable, "-m", "s3.cli", "train", "--config", str(ROOT / "configs" / "smoke.toml"),
                *[x for s in sets for x in ("--set", s)]]
         print("$", " ".join(cmd), flush=True)

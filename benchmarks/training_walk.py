@@ -37,11 +37,12 @@ CHILD = r'''
 import json, os, sys, time
 from pathlib import Path
 repo = Path(sys.argv[1]); out = Path(sys.argv[2]); work = Path(sys.argv[3]); flat = sys.argv[4] == "flat"
-sys.path.insert(0, str(repo))
 from s3.config import load_config
 import training.run.build as tb
 from training.run.trainer import S3Trainer, make_trainer
-assert tb.__file__.startswith(str(repo)), (tb.__file__, repo)  # the checkout asked for, not the installed one
+# the checkout asked for, not the installed one: `python -c` imports from its working directory first (main runs
+# this in --repo)
+assert tb.__file__.startswith(str(repo)), (tb.__file__, repo)
 keys = ["training.max_questions=8", "training.batch_size=1", "training.group_size=2"] if flat else [
     "training.data.max_questions=8", "training.rollout.batch_size=1", "training.rollout.group_size=2"]
 def config(name):
@@ -122,8 +123,9 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="training_walk.") as work:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [os.environ.get("PYTHONPATH", "")] if p)}
-        subprocess.run([sys.executable, "-c", CHILD, str(args.repo.resolve()), str(args.out.resolve()), work,
-                        "flat" if args.flat else "nested"], check=True, env=env)
+        repo = args.repo.resolve()  # the child's working directory: `-c` puts it first on its import path
+        subprocess.run([sys.executable, "-c", CHILD, str(repo), str(args.out.resolve()), work,
+                        "flat" if args.flat else "nested"], check=True, env=env, cwd=repo)
     res = json.loads(args.out.read_text())
     for part in ("start", "setup", "step"):
         s = res[part]

@@ -6,14 +6,15 @@
     .venv/bin/python benchmarks/transfer.py ablation  # the held-out table: what each lever did (no model is run)
     .venv/bin/python benchmarks/transfer.py all
 
-The command line of experiments/transfer.py (what it measures, every option and output: there, or `--help`).
+The command line of experiments/transfer/attempt.py (what it measures, every option, output and method: there, or
+`--help`).
 """
 
 from __future__ import annotations
 
 import sys
 
-from experiments.transfer import main
+from experiments.transfer.attempt import main
 
 if __name__ == "__main__":
     sys.exit(main())

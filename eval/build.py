@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from eval.contexts import (
     ContextFn,
     ContextOut,
     agent_contexts,
+    contexts_sha256,
     fixed_contexts,
     lookup_documents,
     no_contexts,
@@ -40,8 +40,7 @@ from s3core.io import JsonObject, file_sha256
 from s3core.types import Document, QAExample
 from searcher.build import build_configured_searcher, build_retriever
 from searcher.config import RetrieverConfig
-from searcher.links import LinkRanker
-from searcher.reader import reader_identity
+from searcher.identity import gguf_sha256, relative
 from searcher.retrieval.base import Retriever
 from searcher.retrieval.metrics import supporting_ids_in_index
 
@@ -78,7 +77,7 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
         retriever = build_retriever(rcfg, index_dir)
 
     config: JsonObject = {
-        "dataset": {"name": dataset.name, "format": dataset.manifest.get("format"), "dir": _rel(dataset.dir, opts.out),
+        "dataset": {"name": dataset.name, "format": dataset.manifest.get("format"), "dir": relative(dataset.dir, opts.out),
                     "questions_sha256": dataset.questions_sha256,
                     "n_questions": len(dataset.questions), "limit": opts.limit},
         "method": method,
@@ -88,7 +87,7 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
         _check_same_corpus(index_dir, dataset)
     if retriever is not None:
         config["retriever"] = _retriever_fingerprint(rcfg, retriever, index_dir, dataset)
-        config["retriever"]["index"] = _rel(index_dir, opts.out) if index_dir is not None else None
+        config["retriever"]["index"] = relative(index_dir, opts.out) if index_dir is not None else None
         coverage = supporting_ids_in_index(retriever, [q.supporting_ids for q in dataset.questions])
         if coverage is not None and method != "no_retrieval":
             held, total = coverage
@@ -107,7 +106,7 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
         contexts = retriever_contexts(retriever, rcfg.k)
     elif method == "searcher" and opts.contexts is not None:
         contexts = _contexts_file(opts.contexts, dataset, retriever)
-        config["contexts"] = {"file": _rel(opts.contexts, opts.out), "sha256": file_sha256(opts.contexts)}
+        config["contexts"] = {"file": relative(opts.contexts, opts.out), "sha256": contexts_sha256(opts.contexts)}
         if "retriever" not in config:
             config["retriever"] = {"backend": "contexts-file", "k": None,
                                    "corpus_sha256": file_sha256(dataset.corpus_path) if dataset.corpus_path else None}
@@ -119,26 +118,7 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
         agent = build_configured_searcher(s, retriever, k0=rcfg.k,
                                           agent="search_r1" if method.startswith("search_r1") else "s3")
         contexts = agent_contexts(agent, own_answer=(method == "search_r1"), trajectories=opts.out / TRAJECTORIES_FILE)
-        if s.kind == "title_following":  # a script: its identity is its settings, no model
-            config["searcher"] = {"class": type(agent).__name__, "kind": s.kind, "k": s.k,
-                                  "max_turns": min(s.max_turns, 1), "context_cap": s.max_contexts}
-            if s.read_last:  # only then: the script's earlier runs keep their identity
-                ranker = LinkRanker.load(s.ranker, reader=s.reader)
-                config["searcher"] |= {"read_last": s.read_last, "ranker": s.ranker, "ranker_weights": ranker.weights}
-                reader = ranker.reader_for(s.reader)
-                if reader:  # only then, as above: where the reader was loaded from, its prompt, its weights' hash
-                    config["searcher"] |= {"reader": _rel_local(reader, opts.out), **{
-                        f"reader_{k}": v for k, v in reader_identity(reader).items()}}
-        else:
-            config["searcher"] = {"class": type(agent).__name__, "policy": s.policy, "model": s.model,
-                                  "policy_path": _rel_local(s.policy_path, opts.out), "k": s.k,
-                                  "max_turns": s.max_turns,
-                                  "doc_token_budget": s.doc_token_budget, "max_select": s.max_select,
-                                  "temperature": s.temperature, "gguf_sha256": _local_gguf_sha256(s.model)}
-            if s.queries_per_turn > 1:  # only then: the identity of every earlier run stays what it was
-                config["searcher"]["queries_per_turn"] = s.queries_per_turn
-            if s.policy == "vllm" and s.vllm.presence_penalty:
-                config["searcher"]["presence_penalty"] = s.vllm.presence_penalty
+        config["searcher"] = agent.identity(opts.out)  # searcher/base.py: what ran, paths relative to the run
         if method == "search_r1":
             config["generator"] = {"model": f"{s.model} (search_r1 agent)", "prompt_sha256": "search_r1"}
 
@@ -233,20 +213,6 @@ def _contexts_file(path: Path, dataset: Dataset, retriever: Retriever | None) ->
 # ----------------------------------------------------------------------------------------------- run identity
 
 
-def _local_gguf_sha256(model: str, api_base: str | None = None) -> str | None:
-    """sha256 of the GGUF behind an offline model string (s3runtime.llm_local.model_fingerprint; hashed from the file
-    when the registry has no pinned value yet)."""
-    from s3runtime import llm_local, local_models
-
-    info = llm_local.model_fingerprint(model, api_base)
-    if "gguf_sha256" not in info:
-        return None
-    if info["gguf_sha256"]:
-        return str(info["gguf_sha256"])
-    name = model.partition("/")[2]
-    return file_sha256(local_models.gguf_path(name))
-
-
 def _llm_fingerprint(llm: Generator | Judge) -> JsonObject:
     """What run.json records of the generator or the judge: its fingerprint (model, api_base, prompt, decoding, GGUF),
     with the identity keys prompt_sha256, temperature, max_tokens and gguf_sha256 at the top level."""
@@ -255,30 +221,8 @@ def _llm_fingerprint(llm: Generator | Judge) -> JsonObject:
     fp["temperature"] = fp["decoding"]["temperature"]
     fp["max_tokens"] = fp["decoding"]["max_tokens"]
     if not fp.get("gguf_sha256"):
-        fp["gguf_sha256"] = _local_gguf_sha256(str(fp["model"]), fp.get("api_base"))
+        fp["gguf_sha256"] = gguf_sha256(str(fp["model"]), fp.get("api_base"))
     return fp
-
-
-def _rel(path: Path, run_dir: Path) -> str:
-    """A path as run.json records it: relative to the run directory, so a run that moves with its data (a committed
-    result, a fresh clone elsewhere) still finds it (eval/analysis.py `resolve_recorded` reads both forms).
-
-    >>> _rel(Path("/x/data/hotpot"), Path("/x/runs/qwen05/naive_rag"))
-    '../../../data/hotpot'
-    """
-    return os.path.relpath(path.resolve(), run_dir.resolve())
-
-
-def _rel_local(path: str | None, run_dir: Path) -> str | None:
-    """A setting's path as run.json records it: relative to the run directory when it is a folder or file here (a
-    committed result carries no path of the machine that made it), as given otherwise (a hub name, None).
-
-    >>> import tempfile
-    >>> root = Path(tempfile.mkdtemp()); (root / "policies/p").mkdir(parents=True)
-    >>> _rel_local(str(root / "policies/p"), root / "results/run"), _rel_local("org/model", root), _rel_local(None, root)
-    ('../../policies/p', 'org/model', None)
-    """
-    return _rel(Path(path), run_dir) if path and Path(path).exists() else path
 
 
 def _check_same_corpus(index_dir: Path | None, dataset: Dataset) -> None:

@@ -4,19 +4,23 @@ A context source is an async batch function `(questions) -> list[ContextOut]`, o
 
     no_contexts          no_retrieval: no documents
     retriever_contexts   naive_rag: D_RAG, the retriever's top-k of the question itself (one batched call per batch)
-    agent_contexts       searcher / search_r1 / search_r1_ret: an S3Searcher or the Search-R1 agent, run live
+    agent_contexts       searcher / search_r1 / search_r1_ret: a searcher of any kind or the Search-R1 agent, run live
     fixed_contexts       searcher with --contexts FILE: the documents a contexts file names
 
 contexts.jsonl is what `s3 search --questions Q --out FILE` writes and `s3 eval --method searcher --contexts FILE`
 reads: one row per question, `{"id", "question", "documents": [{"id", "title", "score", "turn"}], "turns",
 "queries", "steps", "seconds"}` (`contexts_row`; each step: turn, query, retrieved / selected ids, stop flag, invalid
 reason and the policy's own text). The documents carry no text: the reader looks their ids up in the
-index or in the dataset's corpus (`lookup_documents`). A file being written is resumable (`read_done_ids`).
+index or in the dataset's corpus (`lookup_documents`). A file being written is resumable (`read_done_ids`). A file
+kept compressed (FILE.jsonl.gz, `gzip -9 -n`: how benchmarks/results keeps rows) reads as FILE (`read_contexts_file`,
+`contexts_sha256`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
+import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,13 +30,12 @@ from typing import TYPE_CHECKING, Any
 from eval.accuracy import Prediction
 from s3core.corpus import iter_corpus
 from s3core.errors import DataFormatError, RetrievalError
-from s3core.io import append_jsonl, iter_jsonl, latest_by_id, repair_tail
+from s3core.io import append_jsonl, file_sha256, iter_jsonl, latest_by_id, repair_tail, stored
 from s3core.types import Document, QAExample, SearchResult
 
 if TYPE_CHECKING:  # annotations only: `s3 search` imports this module at start-up
-    from searcher.agent import S3Searcher
+    from searcher.base import Searcher
     from searcher.retrieval.base import Retriever
-    from searcher.title_following import TitleFollowingSearcher
 
 _ROW_SHAPE = '{"id", "documents": [{"id", ...}]}'
 
@@ -86,10 +89,10 @@ def _policy_error(result: SearchResult) -> str | None:
     return None
 
 
-def agent_contexts(agent: S3Searcher | TitleFollowingSearcher, own_answer: bool,
+def agent_contexts(agent: Searcher, own_answer: bool,
                    trajectories: Path | None = None) -> ContextFn:
-    """An S3Searcher / SearchR1Agent / TitleFollowingSearcher (sync, batched) run off the event loop; `own_answer`: the
-    agent's answer too.
+    """A searcher of any kind (searcher/base.py `Searcher`, the SearchR1Agent too; sync, batched) run off the event
+    loop; `own_answer`: the agent's answer too.
     `trajectories`: a contexts.jsonl the agent's trajectories are appended to, a batch at a time (turns, queries,
     selections, stops: what the searcher did for each evaluated question; `s3 eval --contexts` replays it). A resumed
     run appends the retried questions again; readers keep the latest row per id. The file is repaired (a line torn by
@@ -172,10 +175,12 @@ def read_done_ids(path: Path) -> set[str]:
 
 
 def read_contexts_file(path: Path, wanted: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-    """Read a contexts / rankings jsonl: `{"id", "documents": [{"id", ...}, ...]}` per question.
+    """Read a contexts / rankings jsonl: `{"id", "documents": [{"id", ...}, ...]}` per question. `path` may be kept
+    compressed: FILE.jsonl.gz, or FILE where only FILE.gz exists (s3core.io `stored`).
 
     Every wanted question id must be present (the error names how many are missing and the first few).
     """
+    path = stored(path)
     want = set(wanted)
     out: dict[str, list[dict[str, Any]]] = {}
     for lineno, obj in iter_jsonl(path, what=_ROW_SHAPE):
@@ -193,6 +198,20 @@ def read_contexts_file(path: Path, wanted: Sequence[str]) -> dict[str, list[dict
             f"{path}: no contexts for {len(missing)} of {len(want)} questions (first: {', '.join(missing[:5])})"
         )
     return out
+
+
+def contexts_sha256(path: Path) -> str:
+    """The sha256 of a contexts file's rows as written (run.json's contexts.sha256): of FILE, or of the bytes its
+    compressed copy unpacks to (FILE.jsonl.gz, or FILE where only FILE.gz exists), so a run resumes whichever copy is
+    kept."""
+    p = stored(path)
+    if p.suffix != ".gz":
+        return file_sha256(p)
+    h = hashlib.sha256()
+    with gzip.open(p, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def lookup_documents(

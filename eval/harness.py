@@ -39,7 +39,7 @@ from generator_adapters.budget import Budget, BudgetReached
 from generator_adapters.client import run_sync
 from s3core.credentials import redact
 from s3core.errors import ConfigError, DataFormatError, S3Error
-from s3core.io import append_jsonl, file_sha256, repair_tail, write_json_atomic
+from s3core.io import append_jsonl, file_sha256, repair_tail, stored, write_json_atomic
 from s3core.types import Document, QAExample
 from searcher.retrieval.metrics import support_recall
 
@@ -104,7 +104,7 @@ def validate_options(opts: EvalOptions) -> None:
         raise ConfigError(f"--out {opts.out} is a file: give a run directory (created, or resumed if it exists)")
     if not opts.dataset.is_dir():
         raise DataFormatError(f"--dataset {opts.dataset}: not a directory (expected what `s3 data prepare` wrote)")
-    if opts.contexts is not None and not opts.contexts.is_file():
+    if opts.contexts is not None and not stored(opts.contexts).is_file():  # FILE, or FILE.gz where only that is kept
         raise DataFormatError(f"--contexts {opts.contexts}: file not found")
     if opts.index is not None and not opts.index.is_dir():
         raise DataFormatError(f"--index {opts.index}: not a directory (build one with `s3 index build`)")

@@ -28,8 +28,9 @@ its own engine seed instead). A reward that calls the frozen generator (anything
 NO_GENERATOR_REWARDS) is refused unless --allow-generator.
 
 Output in --out: rows.jsonl (one row per temperature and question: rewards, format terms, what each rollout did; a
-killed run resumes there, and a later run with more temperatures or questions adds only what is missing), run.json
-(what the rows were measured with: a resume with other settings is refused), results.json, report.md (the table) and
+killed run resumes there, and a later run with more temperatures or questions adds only what is missing; kept as
+rows.jsonl.gz, as benchmarks/results keeps it, it is read as it is and unpacked at the first append), run.json (what the
+rows were measured with: a resume with other settings is refused), results.json, report.md (the table) and
 informative.png (informative share against temperature).
 """
 
@@ -307,11 +308,11 @@ def measure(examples: Sequence[QAExample], temperatures: Sequence[float], group_
     """Roll out and score every (temperature, question) not yet in rows_path, appending each chunk's rows as it is
     done; returns all rows (those found and the new ones). `progress(temperature, questions_done)` after each chunk;
     `on_temperature(t)` after each temperature."""
-    from s3core.io import append_jsonl, read_log_jsonl
+    from s3core.io import append_jsonl, read_log_jsonl, repair_tail
 
     if group_size < 1 or chunk < 1:
         raise S3Error(f"group size and chunk must be >= 1 (got {group_size}, {chunk})")
-    rows = [dict(r) for r in read_log_jsonl(rows_path)] if rows_path.is_file() else []
+    rows = [dict(r) for r in read_log_jsonl(rows_path)]  # or rows.jsonl.gz, as benchmarks/results keeps it
     done = done_keys(rows)
     for t in temperatures:
         for lo in range(0, len(examples), chunk):
@@ -329,6 +330,7 @@ def measure(examples: Sequence[QAExample], temperatures: Sequence[float], group_
                              rewards[k * group_size : (k + 1) * group_size], terms[k * group_size : (k + 1) * group_size],
                              per_q)
                    for k, (i, e) in enumerate(part)]
+            repair_tail(rows_path)  # a torn last line cut; rows kept as rows.jsonl.gz unpacked first
             append_jsonl(rows_path, new)
             rows += new
             done |= done_keys(new)
@@ -571,7 +573,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     rows_path = out / ROWS_FILE
     from s3core.io import read_log_jsonl
 
-    have = done_keys(read_log_jsonl(rows_path)) if rows_path.is_file() else set()
+    have = done_keys(read_log_jsonl(rows_path))  # or rows.jsonl.gz
     todo = sum((_tkey(t), e.id) not in have for t in temps for e in examples)
     real = RealRollouts(cfg, data, args.policy, log=lambda s: print(s, file=sys.stderr)) if todo else None
     bar = tqdm(total=todo, desc="groups", unit="group", file=sys.stderr)

@@ -32,9 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from experiments.transfer_checks import READ_LAST, read_candidates
+from experiments.transfer.checks import READ_LAST, read_candidates
 from s3core.types import Document, QAExample
-from searcher.reader import MAX_TOKENS, WORDS, last_token_logits, one_token_each, render_pair
+from searcher.title_following.reader import MAX_TOKENS, WORDS, last_token_logits, one_token_each, render_pair
 
 WINDOW = 8  # documents a window shows (the searcher's k)
 SELECT = 2  # documents selected from a window (what a searcher keeps of one window, the trained ones' [1, 2])
@@ -340,7 +340,7 @@ class Student:
     encode: Callable[[str], list[int]]
     id_tokens: list[int]
     pad_id: int = 0
-    max_tokens: int = MAX_TOKENS  # the product reader's (searcher/reader.py), as WORDS
+    max_tokens: int = MAX_TOKENS  # the product reader's (searcher/title_following/reader.py), as WORDS
     loss: str = "listwise"  # LOSSES: "bce" for the pointwise reader whose scores must mean the same across windows
     times: list[float] = field(default_factory=list)
 

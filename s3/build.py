@@ -3,8 +3,9 @@
     from s3 import build_searcher, load_config
 
     cfg = load_config(["configs/cpu.toml"], ["retriever.index=indexes/wiki"])
-    searcher, retriever, index = build_searcher(cfg)    # the shipped trained searcher; or build_searcher(cfg, policy=RUN_DIR)
-    result = searcher.search_one("Who directed the film about the inventor of the Earthship?")
+    built = build_searcher(cfg)          # the best shipped searcher for the index; or build_searcher(cfg, policy=NAME)
+    print(built.why)                     # which searcher runs, and why
+    result = built.searcher.search_one("Who directed the film about the inventor of the Earthship?")
 
 Each layer owns the builders of its own components, from its own typed config section: `searcher/build.py`
 (retriever, policy, searcher), `generator_adapters/build.py` (generator, judge), `eval/accuracy.py`
@@ -14,62 +15,95 @@ Each layer owns the builders of its own components, from its own typed config se
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import NamedTuple
 
 from s3.config import S3Config
 from s3core.errors import S3Error
-from searcher.agent import S3Searcher
-from searcher.build import AgentKind, build_configured_searcher, build_retriever, trained_settings
+from searcher.base import Searcher
+from searcher.build import (
+    AgentKind,
+    build_configured_searcher,
+    build_retriever,
+    default_searcher,
+    trained_settings,
+)
 from searcher.retrieval.base import Retriever
-from searcher.title_following import TitleFollowingSearcher
+
+log = logging.getLogger("s3.build")
 
 
 class BuiltSearcher(NamedTuple):
-    searcher: S3Searcher | TitleFollowingSearcher  # searcher.kind: the s3 loop on a policy, or the title-following script
+    searcher: Searcher  # any kind (searcher/kinds.py): the s3 loop on a policy, a script, the reading searcher
     retriever: Retriever
     index_dir: Path | None
+    cfg: S3Config  # the configuration it was built from (a named searcher's settings applied)
+    why: str  # which searcher runs and why, in words (the CLI and /health say it)
 
 
-def trained_config(cfg: S3Config, policy: Path, index: Path | None = None) -> tuple[S3Config, Path | None]:
-    """`cfg` pointed at a trained policy (a run directory, a checkpoint or an exported policy folder), with the searcher
-    and retriever settings it was trained with (searcher/build.py `trained_settings`), except what the user set
-    explicitly — a new config: `cfg` is left as it is — and the index to use (the explicit one, else the recorded one,
-    else None = the config's)."""
+def trained_config(cfg: S3Config, policy: str | Path, index: Path | None = None) -> tuple[S3Config, Path | None]:
+    """`cfg` pointed at a named searcher (a shipped name, a run directory, a checkpoint or an exported policy folder),
+    with the settings it records (searcher/build.py `trained_settings`), except what the user set explicitly — a new
+    config: `cfg` is left as it is — and the index to use (the explicit one, else the recorded one, else None = the
+    config's)."""
     searcher, retriever, index = trained_settings(policy, cfg.searcher, cfg.retriever, explicit=cfg.explicit_keys,
                                                   index=index)
     return cfg.model_copy(update={"searcher": searcher, "retriever": retriever}), index
 
 
-# keys that name an untrained LLM searcher: set on purpose, the shipped trained searcher steps aside
-NAMING_KEYS = ("searcher.model", "searcher.api_base", "searcher.policy_path")
+# keys that name a searcher: set on purpose, the default searcher steps aside
+NAMING_KEYS = ("searcher.kind", "searcher.model", "searcher.api_base", "searcher.policy_path")
 
 
-def default_policy(cfg: S3Config) -> Path | None:
-    """The trained searcher to use when none is named: searcher.default_policy's shipped folder, unless the
-    configuration names a searcher itself (policy_path, an explicit searcher.model or api_base, searcher.policy set to
-    'litellm', searcher.kind = 'title_following': the script, no model) or default_policy is none. None = the searcher the configuration describes (the untrained LLM one)."""
+def names_searcher(cfg: S3Config) -> str | None:
+    """Why the configuration names its own searcher (so no default is chosen), in words; None when it does not."""
     s = cfg.searcher
-    named = s.policy_path is not None or any(k in cfg.explicit_keys for k in NAMING_KEYS)
-    if named or s.kind != "llm" or s.default_policy is None or ("searcher.policy" in cfg.explicit_keys and s.policy == "litellm"):
-        return None
-    from searcher.policies import shipped_policy
+    if s.policy_path is not None:
+        return f"searcher.policy_path = {s.policy_path}"
+    for key in NAMING_KEYS:
+        if key in cfg.explicit_keys:
+            return f"{key} is set"
+    if "searcher.policy" in cfg.explicit_keys and s.policy == "litellm":
+        return "searcher.policy = 'litellm' is set"
+    return None
 
-    return shipped_policy(s.default_policy)
 
-
-def searcher_config(cfg: S3Config, policy: Path | None = None, index: Path | None = None) -> tuple[S3Config, Path | None]:
-    """`cfg` pointed at the searcher to build and the index to open: the trained `policy` (with the settings and index
-    it recorded, `trained_config`), else the shipped default (`default_policy`: its recorded loop over the user's
-    index, never the corpus it was trained on), else `cfg` as it is."""
+def searcher_config(cfg: S3Config, policy: str | Path | None = None, index: Path | None = None,
+                    opened: dict[str, Retriever] | None = None) -> tuple[S3Config, Path | None, str]:
+    """`cfg` pointed at the searcher to build, the index to open and why, in words: the named `policy` (with the
+    settings and index it recorded, `trained_config`), else the configuration's own searcher where it names one, else
+    the default (searcher.default_policy; 'auto' = the best measured shipped searcher for this index, which is opened
+    to see whether its documents have titles), run over the user's index, never the corpus it was trained on.
+    `opened`: where a retriever opened to choose is kept for the caller (`_open`)."""
     if policy is not None:
-        return trained_config(cfg, policy, index)
-    shipped = default_policy(cfg)
-    if shipped is None:
-        return cfg, index
-    searcher, retriever, _ = trained_settings(shipped, cfg.searcher, cfg.retriever,
+        cfg, index = trained_config(cfg, policy, index)
+        return cfg, index, f"named: {policy}"
+    named = names_searcher(cfg)
+    if named is not None:
+        return cfg, index, f"the configured searcher ({named})"
+    choice = cfg.searcher.default_policy
+    if choice is None:
+        return cfg, index, "the configured searcher (searcher.default_policy is none / --untrained)"
+    if choice == "auto":
+        choice, why = default_searcher(_open(cfg, index, opened), choice)
+    else:
+        why = f"searcher.default_policy = {choice!r}"
+    assert choice is not None
+    searcher, retriever, _ = trained_settings(choice, cfg.searcher, cfg.retriever,
                                               explicit=cfg.explicit_keys | {"retriever.index"}, index=index)
-    return cfg.model_copy(update={"searcher": searcher, "retriever": retriever}), index
+    return cfg.model_copy(update={"searcher": searcher, "retriever": retriever}), index, f"{choice}: {why}"
+
+
+def _open(cfg: S3Config, index: Path | None, opened: dict[str, Retriever] | None) -> Retriever:
+    """The retriever of `cfg` over `index`, opened once for a build (kept in `opened` by its settings and place)."""
+    where = index_dir(cfg, index)
+    key = f"{cfg.retriever.model_dump_json()}|{where}"
+    if opened is None:
+        return build_retriever(cfg.retriever, where)
+    if key not in opened:
+        opened[key] = build_retriever(cfg.retriever, where)
+    return opened[key]
 
 
 def index_dir(cfg: S3Config, index: Path | None = None) -> Path | None:
@@ -81,14 +115,17 @@ def index_dir(cfg: S3Config, index: Path | None = None) -> Path | None:
 
 
 def build_searcher(
-    cfg: S3Config, index: Path | None = None, policy: Path | None = None, *, agent: AgentKind = "s3"
+    cfg: S3Config, index: Path | None = None, policy: str | Path | None = None, *, agent: AgentKind = "s3"
 ) -> BuiltSearcher:
-    """The retriever, the policy and the searcher `cfg` describes (plus --index / --policy).
+    """The retriever and the searcher `cfg` describes (plus --index / --policy), and why that searcher.
 
-    With `policy` (a trained run, checkpoint or policy folder) the settings it was trained with are applied first;
-    without one, the shipped trained searcher (searcher.default_policy) unless the configuration names another."""
-    cfg, index = searcher_config(cfg, policy, index)
+    With `policy` (a shipped searcher's name, or a trained run, checkpoint or policy folder) the settings it records
+    are applied first; without one, the configuration's own searcher where it names one, else the best shipped
+    searcher for the index (searcher.default_policy)."""
+    opened: dict[str, Retriever] = {}
+    cfg, index, why = searcher_config(cfg, policy, index, opened)
     where = index_dir(cfg, index)
-    retriever = build_retriever(cfg.retriever, where)
+    retriever = _open(cfg, index, opened)
     searcher = build_configured_searcher(cfg.searcher, retriever, k0=cfg.retriever.k, agent=agent)
-    return BuiltSearcher(searcher, retriever, where)
+    log.info("searcher: %s (kind %s)", why, searcher.kind)
+    return BuiltSearcher(searcher, retriever, where, cfg, why)

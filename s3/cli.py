@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "s3.commands.data",
     "s3.commands.retrieval",
     "s3.commands.search",
+    "s3.commands.searchers",
     "s3.commands.serve",
     "s3.commands.mcp",
     "s3.commands.evaluate",

@@ -5,7 +5,7 @@ below it (`s3runtime`, `s3core`) alone:
 
     from searcher import build_trained_searcher
 
-    searcher = build_trained_searcher(index="indexes/wiki")   # the shipped one; or a run directory first
+    searcher = build_trained_searcher(index="indexes/wiki")   # the best shipped one for the index; or a name / run dir
     result = searcher.search_one("Who directed the film about the inventor of the Earthship?")
     [d.title for d in result.documents]
 
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from searcher.agent import S3Searcher, SearchR1Agent
+    from searcher.base import Searcher
     from searcher.build import (
         AgentKind,
         build_configured_searcher,
@@ -39,13 +40,14 @@ if TYPE_CHECKING:
     from searcher.config import RetrieverConfig, SearcherConfig, ServiceConfig
     from searcher.policy import Policy, ScriptedPolicy
     from searcher.retrieval import Retriever, build_index, load_retriever
-    from searcher.title_following import TitleFollowingSearcher
+    from searcher.title_following import ReadingSearcher, TitleFollowingSearcher
     from searcher.trained import TrainedSearcherRecord, apply_record, find_record
 
 # public name -> the module that defines it
 _HOME = {
     "S3Searcher": "searcher.agent",
     "SearchR1Agent": "searcher.agent",
+    "Searcher": "searcher.base",
     "AgentKind": "searcher.build",
     "build_configured_searcher": "searcher.build",
     "build_policy": "searcher.build",
@@ -62,6 +64,7 @@ _HOME = {
     "build_index": "searcher.retrieval",
     "load_retriever": "searcher.retrieval",
     "TitleFollowingSearcher": "searcher.title_following",
+    "ReadingSearcher": "searcher.title_following",
     "TrainedSearcherRecord": "searcher.trained",
     "apply_record": "searcher.trained",
     "find_record": "searcher.trained",
@@ -70,11 +73,13 @@ _HOME = {
 __all__ = [
     "AgentKind",
     "Policy",
+    "ReadingSearcher",
     "Retriever",
     "RetrieverConfig",
     "S3Searcher",
     "ScriptedPolicy",
     "SearchR1Agent",
+    "Searcher",
     "SearcherConfig",
     "ServiceConfig",
     "TitleFollowingSearcher",

@@ -27,41 +27,20 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any
 
-from s3core.errors import ConfigError, S3Error
+from s3core.errors import ConfigError
 from s3core.types import Document, QAExample, SearchResult, SearchStep, Trajectory, construct_trusted
+from searcher.base import LoopStats, Start, SupportsSearch, TopK, search_items
 from searcher.config import SearcherConfig
+from searcher.identity import gguf_sha256, local_path
 from searcher.loops import DONE, S3_LOOP, SEARCH_R1_LOOP, Decision, LoopProtocol, Render
 from searcher.policy.base import Message, Policy, PolicyOutput, PolicyPrompt, TokenPrompt, uses_token_ids
 from searcher.protocol import render_information
 from searcher.titles import norm, title_variants
 
 __all__ = ["LoopStats", "S3Searcher", "SearchR1Agent", "SupportsSearch", "admission_stats"]
-
-
-class SupportsSearch(Protocol):
-    """The retriever contract the agent needs (searcher.retrieval.Retriever satisfies it)."""
-
-    def search(self, queries: list[str], k: int) -> list[list[Document]]: ...
-
-
-@dataclass
-class LoopStats:
-    """Wall-clock accounting of the last `search()` call (for benchmarks and the service)."""
-
-    questions: int = 0
-    seconds: float = 0.0
-    policy_seconds: float = 0.0
-    retrieval_seconds: float = 0.0
-    policy_calls: int = 0
-    retrieval_calls: int = 0
-    batch_sizes: list[int] = field(default_factory=list)
-
-    @property
-    def other_seconds(self) -> float:
-        """Time spent in the loop itself (prompts, parsing, bookkeeping): total - policy - retrieval."""
-        return max(self.seconds - self.policy_seconds - self.retrieval_seconds, 0.0)
 
 
 def _new_step(turn: int, query: str | None = None, retrieved_ids: list[str] | None = None,
@@ -109,11 +88,6 @@ class _Run:
     render: Render  # the window's lines, cut to cfg.doc_token_budget (cached per budget; whole passages: no cache)
 
 
-# searcher.start's scripts by name: (retriever, cfg, k0) -> an object whose follow(questions) gives each question's
-# documents (searcher/title_following.py registers "title_following")
-START_SCRIPTS: dict[str, Callable[[Any, SearcherConfig, int], Any]] = {}
-
-
 class S3Searcher:
     """The s3 searcher: a policy LLM that queries `retriever`, selects documents and decides when to stop.
 
@@ -125,8 +99,11 @@ class S3Searcher:
         tokenizer).
     protocol: what this agent makes of the loop (searcher/loops.py: prompt, parsing, the end, the result; default:
         the class's, s3's here).
+    start: where each search begins (searcher/base.py `Start`, given by searcher/kinds.py `build_start` from
+        searcher.start; default: naive RAG's top-k0). A call whose cfg.start names another start is refused.
     """
 
+    kind = "llm"
     protocol: LoopProtocol = S3_LOOP
 
     def __init__(
@@ -138,6 +115,7 @@ class S3Searcher:
         *,
         count_tokens: Callable[[str], int] | None = None,
         protocol: LoopProtocol | None = None,
+        start: Start | None = None,
     ) -> None:
         if protocol is not None:
             self.protocol = protocol  # this instance's, over the class's
@@ -157,7 +135,7 @@ class S3Searcher:
         self.count_tokens = count_tokens
         self.last_stats = LoopStats()
         self._line_caches: dict[int, dict[str, tuple[str, str]]] = {}
-        self._start_script: tuple[tuple[int, int], Any] | None = None  # searcher.start = 'title_following'
+        self.start: Start = start if start is not None else TopK(retriever, k0)
         self._settings(self.cfg)  # a configuration the loop cannot run is an error now, not at the first search
 
     _LINE_CACHE_MAX = 20_000  # cut document lines kept per budget (<= ~30 MB; then start over); whole passages: no cache
@@ -177,6 +155,9 @@ class S3Searcher:
             self._check_additive(cfg)
         if cfg.start != "top_k":
             self._check_start(cfg)
+        if cfg.start != self.start.name:
+            raise ConfigError(f"searcher.start = {cfg.start!r}, but this searcher was built to start from "
+                              f"{self.start.name!r}: build it with searcher.build.build_searcher from these settings")
         budget = cfg.doc_token_budget
         lines = self._line_cache(budget) if budget is not None else None
         render = functools.partial(render_information, doc_token_budget=budget, count_tokens=self.count_tokens,
@@ -220,6 +201,32 @@ class S3Searcher:
     def search_one(self, question: str | QAExample) -> SearchResult:
         return self.search([question])[0]
 
+    def identity(self, relative_to: Path | None = None) -> dict[str, Any]:
+        """What a run record says ran (searcher/base.py `Searcher.identity`): the policy, its model and the loop
+        settings that change its documents. A setting joins only where it differs from what earlier runs ran with
+        (queries_per_turn > 1, vLLM's presence penalty), so their identities stay what they were."""
+        s = self.cfg
+        out: dict[str, Any] = {
+            "class": type(self).__name__, "policy": s.policy, "model": s.model,
+            "policy_path": local_path(s.policy_path, relative_to), "k": s.k, "max_turns": s.max_turns,
+            "doc_token_budget": s.doc_token_budget, "max_select": s.max_select, "temperature": s.temperature,
+            "gguf_sha256": gguf_sha256(s.model)}
+        if s.queries_per_turn > 1:
+            out["queries_per_turn"] = s.queries_per_turn
+        if s.policy == "vllm" and s.vllm.presence_penalty:
+            out["presence_penalty"] = s.vllm.presence_penalty
+        if s.start != "top_k":
+            out |= {"start": s.start, "start_cap": s.start_cap}
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """What it is, for /health, MCP and `s3 search` (searcher/base.py `Searcher.describe`)."""
+        s = self.cfg
+        return {"kind": self.kind, "model": s.policy_path or s.model, "policy": s.policy,
+                "settings": {"k": s.k, "max_turns": s.max_turns, "max_select": s.max_select,
+                             "context_cap": s.max_contexts, "start": s.start, "additive": s.additive},
+                "request_fields": ["k", "max_turns"]}
+
     def search(
         self, questions: Sequence[str | QAExample], *, cfg: SearcherConfig | None = None,
         cancelled: Sequence[Callable[[], bool]] | None = None,
@@ -233,14 +240,7 @@ class S3Searcher:
         cancelled: one callable per question, asked before every turn; a question whose callable says True leaves
         the batch there (its result ends `degraded` with error_code 'deadline_exceeded') and the others go on. The
         /search service passes the requests' deadlines this way."""
-        if cancelled is not None and len(cancelled) != len(questions):
-            raise S3Error(f"cancelled has {len(cancelled)} entries for {len(questions)} questions")
-        items: list[tuple[str, str | None]] = []
-        for i, q in enumerate(questions):
-            text, qid = (q.question, q.id) if isinstance(q, QAExample) else (q, None)
-            if not isinstance(text, str) or not text.strip():
-                raise S3Error(f"question {i} is empty: every question needs some text")
-            items.append((text.strip(), qid))
+        items = search_items(questions, cancelled)
         run = self._settings(self.cfg if cfg is None else cfg)
         stats = LoopStats(questions=len(items))
         self.last_stats = stats
@@ -352,25 +352,9 @@ class S3Searcher:
             self._admit(st, st.d0, run.cap)
 
     def _start_documents(self, questions: list[str], cfg: SearcherConfig) -> list[list[Document]]:
-        """D0 of each question (searcher.start): naive RAG's top-k0 (one batched retrieval), or the title-following
-        script's documents (naive RAG's top-k0 plus the pages titled as a span, up to start_cap; two batched
-        retrievals). A list per question, in order."""
-        if cfg.start == "top_k":
-            return [list(x) for x in self.retriever.search(questions, self.k0)]
-        found, _ = self._script(cfg).follow(questions)
-        return [list(f.documents) for f in found]
-
-    def _script(self, cfg: SearcherConfig) -> Any:
-        """The start's script over this searcher's retriever (built once per (k, start_cap)), from START_SCRIPTS:
-        searcher/title_following.py registers itself there (it imports this module, so this one cannot import it)."""
-        key = (cfg.k, cfg.start_cap)
-        if self._start_script is None or self._start_script[0] != key:
-            make = START_SCRIPTS.get(cfg.start)
-            if make is None:
-                raise ConfigError(f"searcher.start = {cfg.start!r}: its script is not loaded (import "
-                                  "searcher.title_following, as searcher.build does)")
-            self._start_script = (key, make(self.retriever, cfg, self.k0))
-        return self._start_script[1]
+        """D0 of each question, from the start this searcher was built with (searcher.start: naive RAG's top-k0, one
+        batched retrieval; or the title-following script's documents, two). A list per question, in order."""
+        return self.start.documents(questions, cfg)
 
     def _begin(self, states: list[_Rollout], stats: LoopStats, run: _Run) -> None:
         """Begin-with-search (one batched retrieval of every question) and the first prompt."""

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
-from typing import Literal
 
-from s3core.errors import ConfigError, S3Error
-from searcher.agent import S3Searcher, SearchR1Agent
+from searcher import kinds
+from searcher.agent import S3Searcher
+from searcher.base import Searcher
 from searcher.config import RetrieverConfig, SearcherConfig
+from searcher.kinds import AgentKind
 from searcher.policy.base import Policy
 from searcher.retrieval.base import Retriever
-from searcher.title_following import TitleFollowingSearcher, build_title_following
 from searcher.trained import apply_record, find_record
-
-AgentKind = Literal["s3", "search_r1"]
 
 
 def build_retriever(
@@ -50,48 +48,63 @@ def build_policy(cfg: SearcherConfig, *, threads: int | None = None) -> Policy:
 def build_searcher(
     cfg: SearcherConfig, retriever: Retriever, policy: Policy, *, k0: int, agent: AgentKind = "s3"
 ) -> S3Searcher:
-    """The s3 loop (or the Search-R1 agent) over `retriever` and `policy`; `k0` = the naive-RAG k of begin-with-search."""
-    cls = SearchR1Agent if agent == "search_r1" else S3Searcher
-    return cls(policy, retriever, cfg, k0=k0)
+    """The s3 loop (or the Search-R1 agent) over `retriever` and `policy`, beginning from the start searcher.start
+    names; `k0` = the naive-RAG k of begin-with-search. Training and the benchmarks that drive the loop build here."""
+    return kinds.build_loop(cfg, retriever, policy, k0=k0, agent=agent)
 
 
 def build_configured_searcher(
     cfg: SearcherConfig, retriever: Retriever, *, k0: int, agent: AgentKind = "s3", threads: int | None = None
-) -> S3Searcher | TitleFollowingSearcher:
-    """The searcher `cfg.kind` names over `retriever`: the s3 loop (or the Search-R1 agent) on the policy `cfg`
-    describes, or the title-following script (searcher/title_following.py; no policy is built)."""
-    if cfg.kind == "title_following":
-        if agent != "s3":
-            raise ConfigError("searcher.kind = 'title_following' is an s3 searcher (documents for a generator), not a "
-                              "Search-R1 agent")
-        return build_title_following(cfg, retriever, k0=k0)
-    return build_searcher(cfg, retriever, build_policy(cfg, threads=threads), k0=k0, agent=agent)
+) -> Searcher:
+    """The searcher `cfg.kind` names over `retriever` (searcher/kinds.py, the one registry), its settings checked:
+    the s3 loop (or the Search-R1 agent) on the policy `cfg` describes, the title-following script, or the reading
+    searcher."""
+    return kinds.build(cfg, retriever, k0=k0, agent=agent, threads=threads)
 
 
 def trained_settings(
-    policy: Path,
+    policy: str | Path,
     searcher_cfg: SearcherConfig,
     retriever_cfg: RetrieverConfig,
     *,
     explicit: Collection[str] = (),
     index: Path | None = None,
 ) -> tuple[SearcherConfig, RetrieverConfig, Path | None]:
-    """The settings to serve the trained policy at `policy` (a run directory, a checkpoint or an exported policy
-    folder) with: the loop settings and the index its searcher.json recorded (`searcher/trained.py`), except the
-    dotted keys in `explicit` ("searcher.max_turns", ...) and an explicit `index`; the policy loads in process
-    (transformers, or vLLM when "searcher.policy" is explicit). Returns (searcher, retriever, index or None)."""
-    if not policy.exists():
-        raise S3Error(f"--policy {policy}: no such checkpoint or run directory")
-    found = find_record(policy)
+    """The settings to run the named searcher `policy` with (a shipped name, searcher/policies/<name>; a run
+    directory, a checkpoint or an exported policy folder): its kind, its settings and, for a trained policy, the loop
+    settings and the index its searcher.json recorded (`searcher/trained.py`), except the dotted keys in `explicit`
+    ("searcher.max_turns", ...) and an explicit `index`; a policy loads in process (transformers, or vLLM when
+    "searcher.policy" is explicit). Returns (searcher, retriever, index or None)."""
+    from searcher.policies import resolve
+
+    path = resolve(policy)
+    found = find_record(path)
     if found is not None:
         record, folder = found
         searcher_cfg, retriever_cfg, index = apply_record(
             record, folder, searcher_cfg, retriever_cfg, explicit=explicit, index=index
         )
+    if not kinds.KINDS[searcher_cfg.kind].runs_policy:  # a script or the reading searcher: no policy to load
+        return searcher_cfg, retriever_cfg, index
     backend = searcher_cfg.policy
     if "searcher.policy" not in explicit or backend == "litellm":
         backend = "transformers"  # a checkpoint loads in process (vLLM when set explicitly)
-    return searcher_cfg.model_copy(update={"policy": backend, "policy_path": str(policy.resolve())}), retriever_cfg, index
+    return searcher_cfg.model_copy(update={"policy": backend, "policy_path": str(path.resolve())}), retriever_cfg, index
+
+
+def default_searcher(retriever: Retriever, default_policy: str | None) -> tuple[str | None, str]:
+    """The shipped searcher to run over `retriever` when none is named, and why (in words): searcher.default_policy's
+    name, or for 'auto' the best measured one for this index (titled or not: `searcher.policies.best_for`); None =
+    the configured searcher (default_policy none)."""
+    from searcher.policies import AUTO, best_for
+    from searcher.title_following import has_titles
+
+    if default_policy is None:
+        return None, "searcher.default_policy is none: the searcher the configuration describes"
+    if default_policy != AUTO:
+        return default_policy, f"searcher.default_policy = {default_policy!r}"
+    card, why = best_for(has_titles(retriever))
+    return card.name, why
 
 
 def build_trained_searcher(
@@ -102,18 +115,20 @@ def build_trained_searcher(
     retriever_cfg: RetrieverConfig | None = None,
     explicit: Collection[str] = (),
     agent: AgentKind = "s3",
-) -> S3Searcher:
-    """A trained searcher, with `searcher/` and the layers below it alone: the policy at `policy` (default: the one
-    shipped with s3, `searcher.policies.shipped_policy()`) on the loop settings it was trained with, over `index`
-    (default: the index its searcher.json names, checked by fingerprint). The record's loop settings replace those
-    of `searcher_cfg` except the dotted keys in `explicit` ("searcher.max_turns"); its sampling and device settings
-    stay."""
+) -> Searcher:
+    """A named searcher, with `searcher/` and the layers below it alone: `policy` (a shipped name or a trained run's
+    folder; default: the best shipped one for the index, searcher.default_policy) on the settings it records, over
+    `index` (default: the index a trained policy's searcher.json names, checked by fingerprint). The record's settings
+    replace those of `searcher_cfg` except the dotted keys in `explicit` ("searcher.max_turns"); its sampling and
+    device settings stay."""
+    scfg, rcfg = searcher_cfg or SearcherConfig(), retriever_cfg or RetrieverConfig()
+    where = Path(index) if index is not None else None
     if policy is None:
-        from searcher.policies import DEFAULT, shipped_policy
+        from searcher.policies import DEFAULT
 
-        policy = shipped_policy((searcher_cfg or SearcherConfig()).default_policy or DEFAULT)
-    scfg, rcfg, where = trained_settings(
-        Path(policy), searcher_cfg or SearcherConfig(), retriever_cfg or RetrieverConfig(),
-        explicit=explicit, index=Path(index) if index is not None else None,
-    )
-    return build_searcher(scfg, build_retriever(rcfg, where), build_policy(scfg), k0=rcfg.k, agent=agent)
+        if where is None:  # nothing to choose by: the shipped policy brings its own index
+            policy = scfg.default_policy if scfg.default_policy not in (None, "auto") else DEFAULT
+        else:
+            policy = default_searcher(build_retriever(rcfg, where), scfg.default_policy or "auto")[0] or DEFAULT
+    scfg, rcfg, where = trained_settings(policy, scfg, rcfg, explicit=explicit, index=where)
+    return build_configured_searcher(scfg, build_retriever(rcfg, where), k0=rcfg.k, agent=agent)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from s3core.configbase import Section
 
@@ -139,14 +139,64 @@ class VLLMConfig(Section):
     )
 
 
+class TitleFollowingConfig(Section):
+    """[searcher.title_following]: the title-following script's own settings (searcher.kind = 'title_following', and
+    the script the reading searcher and searcher.start = 'title_following' begin from)."""
+
+    words: int = Field(
+        70, ge=0,
+        description="Words of each naive-RAG document (after its title) the script reads for title-like spans: about "
+        "an LLM searcher's 96-token view.",
+    )
+
+
+class ReadingConfig(Section):
+    """[searcher.reading]: the reading searcher's own settings (searcher.kind = 'reading'). Its defaults are the best
+    searcher measured on hotpotqa_dev500 (docs/transfer.md)."""
+
+    read_last: int = Field(
+        16, ge=1,
+        description="After the title-following script, read the question's own retrieval list at ranks "
+        "k0+1..read_last that the script lacks and add the ONE page `ranker` scores highest, beyond the document cap "
+        "(docs/transfer.md, 'Reading with what the script found': 16). Must be above retriever.k.",
+    )
+    ranker: str = Field(
+        "links-reader-hotpotqa",
+        description="The trained ranker that picks that page (searcher/title_following/links.py): a shipped name "
+        "(searcher/policies/<name>.json) or the path of a ranker file ({\"weights\": ...}). The shipped "
+        "links-reader-hotpotqa weighs the score of the pointwise reader shipped beside it, which it loads itself (the "
+        "best searcher on hotpotqa_dev500); links-hotpotqa runs no model: bm25 rank and whether a found document or "
+        "the question names the page.",
+    )
+    reader: str | None = Field(
+        None,
+        description="For a ranker that weighs the reader's score: the trained pointwise reader "
+        "(searcher/title_following/reader.py; a checkpoint directory or LoRA adapter) that scores each candidate page "
+        "for the question, one small forward pass a page, batched. None: the reader the ranker names where it ships "
+        "(links-reader-hotpotqa's), or none (links-hotpotqa).",
+    )
+    threads: int | None = Field(
+        None, ge=1,
+        description="torch threads of the reader (None = s3core.devices' choice for this machine: all cores when idle, "
+        "1 when they are busy).",
+    )
+
+
+# settings that moved into a kind's own section: the old flat key -> its new place
+MOVED = {"read_last": "reading.read_last", "ranker": "reading.ranker", "reader": "reading.reader"}
+
+
 class SearcherConfig(Section):
-    kind: Literal["llm", "title_following"] = Field(
+    kind: Literal["llm", "title_following", "reading"] = Field(
         "llm",
-        description="What drives the search: 'llm' = a policy model (the s3 loop; the settings below), "
-        "'title_following' = a script, no model: it searches every title-like span of the question and of naive "
-        "RAG's top-k0 and adds the pages titled exactly as a span (k per span, up to context_cap; one span turn). It "
-        "needs titled documents (an index without titles is refused) and is the control trained searchers are "
-        "reported against (docs/transfer.md; cap 5 there).",
+        description="What drives the search (searcher/kinds.py, one registry): 'llm' = a policy model (the s3 loop; "
+        "the settings below); 'title_following' = a script, no model: it searches every title-like span of the "
+        "question and of naive RAG's top-k0 and adds the pages titled exactly as a span (k per span, up to "
+        "context_cap; one span turn; [searcher.title_following]); 'reading' = that script plus one page of the "
+        "question's own ranks k0+1..read_last picked by a trained ranker over a small reader ([searcher.reading]; the "
+        "best searcher measured on titled corpora). The scripts need titled documents (an index without titles is "
+        "refused). A setting of another kind's section is refused. `s3 search / serve / mcp` pick the best shipped "
+        "searcher for the index when none is named (searcher.default_policy).",
     )
     policy: Literal["litellm", "transformers", "vllm"] = Field("litellm", description="Policy backend of the searcher LLM.")
     model: str = Field(
@@ -155,12 +205,14 @@ class SearcherConfig(Section):
     )
     policy_path: str | None = Field(None, description="A trained checkpoint to load instead of `model` (s3 train output).")
     default_policy: str | None = Field(
-        "smollm2-135m-hotpotqa",
-        description="The trained searcher `s3 search`, `s3 serve`, `s3 mcp`, `s3 demo` and `s3.build_searcher` use when "
-        "none is named (no --policy, no policy_path, no explicit searcher.model / searcher.api_base, searcher.policy not "
-        "set to 'litellm'): a policy shipped with s3 (searcher/policies/<name>), served on the loop its searcher.json "
-        "records over your index. none (or the `--untrained` flag) = the untrained zero-shot LLM searcher "
-        "(searcher.policy / searcher.model). `s3 eval` and training evaluate the searcher they are given.",
+        "auto",
+        description="The searcher `s3 search`, `s3 serve`, `s3 mcp`, `s3 demo` and `s3.build_searcher` run when none is "
+        "named (no --searcher / --policy, no policy_path, no explicit searcher.kind / model / api_base, searcher.policy "
+        "not set to 'litellm'): 'auto' = the best measured shipped searcher for the index at hand (a titled index: "
+        "reading-hotpotqa; one without titles: smollm2-135m-hotpotqa; `s3 searchers` lists them with their scores), or "
+        "a shipped searcher's name (searcher/policies/<name>), run on the settings its searcher.json records over your "
+        "index. none (or the `--untrained` flag) = the searcher this section describes (the untrained zero-shot LLM "
+        "searcher by default). `s3 eval` and training evaluate the searcher they are given.",
     )
     input_cost_per_mtok: float | None = Field(
         None, ge=0,
@@ -189,28 +241,6 @@ class SearcherConfig(Section):
         "baseline (GBR's Acc(G(Q, D_RAG))) and retrieval_gain's reference are the script's documents.",
     )
     start_cap: int = Field(5, ge=1, description="The document cap of the title-following start (start = 'title_following').")
-    read_last: int = Field(
-        0, ge=0,
-        description="title_following only: after its span turn, read the question's own retrieval list at ranks "
-        "k0+1..read_last that the script lacks and add the ONE page `ranker` scores highest, beyond the document cap "
-        "(docs/transfer.md, 'Reading with what the script found': read_last 16). 0 = the script alone.",
-    )
-    ranker: str = Field(
-        "links-hotpotqa",
-        description="title_following with read_last > 0: the trained ranker that picks that page (searcher/links.py): "
-        "a shipped name (searcher/policies/<name>.json) or the path of a ranker file ({\"weights\": ...}). The shipped "
-        "links-hotpotqa runs no model: bm25 rank and whether a found document or the question names the page; "
-        "links-reader-hotpotqa also weighs the score of the pointwise reader shipped beside it, which it loads itself "
-        "(the best searcher on hotpotqa_dev500, docs/transfer.md).",
-    )
-    reader: str | None = Field(
-        None,
-        description="title_following with read_last > 0 and a ranker that weighs the reader's score: the trained "
-        "pointwise reader (searcher/reader.py; a checkpoint directory or LoRA adapter from `benchmarks/"
-        "selection_probe.py run --reader pointwise --save`) that scores each candidate page for the question, one "
-        "small forward pass a page. None: the reader the ranker names where it ships (links-reader-hotpotqa's), or "
-        "none (links-hotpotqa).",
-    )
     k: int = Field(8, ge=1, description="Documents retrieved per search turn (paper: 8).")
     max_select: int = Field(3, ge=1, description="Documents the policy may select per window (paper: 3).")
     max_turns: int = Field(3, ge=0, description="Search turns after begin-with-search (paper: 3).")
@@ -265,6 +295,20 @@ class SearcherConfig(Section):
         "GGUF base, else torch. Inference only: training always runs torch.",
     )
     vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="The vLLM engine (policy = 'vllm').")
+    title_following: TitleFollowingConfig = Field(
+        default_factory=TitleFollowingConfig, description="The title-following script (kind 'title_following').")
+    reading: ReadingConfig = Field(default_factory=ReadingConfig, description="The reading searcher (kind 'reading').")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: object) -> object:
+        """A flat key that moved into a kind's section is refused with its new name, never ignored."""
+        if isinstance(data, dict):
+            for old, new in MOVED.items():
+                if old in data:
+                    raise ValueError(f"searcher.{old} is a setting of the reading searcher: it is now searcher.{new} "
+                                     f"(with searcher.kind = 'reading')")
+        return data
 
     @property
     def max_contexts(self) -> int:

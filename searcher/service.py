@@ -406,13 +406,15 @@ def create_search_app(
     default_topk: int = 3,
     model: str | None = None,
     index: str | None = None,
+    why: str | None = None,
 ) -> Any:
     """Build the FastAPI app (`/search`, `/retrieve`, `/health`).
 
     searcher: an S3Searcher, or anything with its `cfg` and `search(questions, *, cfg=, cancelled=)` (ServedSearcher);
     retriever: the searcher's retriever (for /retrieve and the corpus size); service_cfg: limits, timeouts, batching;
     searcher_cfg: the loop settings requests run with (default: the searcher's own; a request's k / max_turns apply on
-    top); default_topk: /retrieve's topk; model / index: names reported by /health (default: the searcher's model)."""
+    top); default_topk: /retrieve's topk; model / index: names reported by /health (default: the searcher's model);
+    why: which searcher runs and why, in words (s3/build.py), reported by /health with the searcher's `describe()`."""
     from contextlib import asynccontextmanager
     from pathlib import PurePath
 
@@ -421,9 +423,10 @@ def create_search_app(
     from searcher.serving import ERROR_RESPONSES, ApiError, app_kwargs, check_response_budget, protect
 
     searcher_cfg = searcher.cfg if searcher_cfg is None else searcher_cfg
-    if model is None:  # the title-following script has no model: /health names the script
-        model = ("title_following" if searcher_cfg.kind == "title_following"
-                 else searcher_cfg.policy_path or searcher_cfg.model)
+    describe = getattr(searcher, "describe", None)  # every Searcher says what it is (searcher/base.py)
+    described: dict[str, Any] = describe() if callable(describe) else {}
+    if model is None:  # a script has no model: /health names its kind
+        model = described.get("model") or described.get("kind") or searcher_cfg.policy_path or searcher_cfg.model
     if index is not None:
         index = PurePath(index).name  # /health names the index, never a path of the serving machine
     price = policy_price(searcher_cfg)
@@ -473,6 +476,7 @@ def create_search_app(
         return {
             "status": "ok",
             "model": model,
+            "searcher": {**described, "why": why},
             "index": index,
             "corpus_size": _corpus_size(retriever),
             "defaults": default_settings(searcher_cfg).model_dump(),

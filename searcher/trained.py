@@ -29,7 +29,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from s3core.errors import ConfigError, S3Error
-from s3core.io import file_sha256, text_sha256, write_json_atomic
+from s3core.io import JsonObject, file_sha256, text_sha256, write_json_atomic
 from searcher.config import RetrieverConfig, SearcherConfig
 from searcher.protocol import s3_prompt_sha256
 
@@ -54,13 +54,20 @@ class RetrieverRecord(BaseModel):
 
 
 class TrainedSearcherRecord(BaseModel):
+    """searcher.json. `kind`: the searcher kind it runs (searcher/kinds.py; records before format 2 are 'llm'); a
+    searcher that runs no policy of its own (a script, the reading searcher) records its settings only, with its kind's
+    sections as tables ({"reading": {"read_last": 16, ...}}), and no retriever: it runs over the user's index. `card`:
+    what `s3 searchers` shows of a shipped one (where it applies, what it measured)."""
+
     model_config = ConfigDict(extra="ignore")
 
     format: int = 1
+    kind: str = "llm"
     base_model: str | None = None
-    searcher: dict[str, int | str | bool | None]
+    searcher: dict[str, int | str | bool | dict[str, int | str | bool | None] | None]
     prompt_sha256: str | None = None
-    retriever: RetrieverRecord
+    retriever: RetrieverRecord | None = None
+    card: JsonObject | None = None
 
 
 def index_fingerprint(index_dir: Path) -> str | None:
@@ -136,6 +143,8 @@ def relocate_record(src: Path, dst: Path) -> Path | None:
         return p if os.path.isabs(p) else os.path.relpath((src / p).resolve(), dst.resolve())
 
     retr = record.retriever
+    if retr is None:  # nothing relative to move
+        return write_record(record, dst)
     update: dict[str, str] = {}
     if retr.index:
         update["index"] = move(retr.index)
@@ -176,12 +185,22 @@ def apply_record(
     explicit: dotted keys the user set ("searcher.max_turns", "retriever.k"): those keep the user's value.
     index: an explicit --index (wins; the record's fingerprint is then not checked).
     """
-    s_update = {k: v for k, v in record.searcher.items() if k in LOOP_KEYS and f"searcher.{k}" not in explicit}
+    s_update: JsonObject = {k: v for k, v in record.searcher.items()
+                                if k in LOOP_KEYS and f"searcher.{k}" not in explicit}
+    if "searcher.kind" not in explicit:
+        s_update["kind"] = record.kind
+    base = searcher_cfg.model_dump()
+    for section, table in record.searcher.items():  # a kind's own section: its recorded keys, except explicit ones
+        if isinstance(table, dict) and section in SearcherConfig.model_fields:
+            s_update[section] = {**base[section], **{k: v for k, v in table.items()
+                                                     if f"searcher.{section}.{k}" not in explicit}}
+    searcher_out = SearcherConfig.model_validate({**base, **s_update})
+    if record.retriever is None:  # it runs over the user's index, with the user's retriever settings
+        return searcher_out, retriever_cfg, index
     r_update: dict[str, object] = {}
     for key in ("backend", "k"):
         if f"retriever.{key}" not in explicit:
             r_update[key] = getattr(record.retriever, key)
-    searcher_out = SearcherConfig.model_validate({**searcher_cfg.model_dump(), **s_update})
     retriever_out = retriever_cfg.model_copy(update=r_update)
     if index is not None or "retriever.index" in explicit or record.retriever.index is None:
         return searcher_out, retriever_out, index

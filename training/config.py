@@ -19,10 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Protocol
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from eval.config import EvalSettings
 from s3core.configbase import Section
+from training.rewards import REGISTRY, reward_spec
 
 # flat [training] keys of s3 before the sub-tables -> where each lives now (a config that uses one gets this key)
 MOVED_KEYS = {
@@ -353,12 +354,9 @@ class TrainingConfig(Section):
     )
     mode: Literal["s3", "search_r1"] = Field("s3", description="'s3' trains a searcher with a frozen generator; 'search_r1' end to end.")
     algorithm: Literal["grpo", "ppo"] = Field("grpo", description="Policy-gradient algorithm.")
-    reward: Literal["gbr", "acc_plus_gbr", "em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated",
-                    "retrieval_gain"] = Field(
-        "gbr", description="Reward function (training/rewards.py). 'retrieval_gain': a retrieval-level gain beyond naive "
-        "RAG with no generator call (+1 per gold supporting paragraph added that naive RAG's top-k lacked, -1 per gold "
-        "paragraph of the top-k dropped, -retrieval_cost per non-gold paragraph added); needs supporting ids and "
-        "searcher.begin_with_search."
+    reward: str = Field(
+        "gbr", description="Reward function, a name of training/rewards.py's REGISTRY: "
+        + " ".join(f"'{s.name}': {s.description}" for s in REGISTRY.values())
     )
     confidence_beta: float = Field(0.4, ge=0, le=1, description="Search Wisely's beta for the confidence-gated reward.")
     retrieval_cost: float = Field(
@@ -412,8 +410,15 @@ class TrainingConfig(Section):
                                  + " (the [training] settings moved into sub-tables: docs/configuration.md)")
         return data
 
+    @field_validator("reward")
+    @classmethod
+    def _known_reward(cls, name: str) -> str:
+        reward_spec(name)  # the registry as it is now: a ValueError naming its rewards
+        return name
+
     @model_validator(mode="after")
     def _check(self) -> TrainingConfig:
+        reward = reward_spec(self.reward)
         if self.algorithm == "grpo" and self.rollout.group_size < 2:
             raise ValueError("GRPO needs training.rollout.group_size >= 2 (the group is its baseline); set it or use ppo")
         if self.heldout.every and not self.heldout.questions:
@@ -425,14 +430,14 @@ class TrainingConfig(Section):
                 "moved in three steps). Use training.learner.dtype = 'float32' with training.learner.autocast = 'bf16' "
                 "(float32 master weights, bf16 compute: 16 bytes a parameter), or training.learner.lora = true (bf16 "
                 "base weights are fine when only the float32 adapters train)")
-        if self.rollout.max_staleness and self.reward == "confidence_gated" and self.rollout.engine == "vllm":
-            raise ValueError("training.reward = 'confidence_gated' on vLLM rollouts needs the learner's log-probs of "
+        if self.rollout.max_staleness and reward.query_logprobs and self.rollout.engine == "vllm":
+            raise ValueError(f"training.reward = {self.reward!r} on vLLM rollouts needs the learner's log-probs of "
                              "each rollout before it is scored, at the weights it was rolled out with: set "
                              "training.rollout.max_staleness = 0 (or the transformers engine)")
         if self.update.turn_credit and (self.algorithm != "grpo" or self.mode != "s3"):
             raise ValueError("training.update.turn_credit credits the s3 searcher's selections on GRPO's advantages: it "
                              f"needs training.algorithm = 'grpo' and mode = 's3' (got {self.algorithm!r}, {self.mode!r})")
-        if self.mode == "search_r1" and self.reward not in ("em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated"):
+        if self.mode == "search_r1" and "search_r1" not in reward.modes:
             raise ValueError(f"search_r1 mode answers itself: training.reward={self.reward!r} needs a generator; use 'em'")
         return self
 

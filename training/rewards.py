@@ -28,6 +28,13 @@ the update. It is never turned into 0.
   normalisation (training.format_advantage = 'centred': a group whose task rewards are all equal no longer gets
   full-size advantages from it) and counts those format-only groups.
 
+Every reward is one entry of `REGISTRY` (a `RewardSpec`, at the end of this module): its name, how `RewardScorer`
+scores a batch with it, whether it calls the frozen generator (and judge) in s3 mode, whether it reads the cached
+naive-RAG baseline, the modes it applies to and a one-line description. The rest of s3 asks the registry
+(`reward_spec`), never the reward's name: training.reward is checked against it (training/config.py), the run's
+spend follows `calls_generator` (training/rollouts/budget.py) and the data preparation computes the baseline where
+`reads_baseline` (training/prep/data.py). A new reward is a batch function here and one entry of the table.
+
 `RewardScorer` turns SearchResults into these rewards, calling the frozen generator (and judge, via the metric)
 batched and concurrently through the generator layer. Where a rollout's documents are naive RAG's top-k exactly (same
 ids, same order: an additive searcher that added nothing, or a selection that kept D0 as it came), the generator would
@@ -40,14 +47,17 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from s3core.types import Document, QAExample, SearchResult, Trajectory
 
 __all__ = [
+    "NO_GENERATOR_REWARDS",
+    "REGISTRY",
     "REWARDS",
     "RewardBatch",
     "RewardScorer",
+    "RewardSpec",
     "acc_plus_gbr",
     "confidence_gated",
     "exact_match_reward",
@@ -60,13 +70,11 @@ __all__ = [
     "r1_searcher_stage1",
     "r1_searcher_stage2",
     "retrieval_gain",
+    "reward_names",
+    "reward_spec",
     "top_k_of",
     "turn_credits",
 ]
-
-REWARDS = ("gbr", "acc_plus_gbr", "em", "r1_searcher_stage1", "r1_searcher_stage2", "confidence_gated", "retrieval_gain")
-# rewards that never call the frozen generator or the judge in s3 mode (no Accuracy is built, nothing is priced)
-NO_GENERATOR_REWARDS = ("r1_searcher_stage1", "retrieval_gain")
 
 
 def _check_lengths(name: str, *columns: Sequence[Any]) -> None:
@@ -328,11 +336,12 @@ AccuracyFn = Callable[[list[str], list[list[Document]], list[list[str]]], Awaita
 
 
 class RewardScorer:
-    """Scores SearchResults with the configured reward.
+    """Scores SearchResults with the configured reward (its `REGISTRY` entry's `score`).
 
     `accuracy` is an async batch function `(questions, documents_per_question, golden) -> list[float | None]`
     that calls the frozen generator (batched, concurrent) and applies the metric (span / GenAcc with the judge);
     `baseline` maps question id -> cached Acc(G(Q, D_RAG)). `em` and `f1` are the eval-layer metrics for answers.
+    A reward's scoring function reads these, and the scorer's `baseline_for` / `acc_s3` / `correct`.
     """
 
     def __init__(
@@ -351,8 +360,7 @@ class RewardScorer:
         retrieval_cost: float = 0.25,
         turn_credit: bool = False,
     ) -> None:
-        if reward not in REWARDS:
-            raise ValueError(f"unknown reward {reward!r}; choose one of {', '.join(REWARDS)}")
+        self.spec = reward_spec(reward)  # an unknown name is a ValueError naming the registry's
         self.reward = reward
         self.accuracy = accuracy
         self.baseline = baseline or {}
@@ -376,9 +384,14 @@ class RewardScorer:
         scored from the cached baseline without a generator call."""
         return {"reused_baseline": float(self.reused_baseline)}
 
-    def _baseline_for(self, examples: Sequence[QAExample]) -> list[float | None]:
+    def baseline_for(self, examples: Sequence[QAExample]) -> list[float | None]:
+        """The cached Acc(G(Q, D_RAG)) of each question: for a reward whose entry says `baseline` (the preparation
+        computes it only then); a question without one is an error, never a silent 0."""
         from s3core.errors import S3Error
 
+        if not self.spec.baseline:
+            raise ValueError(f"reward {self.reward!r} reads the naive-RAG baseline: its REGISTRY entry must say "
+                             "baseline=True (the training data's preparation computes it only then)")
         missing = [e.id for e in examples if e.id not in self.baseline]
         if missing:
             raise S3Error(
@@ -387,13 +400,13 @@ class RewardScorer:
             )
         return [self.baseline[e.id] for e in examples]
 
-    async def _correct(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> list[float | None]:
+    async def correct(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> list[float | None]:
         """Correctness of the final answer: the policy's own (end to end, EM) or the generator's on D_s3."""
         if self.end_to_end:
             if self.em is None:
                 raise ValueError("end-to-end rewards need an exact-match function")
             return exact_match_reward([r.answer for r in results], [e.golden_answers for e in examples], self.em)
-        return (await self._acc_s3(results, examples))[0]
+        return (await self.acc_s3(results, examples))[0]
 
     def _reusable(self, result: SearchResult, example: QAExample) -> bool:
         """Whether the rollout's documents are naive RAG's top-k as it came (ids and order) and that question's
@@ -401,7 +414,7 @@ class RewardScorer:
         top = top_k_of(result)
         return top is not None and example.id in self.baseline and [d.id for d in result.documents] == top
 
-    async def _acc_s3(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> tuple[list[float | None], int]:
+    async def acc_s3(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> tuple[list[float | None], int]:
         """(Acc(G(Q, D_s3)) per rollout, how many came from the cached baseline without a call)."""
         if self.accuracy is None:
             raise ValueError(f"reward {self.reward!r} needs the generator (an accuracy function)")
@@ -424,7 +437,10 @@ class RewardScorer:
     async def score(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> RewardBatch:
         """The configured reward, minus `invalid_penalty` x each rollout's invalid-turn fraction when that is set; with
         `turn_credit`, each reply's credit as well (no generator call)."""
-        batch = await self._score(results, examples)
+        _check_lengths("RewardScorer.score", results, examples)
+        if not self.end_to_end and "s3" not in self.spec.modes:
+            raise ValueError(f"reward {self.reward!r} scores the policy's own answer: use it in search_r1 mode")
+        batch = await self.spec.score(self, results, examples)
         if self.invalid_penalty:
             batch.rewards = penalize_invalid(batch.rewards, [invalid_fraction(x) for x in results], self.invalid_penalty)
         if self.turn_credit:
@@ -432,58 +448,151 @@ class RewardScorer:
                                   for x, e in zip(results, examples, strict=True)]
         return batch
 
-    async def _score(self, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> RewardBatch:
-        _check_lengths("RewardScorer.score", results, examples)
-        r = self.reward
-        if r in ("gbr", "acc_plus_gbr"):
-            rag = self._baseline_for(examples)  # a missing baseline is an error, checked before any call
-            acc, reused = await self._acc_s3(results, examples)
-            rewards = gbr(acc, rag) if r == "gbr" else acc_plus_gbr(acc, rag)
-            return RewardBatch(rewards, acc_s3=acc, acc_rag=rag, generator_failures=sum(a is None for a in acc),
-                               reused_baseline=reused)
-        if r == "retrieval_gain":
-            from s3core.errors import S3Error
 
-            top = [top_k_of(x) for x in results]
-            if all(t is None for t in top):
-                raise S3Error("reward 'retrieval_gain' compares with naive RAG's top-k, the begin-with-search turn: set "
-                              "searcher.begin_with_search = true")
-            if not any(e.supporting_ids for e in examples):
-                raise S3Error("reward 'retrieval_gain' needs the questions' gold supporting paragraphs "
-                              "(metadata.supporting_ids); none of this batch's questions has them")
-            found = [[d.id for d in x.documents] for x in results]
-            gold = [e.supporting_ids for e in examples]
-            golds, others = added_counts(found, top, gold)
-            return RewardBatch(retrieval_gain(found, top, gold, self.retrieval_cost), gold_added=golds,
-                               other_added=others)
-        if r == "em":
-            if self.em is None:
-                raise ValueError("reward 'em' needs an exact-match function")
-            if not self.end_to_end:
-                raise ValueError("reward 'em' scores the policy's own answer: use it in search_r1 mode")
-            return RewardBatch(exact_match_reward([x.answer for x in results], [e.golden_answers for e in examples], self.em))
-        fmt = [format_ok(x, needs_answer=self.end_to_end) for x in results]
-        if r == "r1_searcher_stage1":
-            return RewardBatch(r1_searcher_stage1([x.turns for x in results], fmt))
-        if r == "r1_searcher_stage2":
-            if self.end_to_end:
-                if self.f1 is None:
-                    raise ValueError("reward 'r1_searcher_stage2' needs an F1 function")
-                f1s: list[float | None] = [
-                    0.0 if x.answer is None else float(self.f1(x.answer, e.golden_answers))
-                    for x, e in zip(results, examples, strict=True)
-                ]
-                return RewardBatch(r1_searcher_stage2(f1s, fmt))
-            acc, reused = await self._acc_s3(results, examples)  # s3 mode: the generator's answer, via `accuracy`
-            return RewardBatch(r1_searcher_stage2(acc, fmt), acc_s3=acc, generator_failures=sum(a is None for a in acc),
-                               reused_baseline=reused)
-        # confidence_gated
-        if self.decode is None:
-            raise ValueError("reward 'confidence_gated' needs the policy tokenizer's decode")
-        correct = await self._correct(results, examples)
-        conf: list[float | None] = []
-        for x in results:
-            if x.trajectory is None:
-                raise ValueError("confidence_gated needs token trajectories (a trainable policy)")
-            conf.append(min_query_prob(query_token_logprobs(x.trajectory, self.decode, *self.query_tags)))
-        return RewardBatch(confidence_gated(correct, conf, self.beta), acc_s3=None if self.end_to_end else correct)
+# ------------------------------------------------------------------------------------------------ the registry
+# How RewardScorer scores a batch with one reward: (the scorer, its settings and generator; the rollouts; their
+# questions) -> the batch's rewards and the terms they came from.
+ScoreFn = Callable[[RewardScorer, Sequence[SearchResult], Sequence[QAExample]], Awaitable[RewardBatch]]
+Mode = Literal["s3", "search_r1"]  # training.mode
+
+
+async def _score_gbr_like(s: RewardScorer, results: Sequence[SearchResult], examples: Sequence[QAExample],
+                          combine: Callable[[Sequence[float | None], Sequence[float | None]], list[float | None]],
+                          ) -> RewardBatch:
+    rag = s.baseline_for(examples)  # a missing baseline is an error, checked before any call
+    acc, reused = await s.acc_s3(results, examples)
+    return RewardBatch(combine(acc, rag), acc_s3=acc, acc_rag=rag, generator_failures=sum(a is None for a in acc),
+                       reused_baseline=reused)
+
+
+async def _score_gbr(s: RewardScorer, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> RewardBatch:
+    return await _score_gbr_like(s, results, examples, gbr)
+
+
+async def _score_acc_plus_gbr(s: RewardScorer, results: Sequence[SearchResult],
+                              examples: Sequence[QAExample]) -> RewardBatch:
+    return await _score_gbr_like(s, results, examples, acc_plus_gbr)
+
+
+async def _score_em(s: RewardScorer, results: Sequence[SearchResult], examples: Sequence[QAExample]) -> RewardBatch:
+    if s.em is None:
+        raise ValueError("reward 'em' needs an exact-match function")
+    return RewardBatch(exact_match_reward([x.answer for x in results], [e.golden_answers for e in examples], s.em))
+
+
+async def _score_r1_stage1(s: RewardScorer, results: Sequence[SearchResult],
+                           examples: Sequence[QAExample]) -> RewardBatch:
+    fmt = [format_ok(x, needs_answer=s.end_to_end) for x in results]
+    return RewardBatch(r1_searcher_stage1([x.turns for x in results], fmt))
+
+
+async def _score_r1_stage2(s: RewardScorer, results: Sequence[SearchResult],
+                           examples: Sequence[QAExample]) -> RewardBatch:
+    fmt = [format_ok(x, needs_answer=s.end_to_end) for x in results]
+    if s.end_to_end:
+        if s.f1 is None:
+            raise ValueError("reward 'r1_searcher_stage2' needs an F1 function")
+        f1s: list[float | None] = [
+            0.0 if x.answer is None else float(s.f1(x.answer, e.golden_answers))
+            for x, e in zip(results, examples, strict=True)
+        ]
+        return RewardBatch(r1_searcher_stage2(f1s, fmt))
+    acc, reused = await s.acc_s3(results, examples)  # s3 mode: the generator's answer, via `accuracy`
+    return RewardBatch(r1_searcher_stage2(acc, fmt), acc_s3=acc, generator_failures=sum(a is None for a in acc),
+                       reused_baseline=reused)
+
+
+async def _score_confidence_gated(s: RewardScorer, results: Sequence[SearchResult],
+                                  examples: Sequence[QAExample]) -> RewardBatch:
+    if s.decode is None:
+        raise ValueError("reward 'confidence_gated' needs the policy tokenizer's decode")
+    correct = await s.correct(results, examples)
+    conf: list[float | None] = []
+    for x in results:
+        if x.trajectory is None:
+            raise ValueError("confidence_gated needs token trajectories (a trainable policy)")
+        conf.append(min_query_prob(query_token_logprobs(x.trajectory, s.decode, *s.query_tags)))
+    return RewardBatch(confidence_gated(correct, conf, s.beta), acc_s3=None if s.end_to_end else correct)
+
+
+async def _score_retrieval_gain(s: RewardScorer, results: Sequence[SearchResult],
+                                examples: Sequence[QAExample]) -> RewardBatch:
+    from s3core.errors import S3Error
+
+    top = [top_k_of(x) for x in results]
+    if all(t is None for t in top):
+        raise S3Error("reward 'retrieval_gain' compares with naive RAG's top-k, the begin-with-search turn: set "
+                      "searcher.begin_with_search = true")
+    if not any(e.supporting_ids for e in examples):
+        raise S3Error("reward 'retrieval_gain' needs the questions' gold supporting paragraphs "
+                      "(metadata.supporting_ids); none of this batch's questions has them")
+    found = [[d.id for d in x.documents] for x in results]
+    gold = [e.supporting_ids for e in examples]
+    golds, others = added_counts(found, top, gold)
+    return RewardBatch(retrieval_gain(found, top, gold, s.retrieval_cost), gold_added=golds, other_added=others)
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """One reward, everything the rest of s3 asks about it: a new reward is one `REGISTRY` entry (and its batch
+    function above). Search_r1 mode never calls the generator: the policy answers itself."""
+
+    name: str  # training.reward
+    description: str  # one line: the configuration reference lists it (training/config.py)
+    score: ScoreFn  # how RewardScorer scores a batch with it
+    generator: bool  # in s3 mode it calls the frozen generator (and the judge): an Accuracy is built, the calls priced
+    baseline: bool = False  # it reads the cached naive-RAG Acc(G(Q, D_RAG)) (s3 mode): the data preparation computes it
+    # the training.mode values it scores in (search_r1: the policy's own answer). The configuration refuses search_r1
+    # mode for an entry without it; an s3 configuration may name a search_r1-only reward (em: data prepared without a
+    # baseline), and the scorer refuses to score it there.
+    modes: tuple[Mode, ...] = ("s3", "search_r1")
+    query_logprobs: bool = False  # it reads the policy's log-probs of its query tokens (token trajectories needed)
+
+    def calls_generator(self, mode: str) -> bool:
+        """Whether scoring it in `mode` calls the frozen generator (and the judge): paid, priced, budgeted."""
+        return mode == "s3" and self.generator
+
+    def reads_baseline(self, mode: str) -> bool:
+        """Whether training in `mode` reads the cached naive-RAG baseline (the preparation computes it then)."""
+        return mode == "s3" and self.baseline
+
+
+# THE table of rewards, in the order the configuration reference lists them. Tests add a toy entry with
+# `monkeypatch.setitem(REGISTRY, name, spec)`; everything that asks about a reward reads this dict when it asks.
+REGISTRY: dict[str, RewardSpec] = {s.name: s for s in (
+    RewardSpec("gbr", "Gain Beyond RAG (s3 paper): Acc(G(Q, D_s3)) - Acc(G(Q, D_RAG)).", _score_gbr,
+               generator=True, baseline=True, modes=("s3",)),
+    RewardSpec("acc_plus_gbr", "Acc(G(Q, D_s3)) + GBR, the s3 authors' released code (denser).", _score_acc_plus_gbr,
+               generator=True, baseline=True, modes=("s3",)),
+    RewardSpec("em", "Search-R1: exact match of the policy's own answer (search_r1 mode).", _score_em,
+               generator=False, modes=("search_r1",)),
+    RewardSpec("r1_searcher_stage1", "R1-Searcher stage 1: 0.5 for searching at least once + 0.5 for the format; "
+               "no generator call.", _score_r1_stage1, generator=False),
+    RewardSpec("r1_searcher_stage2", "R1-Searcher stage 2: answer F1 (s3 mode: the generator's Acc) + a format "
+               "penalty (0 / -2).", _score_r1_stage2, generator=True),
+    RewardSpec("confidence_gated", "Search Wisely's beta-GRPO: 1 when the answer is correct and every query token's "
+               "probability exceeds confidence_beta.", _score_confidence_gated, generator=True, query_logprobs=True),
+    RewardSpec("retrieval_gain", "a retrieval-level gain beyond naive RAG with no generator call (+1 per gold "
+               "supporting paragraph added that naive RAG's top-k lacked, -1 per gold paragraph of the top-k dropped, "
+               "-retrieval_cost per non-gold paragraph added); needs supporting ids and searcher.begin_with_search.",
+               _score_retrieval_gain, generator=False, modes=("s3",)),
+)}
+
+
+def reward_names() -> tuple[str, ...]:
+    """The registry's reward names, as it is now."""
+    return tuple(REGISTRY)
+
+
+def reward_spec(name: str) -> RewardSpec:
+    """The registry's entry for `name`; an unknown name is a ValueError that lists the known ones."""
+    spec = REGISTRY.get(name)
+    if spec is None:
+        raise ValueError(f"unknown reward {name!r}; choose one of {', '.join(REGISTRY)}")
+    return spec
+
+
+# views of the registry as it is at import, for code that names them
+REWARDS = reward_names()
+# rewards that never call the frozen generator or the judge in s3 mode (no Accuracy is built, nothing is priced)
+NO_GENERATOR_REWARDS = tuple(s.name for s in REGISTRY.values() if "s3" in s.modes and not s.generator)

@@ -132,10 +132,11 @@ class _AnswerMemo:
     --resamples) makes no policy call. Failed calls are not kept (asked again next time)."""
 
     def __init__(self, path: Path, model: str) -> None:
-        from s3core.io import read_jsonl
+        from s3core.io import read_jsonl, stored
 
         self.path, self.model = path, model
-        rows = read_jsonl(path, torn_tail="skip") if path.is_file() else []
+        kept = stored(path)  # or policy_answers.jsonl.gz, as benchmarks/results keeps it
+        rows = read_jsonl(kept, torn_tail="skip") if kept.is_file() else []
         self.seen = {str(r["key"]): str(r["text"]) for r in rows if "key" in r and "text" in r}
 
     def _key(self, chat: list[dict[str, str]]) -> str:
@@ -154,8 +155,7 @@ class _AnswerMemo:
         if not rows:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.is_file():
-            repair_tail(self.path)
+        repair_tail(self.path)  # a torn last line cut; a .gz unpacked first, so the appends extend its answers
         append_jsonl(self.path, rows)
         self.seen.update({str(r["key"]): str(r["text"]) for r in rows})
 

@@ -33,8 +33,7 @@ if TYPE_CHECKING:
 
 DEMO_METHODS = tuple(m for m in METHODS if not m.startswith("search_r1"))  # no Search-R1 agent: it needs training
 READING = "title_following_reader"  # the script plus the one page its trained ranker picks over the trained reader
-READING_RANKER = "links-reader-hotpotqa"  # searcher/policies/: the ranker, which loads the reader shipped beside it
-READ_LAST = 16  # the ranks it reads up to (docs/transfer.md, "Reading with what the script found")
+READING_SEARCHER = "reading-hotpotqa"  # searcher/policies/: the named reading searcher (its ranker loads its reader)
 SEARCHERS = ("title_following", READING, "searcher")  # the rows a GBR is shown for
 QUICK_N = 4
 DEFAULT_OUT = "s3-demo"
@@ -76,12 +75,14 @@ def demo_rows() -> tuple[str, ...]:
 
 
 def _row_config(cfg: S3Config, row: str) -> tuple[str, S3Config]:
-    """The eval method a row runs and the configuration it runs with (`READING`: the title-following method, reading
-    ranks k0+1..`READ_LAST` with the shipped ranker)."""
+    """The eval method a row runs and the configuration it runs with (`READING`: the searcher method, run live as the
+    named reading searcher `READING_SEARCHER` on the settings its searcher.json records)."""
     if row != READING:
         return row, cfg
-    s = cfg.searcher.model_copy(update={"read_last": READ_LAST, "ranker": READING_RANKER, "reader": None})
-    return "title_following", cfg.model_copy(update={"searcher": s})
+    from s3.build import trained_config
+
+    script = cfg.model_copy(update={"searcher": cfg.searcher.model_copy(update={"policy_path": None})})
+    return "searcher", trained_config(script, READING_SEARCHER)[0]
 
 
 def _console() -> Any:
@@ -238,7 +239,7 @@ def run_demo(args: argparse.Namespace, cfg: S3Config) -> int:
     for i, row in enumerate(rows, start=2):
         label = {"no_retrieval": "no retrieval", "naive_rag": "naive RAG top-3",
                  "title_following": "title-following script (no model; the trained searcher's document cap)",
-                 READING: f"title-following script + one page read by its trained reader ({READING_RANKER})",
+                 READING: f"the reading searcher ({READING_SEARCHER}: the script + one page read by its trained reader)",
                  "searcher": searcher_label}
         console.print(f"[bold]{i}/{steps}[/bold] {label[row]} -> frozen generator {cfg.generator.model}")
         method, row_cfg = _row_config(cfg, row)
@@ -287,7 +288,8 @@ def demo_policy(args: argparse.Namespace, cfg: S3Config) -> Path | None:
     """The trained searcher the demo shows: --policy, else the shipped one (searcher.default_policy); None = untrained
     (--untrained, or searcher.default_policy = none)."""
     from s3core.errors import ConfigError
-    from searcher.policies import shipped_policy
+    from searcher.kinds import KINDS
+    from searcher.policies import DEFAULT, catalog, shipped_policy
 
     if args.untrained:
         return None
@@ -296,7 +298,10 @@ def demo_policy(args: argparse.Namespace, cfg: S3Config) -> Path | None:
             raise ConfigError(f"--policy {args.policy}: no such directory")
         return Path(args.policy)
     name = cfg.searcher.default_policy
-    return None if name is None else shipped_policy(name)
+    if name is None:
+        return None
+    policies = {c.name for c in catalog() if KINDS[c.kind].runs_policy}  # the searcher row shows a trained policy
+    return shipped_policy(name if name in policies else DEFAULT)
 
 
 def _shown(policy: Path | None) -> str:
@@ -322,5 +327,5 @@ def _show_one_trajectory(console: Any, cfg: S3Config, index: Path, questions: li
 
     q = next((q for q in questions if q.metadata.get("hops") == 2), questions[0])
     console.print("\n[bold]One trajectory[/bold] (gold: " + ", ".join(q.metadata.get("gold_titles", [])) + ")")
-    searcher, retriever, _ = build_searcher(cfg, index=index)
+    searcher, retriever = build_searcher(cfg, index=index)[:2]
     print_trajectory(searcher.search_one(q), retriever, file=sys.stdout, additive=searcher.cfg.additive)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eval.methods import METHODS
+from s3core.errors import S3Error
 
 if TYPE_CHECKING:
     from s3.config import S3Config
@@ -27,6 +28,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--index", default=None, metavar="DIR", help="retrieval index (default: retriever.index)")
     p.add_argument("--contexts", default=None, metavar="FILE",
                    help="searcher contexts jsonl {id, documents:[{id,...}]} (method searcher)")
+    p.add_argument("--searcher", default=None, metavar="NAME",
+                   help="method searcher, run live: a named searcher (a shipped one, `s3 searchers`, or a trained run "
+                   "directory / policy folder) on the settings it records (default: the [searcher] section's)")
     p.add_argument("--generator", default=None, metavar="MODEL",
                    help="litellm model string of the frozen generator (default: generator.model)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N questions")
@@ -126,11 +130,16 @@ def _trained_loop(args: argparse.Namespace, cfg: S3Config) -> S3Config:
     """A trained searcher (searcher.policy_path holding a searcher.json) is evaluated on the loop it was trained with,
     as `s3 search --policy` serves it: the record's loop settings (queries_per_turn, additive, the cap, ...) except the
     keys the config files or --set give. The index stays the evaluation's own (--index / retriever.index)."""
+    from s3.build import trained_config
+    from searcher.trained import find_record
+
+    if getattr(args, "searcher", None) is not None:
+        if args.method != "searcher" or args.contexts:
+            raise S3Error("--searcher names the searcher --method searcher runs live (not with --contexts)")
+        return trained_config(cfg, args.searcher, Path(args.index) if args.index else cfg.resolve(cfg.retriever.index))[0]
     raw = cfg.searcher.policy_path
     if args.method != "searcher" or args.contexts or not raw:
         return cfg
-    from s3.build import trained_config
-    from searcher.trained import find_record
 
     policy = Path(raw) if Path(raw).exists() else cfg.resolve(raw)
     index = Path(args.index) if args.index else cfg.resolve(cfg.retriever.index)

@@ -62,7 +62,8 @@ def _mcp(args: argparse.Namespace, cfg: S3Config) -> int:
         from s3core.credentials import read_secret_env
 
         read_secret_env(cfg.service.auth_token_env, setting="service.auth_token_env")
-    cfg, searcher, retriever, _ = served_searcher(args, cfg)
+    built = served_searcher(args, cfg)
+    cfg, searcher, retriever = built.cfg, built.searcher, built.retriever
     server = MCPSearchServer(searcher, retriever, cfg.service.model_copy(update={"host": host, "port": port}),
                              searcher_cfg=cfg.searcher)
     if stdio:

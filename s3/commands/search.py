@@ -85,7 +85,8 @@ def _search(args: argparse.Namespace, cfg: S3Config) -> int:
                       f"{limit} (a search prompt must fit the searcher's context window)")
     if args.questions:
         return _search_file(args, cfg)
-    searcher, retriever, _ = build(untrained(args, cfg), args.index, args.policy)
+    searcher, retriever, _, _, why = build(untrained(args, cfg), args.index, args.policy)
+    print(f"searcher: {why}", file=sys.stderr)
     if args.json:  # the settings /search answers a request without k / max_turns with, from the same function
         from searcher.service import SearchRequest, check_request, policy_price, summarize_result
 
@@ -126,7 +127,8 @@ def _search_file(args: argparse.Namespace, cfg: S3Config) -> int:
     console.print(f"{len(questions)} questions, {len(questions) - len(todo)} already in {out}, {len(todo)} to search")
     if not todo:
         return 0
-    searcher, _, _ = build(untrained(args, cfg), args.index, args.policy)
+    searcher, _, _, _, why = build(untrained(args, cfg), args.index, args.policy)
+    console.print(f"searcher: {why}")
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     n_docs = n_turns = 0

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import socket
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from s3core.errors import S3Error
 
 if TYPE_CHECKING:
+    from s3.build import BuiltSearcher
     from s3.config import S3Config
 
 
@@ -94,26 +96,28 @@ def address(args: argparse.Namespace, cfg: S3Config) -> tuple[str, int]:
     return host, port
 
 
-def served_searcher(args: argparse.Namespace, cfg: S3Config) -> tuple[S3Config, Any, Any, Path | None]:
-    """The searcher `s3 serve` and `s3 mcp` serve: a --policy with the settings and index it was trained with (an
-    explicit --index / --set wins), else the config's. Returns (config, searcher, retriever, index)."""
-    from s3.build import build_searcher, searcher_config
+def served_searcher(args: argparse.Namespace, cfg: S3Config) -> BuiltSearcher:
+    """The searcher `s3 serve` and `s3 mcp` serve: a --searcher / --policy with the settings (and, for a trained policy,
+    the index) it records (an explicit --index / --set wins), else the configuration's own where it names one, else the
+    best shipped searcher for the index. Says on stderr which searcher runs and why."""
+    from s3.build import build_searcher
 
-    cfg, index = searcher_config(untrained(args, cfg), args.policy, args.index)
-    searcher, retriever, index = build_searcher(cfg, index)
-    return cfg, searcher, retriever, index
+    built = build_searcher(untrained(args, cfg), args.index, args.policy)
+    print(f"searcher: {built.why}", file=sys.stderr)
+    return built
 
 
 def add_searcher_args(p: argparse.ArgumentParser) -> None:
     """--index, --policy and --untrained: which searcher a command runs (s3 search, serve, mcp)."""
     p.add_argument("--index", type=Path, default=None, help="index directory (default: the trained run's, else retriever.index)")
     who = p.add_mutually_exclusive_group()
-    who.add_argument("--policy", type=Path, default=None,
-                     help="a trained searcher: run directory, checkpoint or policy folder (applies its recorded settings "
-                     "and index; default: the shipped one, searcher.default_policy)")
+    who.add_argument("--searcher", "--policy", dest="policy", default=None, metavar="NAME",
+                     help="a named searcher: a shipped one (`s3 searchers` lists them) or a trained run directory, "
+                     "checkpoint or policy folder (applies its recorded settings, and a trained policy's index; "
+                     "default: the best shipped searcher for the index, searcher.default_policy)")
     who.add_argument("--untrained", action="store_true",
-                     help="the untrained zero-shot LLM searcher (searcher.model) instead of the shipped trained one "
-                     "(= --set searcher.default_policy=none)")
+                     help="the searcher the [searcher] section describes (the untrained zero-shot LLM searcher, "
+                     "searcher.model) instead of a shipped one (= --set searcher.default_policy=none)")
 
 
 def untrained(args: argparse.Namespace, cfg: S3Config) -> S3Config:
@@ -127,10 +131,11 @@ def _serve(args: argparse.Namespace, cfg: S3Config) -> int:
     from searcher.service import create_search_app
 
     host, port = address(args, cfg)
-    cfg, searcher, retriever, index = served_searcher(args, cfg)
+    built = served_searcher(args, cfg)
+    cfg, searcher, retriever, index = built.cfg, built.searcher, built.retriever, built.index_dir
     app = create_search_app(
         searcher, retriever, cfg.service, searcher_cfg=cfg.searcher, default_topk=cfg.retriever.k,
-        index=str(index) if index is not None else None,
+        index=str(index) if index is not None else None, why=built.why,
     )
     sock = bind(host, port)
     print(f"s3 serve: http://{host}:{sock.getsockname()[1]}  (POST /search, POST /retrieve, GET /health)", flush=True)

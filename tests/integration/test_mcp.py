@@ -61,7 +61,7 @@ def server(index: Path) -> Any:
     from searcher.mcp_server import MCPSearchServer, policy_price
 
     cfg = _cfg(index, batch_window_ms=200)  # room for concurrent calls to meet in one batch
-    searcher, retriever, _ = build_searcher(cfg, index)
+    searcher, retriever = build_searcher(cfg, index)[:2]
     return MCPSearchServer(searcher, retriever, cfg.service, searcher_cfg=cfg.searcher,
                            price=policy_price(cfg.searcher)), cfg
 

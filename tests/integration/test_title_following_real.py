@@ -18,6 +18,7 @@ from test_service_http import LiveServer
 from dataprep import prepare
 from s3core.corpus import iter_corpus, read_questions, write_corpus
 from s3core.errors import ConfigError
+from s3core.io import read_jsonl, stored
 from s3core.types import Document, QAExample
 from searcher.build import build_configured_searcher, build_retriever
 from searcher.config import RetrieverConfig, SearcherConfig, ServiceConfig
@@ -27,9 +28,20 @@ from searcher.title_following import TitleFollowingSearcher
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "benchmarks" / "results" / "transfer3" / "checks" / "contexts" / "heuristic.jsonl"
-# the transfer checks' settings (configs/transfer3.toml, experiments/transfer_checks.py): k0 3, k 8 a span, cap 5
+COMMITTED = REPO / "benchmarks" / "results" / "transfer3" / "checks" / "contexts" / "heuristic.jsonl"  # kept as .gz
+
+
+def committed_rows(name: str = COMMITTED.name) -> dict[str, dict[str, Any]]:
+    """A committed contexts file of the transfer checks by question id: contexts/NAME, or NAME.gz where only that is
+    kept (s3core.io `stored`)."""
+    return {r["id"]: r for r in read_jsonl(stored(COMMITTED.with_name(name)))}
+# the transfer checks' settings (configs/transfer3.toml, experiments/transfer/methods.py title_following): k0 3, k 8 a span, cap 5
 CHECKS = SearcherConfig(kind="title_following", k=8, context_cap=5, max_turns=1)
+
+
+def reading(**settings: object) -> SearcherConfig:
+    """The checks' script as the reading searcher, with these [searcher.reading] settings."""
+    return CHECKS.model_copy(update={"kind": "reading", "reading": CHECKS.reading.model_copy(update=settings)})
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +56,10 @@ def hotpot(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple
 
 
 def test_it_reproduces_the_committed_heuristic_contexts(hotpot: tuple[Path, Path, list[QAExample]]) -> None:
-    if not COMMITTED.is_file():
+    if not stored(COMMITTED).is_file():
         pytest.skip(f"{COMMITTED.relative_to(REPO)} is not in this checkout")
     _, index, qs = hotpot
-    committed = {r["id"]: [d["id"] for d in r["documents"]]
-                 for r in map(json.loads, COMMITTED.read_text(encoding="utf-8").splitlines())}
+    committed = {i: [d["id"] for d in r["documents"]] for i, r in committed_rows().items()}
     s = build_configured_searcher(CHECKS, build_retriever(RetrieverConfig(), index), k0=3)
     results = s.search(qs)
     got = {q.id: [d.id for d in r.documents] for q, r in zip(qs, results, strict=True)}
@@ -61,16 +72,16 @@ def test_it_reproduces_the_committed_heuristic_contexts(hotpot: tuple[Path, Path
 
 def test_reading_further_reproduces_the_committed_links_ranker_contexts(hotpot: tuple[Path, Path, list[QAExample]]
                                                                        ) -> None:
-    """searcher.read_last = 16 with the shipped links-hotpotqa ranker (no model) adds, on every question, the page
+    """searcher.reading.read_last = 16 with the shipped links-hotpotqa ranker (no model) adds, on every question, the page
     the transfer checks' heuristic_plus_links1 added (written by `benchmarks/transfer_checks.py read`, which fitted the
     ranker and wrote the shipped file): the product searcher is the measured one, all 500 questions."""
     committed = COMMITTED.with_name("heuristic_plus_links1.jsonl")
-    if not committed.is_file():
+    if not stored(committed).is_file():
         pytest.skip(f"{committed.relative_to(REPO)} is not in this checkout")
     _, index, qs = hotpot
-    rows = {r["id"]: r for r in map(json.loads, committed.read_text(encoding="utf-8").splitlines())}
-    s = build_configured_searcher(CHECKS.model_copy(update={"read_last": 16}), build_retriever(RetrieverConfig(), index),
-                                  k0=3)
+    rows = committed_rows(committed.name)
+    s = build_configured_searcher(reading(read_last=16, ranker="links-hotpotqa"),
+                                  build_retriever(RetrieverConfig(), index), k0=3)
     results = s.search(qs)
     got = {q.id: [d.id for d in r.documents] for q, r in zip(qs, results, strict=True)}
     same = sum(got[i] == [d["id"] for d in rows[i]["documents"]] for i in rows)
@@ -119,8 +130,9 @@ def test_through_the_real_search_app_and_the_command_line(hotpot: tuple[Path, Pa
     assert main(["search", q.question, "--index", str(index), *sets, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [d["title"] for d in out["documents"]] == titles
-    # reading one page further (searcher.read_last, the shipped no-model ranker): the same pages, then one more
-    assert main(["search", q.question, "--index", str(index), *sets, "--set", "searcher.read_last=16", "--json"]) == 0
+    # reading one page further (the reading searcher with the shipped no-model ranker): the same pages, then one more
+    reads = ["--set", "searcher.kind=reading", "--set", "searcher.reading.ranker=links-hotpotqa"]
+    assert main(["search", q.question, "--index", str(index), *sets[2:], *reads, "--json"]) == 0
     read = json.loads(capsys.readouterr().out)
     assert [d["title"] for d in read["documents"]][:-1] == titles and len(read["documents"]) == len(titles) + 1
     assert read["documents"][-1]["turn"] == read["trajectory"]["turns"] == 2
@@ -161,15 +173,14 @@ def test_the_s3_loop_can_start_where_the_script_ends(hotpot: tuple[Path, Path, l
     """searcher.start = 'title_following' (issue 60 build step 3): the loop's D0 is the script's documents, shown in
     the first prompt and kept (additive), and the policy adds beyond them. The policy is scripted (the loop's logic
     under test); the index, the script and the retrieval are the real ones."""
-    from searcher.agent import S3Searcher
+    from searcher.build import build_searcher
     from searcher.policy import ScriptedPolicy
 
-    if not COMMITTED.is_file():
+    if not stored(COMMITTED).is_file():
         pytest.skip(f"{COMMITTED.relative_to(REPO)} is not in this checkout")
     _, index, qs = hotpot
     qs = qs[:40]
-    committed = {r["id"]: [d["id"] for d in r["documents"]]
-                 for r in map(json.loads, COMMITTED.read_text(encoding="utf-8").splitlines())}
+    committed = {i: [d["id"] for d in r["documents"]] for i, r in committed_rows().items()}
     retriever = build_retriever(RetrieverConfig(), index)
     prompts: list[str] = []
 
@@ -178,7 +189,7 @@ def test_the_s3_loop_can_start_where_the_script_ends(hotpot: tuple[Path, Path, l
         return "<search_complete>True</search_complete>"
 
     cfg = SearcherConfig(start="title_following", start_cap=5, k=8, additive=True, context_cap=6, max_turns=1)
-    results = S3Searcher(ScriptedPolicy(stop), retriever, cfg, k0=3).search(qs)
+    results = build_searcher(cfg, retriever, ScriptedPolicy(stop), k0=3).search(qs)
     assert [[d.id for d in r.documents] for r in results] == [committed[q.id] for q in qs], "D0 = the script's"
     assert all(r.steps[0].retrieved_ids == committed[q.id] for q, r in zip(qs, results, strict=True))
     grown = [i for i, q in enumerate(qs) if len(committed[q.id]) > 3]
@@ -194,14 +205,14 @@ def test_the_s3_loop_can_start_where_the_script_ends(hotpot: tuple[Path, Path, l
             return "<important_info>[1]</important_info><search_complete>True</search_complete>"
         return '<search_complete>False</search_complete><query>{"query": "film director"}</query>'
 
-    more = S3Searcher(ScriptedPolicy(add_one), retriever, cfg, k0=3).search(qs[:10])
+    more = build_searcher(cfg, retriever, ScriptedPolicy(add_one), k0=3).search(qs[:10])
     for q, r in zip(qs[:10], more, strict=True):
         ids = [d.id for d in r.documents]
         assert ids[: len(committed[q.id])] == committed[q.id]  # the script's documents kept, in order
         assert len(ids) <= 6
     assert any(len(r.documents) > len(committed[q.id]) for q, r in zip(qs[:10], more, strict=True))
     with pytest.raises(ConfigError, match="context_cap >= 5"):
-        S3Searcher(ScriptedPolicy(stop), retriever, cfg.model_copy(update={"context_cap": 4}), k0=3)
+        build_searcher(cfg.model_copy(update={"context_cap": 4}), retriever, ScriptedPolicy(stop), k0=3)
 
 
 def test_a_ranker_over_a_real_reader_scores_as_the_probe_trains_it(hotpot: tuple[Path, Path, list[QAExample]],
@@ -216,7 +227,7 @@ def test_a_ranker_over_a_real_reader_scores_as_the_probe_trains_it(hotpot: tuple
 
     from experiments.selection_probe import PointwiseStudent
     from searcher.policy.transformers_policy import resolve_checkpoint
-    from searcher.reader import PointwiseReader, reader_identity, yes_no_token_ids
+    from searcher.title_following.reader import PointwiseReader, reader_identity, yes_no_token_ids
 
     base = str(resolve_checkpoint("smollm2-135m-instruct"))
     _, index, qs = hotpot
@@ -233,8 +244,7 @@ def test_a_ranker_over_a_real_reader_scores_as_the_probe_trains_it(hotpot: tuple
     assert reader.scores(q, pages) == pytest.approx(student(reader.model).pair_scores(q, pages), abs=1e-4)
     ranker = tmp_path / "reader_only.json"
     ranker.write_text(json.dumps({"weights": {"reader": 1.0, "bias": 0.0}}))
-    s = build_configured_searcher(CHECKS.model_copy(update={"read_last": 8, "ranker": str(ranker), "reader": base}),
-                                  retriever, k0=3)
+    s = build_configured_searcher(reading(read_last=8, ranker=str(ranker), reader=base), retriever, k0=3)
     for ex, res in zip(qs[:3], s.search(qs[:3]), strict=True):
         read = res.steps[-1]
         by_id = {d.id: d for d in retriever.search([ex.question], 8)[0]}
@@ -254,13 +264,13 @@ def test_a_ranker_over_a_real_reader_scores_as_the_probe_trains_it(hotpot: tuple
     want = student(peft).pair_scores(q, pages)
     assert adapted.scores(q, pages) == pytest.approx(want, abs=2e-3)
     assert max(abs(a - b) for a, b in zip(want, reader.scores(q, pages), strict=True)) > 0.05
-    with pytest.raises(ConfigError, match=r"searcher.reader = .*cannot load"):
+    with pytest.raises(ConfigError, match=r"searcher.reading.reader = .*cannot load"):
         PointwiseReader.load(str(tmp_path / "no-reader"))
     broken = tmp_path / "broken"  # a truncated weights file: a ConfigError that names the setting, no traceback
     shutil.copytree(tmp_path / "adapter", broken)
     weights = broken / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    with pytest.raises(ConfigError, match=r"searcher.reader = .*cannot load"):
+    with pytest.raises(ConfigError, match=r"searcher.reading.reader = .*cannot load"):
         PointwiseReader.load(str(broken))
     # a run's identity: the prompt, and a hash over the weights (an adapter's with its base's)
     ident = reader_identity(base)
@@ -279,12 +289,10 @@ def test_the_ranker_over_the_trained_reader_reproduces_the_committed_ranker1_con
     """Where the trained reader is (this machine), the live searcher with the committed ranker file
     (benchmarks/results/transfer3/checks/rankers/heuristic_plus_ranker1.json) adds the page heuristic_plus_ranker1
     added (the +0.034 row of docs/transfer.md), on the first 20 questions (~1.6 s a question)."""
-    rows = {r["id"]: r for r in map(json.loads, COMMITTED.with_name("heuristic_plus_ranker1.jsonl").read_text(
-        encoding="utf-8").splitlines())}
+    rows = committed_rows("heuristic_plus_ranker1.jsonl")
     _, index, qs = hotpot
     ranker = REPO / "benchmarks" / "results" / "transfer3" / "checks" / "rankers" / "heuristic_plus_ranker1.json"
-    s = build_configured_searcher(CHECKS.model_copy(update={"read_last": 16, "ranker": str(ranker),
-                                                            "reader": str(TRAINED_READER)}),
+    s = build_configured_searcher(reading(read_last=16, ranker=str(ranker), reader=str(TRAINED_READER)),
                                   build_retriever(RetrieverConfig(), index), k0=3)
     got = s.search(qs[:20])
     assert [[d.id for d in r.documents] for r in got] == [[d["id"] for d in rows[q.id]["documents"]] for q in qs[:20]]
@@ -296,15 +304,13 @@ def test_the_shipped_ranker_reads_with_the_shipped_reader_and_reproduces_its_com
     it (searcher/policies/reader-smollm2-135m-hotpotqa, float16, on the offline SmolLM2-135M) and the live searcher adds
     the page the measured control heuristic_plus_ranker1_shipped added (`benchmarks/transfer_checks.py read
     --ship-reader`, docs/transfer.md), on the first 10 questions; its run identity names the shipped reader."""
-    from searcher.links import LinkRanker
+    from searcher.title_following.links import LinkRanker
 
-    rows = {r["id"]: r for r in map(json.loads, COMMITTED.with_name("heuristic_plus_ranker1_shipped.jsonl").read_text(
-        encoding="utf-8").splitlines())}
+    rows = committed_rows("heuristic_plus_ranker1_shipped.jsonl")
     ranker = LinkRanker.load("links-reader-hotpotqa")
     assert ranker.reads and ranker.reader_for(None) == str(REPO / "searcher" / "policies" / ranker.reader)
     _, index, qs = hotpot
-    s = build_configured_searcher(CHECKS.model_copy(update={"read_last": 16, "ranker": "links-reader-hotpotqa"}),
-                                  build_retriever(RetrieverConfig(), index), k0=3)
+    s = build_configured_searcher(reading(), build_retriever(RetrieverConfig(), index), k0=3)  # its defaults: the best
     got = s.search(qs[:10])
     assert [[d.id for d in r.documents] for r in got] == [[d["id"] for d in rows[q.id]["documents"]] for q in qs[:10]]
     assert all(r.steps[-1].selected_ids == rows[q.id]["added"] for q, r in zip(qs[:10], got, strict=True))

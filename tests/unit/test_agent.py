@@ -14,6 +14,7 @@ from searcher.agent import S3Searcher, SearchR1Agent, admission_stats
 from searcher.config import SearcherConfig
 from searcher.policy import PolicyOutput, ScriptedPolicy
 from searcher.policy.base import PolicyPrompt
+from searcher.title_following import TitleFollowingStart
 
 
 class TinyRetriever:
@@ -485,4 +486,7 @@ def test_the_title_following_start_needs_a_begin_with_search_s3_loop_and_room_fo
         SearchR1Agent(stop, TinyRetriever(), cfg)
     with pytest.raises(ConfigError, match="context_cap >= 5"):
         S3Searcher(stop, TinyRetriever(), cfg.model_copy(update={"additive": True, "context_cap": 3}))
-    S3Searcher(stop, TinyRetriever(), cfg.model_copy(update={"additive": True, "context_cap": 6}))  # room: accepted
+    roomy = cfg.model_copy(update={"additive": True, "context_cap": 6})
+    S3Searcher(stop, TinyRetriever(), roomy, start=TitleFollowingStart(TinyRetriever(), 3))  # room: accepted
+    with pytest.raises(ConfigError, match="built to start from 'top_k'"):  # a start is given when it is built
+        S3Searcher(stop, TinyRetriever(), roomy)

@@ -1,5 +1,5 @@
 """The import layers (s3core <- s3runtime <- searcher | dataprep <- generator_adapters <- eval <- training <- s3 <-
-experiments), and inside training/ (config | rewards | rundir <- prep | learn <- rollouts <- run <- report <- testing),
+experiments), and inside training/ (rewards <- config | rundir <- prep | learn <- rollouts <- run <- report <- testing),
 hold, checked by import-linter; no two modules of the tree import each other, directly or round a circle."""
 
 from __future__ import annotations
@@ -94,6 +94,8 @@ def test_contract_catches_an_upward_import(tmp_path: Path) -> None:
     (tmp_path / "training" / "prep" / "_bad.py").write_text("import training.learn.api  # siblings: never\n")
     with (tmp_path / "training" / "rundir.py").open("a") as f:
         f.write("import training.learn.learner  # wrong way: the run directory imports no model code\n")
+    with (tmp_path / "training" / "rewards.py").open("a") as f:
+        f.write("import training.config  # wrong way: the settings check their reward against the registry\n")
     exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or "lint-imports"
     r = subprocess.run([exe, "--config", "pyproject.toml", "--no-cache"], capture_output=True, text=True, cwd=tmp_path,
                        env={"PYTHONPATH": str(tmp_path), "PATH": str(Path(sys.executable).parent)})
@@ -104,3 +106,4 @@ def test_contract_catches_an_upward_import(tmp_path: Path) -> None:
     assert "training.learn._bad -> training.run.trainer" in r.stdout
     assert "training.prep._bad -> training.learn.api" in r.stdout
     assert "training.rundir -> training.learn.learner" in r.stdout
+    assert "training.rewards -> training.config" in r.stdout

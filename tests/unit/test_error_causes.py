@@ -163,7 +163,7 @@ def test_s3_search_exits_non_zero_when_the_search_ended_early(monkeypatch: pytes
                                  error="the prompt is longer than the searcher's context window",
                                  error_code="upstream_context_window") for q in questions]
 
-    monkeypatch.setattr(build, "build_searcher", lambda cfg, index=None, policy=None: (Degraded(), None, None))
+    monkeypatch.setattr(build, "build_searcher", lambda cfg, index=None, policy=None: (Degraded(), None, None, cfg, "a fake"))
     assert main(["search", "who?"]) == 2
     captured = capsys.readouterr()
     assert "Final documents (1)" in captured.out

@@ -4,6 +4,7 @@ option validation, summary math. The real generator / index / metrics are driven
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 from pathlib import Path
@@ -280,6 +281,40 @@ def test_contexts_file_must_cover_every_question(tmp_path: Path) -> None:
     f.write_text(json.dumps({"id": "q0", "documents": [{"title": "no id"}]}) + "\n")
     with pytest.raises(DataFormatError, match=r"ctx\.jsonl:1: every document needs an .id."):
         read_contexts_file(f, ["q0"])
+
+
+def test_a_contexts_file_kept_compressed_is_read_and_identified_as_written(tmp_path: Path) -> None:
+    """`s3 eval --contexts` of FILE.jsonl.gz, or of FILE.jsonl where only its `gzip -9 -n` copy is kept (how
+    benchmarks/results keeps rows): the same rows, and run.json's contexts.sha256 is the plain bytes' (the hash a run
+    made from the plain file recorded), so that run resumes; the file stays compressed."""
+    from eval.build import build_run
+    from eval.contexts import contexts_sha256
+    from s3.config import load_config
+    from s3core.io import file_sha256
+
+    ds = make_dataset(tmp_path, n=2)
+    plain = tmp_path / "ctx.jsonl"
+    plain.write_text("".join(json.dumps({"id": f"q{i}", "documents": [{"id": f"d{i + 1}"}, {"id": f"d{i}"}]}) + "\n"
+                             for i in range(2)))
+    rows, sha = read_contexts_file(plain, ["q0", "q1"]), file_sha256(plain)
+    gz = tmp_path / "ctx.jsonl.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes(), mtime=0))
+    plain.unlink()
+    for given in (plain, gz):
+        opts = EvalOptions(dataset=ds, method="searcher", out=tmp_path / "o", contexts=given, given={"contexts"},
+                           progress=False)
+        validate_options(opts)
+        assert read_contexts_file(given, ["q0", "q1"]) == rows and contexts_sha256(given) == sha
+        _, comp, config = build_run(load_config(None, []), opts)
+        if comp.close is not None:
+            comp.close()
+        assert config["contexts"]["sha256"] == sha
+        got = asyncio.run(comp.contexts([QAExample(id="q1", question="?", golden_answers=[])]))
+        assert [d.id for d in got[0].documents] == ["d2", "d1"]
+    assert not plain.exists() and gz.is_file()
+    with pytest.raises(DataFormatError, match=r"--contexts .*nope\.jsonl: file not found"):
+        validate_options(EvalOptions(dataset=ds, method="searcher", out=tmp_path / "o",
+                                     contexts=tmp_path / "nope.jsonl", given={"contexts"}))
 
 
 def test_summarize_math() -> None:

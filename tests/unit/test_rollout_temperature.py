@@ -122,6 +122,24 @@ def test_the_loop_uses_the_same_seeds_at_every_temperature_and_resumes(tmp_path:
     assert len(more) == 12 and rt.done_keys(more) == {(t, f"q{i}") for t in ("0", "1", "1.5") for i in range(4)}
 
 
+def test_rows_kept_as_rows_jsonl_gz_are_read_as_they_are_and_a_resume_extends_them(tmp_path: Path) -> None:
+    """benchmarks/results keeps a finished probe's rows as rows.jsonl.gz: a rerun of what it holds measures nothing,
+    and one that asks for more unpacks the rows first and appends to them (one copy, every row kept)."""
+    import gzip
+
+    exs, path = [_ex(0), _ex(1)], tmp_path / "rows.jsonl"
+    rows = rt.measure(exs, [1.0], 2, rollout=FakeLoop().rollout, score=FakeLoop().score, rows_path=path)
+    gz = tmp_path / "rows.jsonl.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    path.unlink()
+    loop = FakeLoop()
+    assert rt.measure(exs, [1.0], 2, rollout=loop.rollout, score=loop.score, rows_path=path) == json.loads(json.dumps(rows))
+    assert loop.calls == [] and gz.is_file() and not path.exists()  # reading never unpacks
+    more = rt.measure([*exs, _ex(2)], [1.0], 2, rollout=loop.rollout, score=loop.score, rows_path=path)
+    assert [ids for _, ids, _ in loop.calls] == [["q2", "q2"]] and not gz.exists()
+    assert len(more) == 3 and len(path.read_text().splitlines()) == 3
+
+
 def test_a_short_rollout_list_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(S3Error, match="rollouts"):
         rt.measure([_ex(0)], [1.0], 2, rollout=lambda t, e, s: [], score=FakeLoop().score,

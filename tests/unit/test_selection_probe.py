@@ -16,8 +16,8 @@ from s3core.corpus import write_corpus
 from s3core.errors import ConfigError
 from s3core.types import Document, QAExample
 from searcher.config import RetrieverConfig
-from searcher.reader import yes_no_token_ids
 from searcher.retrieval import build_index, load_retriever
+from searcher.title_following.reader import yes_no_token_ids
 
 
 def q(i: str, text: str, gold: list[str]) -> QAExample:
@@ -44,7 +44,7 @@ def test_windows_from_a_real_bm25_index_keep_ranks_and_gold_and_are_shuffled(tmp
 def test_a_leftover_window_on_a_real_bm25_index_is_what_the_script_leaves(tmp_path: Path) -> None:
     """The reader started where the script ends chooses among the question's own ranks 4-16 that the title-following
     script did not add: the page the script follows (its title is in a top-3 document) is not in it."""
-    from experiments import transfer_checks as tc
+    from experiments.transfer import checks as tc
 
     docs = [Document(id=f"d{i}", title=f"Page {i}", text=f"river castle town {'castle ' * i}") for i in range(12)]
     docs += [Document(id="b", title="Sarn Bridge", text="Sarn Bridge is an old bridge over the river castle town."),
@@ -54,7 +54,7 @@ def test_a_leftover_window_on_a_real_bm25_index_is_what_the_script_leaves(tmp_pa
     bm25 = load_retriever(RetrieverConfig(), build_index(tmp_path / "c.jsonl", "bm25", tmp_path / "i"))
     question = q("q1", "Which Ostmark castle town lies on the river?", ["b", "g"])
     ranked = bm25.search([question.question], sp.LEFTOVER_LAST)[0]
-    h = tc.heuristic_documents(question.question, ranked[:3], bm25.search, tc.TitleIndex.of(d.title for d in docs))
+    h = tc.title_following_documents(question.question, ranked[:3], bm25.search, tc.TitleIndex.of(d.title for d in docs))
     assert "m" in [d.id for d in ranked[:3]] and "b" in h.added_by  # the script follows "Sarn Bridge" from Ostmark
     w = sp.leftover_window(question, h.documents, ranked, random.Random(0))
     assert w is not None and w.kind == "leftover"

@@ -347,7 +347,7 @@ def test_search_file_is_resumable(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         encoding="utf-8",
     )
     fake = FakeSearcher()
-    monkeypatch.setattr(build, "build_searcher", lambda cfg, index=None, policy=None: (fake, FakeRetriever(), "idx"))
+    monkeypatch.setattr(build, "build_searcher", lambda cfg, index=None, policy=None: (fake, FakeRetriever(), "idx", cfg, "a fake"))
     out = tmp_path / "ctx.jsonl"
     assert main(["search", "--questions", str(qfile), "--out", str(out), "--limit", "3", "--batch-size", "2"]) == 0
     assert [len(qs) for qs, _, _ in fake.calls] == [2, 1]
@@ -492,7 +492,7 @@ def test_search_json_prints_the_search_record_and_one_turn_is_singular(
 
     fake = FakeSearcher()
     fake.cfg = SearcherConfig(max_turns=1)
-    monkeypatch.setattr(build, "build_searcher", lambda cfg, index=None, policy=None: (fake, FakeRetriever(), "idx"))
+    monkeypatch.setattr(build, "build_searcher", lambda cfg, index=None, policy=None: (fake, FakeRetriever(), "idx", cfg, "a fake"))
     assert main(["search", "--json", "who?"]) == 0
     record = SearchResponse.model_validate_json(capsys.readouterr().out)  # the record /search and MCP answer with
     assert record.trajectory.turns == 1 and record.trajectory.stop == "max_turns" and record.cost is not None

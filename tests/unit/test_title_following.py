@@ -10,17 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from experiments import transfer_checks as tc
+from experiments.transfer import checks as tc
+from experiments.transfer import methods as tm
 from s3core.corpus import write_corpus
 from s3core.errors import ConfigError, S3Error
 from s3core.types import Document
 from searcher.build import build_configured_searcher
 from searcher.config import RetrieverConfig, SearcherConfig
-from searcher.links import LinkRanker, ranker_rows
 from searcher.retrieval import build_index, load_retriever
 from searcher.service import summarize_result
 from searcher.spans import TitleIndex
-from searcher.title_following import TitleFollowingSearcher, follow_titles, visible_spans
+from searcher.title_following import ReadingSearcher, TitleFollowingSearcher, follow_titles, visible_spans
+from searcher.title_following.links import LinkRanker, ranker_rows
 
 
 def doc(i: str, title: str, text: str = "") -> Document:
@@ -75,9 +76,9 @@ def test_search_returns_the_llm_searchers_records_with_d0_kept_and_exact_titles_
     assert [(d.id, d.turn) for d in out.documents] == [("t1", 0), ("k1", 1), ("m1", 1), ("m2", 1)]
     assert out.cost is not None and out.cost.policy_calls == 0 and out.trajectory.stop == "search_complete"
     assert out.trajectory.queries == [Q, *turn.queries]  # begin-with-search is the question, as in the loop
-    # the pure function agrees with the searcher, and the transfer checks' heuristic is the same function
+    # the pure function agrees with the searcher, and the transfer checks' control is the same function
     f = follow_titles(Q, [T1], r.search, cap=4, k=8)
-    h = tc.heuristic_documents(Q, [T1], r.search, cap=4, k=8)
+    h = tc.title_following_documents(Q, [T1], r.search, cap=4, k=8)
     assert [d.id for d in f.documents] == [d.id for d in h.documents] == [d.id for d in res.documents]
     assert f.added_by == {"k1": "Kiss and Tell", "m1": "Marco Da Silva", "m2": "Marco Da Silva"} == h.added_by
 
@@ -157,19 +158,20 @@ def test_the_transfer_checks_pruned_control_keeps_top_k_and_only_gold_additions(
     row = tc.contexts_row("q", kept)
     assert json.loads(json.dumps(row))["documents"] == [{"id": "t1", "title": "Erika Jayne"},
                                                         {"id": "m2", "title": "Marco da Silva (footballer)"}]
-    assert tc.eval_method_args("heuristic_pruned", Path("c"))[0] == ["searcher", "--contexts", "c/heuristic_pruned.jsonl"]
+    assert tm.eval_args("title_following_pruned", Path("c"))[0] == ["searcher", "--contexts", "c/heuristic_pruned.jsonl"]
 
 
 def test_the_module_doctests() -> None:
     import doctest
 
-    import searcher.links
-    import searcher.reader
     import searcher.spans
-    import searcher.title_following
+    import searcher.title_following.links
+    import searcher.title_following.reader
+    import searcher.title_following.script
     import searcher.titles
 
-    for mod in (searcher.title_following, searcher.spans, searcher.links, searcher.titles, searcher.reader):
+    for mod in (searcher.title_following.script, searcher.spans, searcher.title_following.links, searcher.titles,
+                searcher.title_following.reader):
         res = doctest.testmod(mod, raise_on_error=False)
         assert res.failed == 0 and res.attempted > 0, mod.__name__
 
@@ -182,7 +184,7 @@ def test_read_last_adds_the_ranked_page_a_found_document_names_and_reports_it_as
     atl = doc("at", "Atlanta", "Atlanta is a city in Georgia.")
     table = {**TABLE, Q: [T1, doc("q2", "Jayne Mansfield"), KT, doc("q4", "Erika Eleniak"), atl, doc("q6", "Tell Me")]}
     r = FakeRetriever(table)
-    s = TitleFollowingSearcher(r, SearcherConfig(k=8, context_cap=4, read_last=6), k0=1)
+    s = ReadingSearcher(r, reading(SearcherConfig(k=8, context_cap=4), read_last=6, ranker="links-hotpotqa"), k0=1)
     (res,) = s.search([Q])
     assert [d.id for d in res.documents] == ["t1", "k1", "m1", "m2", "at"]  # cap 4, then the read page
     assert r.calls[-1] == ([Q], 6) and s.last_stats.retrieval_calls == 3
@@ -198,9 +200,7 @@ def test_read_last_adds_the_ranked_page_a_found_document_names_and_reports_it_as
     # off by default, and per request
     (plain,) = TitleFollowingSearcher(FakeRetriever(table), SearcherConfig(k=8, context_cap=4), k0=1).search([Q])
     assert [d.id for d in plain.documents] == ["t1", "k1", "m1", "m2"] and len(plain.steps) == 2
-    (res,) = s.search([Q], cfg=SearcherConfig(k=8, context_cap=4))
-    assert len(res.documents) == 4
-    (res,) = s.search([Q], cfg=SearcherConfig(k=8, context_cap=4, read_last=6, max_turns=0))  # D0 only, as documented
+    (res,) = s.search([Q], cfg=s.cfg.model_copy(update={"max_turns": 0}))  # D0 only, as documented
     assert [d.id for d in res.documents] == ["t1"] and res.steps[-1].search_complete is True
     # a cancelled question reads nothing further
     (gone,) = s.search([Q], cancelled=[lambda: True])
@@ -229,12 +229,12 @@ def test_a_ranker_over_a_reader_reads_each_candidate_with_it_and_needs_it(tmp_pa
         Reader.loads.append(spec)
         return Reader()
 
-    monkeypatch.setattr("searcher.title_following.PointwiseReader.load", load)
+    monkeypatch.setattr("searcher.title_following.reading.PointwiseReader.load", load)
     ranker = tmp_path / "ranker1.json"
     ranker.write_text(json.dumps({"reader": "mine", "weights": {"reader": 1.0, "log_rank": -1.0, "named_in_found": 3.0,
                                                                 "bias": -3.0}}))
-    cfg = SearcherConfig(k=8, context_cap=4, read_last=6, ranker=str(ranker), reader="/readers/mine")
-    s = TitleFollowingSearcher(FakeRetriever(table), cfg, k0=1)
+    cfg = reading(SearcherConfig(k=8, context_cap=4), read_last=6, ranker=str(ranker), reader="/readers/mine")
+    s = ReadingSearcher(FakeRetriever(table), cfg, k0=1)
     for _ in range(2):
         (res,) = s.search([Q])
         assert [d.id for d in res.documents] == ["t1", "k1", "m1", "m2", "q6"]  # not Atlanta: the reader outweighs
@@ -242,22 +242,20 @@ def test_a_ranker_over_a_reader_reads_each_candidate_with_it_and_needs_it(tmp_pa
     assert Reader.calls == [(Q, ["q2", "q4", "at", "q6"])] * 2 and Reader.loads == ["/readers/mine"]
     with pytest.raises(ConfigError, match="weighs the reader's score: pass"):  # called without the scores
         LinkRanker.load(str(ranker), reader="x").best(Q, [T1], [atl], [4])
-    with pytest.raises(ConfigError, match=r"reader's score \(mine\).*set searcher.reader"):
-        TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"reader": None}), k0=1)
-    with pytest.raises(ConfigError, match=r"searcher.reader is set but links-hotpotqa\.json does not weigh"):
-        TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"ranker": "links-hotpotqa"}), k0=1)
-    with pytest.raises(ConfigError, match=r"searcher\.read_last adds, and read_last is 0"):
-        TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"read_last": 0}), k0=1)
+    with pytest.raises(ConfigError, match=r"reader's score \(mine\).*set searcher.reading.reader"):
+        ReadingSearcher(FakeRetriever(table), reading(cfg, reader=None), k0=1)
+    with pytest.raises(ConfigError, match=r"searcher.reading.reader is set but links-hotpotqa\.json does not weigh"):
+        ReadingSearcher(FakeRetriever(table), reading(cfg, ranker="links-hotpotqa"), k0=1)
     with caplog.at_level("WARNING", logger="searcher.title_following"):
-        TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"reader": "/readers/other"}), k0=1)
+        ReadingSearcher(FakeRetriever(table), reading(cfg, reader="/readers/other"), k0=1)
     assert "fitted on the scores of reader mine" in caplog.text
     # a ranker whose reader ships beside it (searcher/policies/<reader>/) reads with that one when searcher.reader is unset
     shipped = tmp_path / "policies"
     (shipped / "mine").mkdir(parents=True)
     (shipped / "mine" / "adapter_config.json").write_text("{}")
     (shipped / "ranker1.json").write_text(ranker.read_text())
-    monkeypatch.setattr("searcher.links.SHIPPED", shipped)
-    s = TitleFollowingSearcher(FakeRetriever(table), cfg.model_copy(update={"reader": None, "ranker": "ranker1"}), k0=1)
+    monkeypatch.setattr("searcher.title_following.links.SHIPPED", shipped)
+    s = ReadingSearcher(FakeRetriever(table), reading(cfg, reader=None, ranker="ranker1"), k0=1)
     assert Reader.loads[-1] == str(shipped / "mine") and s.search([Q])[0].documents[-1].id == "q6"
 
 
@@ -265,20 +263,20 @@ def test_a_ranker_that_cannot_run_is_refused_when_the_searcher_is_built(tmp_path
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     r = FakeRetriever(TABLE)
     with pytest.raises(ConfigError, match="reads nothing past naive RAG's top-3"):
-        TitleFollowingSearcher(r, SearcherConfig(read_last=3), k0=3)
+        ReadingSearcher(r, reading(SearcherConfig(), read_last=3), k0=3)
     with pytest.raises(ConfigError, match=r"no such file or shipped ranker \(shipped: links-hotpotqa"):
-        TitleFollowingSearcher(r, SearcherConfig(read_last=16, ranker="links-wiki"), k0=3)
+        ReadingSearcher(r, reading(SearcherConfig(), ranker="links-wiki"), k0=3)
     reader = tmp_path / "reader.json"
     reader.write_text(json.dumps({"weights": {"reader": 0.2, "log_rank": -0.7, "bias": -3}}))
     with pytest.raises(ConfigError, match="the reader does not ship"):
-        TitleFollowingSearcher(r, SearcherConfig(read_last=16, ranker=str(reader)), k0=3)
+        ReadingSearcher(r, reading(SearcherConfig(), ranker=str(reader)), k0=3)
     for bad, why in (({"weights": {"log_rank": -1}}, "no bias"), ({"weights": {"pagerank": 1, "bias": 0}}, "pagerank"),
                      ({"w": 1}, "not a ranker file"), ([], "not a ranker file")):
         reader.write_text(json.dumps(bad))
         with pytest.raises(ConfigError, match=why):
             LinkRanker.load(str(reader))
     reader.write_text(json.dumps({"weights": {"log_rank": -1.0, "bias": 0.0}}))  # bm25 order, as a ranker file
-    s = TitleFollowingSearcher(r, SearcherConfig(read_last=16, ranker=str(reader)), k0=1)
+    s = ReadingSearcher(r, reading(SearcherConfig(), ranker=str(reader)), k0=1)
     assert s._ranker(s.cfg) == LinkRanker("reader", {"log_rank": -1.0, "bias": 0.0})
     # a path is a path, with or without a suffix; a ranker fitted on other ranks is used, with a warning
     with pytest.raises(ConfigError, match="no such file"):
@@ -286,11 +284,32 @@ def test_a_ranker_that_cannot_run_is_refused_when_the_searcher_is_built(tmp_path
     reader.write_text(json.dumps({"weights": {"log_rank": -1.0, "bias": 0.0}, "ranks": [4, 16]}))
     assert LinkRanker.load(str(reader)).ranks == (4, 16)
     with caplog.at_level("WARNING", logger="searcher.title_following"):
-        s = TitleFollowingSearcher(r, SearcherConfig(read_last=20, ranker=str(reader)), k0=3)
+        s = ReadingSearcher(r, reading(SearcherConfig(), read_last=20, ranker=str(reader)), k0=3)
     assert "fitted on ranks 4-16" in caplog.text and "reads ranks 4-20" in caplog.text
     caplog.clear()  # once for each span a request reads, not once a ranker
     with caplog.at_level("WARNING", logger="searcher.title_following"):
         for last in (24, 16, 24, 20):
-            s._ranker(s.cfg.model_copy(update={"read_last": last}))
+            s._ranker(reading(s.cfg, read_last=last))
     assert caplog.text.count("may not carry") == 1 and "reads ranks 4-24" in caplog.text
     assert s.max_turns == 2 and TitleFollowingSearcher(r, SearcherConfig(), k0=3).max_turns == 1
+
+
+def reading(cfg: SearcherConfig, **settings: object) -> SearcherConfig:
+    """`cfg` as the reading searcher's, with these [searcher.reading] settings."""
+    return cfg.model_copy(update={"kind": "reading", "reading": cfg.reading.model_copy(update=settings)})
+
+
+def test_a_setting_of_another_kind_is_refused_with_the_kind_it_belongs_to() -> None:
+    """searcher.reading.* under the script or the LLM searcher would be ignored: refused, naming the kind; the flat
+    keys that moved say where they went."""
+    r = FakeRetriever(TABLE)
+    for kind in ("title_following", "llm"):
+        with pytest.raises(ConfigError, match=rf"searcher.reading.read_last is a setting of searcher.kind = 'reading', "
+                                              rf"and the searcher here is '{kind}'"):
+            build_configured_searcher(SearcherConfig(kind=kind, reading={"read_last": 20}), r, k0=3)
+    with pytest.raises(ConfigError, match=r"searcher.title_following.words is a setting of searcher.kind = "
+                                          r"'title_following', and the searcher here is 'llm'"):
+        build_configured_searcher(SearcherConfig(title_following={"words": 10}), r, k0=3)
+    with pytest.raises(ValueError, match=r"searcher.read_last is a setting of the reading searcher: it is now "
+                                         r"searcher.reading.read_last"):
+        SearcherConfig.model_validate({"read_last": 16})

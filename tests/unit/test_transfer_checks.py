@@ -1,9 +1,11 @@
-"""The zero-training checks' logic (experiments/transfer_checks.py): the copyable teacher's gold choice (A1), title-like
-spans and the heuristic control, the contexts rows `s3 eval --contexts` reads, max_tokens cap hits, the paired table.
-Hand-made data with hand-derived answers; one real BM25 index."""
+"""The zero-training checks' logic (experiments/transfer/checks.py): the copyable teacher's gold choice (A1), title-like
+spans and the title-following control, the contexts rows `s3 eval --contexts` reads, max_tokens cap hits, the paired
+table; the table of methods (experiments/transfer/methods.py). Hand-made data with hand-derived answers; one real BM25
+index."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,8 @@ from typing import Any
 import pytest
 
 from eval.contexts import read_contexts_file
-from experiments import transfer_checks as tc
+from experiments.transfer import checks as tc
+from experiments.transfer import methods as tm
 from s3core.corpus import write_corpus
 from s3core.errors import ConfigError, DataFormatError
 from s3core.types import Document
@@ -96,16 +99,16 @@ def test_heuristic_adds_exact_title_matches_in_span_order_up_to_the_cap() -> Non
         "Los Angeles": [doc("la", "Los Angeles")],
     })
     q = "Did Erika Jayne star in Kiss and Tell?"
-    h = tc.heuristic_documents(q, top, search, cap=4, k=8)
+    h = tc.title_following_documents(q, top, search, cap=4, k=8)
     # spans: the question's ("Erika Jayne" is t1's own title: skipped), then t1's window in order
     # t1's capitalised run "Marco Da Silva in Los Angeles" is queried whole, then its connector-free pieces
     assert h.queries == ["Kiss and Tell", "Marco Da Silva in Los Angeles", "Marco Da Silva", "Los Angeles"]
     assert search.queries == h.queries
     assert [d.id for d in h.documents] == ["t1", "k1", "m1", "m2"]  # cap 4: Los Angeles does not fit
     assert h.added_by == {"k1": "Kiss and Tell", "m1": "Marco Da Silva", "m2": "Marco Da Silva"}
-    assert [d.id for d in tc.heuristic_documents(q, top, search, cap=1).documents] == ["t1"]
+    assert [d.id for d in tc.title_following_documents(q, top, search, cap=1).documents] == ["t1"]
     with pytest.raises(ConfigError, match="below"):
-        tc.heuristic_documents(q, [*top, kt], search, cap=1)
+        tc.title_following_documents(q, [*top, kt], search, cap=1)
 
 
 def _bm25(tmp_path: Path, docs: list[Document]) -> Any:
@@ -127,7 +130,7 @@ def test_heuristic_on_a_real_bm25_index(tmp_path: Path) -> None:
     top = bm25.search(["Who made the film Garbage Warrior?"], 1)[0]
     assert [d.id for d in top] == ["a"]
     titles = tc.TitleIndex.of(d.title for d in docs)
-    h = tc.heuristic_documents("Who made the film Garbage Warrior?", top, bm25.search, titles, cap=3, k=3)
+    h = tc.title_following_documents("Who made the film Garbage Warrior?", top, bm25.search, titles, cap=3, k=3)
     # "Michael Reynolds" (capitalised run and an index title) finds b; "Reynolds Wrap" is retrieved but not exact
     assert h.queries == ["Michael Reynolds"]
     assert [d.id for d in h.documents] == ["a", "b"]
@@ -178,16 +181,16 @@ def test_paired_rows_over_the_given_questions() -> None:
 
 
 def test_query_kinds_and_the_module_doctests() -> None:
-    """`query_kind` (benchmarks/transfer3_heldout_modes.py's classes) and the doctests of this module, training/prep/oracle.py
-    (the copyable teacher's helpers), training/run/evaluate.py and experiments/transfer_ablation.py (the held-out
-    ablation's table)."""
+    """`query_kind` (benchmarks/transfer3_heldout_modes.py's classes) and the doctests of the checks' logic, the table
+    of methods, training/prep/oracle.py (the copyable teacher's helpers), training/run/evaluate.py and
+    experiments/transfer/ablation.py (the held-out ablation's table)."""
     import doctest
 
-    import experiments.transfer_ablation
+    import experiments.transfer.ablation
     import training.prep.oracle
     import training.run.evaluate
 
-    for mod in (tc, training.prep.oracle, training.run.evaluate, experiments.transfer_ablation):
+    for mod in (tc, tm, training.prep.oracle, training.run.evaluate, experiments.transfer.ablation):
         res = doctest.testmod(mod, raise_on_error=False)
         assert res.failed == 0, mod.__name__
     top = [Document(id="a", title="Harrow (town)", text="Harrow lies near Ostmark.")]
@@ -198,22 +201,144 @@ def test_query_kinds_and_the_module_doctests() -> None:
 
 
 def test_each_check_runs_as_its_s3_eval_arguments_and_a_missing_piece_is_named(tmp_path: Path) -> None:
-    """The method -> `s3 eval` mapping: no_retrieval reads no index (`s3 eval` refuses an --index it would not use:
-    the first no_retrieval run stopped there), the contexts files, and errors that say what to pass."""
-    for method in ("heuristic", "heuristic_pruned", "a2", "heuristic_plus_gold", "heuristic_plus_next"):
-        assert tc.eval_method_args(method, tmp_path) == (
-            ["searcher", "--contexts", str(tmp_path / f"{method}.jsonl")], [], True)
-    assert tc.eval_method_args("untrained", tmp_path, None, ["searcher.policy=vllm"]) == (
-        ["searcher"], ["searcher.policy=vllm"], True)
-    assert tc.eval_method_args("a0", tmp_path, "p2", ["searcher.additive=true"])[1] == [
-        "searcher.policy_path=p2", "searcher.additive=true"]
-    for method, policy, extra, says in (
-        ("naive_rag_topx", None, [], "N >= 1"), ("naive_rag_top0", None, [], "N >= 1"),
-        ("a0", "p2", [], "--additive"), ("a0", None, ["searcher.additive=true"], "--policy"),
-        ("policy_", "p", [], "unknown method"), ("policy_x", None, [], "--policy DIR"), ("bm25", None, [], "unknown"),
+    """The METHODS table -> `s3 eval`: no_retrieval reads no index (`s3 eval` refuses an --index it would not use: the
+    first no_retrieval run stopped there), the contexts files under the names the results keep, the live script
+    elsewhere, a named method's settings fixed by the table, and errors that say what to pass."""
+    for method, stem in (("title_following", "heuristic"), ("title_following_pruned", "heuristic_pruned"),
+                         ("a2", "a2"), ("title_following_plus_gold", "heuristic_plus_gold"),
+                         ("heuristic_plus_next", "heuristic_plus_next")):  # an old name is read as its method
+        assert tm.eval_args(method, tmp_path) == (["searcher", "--contexts", str(tmp_path / f"{stem}.jsonl")], [], True)
+    assert tm.eval_args("title_following", tmp_path, dataset="2wiki_dev200")[0] == ["title_following"]
+    # a named method runs with the table's settings: repeating them (docs/transfer.md's commands) changes nothing
+    assert tm.eval_args("untrained", tmp_path, None, ["searcher.policy=vllm"]) == (
+        ["searcher"], ["searcher.policy_path=null", "searcher.policy=vllm"], True)
+    assert tm.eval_args("a0", tmp_path, "p2", ["searcher.additive=true"])[1] == [
+        "searcher.policy_path=p2", "searcher.additive=true", "searcher.context_cap=5"]
+    assert tm.eval_args("policy_x", tmp_path, "p", ["searcher.k=16"])[1] == ["searcher.policy_path=p", "searcher.k=16"]
+    assert tm.eval_args("trained_cap", tmp_path, "p", k=3)[1][-1] == "searcher.context_cap=3"
+    for method, policy, extra, dataset, says in (
+        ("naive_rag_topx", None, [], "hotpotqa_dev500", "N >= 1"), ("naive_rag_top0", None, [], "hotpotqa_dev500", "N >= 1"),
+        ("a0", None, [], "hotpotqa_dev500", "--policy"), ("untrained", None, ["searcher.k=4"], "hotpotqa_dev500", "policy_NAME"),
+        ("policy_", "p", [], "hotpotqa_dev500", "unknown method"), ("policy_x", None, [], "hotpotqa_dev500", "--policy DIR"),
+        ("bm25", None, [], "hotpotqa_dev500", "unknown"), ("a1", None, [], "musique_dev200", "hotpotqa_dev500"),
+        ("title_following_mine", None, [], "musique_dev200", "--additive"),
+        ("title_following", None, ["searcher.k=4"], "hotpotqa_dev500", "contexts file"),
+        ("title_following", None, ["searcher.k=4"], "musique_dev200", "title_following_NAME"),
     ):
         with pytest.raises(ValueError, match=re.escape(says)):
-            tc.eval_method_args(method, tmp_path, policy, extra)
+            tm.eval_args(method, tmp_path, policy, extra, dataset=dataset)
+
+
+def test_every_method_of_the_table_is_a_valid_s3_eval_call(tmp_path: Path) -> None:
+    """Every live entry's --method is an `s3 eval` method and its --sets load on the config it runs with, and pass the
+    searcher kind's own check as `s3 eval` builds it (--method title_following runs the script alone: a reading
+    setting there is refused) (a misspelt or moved setting stops a run halfway: the table is the one place to change
+    it); the methods that read further are the reading searcher; every old name maps to a method whose files keep
+    it."""
+    from eval.methods import METHODS as EVAL_METHODS
+    from s3.config import load_config
+    from searcher.kinds import check_settings
+
+    root = Path(__file__).resolve().parents[2]
+    for name, m in tm.METHODS.items():
+        if not m.method:
+            continue
+        assert m.method[0] in EVAL_METHODS, name
+        config = root / "configs" / ("transfer.toml" if m.study == "attempt" else "transfer3.toml")
+        sets = [s.format(policy=tmp_path, k=3, N=4, NAME="x") for s in m.sets]
+        try:
+            s = load_config(str(config), sets).searcher
+            if m.method[0] == "title_following":  # what eval/build.py runs for that method: the script
+                s = s.model_copy(update={"kind": "title_following", "policy_path": None})
+            check_settings(s)
+        except ConfigError as e:  # an unknown or moved key: the one place to change is the table
+            pytest.fail(f"METHODS[{name!r}] (experiments/transfer/methods.py) no longer loads: {e}")
+        assert tm.reads(m) == (s.kind == "reading"), name
+    for name in ("title_following_links1", "title_following_ranker1", "title_following_reader"):
+        assert tm.reads(tm.METHODS[name]) and tm.scripted(tm.METHODS[name]), name
+    for old, new in tm.OLD_NAMES.items():
+        assert tm.canonical(old) == new and tm.stored_name(new) == old
+
+
+def test_help_prints_the_table_of_methods(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--help` of both command lines (and of `run`) prints every method of its study, and the checks' old names."""
+    from experiments.transfer import attempt, checks_run
+
+    for main, argv, study in ((checks_run.main, ["--help"], "checks"), (checks_run.main, ["run", "--help"], "checks"),
+                              (attempt.main, ["--help"], "attempt")):
+        monkeypatch.setattr("sys.argv", ["x", *argv])
+        with pytest.raises(SystemExit):
+            main()
+        out = capsys.readouterr().out
+        assert all(f"\n  {name}\n" in out for name, m in tm.METHODS.items() if m.study in (study, "both")), argv
+        assert ("heuristic=title_following," in out) == ("trained_cap" not in out) == (study == "checks")
+
+
+def test_a_check_runs_from_the_table_into_the_folder_its_results_keep(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run METHOD`: an old name from docs/transfer.md's command lines resumes the same run (the same contexts file,
+    the same folder); a live method on another dataset runs `s3 eval` with the table's settings; a contexts file is
+    refused there, before anything is built."""
+    from experiments.transfer import checks_run as cr
+
+    work = tmp_path / "runs" / "hotpotqa_dev500"
+    for d in (work / "index", work.parent / "musique_dev200" / "index", tmp_path / "checks" / "contexts"):
+        d.mkdir(parents=True)
+    (work.parent / "musique_dev200" / "data").mkdir()
+    (work.parent / "musique_dev200" / "data" / "corpus.jsonl").write_text("")
+    (tmp_path / "checks" / "contexts" / "a1.jsonl").write_text("")
+    monkeypatch.setattr(cr, "WORK", work)
+    monkeypatch.setattr(cr, "RESULTS", tmp_path / "checks")
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(cr, "run_s3", lambda *a: calls.append(a))
+    for method in ("heuristic", "title_following"):  # the old name and the new: one run
+        cr.run(method, "qwen15", 500, None, None, [])
+    for call in calls:
+        assert call[call.index("--out") + 1] == str(tmp_path / "checks" / "runs" / "qwen15" / "heuristic")
+        assert call[call.index("--method") + 1:] == ("searcher", "--contexts",
+                                                     str(tmp_path / "checks" / "contexts" / "heuristic.jsonl"))
+    calls.clear()
+    cr.run("title_following_links1", "qwen05", 200, None, None, ["searcher.reading.read_last=16"], "musique_dev200")
+    (call,) = calls
+    out = Path(call[call.index("--out") + 1])
+    assert str(out).endswith("musique_dev200/runs/qwen05/title_following_links1")
+    # the reading searcher: --method searcher with its kind and [searcher.reading] settings, none of the flat old keys
+    assert call[call.index("--method") + 1:] == ("searcher",)
+    sets = {call[i + 1] for i, a in enumerate(call) if a == "--set"}
+    assert {"searcher.kind=reading", "searcher.reading.read_last=16", "searcher.reading.ranker=links-hotpotqa"} <= sets
+    assert not any(x.split("=")[0] in ("searcher.read_last", "searcher.ranker", "searcher.reader") for x in sets)
+    # a finished run (a committed one, made under --method title_following) is left as it is: no `s3 eval` call
+    calls.clear()
+    out.mkdir(parents=True)
+    (out / "summary.json").write_text('{"n_scored": 200, "n_failed": 0, "n_missing": 0}')
+    cr.run("title_following_links1", "qwen05", 200, None, None, [], "musique_dev200")
+    assert calls == []
+    with pytest.raises(SystemExit, match="hotpotqa_dev500"):
+        cr.run("heuristic_plus_gold", "qwen15", 100, None, None, [], "2wiki_dev200")
+    assert not (work.parent / "2wiki_dev200").exists()
+
+
+def test_documents_from_replays_a_live_script_or_reading_run_and_refuses_a_policy(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run METHOD --documents-from GEN`: the documents another generator's run of a script run live recorded (the
+    reading searcher's too: title_following_ranker1 on 2wiki_dev200 with the 0.5B) become the contexts file of this
+    run, read from its contexts.jsonl.gz; a policy searcher's run is refused (it samples)."""
+    import gzip
+
+    from experiments.transfer import checks_run as cr
+
+    monkeypatch.setattr(cr, "WORK", tmp_path / "runs" / "hotpotqa_dev500")
+    monkeypatch.setattr(cr, "RESULTS", tmp_path / "checks")
+    src = tmp_path / "checks" / "2wiki_dev200" / "runs" / "qwen15" / "title_following_ranker1"
+    src.mkdir(parents=True)
+    rows = [{"id": "q1", "documents": [{"id": "d1"}], "turns": 2}, {"id": "q2", "documents": [{"id": "d2"}]}]
+    (src / "contexts.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    out = cr._replay("title_following_ranker1", "qwen15", "qwen05", "2wiki_dev200")
+    assert out == tmp_path / "runs" / "2wiki_dev200" / "replay" / "qwen15" / "title_following_ranker1.jsonl"
+    assert [json.loads(x) for x in out.read_text().splitlines()] == [{"id": r["id"], "documents": r["documents"]}
+                                                                      for r in rows]
+    with pytest.raises(SystemExit, match="policy searcher samples"):
+        cr._replay("policy_shipped", "qwen15", "qwen05", "2wiki_dev200")
 
 
 def test_report_tiers_never_let_a_run_in_progress_shrink_the_tables() -> None:
@@ -299,7 +424,7 @@ def test_the_ranker_sees_the_page_a_found_document_names_and_learns_to_put_it_fi
     bm25 = _bm25(tmp_path, docs)
     question = "Which firm builds the houses of the architect in the film Garbage Warrior?"
     ranked = bm25.search([question], tc.READ_LAST)[0]
-    h = tc.heuristic_documents(question, ranked[:3], bm25.search, tc.TitleIndex.of(d.title for d in docs), k=3)
+    h = tc.title_following_documents(question, ranked[:3], bm25.search, tc.TitleIndex.of(d.title for d in docs), k=3)
     assert "b" in {d.id for d in h.documents} and "c" not in {d.id for d in h.documents}
     cands = tc.read_candidates(h.documents, ranked)
     rank = {d.id: n for n, d in enumerate(ranked, 1)}

@@ -1,4 +1,4 @@
-"""The transfer experiment's report (experiments/transfer.py) on synthetic runs: the paired table, the training
+"""The transfer experiment's report (experiments/transfer/attempt.py) on synthetic runs: the paired table, the training
 trends, the diagnostics."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture()
 def transfer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    import experiments.transfer
+    import experiments.transfer.attempt
 
-    monkeypatch.setattr(experiments.transfer, "RESULTS", tmp_path / "results")
-    return experiments.transfer
+    monkeypatch.setattr(experiments.transfer.attempt, "RESULTS", tmp_path / "results")
+    return experiments.transfer.attempt
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -183,7 +183,7 @@ def test_another_generator_runs_the_same_searchers_and_gets_its_own_table(transf
     done.mkdir(parents=True)
     (done / "summary.json").write_text(json.dumps({"n_scored": limits[transfer.OTHER_GENERATOR_SLICE]}))
     calls: list[tuple[str, ...]] = []
-    monkeypatch.setattr(transfer, "_s3", lambda *a: calls.append(a))
+    monkeypatch.setattr(transfer, "run_s3", lambda *a: calls.append(a))
     transfer.evaluate(cfgfile, work, (model,))
     assert [c[c.index("--out") + 1] for c in calls] == [
         str(transfer._other_run_path(work, model, m)) for m in ("trained", "untrained")]
@@ -219,7 +219,7 @@ def test_evaluate_runs_the_main_methods_then_the_other_generator_then_the_caps(t
         (work / "eval" / name / "index").mkdir(parents=True)
     model = "local/qwen2.5-coder-1.5b-instruct"
     calls: list[tuple[str, ...]] = []
-    monkeypatch.setattr(transfer, "_s3", lambda *a: calls.append(a))
+    monkeypatch.setattr(transfer, "run_s3", lambda *a: calls.append(a))
     transfer.evaluate(cfgfile, work, (model,))
     outs = [c[c.index("--out") + 1] for c in calls]
     main = [str(work / "eval" / name / m) for m in ("naive_rag", "trained", "untrained", "no_retrieval")
@@ -245,7 +245,7 @@ def test_a_cap_that_cannot_bind_is_not_run(transfer: Any, tmp_path: Path, monkey
                                            for i in range(limit)])
             (run / "summary.json").write_text(json.dumps({"n_scored": limit}))
     calls: list[tuple[str, ...]] = []
-    monkeypatch.setattr(transfer, "_s3", lambda *a: calls.append(a))
+    monkeypatch.setattr(transfer, "run_s3", lambda *a: calls.append(a))
     transfer.evaluate(cfgfile, work)
     assert [c[c.index("--out") + 1] for c in calls] == [str(work / "eval" / name / "untrained_cap")
                                                         for name in transfer.DATASETS]

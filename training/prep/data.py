@@ -57,6 +57,7 @@ from searcher.retrieval import build_index
 from searcher.retrieval.base import Retriever
 from searcher.trained import index_fingerprint
 from training.config import TrainingData, TrainSettings
+from training.rewards import reward_spec
 
 Log = Callable[[str], object]  # where progress lines go (print by default)
 
@@ -278,7 +279,7 @@ class Preparation:
         self.data = t.data  # [training.data]: sources, filters, the baseline's batch
         self.base_dir = cfg.base_dir  # the sources' paths resolve against it
         self.heldout = t.heldout.questions  # never filtered
-        self.reward_reads_baseline = t.mode == "s3" and t.reward in ("gbr", "acc_plus_gbr")  # the GBR rewards
+        self.reward_reads_baseline = reward_spec(t.reward).reads_baseline(t.mode)  # the GBR rewards (their entries)
         self.needs_baseline = t.data.keep_baseline_zero or self.reward_reads_baseline  # ... and s3's filter
         self.retrieval = cfg.retriever
         self.start = _start_of(cfg)  # searcher.start: the baseline's documents are the searcher's D0
@@ -362,15 +363,15 @@ class Preparation:
         k = self.retrieval.k
         if self.start is None:
             return lambda r, batch: r.search([q.question for q in batch], k)
-        from searcher.title_following import TitleFollowingSearcher, start_script
+        from searcher.base import Start
+        from searcher.kinds import build_start
 
-        scripts: dict[int, TitleFollowingSearcher] = {}
+        starts: dict[int, Start] = {}
 
         def documents(r: Retriever, batch: list[QAExample]) -> list[list[Document]]:
-            if id(r) not in scripts:  # the script the searcher's loop begins from (searcher.start), the same settings
-                scripts[id(r)] = start_script(r, self.searcher, k)
-            found, _ = scripts[id(r)].follow([q.question for q in batch])
-            return [list(f.documents) for f in found]
+            if id(r) not in starts:  # the start the searcher's loop begins from (searcher.start), the same settings
+                starts[id(r)] = build_start(self.searcher, r, k)
+            return starts[id(r)].documents([q.question for q in batch], self.searcher)
 
         return documents
 

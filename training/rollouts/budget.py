@@ -24,7 +24,7 @@ from eval.accuracy import Accuracy
 from generator_adapters.budget import Budget, BudgetReached, require_known_prices
 from s3core.types import QAExample, SearchResult
 from training.config import TrainSettings
-from training.rewards import NO_GENERATOR_REWARDS, RewardBatch
+from training.rewards import RewardBatch, reward_spec
 from training.rollouts.executors import GAUGE_METRICS, StepExecutor
 from training.rundir import metrics_rows
 
@@ -35,11 +35,10 @@ COST_METRICS = ("cost/usd_step", "cost/usd_total")
 
 
 def paid_reward(cfg: TrainSettings) -> bool:
-    """Whether the configured reward calls the frozen generator (and the judge)."""
+    """Whether the configured reward calls the frozen generator (and the judge): its registry entry says, in s3 mode
+    (search_r1 mode never calls it)."""
     tc = cfg.training
-    if tc.mode == "search_r1":
-        return False
-    return tc.reward not in ("em", *NO_GENERATOR_REWARDS)
+    return reward_spec(tc.reward).calls_generator(tc.mode)
 
 
 def no_generator_reason(cfg: TrainSettings) -> str | None:
