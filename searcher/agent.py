@@ -32,7 +32,7 @@ from typing import Any
 
 from s3core.errors import ConfigError
 from s3core.types import Document, QAExample, SearchResult, SearchStep, Trajectory, construct_trusted
-from searcher.base import LoopStats, Start, SupportsSearch, TopK, search_items
+from searcher.base import LoopStats, SearcherBase, Start, SupportsSearch, TopK, search_items
 from searcher.config import SearcherConfig
 from searcher.identity import gguf_sha256, local_path
 from searcher.loops import DONE, S3_LOOP, SEARCH_R1_LOOP, Decision, LoopProtocol, Render
@@ -88,7 +88,7 @@ class _Run:
     render: Render  # the window's lines, cut to cfg.doc_token_budget (cached per budget; whole passages: no cache)
 
 
-class S3Searcher:
+class S3Searcher(SearcherBase):
     """The s3 searcher: a policy LLM that queries `retriever`, selects documents and decides when to stop.
 
     policy: any `Policy` (searcher.build.build_policy(cfg) builds one from the config).
@@ -189,17 +189,6 @@ class S3Searcher:
     @property
     def max_turns(self) -> int:
         return self.cfg.max_turns
-
-    @property
-    def k(self) -> int:
-        return self.cfg.k
-
-    @property
-    def max_contexts(self) -> int:
-        return self.cfg.max_contexts
-
-    def search_one(self, question: str | QAExample) -> SearchResult:
-        return self.search([question])[0]
 
     def identity(self, relative_to: Path | None = None) -> dict[str, Any]:
         """What a run record says ran (searcher/base.py `Searcher.identity`): the policy, its model and the loop

@@ -22,7 +22,7 @@ from s3core.errors import S3Error
 from s3core.types import Document, QAExample, SearchResult
 from searcher.config import SearcherConfig
 
-__all__ = ["LoopStats", "Searcher", "Start", "SupportsSearch", "TopK", "search_items"]
+__all__ = ["LoopStats", "Searcher", "SearcherBase", "Start", "SupportsSearch", "TopK", "search_items"]
 
 
 class SupportsSearch(Protocol):
@@ -89,6 +89,27 @@ class Searcher(Protocol):
     def describe(self) -> dict[str, Any]:
         """What it is, for people and clients (/health, MCP, `s3 search`): kind, the model(s) it runs, its settings."""
         ...
+
+
+class SearcherBase:
+    """What every kind shares of the protocol, read from its settings `cfg`: `k`, `max_contexts`, `search_one`."""
+
+    cfg: SearcherConfig
+
+    def search(self, questions: Sequence[str | QAExample], *, cfg: SearcherConfig | None = None,
+               cancelled: Sequence[Callable[[], bool]] | None = None) -> list[SearchResult]:
+        raise NotImplementedError
+
+    @property
+    def k(self) -> int:
+        return self.cfg.k
+
+    @property
+    def max_contexts(self) -> int:
+        return self.cfg.max_contexts
+
+    def search_one(self, question: str | QAExample) -> SearchResult:
+        return self.search([question])[0]
 
 
 class Start(Protocol):

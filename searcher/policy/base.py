@@ -69,14 +69,8 @@ class Policy(Protocol):
     name: str
     max_batch: int | None
 
-    def generate(
-        self,
-        prompts: Sequence[PolicyPrompt],
-        *,
-        stop: Sequence[str] = (),
-        max_new_tokens: int = 160,
-        temperature: float = 0.0,
-    ) -> list[PolicyOutput]: ...
+    def generate(self, prompts: Sequence[PolicyPrompt], *, stop: Sequence[str] = (), max_new_tokens: int = 160,
+                 temperature: float = 0.0) -> list[PolicyOutput]: ...
 
 
 @runtime_checkable

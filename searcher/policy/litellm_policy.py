@@ -98,14 +98,8 @@ class LiteLLMPolicy:
         self._completion = litellm.completion
         return self._completion
 
-    def generate(
-        self,
-        prompts: Sequence[PolicyPrompt],
-        *,
-        stop: Sequence[str] = (),
-        max_new_tokens: int = 160,
-        temperature: float = 0.0,
-    ) -> list[PolicyOutput]:
+    def generate(self, prompts: Sequence[PolicyPrompt], *, stop: Sequence[str] = (), max_new_tokens: int = 160,
+                 temperature: float = 0.0) -> list[PolicyOutput]:
         client = self._client()
         convs = [_messages(p) for p in prompts]
         stops = list(stop)

@@ -207,14 +207,8 @@ class LlamaCppPolicy(ChatTokenizerMixin):
         return cls(llm, PreTrainedTokenizerFast.from_pretrained(str(tok_dir)), name=f"llamacpp:{spec}",
                    governor=None if n else ThreadGovernor(most))
 
-    def generate(
-        self,
-        prompts: Sequence[PolicyPrompt],
-        *,
-        stop: Sequence[str] = (),
-        max_new_tokens: int = 160,
-        temperature: float = 0.0,
-    ) -> list[PolicyOutput]:
+    def generate(self, prompts: Sequence[PolicyPrompt], *, stop: Sequence[str] = (), max_new_tokens: int = 160,
+                 temperature: float = 0.0) -> list[PolicyOutput]:
         outs = []
         self.reused_tokens = 0
         for p in prompts:

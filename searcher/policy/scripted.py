@@ -70,14 +70,8 @@ class ScriptedPolicy:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(ids))
 
-    def generate(
-        self,
-        prompts: Sequence[PolicyPrompt],
-        *,
-        stop: Sequence[str] = (),
-        max_new_tokens: int = 160,
-        temperature: float = 0.0,
-    ) -> list[PolicyOutput]:
+    def generate(self, prompts: Sequence[PolicyPrompt], *, stop: Sequence[str] = (), max_new_tokens: int = 160,
+                 temperature: float = 0.0) -> list[PolicyOutput]:
         t0 = time.perf_counter()
         self.calls.append(list(prompts))
         decode = self.decode if self.tokenizer is not None else None

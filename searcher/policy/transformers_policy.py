@@ -333,14 +333,8 @@ class TransformersPolicy(ChatTokenizerMixin):
         return out
 
     # -------------------------------------------------------------------------------------------------- generation
-    def generate(
-        self,
-        prompts: Sequence[PolicyPrompt],
-        *,
-        stop: Sequence[str] = (),
-        max_new_tokens: int = 160,
-        temperature: float = 0.0,
-    ) -> list[PolicyOutput]:
+    def generate(self, prompts: Sequence[PolicyPrompt], *, stop: Sequence[str] = (), max_new_tokens: int = 160,
+                 temperature: float = 0.0) -> list[PolicyOutput]:
         id_lists = [self._ids(p) for p in prompts]
         if not id_lists:
             return []

@@ -153,14 +153,8 @@ class VLLMPolicy(ChatTokenizerMixin):
         self.weight_syncs = 0
 
     # ------------------------------------------------------------------------------------------------- generation
-    def generate(
-        self,
-        prompts: Sequence[PolicyPrompt],
-        *,
-        stop: Sequence[str] = (),
-        max_new_tokens: int = 160,
-        temperature: float = 0.0,
-    ) -> list[PolicyOutput]:
+    def generate(self, prompts: Sequence[PolicyPrompt], *, stop: Sequence[str] = (), max_new_tokens: int = 160,
+                 temperature: float = 0.0) -> list[PolicyOutput]:
         id_lists = [self._ids(p) for p in prompts]
         if not id_lists:
             return []

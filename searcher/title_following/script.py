@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from s3core.errors import ConfigError, S3Error
 from s3core.types import Document, QAExample, SearchResult, SearchStep
-from searcher.base import LoopStats, search_items
+from searcher.base import LoopStats, SearcherBase, search_items
 from searcher.config import SearcherConfig, TitleFollowingConfig
 from searcher.spans import TitleIndex, title_like_spans
 from searcher.titles import norm, title_variants
@@ -190,7 +190,7 @@ def check_titled(titles: TitleIndex | None, retriever: Any, kind: str) -> None:
             '"text"} or "contents" = "Title"\\ntext), or use searcher.kind = "llm"')
 
 
-class TitleFollowingSearcher:
+class TitleFollowingSearcher(SearcherBase):
     """The title-following script as a searcher (searcher/base.py `Searcher`, kind 'title_following'):
     `search(questions, *, cfg=, cancelled=)` returns the LLM searcher's SearchResult records, so `s3 search`, `s3 serve`
     (/search), `s3 mcp` and `s3 eval` run it like any searcher.
@@ -224,14 +224,6 @@ class TitleFollowingSearcher:
         """Its turns after D0: the span turn (and, for the reading searcher, the read as a second)."""
         return min(self.cfg.max_turns, 1)
 
-    @property
-    def k(self) -> int:
-        return self.cfg.k
-
-    @property
-    def max_contexts(self) -> int:
-        return self.cfg.max_contexts
-
     def _cap(self, cfg: SearcherConfig) -> int:
         cap = cfg.max_contexts
         if cfg.begin_with_search and cap < self.k0:
@@ -256,9 +248,6 @@ class TitleFollowingSearcher:
                 "settings": {"k": s.k, "max_turns": self.max_turns, "context_cap": s.max_contexts,
                              "begin_with_search": s.begin_with_search, "words": self.words},
                 "request_fields": ["k", "max_turns"]}
-
-    def search_one(self, question: str | QAExample) -> SearchResult:
-        return self.search([question])[0]
 
     def follow(self, questions: Sequence[str], *, cfg: SearcherConfig | None = None,
                skip: Sequence[bool] | None = None) -> tuple[list[TitleFollowing], list[float]]:

@@ -9,12 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+from test_distill import DATA, SMOKE
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("training_data")]
 
-ROOT = Path(__file__).resolve().parents[2]
-SMOKE = ROOT / "configs" / "smoke.toml"
-DATA = ROOT.parent / "shared" / "data" / "train_hotpotqa_musique100" / "hotpotqa_train.json"
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from test_agent import TinyRetriever
 
 from s3.config import load_config
 from s3core.errors import ConfigError
@@ -64,11 +65,8 @@ def test_interleave_puts_each_querys_titled_page_first_then_takes_ranks_in_turn(
     assert [x.id for x in interleave(["q1", "q2", "q3"], [[_d("x")], [_d("y")], [_d("z")]], 2)] == ["x", "y"]
 
 
-class TitleRetriever:
+class TitleRetriever(TinyRetriever):
     """A query returns k documents: its own page ('<query>') at rank 3 (when k >= 3), fillers around it."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[list[str], int]] = []
 
     def search(self, queries: list[str], k: int) -> list[list[Document]]:
         self.calls.append((list(queries), k))

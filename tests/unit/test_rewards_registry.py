@@ -8,19 +8,11 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
+from test_rewards_reuse import _ex, _res
 
 import training.rewards as rw
 from s3core.errors import ConfigError
-from s3core.types import Document, QAExample, SearchResult, SearchStep
-
-
-def _ex(i: int) -> QAExample:
-    return QAExample(id=f"q{i}", question=f"question {i}?", golden_answers=["a"], metadata={"supporting_ids": ["g"]})
-
-
-def _res(top: list[str], docs: list[str]) -> SearchResult:
-    steps = [SearchStep(turn=0, query="q", retrieved_ids=top), SearchStep(turn=1, query="more")]
-    return SearchResult(question="q", documents=[Document(id=d, text=d) for d in docs], steps=steps)
+from s3core.types import Document, QAExample, SearchResult
 
 
 class FakeAccuracy:

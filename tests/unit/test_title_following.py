@@ -124,13 +124,16 @@ def _index(tmp_path: Path, docs: list[Document]) -> Path:
     return build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "index", RetrieverConfig(), overwrite=True)
 
 
+REYNOLDS = [  # a film, its director, the house he is known for, and a name that only looks like his
+    doc("a", "Garbage Warrior", "Garbage Warrior is a film about the architect Michael Reynolds."),
+    doc("b", "Michael Reynolds", "Michael Reynolds is an architect known for the Earthship."),
+    doc("c", "Earthship", "An Earthship is a kind of passive solar house."),
+    doc("d", "Reynolds Wrap", "Reynolds Wrap is an aluminium foil brand."),
+]
+
+
 def test_built_from_the_config_on_a_real_bm25_index_and_a_corpus_without_titles_is_refused(tmp_path: Path) -> None:
-    docs = [
-        doc("a", "Garbage Warrior", "Garbage Warrior is a film about the architect Michael Reynolds."),
-        doc("b", "Michael Reynolds", "Michael Reynolds is an architect known for the Earthship."),
-        doc("c", "Earthship", "An Earthship is a kind of passive solar house."),
-        doc("d", "Reynolds Wrap", "Reynolds Wrap is an aluminium foil brand."),
-    ]
+    docs = REYNOLDS
     bm25 = load_retriever(RetrieverConfig(), _index(tmp_path / "titled", docs))
     cfg = SearcherConfig(kind="title_following", k=3, context_cap=3)
     s = build_configured_searcher(cfg, bm25, k0=1)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_title_following import REYNOLDS
 
 from eval.contexts import read_contexts_file
 from experiments.transfer import checks as tc
@@ -120,10 +121,7 @@ def _bm25(tmp_path: Path, docs: list[Document]) -> Any:
 
 def test_heuristic_on_a_real_bm25_index(tmp_path: Path) -> None:
     docs = [
-        doc("a", "Garbage Warrior", "Garbage Warrior is a film about the architect Michael Reynolds."),
-        doc("b", "Michael Reynolds", "Michael Reynolds is an architect known for the Earthship."),
-        doc("c", "Earthship", "An Earthship is a kind of passive solar house."),
-        doc("d", "Reynolds Wrap", "Reynolds Wrap is an aluminium foil brand."),
+        *REYNOLDS,
         doc("e", "Solar house", "A solar house uses the sun."),
     ]
     bm25 = _bm25(tmp_path, docs)
