@@ -117,7 +117,8 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
             s = s.model_copy(update={"kind": "title_following", "policy_path": None})  # the method names the script
         agent = build_configured_searcher(s, retriever, k0=rcfg.k,
                                           agent="search_r1" if method.startswith("search_r1") else "s3")
-        contexts = agent_contexts(agent, own_answer=(method == "search_r1"), trajectories=opts.out / TRAJECTORIES_FILE)
+        contexts = agent_contexts(agent, own_answer=(method == "search_r1"),
+                                  trajectories=None if opts.dry_run else opts.out / TRAJECTORIES_FILE)
         config["searcher"] = agent.identity(opts.out)  # searcher/base.py: what ran, paths relative to the run
         if method == "search_r1":
             config["generator"] = {"model": f"{s.model} (search_r1 agent)", "prompt_sha256": "search_r1"}

@@ -80,6 +80,7 @@ class EvalOptions:
     progress: bool = True
     given: set[str] = field(default_factory=set)  # the options the user passed explicitly
     max_cost_usd: float | None = None  # --max-cost-usd: overrides eval.budget_usd (never part of the run's identity)
+    dry_run: bool = False  # --dry-run: nothing is written (a live searcher's trajectories neither)
 
 
 def validate_options(opts: EvalOptions) -> None:

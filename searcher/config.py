@@ -177,8 +177,14 @@ class ReadingConfig(Section):
     )
     threads: int | None = Field(
         None, ge=1,
-        description="torch threads of the reader (None = s3core.devices' choice for this machine: all cores when idle, "
-        "1 when they are busy).",
+        description="torch threads of the reader (None = chosen call by call, s3core.devices.auto_cpu_threads: up to 2 "
+        "on a quiet machine, 1 when its load is above its cores, where more threads stall each other).",
+    )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description="The reader's weights and arithmetic: float32 = the numbers it was measured with (docs/transfer.md); "
+        "bfloat16 = faster on CPUs with AVX512-BF16 or AMX and on GPUs, its scores a little different (the pages it "
+        "picks may differ on a few questions: benchmarks/results/default_searcher).",
     )
 
 

@@ -91,6 +91,7 @@ def _eval(args: argparse.Namespace, cfg: S3Config) -> int:
         progress=not args.no_progress and sys.stderr.isatty(),
         given=given,
         max_cost_usd=args.max_cost_usd,
+        dry_run=args.dry_run,
     )
     validate_options(opts)
     cfg = _trained_loop(args, cfg)

@@ -83,32 +83,34 @@ class PointwiseReader:
     `name` is what it was loaded from, for a run's identity."""
 
     def __init__(self, model: Any, tokenizer: Any, *, name: str = "reader", batch: int = 16,
-                 max_tokens: int = MAX_TOKENS, words: int = WORDS) -> None:
+                 max_tokens: int = MAX_TOKENS, words: int = WORDS, threads: int | None = None) -> None:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.batch, self.max_tokens, self.words = max(1, batch), max_tokens, words
         self.yes, self.no = yes_no_token_ids(tokenizer)
         self.pad_id = int(tokenizer.pad_token_id)
+        self.threads = threads  # torch threads a call reads with; None = s3core.devices.auto_cpu_threads, call by call
         model.eval()
 
     @classmethod
-    def load(cls, spec: str, *, threads: int | None = None) -> PointwiseReader:
+    def load(cls, spec: str, *, threads: int | None = None, dtype: str = "float32") -> PointwiseReader:
         """A reader from a checkpoint directory (a full model, or a LoRA adapter whose adapter_config.json names its
-        base), an offline model name or a hub name; a missing or broken one, or one whose tokenizer cannot answer yes /
-        no in one token, is a ConfigError that says so."""
+        base), an offline model name or a hub name, in `dtype` (float32: the numbers it was measured with); a missing
+        or broken one, or one whose tokenizer cannot answer yes / no in one token, is a ConfigError that says so.
+        `threads`: torch threads for every call (None: chosen call by call from the machine's load)."""
         from safetensors import SafetensorError
 
         from searcher.policy.transformers_policy import TransformersPolicy
 
         try:
-            policy = TransformersPolicy.load(spec, threads=threads, merge_adapter=True)
+            policy = TransformersPolicy.load(spec, threads=threads, merge_adapter=True, dtype=dtype)
         except ConfigError:
             raise
         except (OSError, ValueError, RuntimeError, S3Error, SafetensorError) as e:  # missing, broken, mismatched
             raise ConfigError(f"searcher.reading.reader = {spec!r}: cannot load a transformers model there ({e}); a pointwise "
                               "reader comes from `benchmarks/selection_probe.py run --reader pointwise --save`") from None
-        return cls(policy.model, policy.tokenizer, name=spec)
+        return cls(policy.model, policy.tokenizer, name=spec, threads=threads)
 
     def logits(self, prompts: Sequence[str]) -> Any:
         """(B,) logit(" yes") - logit(" no") at each pair prompt's last position (with gradient where enabled)."""
@@ -120,7 +122,11 @@ class PointwiseReader:
         """Each of `docs`' score for `question`, in order (higher: more likely to help answer it)."""
         import torch
 
+        from s3core.devices import auto_cpu_threads
+
         out: list[float] = []
+        if self.model.device.type == "cpu":  # two threads on a quiet machine, one beside another job (they would stall)
+            torch.set_num_threads(self.threads or auto_cpu_threads())
         with torch.no_grad():
             for lo in range(0, len(docs), self.batch):
                 out += self.logits([render_pair(question, d, self.words) for d in docs[lo:lo + self.batch]]).tolist()

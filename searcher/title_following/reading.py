@@ -92,9 +92,9 @@ class ReadingSearcher(TitleFollowingSearcher):
         spec = ranker.reader_for(cfg.reading.reader)
         if spec is None:
             return None
-        key = str(Path(spec).resolve()) if Path(spec).exists() else spec
+        key = (str(Path(spec).resolve()) if Path(spec).exists() else spec) + f"@{cfg.reading.dtype}"
         if key not in self._readers:
-            self._readers[key] = PointwiseReader.load(spec, threads=cfg.reading.threads)
+            self._readers[key] = PointwiseReader.load(spec, threads=cfg.reading.threads, dtype=cfg.reading.dtype)
         return self._readers[key]
 
     def identity(self, relative_to: Path | None = None) -> dict[str, Any]:
@@ -108,6 +108,8 @@ class ReadingSearcher(TitleFollowingSearcher):
         if reader:
             out |= {"reader": local_path(reader, relative_to),
                     **{f"reader_{k}": v for k, v in reader_identity(reader).items()}}
+            if s.reading.dtype != "float32":  # only then: the float32 runs keep their identity
+                out["reader_dtype"] = s.reading.dtype
         return out
 
     def describe(self) -> dict[str, Any]:

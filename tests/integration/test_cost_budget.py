@@ -57,6 +57,17 @@ def eval_args(srv: FakeLLMServer, ds: Path, index: Path, out: Path, *extra: str)
             *priced(srv, "generator"), *priced(srv, "judge"), *extra]
 
 
+def test_a_dry_run_of_a_live_searcher_writes_nothing(priced_api: FakeLLMServer, tiny: tuple[Path, Path],
+                                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--dry-run` of a method whose searcher runs live (the title-following script here) prices the run and writes
+    nothing, not even the searcher's trajectories (it used to fail on the run folder's missing contexts.jsonl)."""
+    ds, index = tiny
+    args = eval_args(priced_api, ds, index, tmp_path / "tf", "--dry-run", "--limit", "2")
+    args[args.index("naive_rag")] = "title_following"
+    assert s3_main(args) == 0
+    assert "dry run: 2 questions to run" in capsys.readouterr().out and not (tmp_path / "tf").exists()
+
+
 def test_eval_totals_budget_stop_resume_and_dry_run(priced_api: FakeLLMServer, tiny: tuple[Path, Path],
                                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     srv = priced_api
