@@ -119,6 +119,7 @@ def test_through_the_real_search_app_and_the_command_line(hotpot: tuple[Path, Pa
     with LiveServer(app) as srv:
         health = httpx.get(f"{srv.url}/health", timeout=30).json()
         assert health["model"] == "title_following" and health["corpus_size"] == 4943
+        assert health["searcher"]["kind"] == "title_following" and health["searcher"]["settings"]["context_cap"] == 5
         r = httpx.post(f"{srv.url}/search", json={"question": q.question}, timeout=60)
         assert r.status_code == 200, r.text
         body: dict[str, Any] = r.json()
