@@ -30,7 +30,7 @@ def test_a_trained_searcher_from_the_searcher_package_alone(tmp_path: Path) -> N
 
     write_corpus(tmp_path / "corpus.jsonl", DOCS)
     index = build_index(tmp_path / "corpus.jsonl", "bm25", tmp_path / "indexes" / "wiki")
-    searcher = build_trained_searcher(index=index)  # no policy named: the shipped one
+    searcher = build_trained_searcher("smollm2-135m-hotpotqa", index=index)  # the shipped RL policy, by name
     # searcher.runtime = auto: llama.cpp over the merged policy's GGUF on a CPU with llama-cpp-python (the set-up's)
     assert searcher.policy.name == f"llamacpp:{SHIPPED}"
     assert isinstance(searcher, S3Searcher)
@@ -40,6 +40,8 @@ def test_a_trained_searcher_from_the_searcher_package_alone(tmp_path: Path) -> N
     assert result.error is None and result.documents
     assert {d.id for d in result.documents} <= {d.id for d in DOCS} and len(result.steps) <= 3
     assert len(result.documents) <= 5  # the cap it was trained with
+    # no searcher named: the best shipped one for this index, which has titles (the reading searcher)
+    assert build_trained_searcher(index=index).kind == "reading"
 
 
 def test_an_adapter_without_tokenizer_files_loads_with_its_bases() -> None:
