@@ -82,14 +82,9 @@ def searcher_config(cfg: S3Config, policy: str | Path | None = None, index: Path
     named = names_searcher(cfg)
     if named is not None:
         return cfg, index, f"the configured searcher ({named})"
-    choice = cfg.searcher.default_policy
+    choice, why = default_searcher(lambda: _open(cfg, index, opened), cfg.searcher.default_policy)
     if choice is None:
-        return cfg, index, "the configured searcher (searcher.default_policy is none / --untrained)"
-    if choice == "auto":
-        choice, why = default_searcher(_open(cfg, index, opened), choice)
-    else:
-        why = f"searcher.default_policy = {choice!r}"
-    assert choice is not None
+        return cfg, index, f"the configured searcher ({why})"
     searcher, retriever, _ = trained_settings(choice, cfg.searcher, cfg.retriever,
                                               explicit=cfg.explicit_keys | {"retriever.index"}, index=index)
     return cfg.model_copy(update={"searcher": searcher, "retriever": retriever}), index, f"{choice}: {why}"

@@ -14,7 +14,7 @@ served with the loop settings and the index it was trained with unless given:
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from searcher import kinds
@@ -92,18 +92,18 @@ def trained_settings(
     return searcher_cfg.model_copy(update={"policy": backend, "policy_path": str(path.resolve())}), retriever_cfg, index
 
 
-def default_searcher(retriever: Retriever, default_policy: str | None) -> tuple[str | None, str]:
-    """The shipped searcher to run over `retriever` when none is named, and why (in words): searcher.default_policy's
-    name, or for 'auto' the best measured one for this index (titled or not: `searcher.policies.best_for`); None =
-    the configured searcher (default_policy none)."""
+def default_searcher(open_index: Callable[[], Retriever], default_policy: str | None) -> tuple[str | None, str]:
+    """The shipped searcher to run when none is named, and why (in words): searcher.default_policy's name, or for
+    'auto' the best measured one for the index `open_index` opens (titled or not: `searcher.policies.best_for`; it is
+    opened only then); None = the configured searcher (default_policy none)."""
     from searcher.policies import AUTO, best_for
     from searcher.title_following import has_titles
 
     if default_policy is None:
-        return None, "searcher.default_policy is none: the searcher the configuration describes"
+        return None, "searcher.default_policy is none / --untrained"
     if default_policy != AUTO:
         return default_policy, f"searcher.default_policy = {default_policy!r}"
-    card, why = best_for(has_titles(retriever))
+    card, why = best_for(has_titles(open_index()))
     return card.name, why
 
 
@@ -123,12 +123,20 @@ def build_trained_searcher(
     device settings stay."""
     scfg, rcfg = searcher_cfg or SearcherConfig(), retriever_cfg or RetrieverConfig()
     where = Path(index) if index is not None else None
+    opened: list[tuple[RetrieverConfig, Retriever]] = []  # the index opened to choose a default, kept for the search
+
+    def open_index(cfg: RetrieverConfig) -> Retriever:
+        if not opened or opened[0][0] != cfg:
+            opened[:] = [(cfg, build_retriever(cfg, where))]
+        return opened[0][1]
+
     if policy is None:
         from searcher.policies import DEFAULT
 
         if where is None:  # nothing to choose by: the shipped policy brings its own index
             policy = scfg.default_policy if scfg.default_policy not in (None, "auto") else DEFAULT
         else:
-            policy = default_searcher(build_retriever(rcfg, where), scfg.default_policy or "auto")[0] or DEFAULT
-    scfg, rcfg, where = trained_settings(policy, scfg, rcfg, explicit=explicit, index=where)
-    return build_configured_searcher(scfg, build_retriever(rcfg, where), k0=rcfg.k, agent=agent)
+            policy = default_searcher(lambda: open_index(rcfg), scfg.default_policy or "auto")[0] or DEFAULT
+    scfg, rcfg, found = trained_settings(policy, scfg, rcfg, explicit=explicit, index=where)
+    retriever = open_index(rcfg) if found == where else build_retriever(rcfg, found)
+    return build_configured_searcher(scfg, retriever, k0=rcfg.k, agent=agent)

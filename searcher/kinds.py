@@ -2,11 +2,11 @@
 the index. Callers build through `build` (searcher/build.py `build_configured_searcher`) and take the
 `Searcher` protocol (searcher/base.py); nothing outside this module branches on a kind.
 
-    KINDS["reading"].build(cfg, retriever, k0=3)       # a ReadingSearcher
-    check_settings(cfg)                                # a setting of another kind's section is refused, named
+    build(cfg, retriever, k0=3)        # the searcher cfg.kind names (cfg.kind = "reading": a ReadingSearcher)
+    check_settings(cfg)                # a setting of another kind's section is refused, named
 
 A new kind is one `Kind` entry here (its class implements `Searcher`), its name in searcher.kind's Literal
-(searcher/config.py) and, where it has settings of its own, one config section on SearcherConfig.
+(searcher/config.py) and, where it has settings of its own, one config section on SearcherConfig named as the kind.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from searcher.base import Searcher, Start, TopK
 from searcher.config import SearcherConfig
 from searcher.policy.base import Policy
 
-__all__ = ["KINDS", "SECTIONS", "AgentKind", "Kind", "build", "build_start", "check_settings", "foreign_settings"]
+__all__ = ["KINDS", "AgentKind", "Kind", "build", "build_start", "check_settings", "foreign_settings"]
 
 AgentKind = Literal["s3", "search_r1"]
 
@@ -29,15 +29,12 @@ AgentKind = Literal["s3", "search_r1"]
 @dataclass(frozen=True)
 class Kind:
     """One searcher kind: `make(cfg, retriever, k0, agent, threads)` builds it; `sections`: the [searcher.<name>]
-    sections it reads (a setting of any other kind's section is refused); `needs_titles`: the index must have titles;
-    `runs_policy`: it runs searcher.policy / searcher.model (a trained policy folder applies to it)."""
+    sections it reads (a setting of any other kind's section is refused); `runs_policy`: it runs searcher.policy /
+    searcher.model (a trained policy folder applies to it)."""
 
-    name: str
     make: Callable[[SearcherConfig, Any, int, AgentKind, int | None], Searcher]
     sections: tuple[str, ...]
-    needs_titles: bool
     runs_policy: bool
-    about: str
 
 
 def _llm(cfg: SearcherConfig, retriever: Any, k0: int, agent: AgentKind, threads: int | None) -> Searcher:
@@ -65,35 +62,29 @@ def _script(cls_name: str) -> Callable[[SearcherConfig, Any, int, AgentKind, int
 
 
 KINDS: dict[str, Kind] = {
-    "llm": Kind("llm", _llm, (), needs_titles=False, runs_policy=True,
-                about="a policy LLM in the s3 loop (searches, selects, stops); trained by `s3 train`"),
-    "title_following": Kind("title_following", _script("TitleFollowingSearcher"), ("title_following",),
-                            needs_titles=True, runs_policy=False,
-                            about="a script, no model: naive RAG's top-k plus the pages titled as a name it read"),
-    "reading": Kind("reading", _script("ReadingSearcher"), ("title_following", "reading"), needs_titles=True,
-                    runs_policy=False,
-                    about="the title-following script plus one page of the question's own list, picked by a trained "
-                          "ranker over a small trained reader"),
+    # a policy LLM in the s3 loop (searches, selects, stops); trained by `s3 train`
+    "llm": Kind(_llm, (), runs_policy=True),
+    # a script, no model (titled indexes only): naive RAG's top-k plus the pages titled as a name it read
+    "title_following": Kind(_script("TitleFollowingSearcher"), ("title_following",), runs_policy=False),
+    # that script plus one page of the question's own list, picked by a trained ranker over a small trained reader
+    "reading": Kind(_script("ReadingSearcher"), ("title_following", "reading"), runs_policy=False),
 }
-
-# every kind's own section -> the kind it belongs to (a section two kinds read belongs to the first that owns it)
-SECTIONS: dict[str, str] = {"title_following": "title_following", "reading": "reading"}
 
 
 def foreign_settings(cfg: SearcherConfig) -> list[tuple[str, str]]:
     """The settings of `cfg` that its kind would ignore: (dotted key under searcher, the kind it belongs to), for each
-    field of another kind's section set away from its default. The title-following start reads that script's
-    section too."""
+    field of another kind's section (a section named as its kind) set away from its default. The title-following
+    start reads that script's section too."""
     reads = set(KINDS[cfg.kind].sections)
     if cfg.start == "title_following":
         reads.add("title_following")
     out = []
-    for section, owner in SECTIONS.items():
-        if section in reads:
+    for owner in KINDS:
+        if owner in reads or owner not in SearcherConfig.model_fields:
             continue
-        value = getattr(cfg, section)
+        value = getattr(cfg, owner)
         default = type(value)()
-        out += [(f"{section}.{f}", owner) for f in type(value).model_fields if getattr(value, f) != getattr(default, f)]
+        out += [(f"{owner}.{f}", owner) for f in type(value).model_fields if getattr(value, f) != getattr(default, f)]
     return out
 
 

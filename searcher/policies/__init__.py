@@ -20,7 +20,6 @@ searcher; searcher/title_following/).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,8 +69,8 @@ def shipped_policy(name: str = DEFAULT) -> Path:
 
 
 def resolve(name_or_path: str | Path) -> Path:
-    """A named searcher: a shipped name (searcher/policies/<name>), else a path (a run directory, a checkpoint, a
-    policy folder). Neither is a clear error."""
+    """A named searcher: a path that exists (a run directory, a checkpoint, a policy folder), else a shipped name
+    (searcher/policies/<name>). Neither is a clear error."""
     path = Path(name_or_path)
     if path.exists():
         return path
@@ -83,12 +82,16 @@ def resolve(name_or_path: str | Path) -> Path:
 
 def catalog() -> list[Card]:
     """Every shipped searcher's card, best measured first."""
+    from searcher.trained import find_record
+
     cards = []
     for name in names():
-        body = json.loads((HOME / name / "searcher.json").read_text(encoding="utf-8"))
-        card = body.get("card") or {}
-        cards.append(Card(name, str(body.get("kind", "llm")), str(card.get("applies", "any")),
-                          str(card.get("about", "")), list(card.get("measured", []))))
+        found = find_record(HOME / name)
+        assert found is not None  # names() lists the folders with a searcher.json
+        record = found[0]
+        card = record.card or {}
+        cards.append(Card(name, record.kind, str(card.get("applies", "any")), str(card.get("about", "")),
+                          list(card.get("measured", []))))
     return sorted(cards, key=lambda c: (-c.score, c.name))
 
 
