@@ -141,7 +141,8 @@ def main() -> int:
                     "gold": q.supporting_ids,
                     "stats": st,
                     "seconds": round(res.seconds, 2),
-                    "steps": [s.model_dump(exclude={"policy_seconds", "retrieval_seconds"}) for s in res.steps],
+                    "steps": [s.model_dump(exclude={"policy_seconds", "retrieval_seconds", "reader_seconds"})
+                              for s in res.steps],
                 }
                 fh.write(json.dumps(row) + "\n")
                 fh.flush()

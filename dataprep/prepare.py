@@ -4,7 +4,8 @@ A prepared folder, what `s3 data prepare` writes and evaluation and training rea
 
     corpus.jsonl      {"id", "contents"} per distinct paragraph (only when the inputs carry paragraphs)
     questions.jsonl   {"id", "question", "golden_answers", "metadata"} per question (the FlashRAG shape)
-    manifest.json     counts, dropped rows with their reasons, the id rule, every source file with its sha256
+    manifest.json     counts, dropped rows with their reasons, the id rule, the corpus ids that had to change
+                      (renamed_ids: original -> new, with the reason), every source file with its sha256
 
 Several input files of one format merge into one corpus and one question set (ids: dataprep.builder); any input
 file may also be a corpus file (dataprep.formats.corpus).
@@ -21,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from dataprep.builder import ID_RULE, Builder, LoadStats, ManifestCounts, SourceInfo
+from dataprep.builder import ID_RULE, Builder, LoadStats, ManifestCounts, RenamedId, SourceInfo
 from dataprep.formats import FORMATS, DataFormat
 from dataprep.formats.corpus import add_corpus_row, add_hipporag_dict, is_corpus_row, is_hipporag_dict
 from dataprep.records import iter_records
@@ -60,6 +61,8 @@ class LoadedData:
     questions: list[QAExample]
     stats: LoadStats
     sources: list[SourceInfo] = field(default_factory=list, repr=False)
+    renamed: list[RenamedId] = field(default_factory=list, repr=False)
+    """The corpus records' own ids that had to change (dataprep.builder)."""
 
     def __iter__(self) -> Iterator[Any]:
         yield self.corpus
@@ -96,7 +99,8 @@ def load(fmt: str, inputs: Iterable[str | Path]) -> LoadedData:
     b = Builder(spec.name)
     for p in paths:
         _load_file(b, spec, p)
-    return LoadedData(corpus=list(b.docs.values()), questions=list(b.questions.values()), stats=b.stats, sources=b.sources)
+    corpus, questions = b.finish()
+    return LoadedData(corpus=corpus, questions=questions, stats=b.stats, sources=b.sources, renamed=b.renamed)
 
 
 # ------------------------------------------------------------------------------------------------ preparing
@@ -129,6 +133,9 @@ class Manifest(BaseModel):
     id_rule: str = ID_RULE
     counts: ManifestCounts
     dropped: list[DroppedRows] = Field(default_factory=list)
+    renamed_ids: list[RenamedId] = Field(
+        default_factory=list, description="The corpus records' own ids that had to change: original -> new, why, where "
+        "(every other own id is kept as it is; renamed documents also carry theirs as `original_id`).")
     sources: list[SourceFile]
 
 
@@ -166,6 +173,7 @@ def prepare(fmt: str, inputs: list[Path], out_dir: str | Path) -> Manifest:
         dropped=[
             DroppedRows(reason=r, count=c, examples=st.dropped_examples.get(r, [])) for r, c in sorted(st.dropped.items())
         ],
+        renamed_ids=data.renamed,
         sources=[
             SourceFile(
                 path=path_from(out, s.path),

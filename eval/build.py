@@ -31,7 +31,7 @@ from eval.contexts import (
 from eval.harness import AnswerFn, Components, Dataset, EvalOptions, ScoreFn, load_dataset
 from eval.rundir import TRAJECTORIES_FILE
 from generator_adapters.budget import Budget, require_known_prices
-from generator_adapters.build import build_generator, build_judge
+from generator_adapters.build import build_generator, build_judge, check_key
 from generator_adapters.config import GeneratorConfig, JudgeConfig
 from generator_adapters.generator import Generator
 from generator_adapters.judge import Judge
@@ -65,8 +65,14 @@ def build_accuracy(
 def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components, JsonObject]:
     """Assemble the real pieces of `s3 eval` from the configuration (plus the options): the dataset, the context
     source of the method, Acc (generator and judge), and the run's identity for run.json."""
-    dataset = load_dataset(opts.dataset, opts.limit)
     method = opts.method
+    generator = None
+    if method != "search_r1":  # the Search-R1 agent answers itself
+        generator = cfg.generator_resolved
+        if opts.generator:
+            generator = generator.model_copy(update={"model": opts.generator})
+        check_key(generator, "generator")  # a key that is not configured: one error now, before anything loads
+    dataset = load_dataset(opts.dataset, opts.limit)
     rcfg = cfg.retriever
     index_dir = opts.index or cfg.resolve(rcfg.index)
     needs_index = method in ("naive_rag", "title_following", "search_r1", "search_r1_ret") or (method == "searcher" and opts.contexts is None)
@@ -123,11 +129,6 @@ def build_run(cfg: EvalSettings, opts: EvalOptions) -> tuple[Dataset, Components
         if method == "search_r1":
             config["generator"] = {"model": f"{s.model} (search_r1 agent)", "prompt_sha256": "search_r1"}
 
-    generator = None
-    if method != "search_r1":  # the Search-R1 agent answers itself
-        generator = cfg.generator_resolved
-        if opts.generator:
-            generator = generator.model_copy(update={"model": opts.generator})
     accuracy = build_accuracy(generator, cfg.judge_resolved, cfg.eval, judge_only=dataset.judge_only)
     if accuracy.generator is not None:
         config["generator"] = _llm_fingerprint(accuracy.generator)

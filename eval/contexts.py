@@ -9,8 +9,9 @@ A context source is an async batch function `(questions) -> list[ContextOut]`, o
 
 contexts.jsonl is what `s3 search --questions Q --out FILE` writes and `s3 eval --method searcher --contexts FILE`
 reads: one row per question, `{"id", "question", "documents": [{"id", "title", "score", "turn"}], "turns",
-"queries", "steps", "seconds"}` (`contexts_row`; each step: turn, query, retrieved / selected ids, stop flag, invalid
-reason and the policy's own text). The documents carry no text: the reader looks their ids up in the
+"queries", "steps", "seconds", "policy_seconds", "reader_seconds", "retrieval_seconds"}` (`contexts_row`; each step:
+turn, query, retrieved / selected ids, stop flag, invalid reason and the policy's own text; the search's seconds, then
+each model's own share of them). The documents carry no text: the reader looks their ids up in the
 index or in the dataset's corpus (`lookup_documents`). A file being written is resumable (`read_done_ids`). A file
 kept compressed (FILE.jsonl.gz, `gzip -9 -n`: how benchmarks/results keeps rows) reads as FILE (`read_contexts_file`,
 `contexts_sha256`).
@@ -164,6 +165,9 @@ def contexts_row(result: SearchResult, question_id: str) -> dict[str, Any]:
             for s, raw in zip(summary.trajectory.steps, result.steps, strict=True)
         ],
         "seconds": summary.trajectory.seconds,
+        "policy_seconds": summary.trajectory.policy_seconds,
+        "reader_seconds": summary.trajectory.reader_seconds,
+        "retrieval_seconds": summary.trajectory.retrieval_seconds,
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from generator_adapters.config import GeneratorConfig, JudgeConfig
 from generator_adapters.generator import Generator
 from generator_adapters.judge import Judge
+from s3core.credentials import require_llm_key
 from s3core.errors import ConfigError
 
 
@@ -45,10 +46,18 @@ def check_provider(model: str, api_base: str | None, setting: str) -> None:
         litellm.suppress_debug_info = quiet
 
 
+def check_key(cfg: GeneratorConfig | JudgeConfig, section: str) -> None:
+    """A provider that needs a key (litellm's knowledge, s3core.credentials `require_llm_key`) must have api_key_env
+    name one, else one error before the first call that names the variable to set, instead of every call failing on
+    the placeholder key. (A variable api_key_env names that is unset is refused when the client reads it.)"""
+    require_llm_key(cfg.model, cfg.api_key_env, cfg.api_base, setting=f"{section}.api_key_env")
+
+
 def build_generator(cfg: GeneratorConfig) -> Generator:
     """The frozen generator G of `cfg` (any litellm model; `local/...` = offline, in process)."""
     _register_if_local(cfg.model, "generator.model")
     check_provider(cfg.model, cfg.api_base, "generator.model")
+    check_key(cfg, "generator")
     return Generator(cfg)
 
 
@@ -56,4 +65,5 @@ def build_judge(cfg: JudgeConfig) -> Judge:
     """The GenAcc judge of `cfg`."""
     _register_if_local(cfg.model, "judge.model")
     check_provider(cfg.model, cfg.api_base, "judge.model")
+    check_key(cfg, "judge")
     return Judge(cfg)

@@ -3,7 +3,8 @@
 Every command takes `--config FILE` and `--set section.key=value` (repeatable). Command modules live in
 s3/commands/; each exposes `register(subparsers, common)` and does its heavy imports inside its handlers, so
 `s3 --help` stays instant. Errors the toolkit raises on purpose (S3Error) and failed file / socket operations on the
-paths and ports a user gave (OSError) print one clear line and exit 2, no traceback.
+paths and ports a user gave (OSError) print one clear line and exit 2, no traceback. A reader that stops reading the
+output (`s3 ... | head -3`) ends the command quietly, exit 141 (128 + SIGPIPE, as a piped tool killed by it).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import select
 import sys
 from collections.abc import Sequence
 
@@ -88,18 +90,55 @@ def _run(args: argparse.Namespace) -> int:
 
         cfg = load_config(args.config, args.overrides)
         rc = args.handler(args, cfg)
+        sys.stdout.flush()  # what a pipe still buffers goes now, where a reader that has gone is handled below
         return int(rc or 0)
     except S3Error as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError as e:
+        if not stdout_closed():  # a socket or a pipe of the command's own: an error like any other
+            return _os_error(e)
+        quiet_stdout()
+        return BROKEN_PIPE_EXIT
     except OSError as e:  # a path or a port the user gave: a missing file, a file where a folder belongs, ...
-        from s3core.io import describe_os_error
-
-        print(f"error: {describe_os_error(e)}", file=sys.stderr)
-        return 2
+        return _os_error(e)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a piped tool its reader's exit killed
+
+
+def _os_error(e: OSError) -> int:
+    from s3core.io import describe_os_error
+
+    print(f"error: {describe_os_error(e)}", file=sys.stderr)
+    return 2
+
+
+def stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (`s3 ... | head` after head exits): the pipe reports an
+    error condition to poll(). False for a terminal, a file, or a stream without a file descriptor."""
+    try:
+        fd = sys.__stdout__.fileno() if sys.__stdout__ is not None else -1
+        if fd < 0 or not hasattr(select, "poll"):
+            return False
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def quiet_stdout() -> None:
+    """Point standard output at /dev/null, so that what is still buffered for the gone reader is dropped at exit
+    instead of failing Python's last flush with a second BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

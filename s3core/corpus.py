@@ -1,6 +1,8 @@
 """Corpus and question files in the DPR / FlashRAG shapes, streamed line by line.
 
-Corpus lines: {"id", "contents"} with contents = `"Title"\\ntext`, or {"id", "title", "text"}.
+Corpus lines: {"id", "contents"} with contents = `"Title"\\ntext`, or {"id", "title", "text"}; optionally
+"original_id", the user's id of a passage `s3 data prepare` had to rename. A title is only what the line says is one
+(`TITLE_RULE`): a "title" field, or a double-quoted first line of "contents"; any other "contents" is all text.
 Question lines: {"id", "question", "golden_answers", "metadata"}.
 A 21M-passage corpus never has to fit in memory: `iter_corpus` yields one Document at a time.
 """
@@ -15,7 +17,13 @@ from s3core.errors import DataFormatError
 from s3core.io import iter_jsonl, write_jsonl_atomic
 from s3core.types import Document, QAExample
 
-__all__ = ["iter_corpus", "iter_questions", "read_questions", "write_corpus", "write_questions"]
+__all__ = ["TITLE_RULE", "iter_corpus", "iter_questions", "read_questions", "write_corpus", "write_questions"]
+
+TITLE_RULE = "title-field-or-quoted-first-line"
+"""How a corpus line's title is read (`Document.from_contents`), as an index manifest records it: a "title" field, or
+the first line of "contents" where it is double-quoted (`"Title"\\ntext`); nothing else is a title, and a passage's
+text is never shortened. Indexes built before the rule took any first line of a multi-line "contents" for the title
+(searcher/retrieval/title_rule.py names them when they are opened, with the command that rebuilds them)."""
 
 
 def _doc_from_obj(obj: Any, path: Path, lineno: int) -> Document:
@@ -24,12 +32,16 @@ def _doc_from_obj(obj: Any, path: Path, lineno: int) -> Document:
     if "id" not in obj:
         raise DataFormatError(f"{path}:{lineno}: corpus line has no 'id'")
     doc_id = str(obj["id"])
+    original = obj.get("original_id")
+    if original is not None and not isinstance(original, str):
+        raise DataFormatError(f"{path}:{lineno}: 'original_id' must be a string")
     if "contents" in obj:
         if not isinstance(obj["contents"], str):
             raise DataFormatError(f"{path}:{lineno}: 'contents' must be a string")
-        return Document.from_contents(doc_id, obj["contents"])
+        doc = Document.from_contents(doc_id, obj["contents"])
+        return doc if original is None else doc.model_copy(update={"original_id": original})
     if "text" in obj:
-        return Document(id=doc_id, title=str(obj.get("title", "") or ""), text=str(obj["text"]))
+        return Document(id=doc_id, title=str(obj.get("title", "") or ""), text=str(obj["text"]), original_id=original)
     raise DataFormatError(f"{path}:{lineno}: corpus line needs 'contents' or 'title' + 'text' (keys: {sorted(obj)})")
 
 
@@ -48,12 +60,17 @@ def iter_corpus(path: str | Path, check_unique: bool = True) -> Iterator[Documen
         yield doc
 
 
+def _corpus_line(d: Document, fmt: str) -> dict[str, str]:
+    line = {"id": d.id, "contents": d.contents} if fmt == "contents" else {"id": d.id, "title": d.title, "text": d.text}
+    if d.original_id is not None:
+        line["original_id"] = d.original_id
+    return line
+
+
 def write_corpus(path: str | Path, docs: Iterable[Document], fmt: str = "contents") -> int:
-    """Write documents as jsonl ({"id","contents"} by default, or {"id","title","text"}); returns the count."""
-    return write_jsonl_atomic(
-        path,
-        ({"id": d.id, "contents": d.contents} if fmt == "contents" else {"id": d.id, "title": d.title, "text": d.text} for d in docs),
-    )
+    """Write documents as jsonl ({"id","contents"} by default, or {"id","title","text"}; + "original_id" where a
+    document has one); returns the count."""
+    return write_jsonl_atomic(path, (_corpus_line(d, fmt) for d in docs))
 
 
 def iter_questions(path: str | Path) -> Iterator[QAExample]:

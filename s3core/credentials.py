@@ -35,9 +35,11 @@ __all__ = [
     "bearer_for",
     "is_loopback_url",
     "llm_api_key",
+    "provider_key_names",
     "read_secret_env",
     "redact",
     "register_secret",
+    "require_llm_key",
     "same_origin",
 ]
 
@@ -201,6 +203,60 @@ def llm_api_key(model: str, api_key_env: str | None, api_base: str | None, *, se
             _warned.add((setting, host))
             log.warning(f"{setting}: the key is sent over plain http to {host}; use https for a remote api_base")
     return key
+
+
+class _NoEnviron:
+    """`os` as a function sees it with an empty environment: what litellm's provider table asks for in general."""
+
+    environ: dict[str, str] = {}
+
+    def getenv(self, name: str, default: str | None = None) -> str | None:
+        return default
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+
+def provider_key_names(model: str) -> list[str]:
+    """The environment variables litellm reads a key for `model`'s provider from ('openai/x': ['OPENAI_API_KEY']),
+    [] for a provider that needs none (`hosted_vllm/`, `lm_studio/`) or that litellm does not know. litellm's own
+    knowledge (`validate_environment`), asked as if no variable were set, so that the answer names the key a provider
+    needs whether or not this shell happens to hold one (s3 never reads it from there: `llm_api_key`)."""
+    import types
+
+    import litellm
+
+    ask = litellm.validate_environment
+    blank = types.FunctionType(ask.__code__, {**ask.__globals__, "os": _NoEnviron()}, ask.__name__, ask.__defaults__,
+                               ask.__closure__)
+    blank.__kwdefaults__ = ask.__kwdefaults__
+    try:
+        missing = blank(model=model)["missing_keys"]
+    except Exception:  # litellm changed the function's shape: ask it plainly (names what this shell lacks)
+        missing = ask(model=model)["missing_keys"]
+    return [name for name in missing if re.search(r"KEY|TOKEN", name)]  # not a base URL, a project or a version
+
+
+def require_llm_key(model: str, api_key_env: str | None, api_base: str | None, *, setting: str) -> None:
+    """Refuse, before the first call, an endpoint whose provider needs a key when `setting` (e.g.
+    'generator.api_key_env') names no variable: its calls would go out with the placeholder NO_KEY and fail one by one
+    (401s, or retried connection errors), never finding the key that `provider_key_names` says it needs. A named
+    variable that is unset is `read_secret_env`'s error. `local/` models, providers that sign with a cloud credential
+    chain and an endpoint of the user's own (`api_base`: a vLLM or llama.cpp server needs no key) pass."""
+    provider = _provider(model)
+    if api_key_env or api_base or not provider or provider == "local" or provider in CREDENTIAL_CHAIN_PROVIDERS:
+        return
+    names = provider_key_names(model)
+    if not names:
+        return
+    section = setting.rpartition(".")[0] or setting
+    var = names[0]
+    raise ConfigError(
+        f"{section}.model = {model!r} needs an API key (litellm's {provider} provider: {' or '.join(names)}), and "
+        f"{setting} names no environment variable to read it from (s3 never picks a key up by itself): export "
+        f"{var}=<your key> and --set {setting}={var} (config: [{section}] api_key_env = \"{var}\"); a server of "
+        f"your own that needs no key: set {section}.api_base"
+    )
 
 
 class ScopedBearer(httpx.Auth):

@@ -38,6 +38,9 @@ class Document(BaseModel):
     title: str = Field(default="", description="Passage title (Wikipedia page title for wiki corpora).")
     text: str = Field(default="", description="Passage body without the title.")
     score: float | None = Field(default=None, description="Retrieval score, when the document came from a search.")
+    original_id: str | None = Field(
+        default=None, description="The id the user's corpus gave this passage, where `s3 data prepare` had to change "
+        "it (a duplicate or unusable id; the prepared manifest's `renamed_ids`); None when `id` is the corpus's own.")
 
     @property
     def contents(self) -> str:
@@ -46,14 +49,19 @@ class Document(BaseModel):
 
     @classmethod
     def from_contents(cls, id: str, contents: str, score: float | None = None) -> Document:
-        """Parse a `contents` string (`"Title"\\ntext`, quotes optional) into title and text."""
-        title, sep, text = contents.partition("\n")
-        if not sep:
-            return cls(id=id, title="", text=contents.strip(), score=score)
-        title = title.strip()
-        if len(title) >= 2 and title[0] == '"' and title[-1] == '"':
-            title = title[1:-1]
-        return cls(id=id, title=title, text=text.strip(), score=score)
+        """Parse a `contents` string into title and text (s3core.corpus.TITLE_RULE): the title is the first line only
+        where it is double-quoted (FlashRAG's `"Title"\\ntext`); any other contents is all text, never shortened.
+
+        >>> Document.from_contents("a", '"Angkor Wat"\\nA temple.').title
+        'Angkor Wat'
+        >>> Document.from_contents("c2", "Error E12 means too hot.\\nMove it.").text
+        'Error E12 means too hot.\\nMove it.'
+        """
+        first, sep, rest = contents.partition("\n")
+        first = first.strip()
+        if sep and len(first) >= 2 and first[0] == '"' and first[-1] == '"':
+            return cls(id=id, title=first[1:-1], text=rest.strip(), score=score)
+        return cls(id=id, title="", text=contents.strip(), score=score)
 
 
 class QAExample(BaseModel):
@@ -85,8 +93,10 @@ class SearchStep(BaseModel):
     search_complete: bool | None = Field(default=None, description="The stop flag the policy emitted, if any.")
     invalid_reason: str | None = Field(default=None, description="Why the policy's action was invalid, if it was.")
     policy_text: str = Field(default="", description="What the policy wrote this turn.")
-    policy_seconds: float = 0.0
-    retrieval_seconds: float = 0.0
+    policy_seconds: float = Field(default=0.0, description="The policy model's time on this turn's reply.")
+    retrieval_seconds: float = Field(default=0.0, description="The retriever's time on this turn's search(es).")
+    reader_seconds: float = Field(
+        default=0.0, description="The reader model's time on this turn (the reading searcher's read; 0 elsewhere).")
     prompt_tokens: int = 0
     completion_tokens: int = 0
     queries: list[str] | None = Field(

@@ -50,8 +50,8 @@ def _new_step(turn: int, query: str | None = None, retrieved_ids: list[str] | No
     return construct_trusted(SearchStep, {
         "turn": turn, "query": query, "retrieved_ids": [] if retrieved_ids is None else retrieved_ids,
         "selected_ids": [], "selection_fallback": False, "search_complete": None, "invalid_reason": None,
-        "policy_text": "", "policy_seconds": 0.0, "retrieval_seconds": retrieval_seconds, "prompt_tokens": 0,
-        "completion_tokens": 0, "queries": queries,
+        "policy_text": "", "policy_seconds": 0.0, "retrieval_seconds": retrieval_seconds, "reader_seconds": 0.0,
+        "prompt_tokens": 0, "completion_tokens": 0, "queries": queries,
     })
 
 
@@ -208,13 +208,28 @@ class S3Searcher(SearcherBase):
             out |= {"start": s.start, "start_cap": s.start_cap}
         return out
 
-    def describe(self) -> dict[str, Any]:
-        """What it is, for /health, MCP and `s3 search` (searcher/base.py `Searcher.describe`)."""
-        s = self.cfg
-        return {"kind": self.kind, "model": s.policy_path or s.model, "policy": s.policy,
+    about = "a policy LLM that issues its own queries over several turns, keeps the passages that help answer and stops"
+    request_fields = {
+        "k": "documents retrieved per search turn (at least searcher.max_select: a window must hold the selection)",
+        "max_turns": "search turns after begin-with-search (0: naive RAG's top-k0 only)",
+    }
+
+    def describe(self, cfg: SearcherConfig | None = None) -> dict[str, Any]:
+        """What it is, for /health, /search, MCP and `s3 search` (searcher/base.py `Searcher.describe`)."""
+        s = self.cfg if cfg is None else cfg
+        return {"kind": self.kind, "about": self.about, "model": s.policy_path or s.model, "policy": s.policy,
+                "reader": None, "ranker": None,
                 "settings": {"k": s.k, "max_turns": s.max_turns, "max_select": s.max_select,
                              "context_cap": s.max_contexts, "start": s.start, "additive": s.additive},
-                "request_fields": ["k", "max_turns"]}
+                "request_fields": dict(self.request_fields)}
+
+    def check_call(self, cfg: SearcherConfig) -> None:
+        """The loop's per-call rules (searcher/base.py `Searcher.check_call`): a window of k documents must hold a
+        selection of max_select, and the settings must be ones the loop runs (`_settings`)."""
+        if cfg.k < cfg.max_select:
+            raise ConfigError(f"k: {cfg.k} is below searcher.max_select={cfg.max_select} (a window must hold the "
+                              "selection)")
+        self._settings(cfg)
 
     def search(
         self, questions: Sequence[str | QAExample], *, cfg: SearcherConfig | None = None,
@@ -445,6 +460,17 @@ class SearchR1Agent(S3Searcher):
     """
 
     protocol: LoopProtocol = SEARCH_R1_LOOP
+    about = "Search-R1: a policy LLM that reasons, searches (top-k0 each search) and answers the question itself"
+    request_fields = {"max_turns": "searches before its last reply, in which it can only answer"}
+
+    def describe(self, cfg: SearcherConfig | None = None) -> dict[str, Any]:
+        """The loop's description with the settings Search-R1 reads: every search retrieves k0, no selection."""
+        s = self.cfg if cfg is None else cfg
+        return super().describe(s) | {"settings": {"k": self.k0, "max_turns": s.max_turns}}
+
+    def check_call(self, cfg: SearcherConfig) -> None:
+        """Settings the loop runs (`_settings`); k and max_select are not read (a search retrieves k0)."""
+        self._settings(cfg)
 
 
 def interleave(queries: Sequence[str], ranked: Sequence[Sequence[Document]], k: int) -> list[Document]:

@@ -5,7 +5,7 @@ searcher/kinds.py; callers take a `Searcher` and never ask which kind it is.
     searcher = build_configured_searcher(cfg.searcher, retriever, k0=3)   # searcher/build.py, any kind
     searcher.search(["Who directed Garbage Warrior?"])[0].documents     # the documents for your generator
     searcher.identity()                                                  # what a run record says ran
-    searcher.describe()                                                  # what /health and MCP say runs
+    searcher.describe()                                                  # what /health, /search and MCP say runs
 
 A start is given to a searcher when it is built (searcher/kinds.py `build_start`): the LLM searcher's D0 is the
 start's documents, the title-following script is itself a start, and the reading searcher begins from one.
@@ -58,12 +58,14 @@ class Searcher(Protocol):
 
     kind: its searcher.kind; cfg: the settings it runs with (a call may pass its own, as the /search service does);
     policy: its policy model, or None for a searcher that runs none (the services' batch-worker cap reads it);
-    last_stats: the accounting of its last call."""
+    last_stats: the accounting of its last call; request_fields: the per-call settings a request to the services may
+    set (each with what it means here: /search's `k`, `max_turns`), which `check_call` checks."""
 
     kind: str
     cfg: SearcherConfig
     policy: Any
     last_stats: LoopStats
+    request_fields: dict[str, str]
 
     @property
     def max_turns(self) -> int: ...
@@ -86,8 +88,16 @@ class Searcher(Protocol):
         weights it reads. Paths are written relative to `relative_to` (a run directory) where they are local."""
         ...
 
-    def describe(self) -> dict[str, Any]:
-        """What it is, for people and clients (/health, MCP, `s3 search`): kind, the model(s) it runs, its settings."""
+    def describe(self, cfg: SearcherConfig | None = None) -> dict[str, Any]:
+        """What it is, for people and clients (/health, MCP, /search's `settings`): `kind`, `about` (what it does, in
+        words), `model` (the model it runs: its policy's, or its reader's; None for a script), `reader` and `ranker`
+        (None where it has none), `settings` (those it uses, read from `cfg` when given: a call's) and
+        `request_fields`."""
+        ...
+
+    def check_call(self, cfg: SearcherConfig) -> None:
+        """Refuse a call's settings it cannot run (a request's fields on the served settings) with a ConfigError that
+        names the field and the rule: the per-request checks of its own kind, run before the call is batched."""
         ...
 
 
@@ -107,6 +117,9 @@ class SearcherBase:
     @property
     def max_contexts(self) -> int:
         return self.cfg.max_contexts
+
+    def check_call(self, cfg: SearcherConfig) -> None:
+        """No rule of its own beyond its settings' (a kind with one overrides this)."""
 
     def search_one(self, question: str | QAExample) -> SearchResult:
         return self.search([question])[0]

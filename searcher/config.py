@@ -175,6 +175,22 @@ class ReadingConfig(Section):
         "for the question, one small forward pass a page, batched. None: the reader the ranker names where it ships "
         "(links-reader-hotpotqa's), or none (links-hotpotqa).",
     )
+    start: Literal["auto", "title_following", "top_k"] = Field(
+        "auto",
+        description="What the reading searcher adds to: 'title_following' = the title-following script's documents "
+        "(titled indexes only); 'top_k' = naive RAG's top-k (any index); 'auto' = the script where the index has "
+        "titles, naive top-k where it has none.",
+    )
+    pages: int = Field(
+        1, ge=0, le=4,
+        description="Pages added at most after the start, best first (0 = the start alone). A searcher trained by "
+        "`s3 train` (searcher.kind = 'reading') records the number it chose on its held-out questions.",
+    )
+    min_score: float | None = Field(
+        None,
+        description="A page is added only when the ranker's score (its log-odds) is at least this (None = always the "
+        "best `pages`). A searcher trained by `s3 train` records the threshold it chose on its held-out questions.",
+    )
     threads: int | None = Field(
         None, ge=1,
         description="torch threads of the reader (None = chosen call by call, s3core.devices.auto_cpu_threads: up to 2 "

@@ -54,7 +54,8 @@ def _script(cls_name: str) -> Callable[[SearcherConfig, Any, int, AgentKind, int
             raise ConfigError(f"searcher.kind = {cfg.kind!r} runs no model: unset searcher.policy_path / --policy "
                               f"({cfg.policy_path!r}), or use searcher.kind = 'llm' for a trained searcher")
         titles = tf.corpus_titles(retriever)
-        tf.check_titled(titles, retriever, cfg.kind)
+        if cfg.kind != "reading" or cfg.reading.start == "title_following":  # the reading searcher starts from top-k
+            tf.check_titled(titles, retriever, cfg.kind)                    # where the index has no titles
         cls = getattr(tf, cls_name)
         return cls(retriever, cfg, k0=k0, titles=titles)  # type: ignore[no-any-return]
 

@@ -6,11 +6,16 @@
 
 Tools (typed inputs whose schemas state the `[service]` limits and refuse unknown arguments, output schemas,
 annotations: read-only, idempotent, closed-world):
-- `gather_context(question, max_documents?)`: the searcher's loop (a trained `--policy RUN_DIR` or zero-shot) ->
-  `SearchResponse`, the record `/search` answers with: the selected documents (id, title, text, score, turn), the
-  trajectory (queries, turns, how it stopped) and its cost (policy calls, tokens, dollars, seconds);
+- `gather_context(question, max_documents?)`: the served searcher (any kind: a trained `--policy RUN_DIR`, a script,
+  the reading searcher) -> `SearchResponse`, the record `/search` answers with: the selected documents (id, title,
+  text, score, turn), the trajectory (queries, turns, how it stopped, each model's seconds), its cost (policy and
+  reader calls, tokens, dollars, seconds) and the settings it ran with, as the searcher describes them;
 - `search(queries, k?)`: plain retrieval, batch-first (one list of hits per query);
 - `get_document(id)`: one passage by id.
+
+Resource `s3://searcher` (JSON): what the searcher behind gather_context is, the record /health reports
+(searcher/base.py `describe()`: kind, what it does, model, reader, ranker, settings, request fields, and why it runs);
+the server's instructions say the same in words.
 
 The searcher, the index and the batchers are built once, before the server takes its first call (the MCP SDK runs
 its per-session lifespan once per stateless HTTP request, so nothing heavy lives there). Concurrent `gather_context`
@@ -27,6 +32,7 @@ traceback.
 # built (Field(le=cfg.max_topk)) as objects the SDK reads to make each tool's input schema.
 import asyncio
 import inspect
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, BinaryIO
@@ -48,6 +54,8 @@ from searcher.service import (
     SettingsBatcher,
     check_request,
     default_settings,
+    describe,
+    described_settings,
     policy_price,
     summarize_result,
 )
@@ -56,10 +64,11 @@ from searcher.serving import check_queries, describe_errors
 __all__ = ["DocumentOut", "MCPSearchServer", "SearchHits", "SearchOut", "package_version", "policy_price"]
 
 INSTRUCTIONS = (
-    "Search tools over one document index. gather_context(question) runs a trained search agent that issues its own "
-    "queries and returns the few documents needed to answer; search(queries, k) is plain retrieval; get_document(id) "
-    "fetches one passage."
+    "Search tools over one document index. gather_context(question) runs the searcher ({about}) and returns the few "
+    "documents needed to answer; search(queries, k) is plain retrieval; get_document(id) fetches one passage. The "
+    "resource s3://searcher describes the searcher: its kind, model, reader, ranker and settings."
 )
+SEARCHER_URI = "s3://searcher"
 
 
 # --------------------------------------------------------------------------------------------- tool outputs
@@ -72,6 +81,8 @@ class DocumentOut(BaseModel):
     title: str = Field("", description="The passage's title (a Wikipedia article's, for Wikipedia corpora).")
     text: str = Field("", description="The passage text.")
     score: float | None = Field(None, description="The retriever's score (higher is better), where there is one.")
+    original_id: str | None = Field(None, description="The id the user's corpus gave the passage, where data "
+                                    "preparation had to change it; null when `id` is the corpus's own.")
 
 
 class SearchHits(BaseModel):
@@ -102,21 +113,31 @@ class MCPSearchServer:
     """The MCP server over one searcher and its retriever (built once by the caller).
 
     searcher_cfg: the loop settings calls run with (default: the searcher's own); price: the policy model's (default:
-    from those settings, `policy_price`)."""
+    from those settings, `policy_price`); why: which searcher runs and why, in words (s3/build.py), reported with its
+    `describe()` by the s3://searcher resource."""
 
     def __init__(self, searcher: ServedSearcher, retriever: Retriever, service_cfg: ServiceConfig, *,
                  searcher_cfg: SearcherConfig | None = None, price: Price | None = None,
-                 name: str = "s3-searcher") -> None:
+                 name: str = "s3-searcher", why: str | None = None) -> None:
         self.searcher, self.retriever, self.service_cfg = searcher, retriever, service_cfg
         self.searcher_cfg = searcher.cfg if searcher_cfg is None else searcher_cfg
         self.price = policy_price(self.searcher_cfg) if price is None else price
+        self.described = {**describe(searcher, self.searcher_cfg), "why": why}
         self.batcher = SettingsBatcher(searcher, service_cfg, cfg=self.searcher_cfg)
         self.retrieval: MicroBatcher[tuple[str, int], list[Document]] = MicroBatcher(
             make_search_batch_fn(retriever), window_ms=service_cfg.batch_window_ms, max_batch=service_cfg.max_batch,
             name="mcp-search")
         tools = [(self._gather_context(), "Gather context for a question"), (self._search(), "Search the index"),
                  (self._get_document(), "Get a passage by id")]
-        self.mcp = _mcp_server(name, tools)
+        about = self.described.get("about") or f"the {self.described.get('kind') or 'served'} searcher"
+        self.mcp = _mcp_server(name, tools, INSTRUCTIONS.format(about=about))
+        self.mcp.resource(SEARCHER_URI, name="searcher", title="The searcher behind gather_context",
+                          description="What runs when gather_context is called: its kind, what it does, its model, "
+                          "reader and ranker, the settings it uses and the request fields it takes (the record s3 "
+                          "serve's /health reports).", mime_type="application/json")(self._searcher_record)
+
+    def _searcher_record(self) -> str:
+        return json.dumps(self.described, ensure_ascii=False)
 
     def _gather_context(self) -> Callable[..., Awaitable[SearchResponse]]:
         cfg = self.service_cfg
@@ -127,16 +148,17 @@ class MCPSearchServer:
             max_documents: Annotated[int | None, Field(ge=1, description="Return at most this many of the selected "
                                                        "documents (default: all of them).")] = None,
         ) -> SearchResponse:
-            """Run the search agent on a question: it searches the index over several turns, keeps the passages that
-            help answer it, and stops when it has enough. Returns those documents with the queries it issued and
-            what the search cost."""
+            """Run the searcher on a question (what it is and does: the server's instructions, the resource
+            s3://searcher): it searches the index and keeps the passages that help answer it. Returns those documents
+            with the queries it issued, what the search cost and the settings it ran with."""
             try:
-                settings = check_request(SearchRequest(question=question), cfg, self.searcher_cfg)
+                settings = check_request(SearchRequest(question=question), cfg, self.searcher, self.searcher_cfg)
             except ValueError as e:
                 raise _fail(str(e)) from None
             t0 = time.perf_counter()
             result = await self._deadline(self.batcher.submit(question.strip(), settings), "the search")
-            response = summarize_result(result, settings, price=self.price)
+            response = summarize_result(result, settings, price=self.price,
+                                        ran_with=described_settings(self.searcher, settings, self.searcher_cfg))
             response.documents = response.documents[:max_documents]
             if response.cost is not None:
                 response.cost.seconds = round(time.perf_counter() - t0, 4)
@@ -237,7 +259,7 @@ class MCPSearchServer:
 
 
 def _doc(d: Document) -> DocumentOut:
-    return DocumentOut(id=d.id, title=d.title, text=d.text, score=d.score)
+    return DocumentOut(id=d.id, title=d.title, text=d.text, score=d.score, original_id=d.original_id)
 
 
 def _fail(message: str) -> Exception:
@@ -246,7 +268,7 @@ def _fail(message: str) -> Exception:
     return ToolError(redact(message))
 
 
-def _mcp_server(name: str, tools: list[tuple[Callable[..., Any], str]]) -> Any:
+def _mcp_server(name: str, tools: list[tuple[Callable[..., Any], str]], instructions: str) -> Any:
     """The SDK's MCPServer with our tools: each refuses unknown arguments (as HTTP /search does; its input schema
     says `additionalProperties: false`), its description is its docstring without the source's indentation, and an
     argument that fails validation is reported one line per field, without pydantic's help URL."""
@@ -276,4 +298,4 @@ def _mcp_server(name: str, tools: list[tuple[Callable[..., Any], str]]) -> Any:
         args.model_rebuild(force=True)
         tool.parameters = args.model_json_schema(by_alias=True)
         built.append(tool)
-    return Server(name, version=package_version(), instructions=INSTRUCTIONS, log_level="WARNING", tools=built)
+    return Server(name, version=package_version(), instructions=instructions, log_level="WARNING", tools=built)

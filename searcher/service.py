@@ -4,14 +4,18 @@
     uvicorn.run(app, host="127.0.0.1", port=8000)
 
 Endpoints
-- `POST /search {"question", "k"?, "max_turns"?}` -> `SearchResponse`: the selected documents D_s3 (id, title, text,
-  score, turn), a trajectory summary (turns, queries, retrieved / selected ids per turn, how it stopped, seconds) and
-  the cost (policy calls, tokens, dollars). The same record is MCP `gather_context`'s answer and `s3 search --json`'s
-  output. `k` is the number of documents
-  retrieved per search turn, `max_turns` the number of search turns after begin-with-search; both default to the
-  searcher's configuration and are bounded by `[service]` limits (422 naming the limit).
+- `POST /search {"question", <the searcher's request fields>?, "max_documents"?}` -> `SearchResponse`: the selected
+  documents D_s3 (id, title, text, score, turn), a trajectory summary (turns, queries, retrieved / selected ids per
+  turn, how it stopped, and the seconds of each model: policy, reader, retrieval), the cost (policy and reader calls,
+  tokens, dollars) and the settings it ran with (the searcher's `describe()` settings, the request's applied). The
+  same record is MCP `gather_context`'s answer and `s3 search --json`'s output. Which per-call fields a request may
+  set is the served searcher's own (`request_fields`: the LLM searcher's `k`, documents retrieved per search turn, and
+  `max_turns`, search turns after begin-with-search; the title-following scripts' `k`, documents per name searched);
+  each defaults to the searcher's configuration, is bounded by `[service]` limits and checked by the searcher's own
+  rules (`check_call`): 422 naming the field. `max_documents` caps the documents returned, for every searcher.
 - `POST /retrieve` the Search-R1 retrieval contract, served by the retrieval layer's own router.
-- `GET /health` model, index, corpus size, limits.
+- `GET /health` the searcher's `describe()` (kind, what it does, model, reader, ranker, settings, request fields),
+  index, corpus size, limits.
 
 Concurrent /search requests (and MCP `gather_context` calls) are gathered into lockstep batches by `SettingsBatcher`
 (one micro-batcher per distinct (k, max_turns) setting, so a batch always runs with one setting, passed to the
@@ -62,8 +66,11 @@ __all__ = [
     "batch_workers",
     "check_request",
     "create_search_app",
+    "describe",
+    "described_settings",
     "document_turns",
     "policy_price",
+    "request_fields",
     "run_search",
     "search_cost",
     "summarize_result",
@@ -80,8 +87,13 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     question: str = Field(description="The user's question.")
-    k: int | None = Field(default=None, description="Documents retrieved per search turn (default: searcher's k).")
-    max_turns: int | None = Field(default=None, description="Search turns after begin-with-search (default: searcher's).")
+    k: int | None = Field(default=None, description="Documents retrieved per search turn (the LLM searcher's) or per "
+                          "name searched (the title-following scripts'); default: the searcher's k. A request field "
+                          "of every served kind but Search-R1 (GET /health: searcher.request_fields).")
+    max_turns: int | None = Field(default=None, description="Search turns after begin-with-search (default: the "
+                                  "searcher's). A request field of the policy searchers only (GET /health).")
+    max_documents: int | None = Field(default=None, ge=1, description="Return at most this many of the documents "
+                                      "(default: all of them); MCP gather_context's max_documents.")
 
 
 class ServedDocument(BaseModel):
@@ -92,6 +104,9 @@ class ServedDocument(BaseModel):
     text: str = ""
     score: float | None = None
     turn: int | None = Field(default=None, description="Turn in which the document was admitted (0 = begin-with-search).")
+    original_id: str | None = Field(
+        default=None, description="The id the user's corpus gave the document, where `s3 data prepare` had to change it "
+        "(its manifest's renamed_ids); null when `id` is the corpus's own.")
 
 
 class StepSummary(BaseModel):
@@ -102,21 +117,28 @@ class StepSummary(BaseModel):
     selection_fallback: bool = False
     search_complete: bool | None = None
     invalid_reason: str | None = None
-    seconds: float = 0.0
+    seconds: float = Field(0.0, description="The turn's seconds: its policy, reader and retrieval seconds together.")
+    policy_seconds: float = Field(0.0, description="The policy model's share (0 for a searcher without one).")
+    reader_seconds: float = Field(0.0, description="The reader model's share (the reading searcher's read).")
+    retrieval_seconds: float = Field(0.0, description="The retriever's share.")
 
 
 class TrajectorySummary(BaseModel):
     turns: int = Field(description="Search turns after begin-with-search.")
     queries: list[str] = Field(default_factory=list, description="Queries searched, in order (turn 0 = the question; every query of a turn that gave several).")
     steps: list[StepSummary] = Field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = Field(0.0, description="Wall time of the search (its models' shares below, and the loop's own).")
+    policy_seconds: float = Field(0.0, description="The policy model's seconds over the turns (0 without one).")
+    reader_seconds: float = Field(0.0, description="The reader model's seconds over the turns (0 without one).")
+    retrieval_seconds: float = Field(0.0, description="The retriever's seconds over the turns.")
     stop: Literal["search_complete", "max_turns", "error"] = Field(
         "search_complete", description="How the search ended: 'search_complete' (the searcher said it had enough), "
         "'max_turns' (the turn budget was spent) or 'error' (it ended early: see `error`).")
 
 
 class SearchSettings(BaseModel):
-    """The per-request settings a batch shares (requests are grouped by this key)."""
+    """The per-request settings a batch shares (requests are grouped by this key): the loop settings a request may
+    change. What a response reports is the searcher's own description of them (`described_settings`)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -141,7 +163,9 @@ class SearchCost(BaseModel):
     """What the search cost."""
 
     policy_calls: int = Field(description="Searcher LLM calls (one per reply, the reply to the first retrieval "
-                              "included).")
+                              "included); 0 for a searcher that runs no policy.")
+    reader_calls: int = Field(0, description="Reader passes (the reading searcher's: one per question it read "
+                              "further); 0 for a searcher without a reader.")
     prompt_tokens: int = Field(description="Prompt tokens over those calls.")
     completion_tokens: int = Field(description="Completion tokens over those calls.")
     usd: float | None = Field(description="Dollars (0 for a local model); null when the policy model's price is "
@@ -159,7 +183,9 @@ class SearchResponse(BaseModel):
         default_factory=list, description="The selected documents D_s3, in the order they were admitted.")
     trajectory: TrajectorySummary
     cost: SearchCost | None = None
-    settings: SearchSettings | None = None
+    settings: dict[str, Any] | None = Field(
+        default=None, description="The settings the searcher ran with, as it describes them (GET /health's "
+        "searcher.settings, this request's fields applied).")
     answer: str | None = Field(default=None, description="Only for end-to-end agents (Search-R1) that answer themselves.")
     degraded: bool = Field(
         default=False,
@@ -170,7 +196,9 @@ class SearchResponse(BaseModel):
 
 
 class ServedSearcher(Protocol):
-    """What the services run (S3Searcher is one): a searcher with its loop settings that takes per-call ones."""
+    """What the services run (every searcher/base.py `Searcher` is one): a searcher with its loop settings that takes
+    per-call ones. Where it has them, its `describe(cfg)`, `request_fields` and `check_call(cfg)` (every `Searcher`
+    does) say what it is, which fields a request may set, and which values its kind refuses."""
 
     cfg: SearcherConfig
 
@@ -210,25 +238,29 @@ def stop_reason(result: SearchResult, max_turns: int) -> Literal["search_complet
 
 def search_cost(result: SearchResult, price: Price | None) -> SearchCost:
     """Policy calls (every step the policy replied to: the one that read the first retrieval included; a step left
-    when the caller's deadline passed had no reply), tokens and dollars of one search."""
+    when the caller's deadline passed had no reply), reader passes (every step the reader read in), tokens and
+    dollars of one search."""
     calls = sum(1 for s in result.steps if s.policy_text or s.policy_seconds > 0 or s.completion_tokens)
     pt = sum(s.prompt_tokens for s in result.steps)
     ct = sum(s.completion_tokens for s in result.steps)
-    return SearchCost(policy_calls=calls, prompt_tokens=pt, completion_tokens=ct,
+    return SearchCost(policy_calls=calls, reader_calls=sum(1 for s in result.steps if s.reader_seconds > 0),
+                      prompt_tokens=pt, completion_tokens=ct,
                       usd=None if price is None else round(price.cost(pt, ct), 9), seconds=round(result.seconds, 4))
 
 
 def summarize_result(
     result: SearchResult, settings: SearchSettings | None = None, *, max_turns: int | None = None,
-    price: Price | None = None,
+    price: Price | None = None, ran_with: dict[str, Any] | None = None,
 ) -> SearchResponse:
-    """SearchResult -> the typed answer (documents with their admission turn, trajectory summary, cost).
+    """SearchResult -> the typed answer (documents with their admission turn, trajectory summary with each model's
+    seconds, cost).
 
     max_turns: the turn budget the search ran with (default: `settings`', else the turns it took), for the stop
-    reason; price: the policy model's (None: `cost.usd` is null)."""
+    reason; price: the policy model's (None: `cost.usd` is null); ran_with: the settings as the searcher describes
+    them (`described_settings`; default: `settings`' own fields)."""
     turns = document_turns(result)
     docs = [
-        ServedDocument(id=d.id, title=d.title, text=d.text, score=d.score, turn=turns.get(d.id))
+        ServedDocument(id=d.id, title=d.title, text=d.text, score=d.score, turn=turns.get(d.id), original_id=d.original_id)
         for d in result.documents
     ]
     steps = [
@@ -240,7 +272,9 @@ def summarize_result(
             selection_fallback=s.selection_fallback,
             search_complete=s.search_complete,
             invalid_reason=redact(s.invalid_reason) if s.invalid_reason else s.invalid_reason,
-            seconds=round(s.policy_seconds + s.retrieval_seconds, 4),
+            seconds=round(s.policy_seconds + s.reader_seconds + s.retrieval_seconds, 4),
+            policy_seconds=round(s.policy_seconds, 4), reader_seconds=round(s.reader_seconds, 4),
+            retrieval_seconds=round(s.retrieval_seconds, 4),
         )
         for s in result.steps
     ]
@@ -250,13 +284,18 @@ def summarize_result(
         queries=[q for s in result.steps for q in (s.queries or ([s.query] if s.query else []))],
         steps=steps,
         seconds=round(result.seconds, 4),
+        policy_seconds=round(sum(s.policy_seconds for s in result.steps), 4),
+        reader_seconds=round(sum(s.reader_seconds for s in result.steps), 4),
+        retrieval_seconds=round(sum(s.retrieval_seconds for s in result.steps), 4),
         stop=stop_reason(result, budget),
     )
     failure = None
     if result.error is not None:
         failure = SearchError(code=result.error_code or "upstream_error", message=redact(result.error))
+    if ran_with is None and settings is not None:
+        ran_with = settings.model_dump()
     return SearchResponse(question=result.question, documents=docs, trajectory=traj, cost=search_cost(result, price),
-                          settings=settings, answer=result.answer, degraded=failure is not None, error=failure)
+                          settings=ran_with, answer=result.answer, degraded=failure is not None, error=failure)
 
 
 def policy_price(cfg: SearcherConfig) -> Price | None:
@@ -273,10 +312,45 @@ def default_settings(searcher_cfg: SearcherConfig) -> SearchSettings:
     return SearchSettings(k=searcher_cfg.k, max_turns=searcher_cfg.max_turns)
 
 
-def check_request(req: SearchRequest, limits: ServiceConfig, searcher_cfg: SearcherConfig) -> SearchSettings:
-    """Validate a request against the service limits; return the settings it runs with.
+# the per-call fields of a searcher that does not say which it takes (a stand-in: a client, a scripted test searcher)
+LOOP_FIELDS = {"k": "documents retrieved per search turn", "max_turns": "search turns after begin-with-search"}
+QUESTION_FIELD = {"question": "the question (required)"}
+MAX_DOCUMENTS_FIELD = {"max_documents": "return at most this many of the documents (default: all of them)"}
 
-    Raises ValueError whose message names the field and the limit (the app turns it into a 422)."""
+
+def request_fields(searcher: ServedSearcher) -> dict[str, str]:
+    """The per-call settings a request may set for `searcher` (its `request_fields`), each with what it means there."""
+    fields = getattr(searcher, "request_fields", None)
+    return dict(LOOP_FIELDS if fields is None else fields)
+
+
+def describe(searcher: ServedSearcher, cfg: SearcherConfig | None = None) -> dict[str, Any]:
+    """`searcher.describe(cfg)` (searcher/base.py: kind, what it does, model, reader, ranker, settings, request
+    fields), or, for a stand-in that does not describe itself, its loop settings and fields."""
+    run = searcher.cfg if cfg is None else cfg
+    own = getattr(searcher, "describe", None)
+    if callable(own):
+        return dict(own(run))
+    return {"kind": getattr(searcher, "kind", None), "model": run.policy_path or run.model,
+            "settings": default_settings(run).model_dump(), "request_fields": request_fields(searcher)}
+
+
+def described_settings(searcher: ServedSearcher, settings: SearchSettings,
+                       cfg: SearcherConfig | None = None) -> dict[str, Any]:
+    """The settings a request ran with as the searcher describes them: its `describe()` settings with the request's
+    fields applied to `cfg` (default: the searcher's own)."""
+    run = settings.applied_to(searcher.cfg if cfg is None else cfg)
+    return dict(describe(searcher, run).get("settings") or settings.model_dump())
+
+
+def check_request(req: SearchRequest, limits: ServiceConfig, searcher: ServedSearcher,
+                  searcher_cfg: SearcherConfig | None = None) -> SearchSettings:
+    """Validate a request for `searcher` (served with `searcher_cfg`, default its own settings): the question, then
+    each field the request sets: one the searcher takes (`request_fields`), within the service limits, and a value its
+    kind can run (`check_call`). Returns the settings it runs with (the searcher's own where the request says none).
+
+    Raises ValueError whose message names the field and the limit or rule (the app turns it into a 422)."""
+    cfg = searcher.cfg if searcher_cfg is None else searcher_cfg
     question = req.question.strip()
     if not question:
         raise ValueError("question: must not be empty")
@@ -284,16 +358,27 @@ def check_request(req: SearchRequest, limits: ServiceConfig, searcher_cfg: Searc
         raise ValueError(
             f"question: {len(req.question)} characters exceeds the limit service.max_query_chars={limits.max_query_chars}"
         )
-    settings = default_settings(searcher_cfg)
+    fields = request_fields(searcher)
+    for name in LOOP_FIELDS:
+        if getattr(req, name) is not None and name not in fields:
+            kind = getattr(searcher, "kind", None) or "served"
+            takes = ", ".join([*QUESTION_FIELD, *fields, *MAX_DOCUMENTS_FIELD])
+            raise ValueError(f"{name}: the {kind} searcher takes no {name} (its request fields: {takes})")
+    settings = default_settings(cfg)
     k = settings.k if req.k is None else req.k
     max_turns = settings.max_turns if req.max_turns is None else req.max_turns
-    if k < 1 or k > limits.max_topk:
+    if "k" in fields and (k < 1 or k > limits.max_topk):
         raise ValueError(f"k: {k} is outside 1..service.max_topk={limits.max_topk}")
-    if k < searcher_cfg.max_select:
-        raise ValueError(f"k: {k} is below searcher.max_select={searcher_cfg.max_select} (a window must hold the selection)")
-    if max_turns < 0 or max_turns > limits.max_search_turns:
+    if "max_turns" in fields and (max_turns < 0 or max_turns > limits.max_search_turns):
         raise ValueError(f"max_turns: {max_turns} is outside 0..service.max_search_turns={limits.max_search_turns}")
-    return SearchSettings(k=k, max_turns=max_turns)
+    settings = SearchSettings(k=k, max_turns=max_turns)
+    check = getattr(searcher, "check_call", None)
+    if callable(check):
+        try:
+            check(settings.applied_to(cfg))
+        except S3Error as e:
+            raise ValueError(str(e)) from None
+    return settings
 
 
 def run_search(
@@ -412,9 +497,10 @@ def create_search_app(
 
     searcher: an S3Searcher, or anything with its `cfg` and `search(questions, *, cfg=, cancelled=)` (ServedSearcher);
     retriever: the searcher's retriever (for /retrieve and the corpus size); service_cfg: limits, timeouts, batching;
-    searcher_cfg: the loop settings requests run with (default: the searcher's own; a request's k / max_turns apply on
-    top); default_topk: /retrieve's topk; model / index: names reported by /health (default: the searcher's model);
-    why: which searcher runs and why, in words (s3/build.py), reported by /health with the searcher's `describe()`."""
+    searcher_cfg: the loop settings requests run with (default: the searcher's own; a request's fields apply on top);
+    default_topk: /retrieve's topk; model / index: names reported by /health (default: the model the searcher
+    describes, None for a script); why: which searcher runs and why, in words (s3/build.py), reported by /health with
+    the searcher's `describe()`."""
     from contextlib import asynccontextmanager
     from pathlib import PurePath
 
@@ -423,10 +509,11 @@ def create_search_app(
     from searcher.serving import ERROR_RESPONSES, ApiError, app_kwargs, check_response_budget, protect
 
     searcher_cfg = searcher.cfg if searcher_cfg is None else searcher_cfg
-    describe = getattr(searcher, "describe", None)  # every Searcher says what it is (searcher/base.py)
-    described: dict[str, Any] = describe() if callable(describe) else {}
-    if model is None:  # a script has no model: /health names its kind
-        model = described.get("model") or described.get("kind") or searcher_cfg.policy_path or searcher_cfg.model
+    described = describe(searcher, searcher_cfg)  # what it is, its settings and request fields (searcher/base.py)
+    if model is None:
+        model = described.get("model")
+    fields = {**QUESTION_FIELD, **request_fields(searcher), **MAX_DOCUMENTS_FIELD}
+    ran: dict[SearchSettings, dict[str, Any]] = {}  # each setting's description, made once
     if index is not None:
         index = PurePath(index).name  # /health names the index, never a path of the serving machine
     price = policy_price(searcher_cfg)
@@ -451,7 +538,7 @@ def create_search_app(
     @app.post("/search", response_model=SearchResponse, responses=ERROR_RESPONSES)
     async def search(req: SearchRequest) -> SearchResponse:
         try:
-            settings = check_request(req, service_cfg, searcher_cfg)
+            settings = check_request(req, service_cfg, searcher, searcher_cfg)
         except ValueError as e:
             raise ApiError(422, "invalid_request", str(e)) from None
         t0 = time.perf_counter()
@@ -464,7 +551,10 @@ def create_search_app(
                 f"search did not finish within service.request_timeout_s={service_cfg.request_timeout_s}"
             ) from None
         # S3Errors (retrieval failed, credentials refused, ...) go to the typed handler: 502 / 503 / 504 as fits
-        response = summarize_result(result, settings, price=price)
+        if settings not in ran:
+            ran[settings] = described_settings(searcher, settings, searcher_cfg)
+        response = summarize_result(result, settings, price=price, ran_with=ran[settings])
+        response.documents = response.documents[:req.max_documents]
         check_response_budget(sum(len(d.text.encode()) + len(d.title.encode()) + len(d.id) + 64
                                   for d in response.documents), service_cfg, "this search")
         if response.trajectory.seconds == 0.0:
@@ -475,11 +565,13 @@ def create_search_app(
     async def health() -> dict[str, Any]:
         return {
             "status": "ok",
+            "kind": described.get("kind"),
             "model": model,
             "searcher": {**described, "why": why},
             "index": index,
             "corpus_size": _corpus_size(retriever),
-            "defaults": default_settings(searcher_cfg).model_dump(),
+            "defaults": described.get("settings"),
+            "request_fields": fields,
             "limits": {
                 "max_query_chars": service_cfg.max_query_chars,
                 "max_topk": service_cfg.max_topk,

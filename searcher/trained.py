@@ -64,10 +64,11 @@ class TrainedSearcherRecord(BaseModel):
     format: int = 1
     kind: str = "llm"
     base_model: str | None = None
-    searcher: dict[str, int | str | bool | dict[str, int | str | bool | None] | None]
+    searcher: dict[str, int | str | bool | dict[str, int | float | str | bool | None] | None]
     prompt_sha256: str | None = None
     retriever: RetrieverRecord | None = None
     card: JsonObject | None = None
+    trained: JsonObject | None = None  # a trained reading searcher: what taught it (generator, data, weights' hashes)
 
 
 def index_fingerprint(index_dir: Path) -> str | None:
@@ -84,6 +85,8 @@ def index_fingerprint(index_dir: Path) -> str | None:
     if not isinstance(desc, dict):
         return file_sha256(meta)
     desc.pop("created", None)
+    desc.pop("title_rule", None)  # how titles were read shows in the doc store's sha256: an index built before the
+    # rule whose passages it reads alike keeps its fingerprint (and the searchers and baselines recorded against it)
     for part in ("corpus", "encoder"):  # where the corpus and the encoder's files were on the building machine
         if isinstance(desc.get(part), dict):
             desc[part] = {k: v for k, v in desc[part].items() if k != "path"}
@@ -171,6 +174,17 @@ def find_record(policy: Path) -> tuple[TrainedSearcherRecord, Path] | None:
     return None
 
 
+FILE_KEYS = ("ranker", "reader")  # settings that name a file: a trained searcher's own, beside its searcher.json
+
+
+def _beside(folder: Path, key: str, value: object) -> object:
+    """A file setting recorded relative to the searcher's folder (a trained reading searcher's ranker.json, reader/)
+    as the path it is at; any other value as it is."""
+    if key in FILE_KEYS and isinstance(value, str) and not Path(value).is_absolute() and (folder / value).exists():
+        return str((folder / value).resolve())
+    return value
+
+
 def apply_record(
     record: TrainedSearcherRecord,
     folder: Path,
@@ -192,7 +206,7 @@ def apply_record(
     base = searcher_cfg.model_dump()
     for section, table in record.searcher.items():  # a kind's own section: its recorded keys, except explicit ones
         if isinstance(table, dict) and section in SearcherConfig.model_fields:
-            s_update[section] = {**base[section], **{k: v for k, v in table.items()
+            s_update[section] = {**base[section], **{k: _beside(folder, k, v) for k, v in table.items()
                                                      if f"searcher.{section}.{k}" not in explicit}}
     searcher_out = SearcherConfig.model_validate({**base, **s_update})
     if record.retriever is None:  # it runs over the user's index, with the user's retriever settings

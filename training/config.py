@@ -316,6 +316,38 @@ class TrainingCheckpoint(Section):
     keep: int = Field(2, ge=1, description="Newest checkpoints kept in output_dir/checkpoints (the held-out best besides).")
 
 
+class TrainingReading(Section):
+    """[training.reading]: `s3 train` with searcher.kind = 'reading' (training/reading/): each training question's
+    candidate pages are scored by the frozen generator (the gain in log p(gold answer) when a page is added to the
+    start's documents), a LoRA pointwise reader learns that credit, a ranker is fitted over it, and how many pages to
+    add is chosen on the held-out questions (training.heldout.questions)."""
+
+    credit: Literal["logprob", "gold"] = Field(
+        "logprob",
+        description="What teaches the reader: 'logprob' = the frozen generator's gain in log p(gold answer) per page, "
+        "teacher-forced (offline generators: llama.cpp); 'gold' = the data's gold supporting-paragraph labels.",
+    )
+    questions: int | None = Field(None, ge=1, description="Training questions scored (None = all of the prepared set).")
+    credit_path: str | None = Field(
+        None, description="Where the credit is kept (one line a question, resumable; relative to the config file). "
+        "None = output_dir/credit.jsonl. Set it to keep the scoring (the slow stage) apart from the run directory, "
+        "e.g. in a folder that is committed while a multi-session run goes on.")
+    temperature: float = Field(
+        1.0, gt=0, description="The credit's softmax temperature (nats): the reader's target over a question's pages "
+        "is softmax(gain / temperature).")
+    positive_gain: float = Field(
+        0.5, description="A page whose credit is at least this many nats counts as helping, for the ranker's labels.")
+    reader_base: str = Field("smollm2-135m-instruct", description="The reader's base model (offline name or HF dir).")
+    lora_r: int = Field(16, ge=1, description="The reader's LoRA rank.")
+    lora_alpha: int = Field(32, ge=1, description="The reader's LoRA alpha.")
+    learning_rate: float = Field(2e-4, gt=0, description="The reader's learning rate (AdamW).")
+    epochs: int = Field(1, ge=1, description="Passes over the scored questions.")
+    batch_questions: int = Field(4, ge=1, description="Questions per optimizer step.")
+    max_pages: int = Field(2, ge=0, le=4, description="The most pages the searcher may add (0..max_pages is chosen "
+                           "on the held-out questions).")
+    threads: int | None = Field(None, ge=1, description="CPU threads of the scorer and the reader (None = by load).")
+
+
 class TrainingRecovery(Section):
     """[training.recovery]: the run heals itself (training/run/recovery.py): a trigger rolls the run back to its last
     good checkpoint, changes what addresses the cause, and goes on; at most max_rollbacks times, then it stops."""
@@ -399,6 +431,7 @@ class TrainingConfig(Section):
     learner: TrainingLearner = Field(default_factory=TrainingLearner)
     checkpoint: TrainingCheckpoint = Field(default_factory=TrainingCheckpoint)
     recovery: TrainingRecovery = Field(default_factory=TrainingRecovery)
+    reading: TrainingReading = Field(default_factory=TrainingReading)
 
     @model_validator(mode="before")
     @classmethod

@@ -6,9 +6,10 @@
   `"Title"\\ntext`, or {"id", "title", "text"};
 - MuSiQue-style paragraph records {"title", "paragraph_text"}.
 
-Their own ids are not kept: every paragraph gets the stable id of dataprep.builder, so a corpus file and the
-questions' own context paragraphs meet on the same ids. (To keep a corpus's ids, read it with
-`s3core.corpus.iter_corpus` instead.)
+A record's own id ("id", or BEIR's "_id") is kept (renamed only when taken or unusable, each change in the manifest's
+"renamed_ids": dataprep.builder); records without one get the stable generated id. A corpus record and a question's
+own context paragraph with the same title and text are one document, under the record's id. A "contents" string is
+read by `s3core.corpus.TITLE_RULE`: its first line is the title only where it is double-quoted.
 """
 
 from __future__ import annotations
@@ -37,14 +38,19 @@ def add_corpus_row(b: Builder, row: JsonObject, where: str, src: SourceInfo) -> 
         if not isinstance(row["contents"], str):
             raise fail(where, "'contents' must be a string")
         d = Document.from_contents("x", row["contents"])
-        b.add_paragraph(d.title, d.text, where, src)
+        b.add_paragraph(d.title, d.text, where, src, own_id=_own_id(row))
         return
     text = row.get("text", row.get("paragraph_text"))
     if isinstance(text, list):
         text = join_sentences(text)
     if not isinstance(text, str):
         raise fail(where, "corpus row 'text' must be a string or a list of sentences")
-    b.add_paragraph(row.get("title"), text, where, src)
+    b.add_paragraph(row.get("title"), text, where, src, own_id=_own_id(row))
+
+
+def _own_id(row: JsonObject) -> object:
+    """The id a corpus record gives its passage ("id", else "_id"), None when it gives none."""
+    return row["id"] if row.get("id") is not None else row.get("_id")
 
 
 def is_hipporag_dict(record: object) -> TypeGuard[dict[str, list[str]]]:

@@ -30,6 +30,7 @@ from searcher.spans import MAX_TITLE_WORDS, TitleIndex, title_like_spans  # noqa
 from searcher.title_following import TitleFollowing, follow_titles
 from searcher.title_following.links import NO_READING, RANKER_FEATURES, ranker_rows, ranker_score  # noqa: F401  (re-exported)
 from searcher.title_following.script import SearchFn
+from training.reading.ranker_fit import fit_ranker  # noqa: F401  (re-exported: this module's API)
 
 # the copyable teacher's definitions, one for A1 here and the warm-up and training.data.keep_copyable there
 from training.prep.oracle import (  # noqa: F401  (re-exported: this module's API)
@@ -209,34 +210,6 @@ def precision_threshold(picks: Sequence[tuple[float, bool]], precision: float) -
 
 # ------------------------------------------------------------------------------- a ranker trained over the reader
 # (its features and score are the product's: searcher/title_following/links.py, re-exported above; the fit is training's, here)
-
-def fit_ranker(rows: Sequence[Mapping[str, float]], gold: Sequence[bool], features: Sequence[str] = RANKER_FEATURES,
-               ) -> dict[str, float]:
-    """A logistic regression (scikit-learn, standardised features, L2 with C = 1) of whether a candidate is gold on
-    `features` of its `ranker_rows`, fitted on training questions' candidates; returned as one weight a raw feature
-    and a "bias", so that `ranker_score` is a plain sum a person can read (and the score is comparable across
-    questions: a log-odds).
-
-    >>> rows = [{"a": float(i % 2), "b": float(i % 3)} for i in range(60)]
-    >>> w = fit_ranker(rows, [r["a"] > 0 for r in rows], ["a", "b"])
-    >>> sorted(w), w["a"] > 1 > abs(w["b"])
-    (['a', 'b', 'bias'], True)
-    """
-    import numpy as np
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
-
-    x = np.array([[r[f] for f in features] for r in rows], dtype=float)
-    y = np.array(gold, dtype=bool)
-    if len(set(y.tolist())) < 2:
-        raise ValueError(f"fit_ranker needs gold and non-gold candidates, got {int(y.sum())} gold of {len(y)}")
-    scaler = StandardScaler().fit(x)
-    lr = LogisticRegression(C=1.0, max_iter=1000).fit(scaler.transform(x), y)
-    scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
-    w = lr.coef_[0] / scale
-    bias = float(lr.intercept_[0] - (w * scaler.mean_).sum())
-    return {**{f: round(float(v), 4) for f, v in zip(features, w, strict=True)}, "bias": round(bias, 4)}
-
 
 # ------------------------------------------------------------------------------------- where a searcher could reach
 

@@ -30,7 +30,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="convert raw files of one format (merged) into a prepared folder",
         description="Writes DIR/corpus.jsonl (when the inputs carry paragraphs), DIR/questions.jsonl and "
         "DIR/manifest.json (counts, dropped rows with reasons, source files with sha256). Several --input files "
-        "merge into one corpus; paragraphs are deduplicated by (title, text) and get stable hash-derived ids.",
+        "merge into one corpus; paragraphs are deduplicated by (title, text); a corpus record's own id is kept "
+        "(renamed only when taken or unusable, the map in manifest.json's renamed_ids), others get stable "
+        "hash-derived ids.",
     )
     prep.add_argument("format", choices=FORMAT_NAMES, metavar="FORMAT", help=f"one of: {', '.join(FORMAT_NAMES)}")
     prep.add_argument(
@@ -64,12 +66,19 @@ def _prepare(args: argparse.Namespace, cfg: S3Config) -> int:
     for label, n in (
         ("duplicate questions merged", c.duplicate_questions_merged),
         ("question ids renamed", c.question_ids_renamed),
+        ("corpus ids kept", c.corpus_ids_kept),
         ("questions without answers", c.questions_without_answers),
         ("supporting titles missing", c.supporting_titles_missing),
         ("empty paragraphs skipped", c.empty_paragraphs_skipped),
     ):
         if n:
             print(f"  {label:<26} {n}")
+    if m.renamed_ids:
+        print(f"  {'corpus ids renamed':<26} {len(m.renamed_ids)}  (manifest.json renamed_ids: original -> new)")
+    for r in m.renamed_ids[:3]:
+        print(f"    {r.original_id!r} -> {r.id!r} ({r.reason}; {r.where})")
+    if len(m.renamed_ids) > 3:
+        print(f"    ... {len(m.renamed_ids) - 3} more in {Path(args.out) / 'manifest.json'} (renamed_ids)")
     for d in m.dropped:
         print(f"  dropped {d.count} rows: {d.reason} (e.g. {d.examples[0] if d.examples else '?'})")
     return 0

@@ -21,8 +21,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     m = sub.add_parser(
         "mcp", parents=[common], help="serve the searcher as MCP tools (stdio or streamable HTTP)",
         description="A Model Context Protocol server with three tools: gather_context(question, max_documents?) "
-        "runs the searcher (the shipped trained one, a trained --policy RUN_DIR, or --untrained zero-shot) and returns the selected documents, the "
-        "trajectory and its cost; search(queries, k?) is plain batched retrieval; get_document(id) one passage. "
+        "runs the searcher (the best shipped one for the index, a named --searcher NAME or trained --policy RUN_DIR, "
+        "or --untrained zero-shot) and returns the selected documents, the trajectory and its cost; search(queries, "
+        "k?) is plain batched retrieval; get_document(id) one passage; the resource s3://searcher describes the "
+        "searcher (kind, model, reader, ranker, settings). "
         "stdio (the default) is what MCP clients start as a subprocess; --transport http serves streamable HTTP "
         "(stateless, JSON responses) at http://HOST:PORT/mcp with the [service] limits and bearer auth.",
     )
@@ -65,7 +67,7 @@ def _mcp(args: argparse.Namespace, cfg: S3Config) -> int:
     built = served_searcher(args, cfg)
     cfg, searcher, retriever = built.cfg, built.searcher, built.retriever
     server = MCPSearchServer(searcher, retriever, cfg.service.model_copy(update={"host": host, "port": port}),
-                             searcher_cfg=cfg.searcher)
+                             searcher_cfg=cfg.searcher, why=built.why)
     if stdio:
         print(f"s3 mcp: stdio ({retriever!r})", file=sys.stderr, flush=True)
         asyncio.run(server.run_stdio(protocol_out))

@@ -28,13 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 from eval.contexts import contexts_row, read_done_ids  # the contexts.jsonl contract (read by `s3 eval`)
 from s3core.errors import DataFormatError, S3Error
+from s3core.types import Document
 
 if TYPE_CHECKING:
     from s3.config import S3Config
 
 CONTEXTS_HELP = (
     'one JSON line per question: {"id", "question", "documents": [{"id","title","score","turn"}], "turns", '
-    '"queries", "steps", "seconds"} (read by `s3 eval --contexts`)'
+    '"queries", "steps", "seconds", "policy_seconds", "reader_seconds", "retrieval_seconds"} (read by `s3 eval '
+    '--contexts`)'
 )
 
 
@@ -87,16 +89,23 @@ def _search(args: argparse.Namespace, cfg: S3Config) -> int:
         return _search_file(args, cfg)
     searcher, retriever, _, _, why = build(untrained(args, cfg), args.index, args.policy)
     print(f"searcher: {why}", file=sys.stderr)
-    if args.json:  # the settings /search answers a request without k / max_turns with, from the same function
-        from searcher.service import SearchRequest, check_request, policy_price, summarize_result
+    if args.json:  # the settings /search answers a request without fields with, from the same function
+        from searcher.service import (
+            SearchRequest,
+            check_request,
+            described_settings,
+            policy_price,
+            summarize_result,
+        )
 
         try:
-            settings = check_request(SearchRequest(question=args.question), cfg.service, searcher.cfg)
+            settings = check_request(SearchRequest(question=args.question), cfg.service, searcher)
         except ValueError as e:
             raise S3Error(str(e)) from None
     (result,) = searcher.search([args.question.strip()])
     if args.json:  # the record /search and MCP gather_context answer with (searcher/service.py SearchResponse)
-        print(summarize_result(result, settings, price=policy_price(searcher.cfg)).model_dump_json(indent=2))
+        print(summarize_result(result, settings, price=policy_price(searcher.cfg),
+                               ran_with=described_settings(searcher, settings)).model_dump_json(indent=2))
     else:
         print_trajectory(result, retriever, additive=searcher.cfg.additive)
     if result.error is not None:  # degraded: the documents above are what was admitted before it ended
@@ -159,28 +168,55 @@ def _search_file(args: argparse.Namespace, cfg: S3Config) -> int:
     return 0
 
 
-def _titles(result: Any, retriever: Any) -> dict[str, str]:
-    """Titles of every document the trajectory saw (final documents, plus the retriever's doc store)."""
-    titles = {d.id: d.title for d in result.documents}
-    missing = [i for i in result.retrieved_documents_ids if i not in titles]
+SNIPPET_CHARS = 80
+
+
+def _documents(result: Any, retriever: Any) -> dict[str, Document]:
+    """Every document the trajectory saw, by id (final documents, plus the retriever's doc store)."""
+    docs = {d.id: d for d in result.documents}
+    missing = [i for i in result.retrieved_documents_ids if i not in docs]
     get = getattr(retriever, "get", None)
     if missing and callable(get):
         with contextlib.suppress(S3Error):  # a remote retriever without a doc store: ids only
-            titles.update({d.id: d.title for d in get(missing)})
-    return titles
+            docs.update({d.id: d for d in get(missing)})
+    return docs
+
+
+def doc_label(doc: Document | None, chars: int = SNIPPET_CHARS) -> str:
+    """What names a document for a reader of the trajectory: its title, else (an untitled corpus) the start of its
+    text, in quotes, on one line.
+
+    >>> doc_label(Document(id="p-1", title="", text="Error E12 means\\nthe boiler is too hot; let it cool."), chars=20)
+    '"Error E12 means the…"'
+    """
+    if doc is None:
+        return ""
+    if doc.title:
+        return doc.title
+    text = " ".join(doc.text.split())
+    return f'"{text[:chars].rstrip()}…"' if len(text) > chars else f'"{text}"' if text else ""
+
+
+def _seconds(policy: float, reader: float, retrieval: float, policy_ran: bool) -> str:
+    """Each model's own share of a time: the policy's (where one ran), the reader's (where one read), retrieval's."""
+    parts = [f"{policy:.2f}s policy"] if policy_ran else []
+    if reader:
+        parts.append(f"{reader:.2f}s reader")
+    return ", ".join([*parts, f"{retrieval:.3f}s retrieval"])
 
 
 def print_trajectory(result: Any, retriever: Any = None, file: Any = None, *, additive: bool = False) -> None:
-    """Print a SearchResult readably: per turn the query, retrieved titles (selected ones marked), stop flag,
-    then the final documents D_s3, each with why it is there. `additive`: the searcher ran with searcher.additive
-    (naive RAG's top-k is kept whatever it selects)."""
+    """Print a SearchResult readably: per turn the query, the retrieved documents by title (an untitled one by the
+    start of its text; selected ones marked), stop flag and each model's seconds, then the final documents D_s3, each
+    with why it is there. `additive`: the searcher ran with searcher.additive (naive RAG's top-k is kept whatever it
+    selects)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     console = Console(file=file or sys.stdout, soft_wrap=False)
     console.print(f"[bold]Question:[/bold] {escape(result.question)}")
-    titles = _titles(result, retriever)
+    docs = _documents(result, retriever)
     for step in result.steps:
         label = "begin-with-search" if step.turn == 0 else f"turn {step.turn}"
         query = f"query: {escape(repr(step.query))}" if step.query is not None else "(no query)"
@@ -192,11 +228,11 @@ def print_trajectory(result: Any, retriever: Any = None, file: Any = None, *, ad
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         table.add_column("", width=2)
         table.add_column("doc id")
-        table.add_column("title")
+        table.add_column("title (or text)")
         selected = set(step.selected_ids)
         for doc_id in step.retrieved_ids:
             mark = "✓" if doc_id in selected else ""
-            table.add_row(mark, escape(doc_id), escape(titles.get(doc_id, "")))
+            table.add_row(mark, escape(doc_id), escape(doc_label(docs.get(doc_id))))
         if step.retrieved_ids:
             console.print(table)
         how = (f" (the reply selected none: all {len(step.retrieved_ids)} documents of this window are kept)"
@@ -204,7 +240,8 @@ def print_trajectory(result: Any, retriever: Any = None, file: Any = None, *, ad
         console.print(f"  selected: {escape(', '.join(step.selected_ids)) or '-'}{how}")
         if step.search_complete is not None:
             console.print(f"  search_complete: {step.search_complete}")
-        console.print(f"  [dim]{step.policy_seconds:.2f}s policy, {step.retrieval_seconds:.3f}s retrieval[/dim]")
+        ran = bool(step.policy_seconds or step.policy_text or step.completion_tokens)
+        console.print(f"  [dim]{_seconds(step.policy_seconds, step.reader_seconds, step.retrieval_seconds, ran)}[/dim]")
     first = result.steps[0] if result.steps and result.steps[0].turn == 0 else None
     kept = set(first.retrieved_ids) if additive and first is not None else set()
     picked = {i for s in result.steps for i in s.selected_ids}
@@ -214,7 +251,11 @@ def print_trajectory(result: Any, retriever: Any = None, file: Any = None, *, ad
     for i, d in enumerate(result.documents, start=1):
         score = f"  score {d.score:.2f}" if d.score is not None else ""
         why = "  (top-k, kept)" if d.id in kept and d.id not in picked else "  (top-k, selected)" if d.id in kept else ""
-        console.print(f"  {i}. {escape(f'[{d.id}]')} {escape(d.title)}{score}{why}")
+        console.print(f"  {i}. {escape(f'[{d.id}]')} {escape(doc_label(d))}{score}{why}")
     if result.answer is not None:
         console.print(f"\n[bold]Answer:[/bold] {escape(result.answer)}")
-    console.print(f"[dim]{result.turns} turn{'' if result.turns == 1 else 's'}, {result.seconds:.2f}s[/dim]")
+    steps = result.steps
+    shares = _seconds(sum(s.policy_seconds for s in steps), sum(s.reader_seconds for s in steps),
+                      sum(s.retrieval_seconds for s in steps),
+                      any(s.policy_seconds or s.policy_text or s.completion_tokens for s in steps))
+    console.print(f"[dim]{result.turns} turn{'' if result.turns == 1 else 's'}, {result.seconds:.2f}s ({shares})[/dim]")

@@ -27,9 +27,11 @@ if TYPE_CHECKING:
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser(
         "serve", parents=[common], help="serve /search, /retrieve and /health over HTTP (FastAPI)",
-        description="Serve the searcher: POST /search {question, k?, max_turns?}, POST /retrieve (Search-R1 "
-        "contract), GET /health. Host, port, limits and timeouts come from [service]. The searcher is the trained one "
-        "that ships with s3 (searcher.default_policy; --untrained: the zero-shot LLM searcher.model); with --policy "
+        description="Serve the searcher: POST /search {question, the searcher's request fields?, max_documents?} "
+        "(the LLM searcher's k and max_turns, a title-following script's k: GET /health says which), POST /retrieve "
+        "(Search-R1 contract), GET /health (the searcher's kind, model, reader, ranker and settings). Host, port, "
+        "limits and timeouts come from [service]. The searcher is the trained one that ships with s3 "
+        "(searcher.default_policy; --untrained: the zero-shot LLM searcher.model); with --policy "
         "RUN_DIR it is served with the settings and the index it was trained with (explicit --index / --set win).",
     )
     add_searcher_args(s)

@@ -93,6 +93,8 @@ def _train(args: argparse.Namespace, cfg: S3Config) -> int:
         if args.max_cost_usd < 0:
             raise S3Error(f"--max-cost-usd must be >= 0, got {args.max_cost_usd}")
         cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"budget_usd": args.max_cost_usd})})
+    if cfg.searcher.kind == "reading":  # the reading searcher: credit, reader, ranker (training/reading/)
+        return _train_reading(args, cfg)
     if args.dry_run:
         return _train_dry_run(cfg)
     from training.run.recovery import RECOVERY_EXIT_CODE, RecoveryExhausted, train_healing
@@ -116,6 +118,19 @@ def _train(args: argparse.Namespace, cfg: S3Config) -> int:
         print(f"{out['stopped']} (--max-cost-usd / training.budget_usd); stopped at step {out['steps']} with its "
               "checkpoint: the same command with a higher cap resumes", file=sys.stderr)
         return BUDGET_EXIT_CODE
+    return 0
+
+
+def _train_reading(args: argparse.Namespace, cfg: S3Config) -> int:
+    from training.reading.trainer import ReadingRun
+
+    budget = args.max_minutes * 60 if args.max_minutes is not None else None
+    run = ReadingRun(cfg, max_seconds=budget, log=lambda m: print(m, file=sys.stderr, flush=True))
+    if args.dry_run:
+        print(run.dry_run())
+        return 0
+    out = run.run()
+    print(json.dumps(out))
     return 0
 
 

@@ -23,6 +23,7 @@ from searcher.service import (
     SearchResponse,
     SearchSettings,
     ServedSearcher,
+    described_settings,
     policy_price,
     run_search,
     summarize_result,
@@ -58,7 +59,8 @@ class LocalSearch:
         settings = SearchSettings(k=cfg.k if k is None else k, max_turns=cfg.max_turns if max_turns is None else max_turns)
         with self._lock:
             (result,) = run_search(self.searcher, [question], settings)
-        return summarize_result(result, settings, price=self.price)
+        return summarize_result(result, settings, price=self.price,
+                                ran_with=described_settings(self.searcher, settings))
 
     async def asearch(self, question: str, k: int | None = None, max_turns: int | None = None) -> SearchResponse:
         return await asyncio.to_thread(self.search, question, k, max_turns)

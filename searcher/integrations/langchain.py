@@ -6,7 +6,8 @@
     chain = retriever | RunnableLambda(format_docs) | prompt | llm
 
 Each returned `Document` holds the passage text as `page_content` and `metadata = {"id", "title", "score", "turn"}`
-(turn = the search turn that admitted it; 0 = begin-with-search), in the searcher's order (D_s3, turn order).
+(turn = the search turn that admitted it; 0 = begin-with-search), + "original_id" where `s3 data prepare` had to
+change the corpus's id (a duplicate or unusable one), in the searcher's order (D_s3, turn order).
 Needs the optional `langchain-core` (extra `serve`).
 """
 
@@ -31,12 +32,13 @@ __all__ = ["S3Retriever", "to_langchain_documents"]
 
 
 def to_langchain_documents(response: SearchResponse) -> list[LCDocument]:
-    """A /search response -> LangChain Documents with metadata (id, title, score, turn)."""
+    """A /search response -> LangChain Documents with metadata (id, title, score, turn; original_id where set)."""
     return [
         LCDocument(
             id=d.id,
             page_content=d.text,
-            metadata={"id": d.id, "title": d.title, "score": d.score, "turn": d.turn},
+            metadata={"id": d.id, "title": d.title, "score": d.score, "turn": d.turn,
+                      **({"original_id": d.original_id} if d.original_id is not None else {})},
         )
         for d in response.documents
     ]

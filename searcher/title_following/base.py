@@ -32,3 +32,8 @@ class Ranker(Protocol):
 
     def best(self, question: str, found: Sequence[Document], candidates: Sequence[Document],
              ranks: Sequence[int], reader: Sequence[float] | None = None) -> int | None: ...
+
+    def pick(self, question: str, found: Sequence[Document], candidates: Sequence[Document], ranks: Sequence[int],
+             reader: Sequence[float] | None = None, *, pages: int = 1, min_score: float | None = None) -> list[int]:
+        """The candidates to add, best first: at most `pages`, each scoring at least `min_score`."""
+        ...

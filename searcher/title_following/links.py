@@ -150,5 +150,21 @@ class LinkRanker:
             return None
         if self.reads and reader is None:
             raise ConfigError(f"searcher.reading.ranker {self.name} weighs the reader's score: pass the reader's scores")
-        scores = [ranker_score(self.weights, r) for r in ranker_rows(question, found, candidates, ranks, reader)]
+        scores = self.scores(question, found, candidates, ranks, reader)
         return min(range(len(scores)), key=lambda i: (-scores[i], i))
+
+    def scores(self, question: str, found: Sequence[Document], candidates: Sequence[Document],
+               ranks: Sequence[int], reader: Sequence[float] | None = None) -> list[float]:
+        """Each candidate's score (the ranker's log-odds), in order."""
+        if self.reads and reader is None:
+            raise ConfigError(f"searcher.reading.ranker {self.name} weighs the reader's score: pass the reader's scores")
+        return [ranker_score(self.weights, r) for r in ranker_rows(question, found, candidates, ranks, reader)]
+
+    def pick(self, question: str, found: Sequence[Document], candidates: Sequence[Document], ranks: Sequence[int],
+             reader: Sequence[float] | None = None, *, pages: int = 1, min_score: float | None = None) -> list[int]:
+        """The indices of the candidates to add, best first: at most `pages`, each scoring at least `min_score`."""
+        if not candidates or pages < 1:
+            return []
+        scores = self.scores(question, found, candidates, ranks, reader)
+        order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:pages]
+        return [i for i in order if min_score is None or scores[i] >= min_score]

@@ -32,7 +32,13 @@ from searcher.spans import TitleIndex
 from searcher.title_following.base import Ranker, Reader
 from searcher.title_following.links import LinkRanker
 from searcher.title_following.reader import PointwiseReader, reader_identity
-from searcher.title_following.script import TitleFollowing, TitleFollowingSearcher, _Search
+from searcher.title_following.script import (
+    TitleFollowing,
+    TitleFollowingSearcher,
+    _Search,
+    _titled,
+    check_titled,
+)
 
 __all__ = ["READING", "ReadingSearcher"]
 
@@ -62,6 +68,16 @@ class ReadingSearcher(TitleFollowingSearcher):
         """Its turns after D0: the span turn, and the read as a second."""
         spans = min(self.cfg.max_turns, 1)
         return spans + spans
+
+    def start(self, cfg: SearcherConfig) -> str:
+        """What it adds to ([searcher.reading] start): 'title_following' (the script) or 'top_k' (naive RAG's top-k0);
+        'auto' = the script where the index has titles, top-k0 where it has none."""
+        start = cfg.reading.start
+        if start == "auto":
+            return "title_following" if _titled(self.titles) else "top_k"
+        if start == "title_following":
+            check_titled(self.titles, self.retriever, f"{READING} (searcher.reading.start = 'title_following')")
+        return start
 
     def _ranker(self, cfg: SearcherConfig) -> LinkRanker:
         """[searcher.reading] ranker (loaded once a name, with the reader it reads with)."""
@@ -110,16 +126,42 @@ class ReadingSearcher(TitleFollowingSearcher):
                     **{f"reader_{k}": v for k, v in reader_identity(reader).items()}}
             if s.reading.dtype != "float32":  # only then: the float32 runs keep their identity
                 out["reader_dtype"] = s.reading.dtype
+            import torch
+            import transformers
+
+            if s.reading.reader:  # a reader of its own (a trained one): the runtime that read with it too
+                out["reader_runtime"] = f"transformers {transformers.__version__}, torch {torch.__version__}"
+        # the settings a trained reading searcher chose, where they differ from the shipped one's (whose runs keep their
+        # identity): its start, how many pages it adds and the score below which it adds none
+        if self.start(s) != "title_following":
+            out["start"] = self.start(s)
+        if s.reading.pages != 1:
+            out["pages"] = s.reading.pages
+        if s.reading.min_score is not None:
+            out["min_score"] = s.reading.min_score
         return out
 
-    def describe(self) -> dict[str, Any]:
-        s = self.cfg
+    about = ("the title-following script (naive top-k on an untitled index), then up to `pages` more pages of the "
+             "question's own ranks k0+1..read_last: the ones a trained ranker scores highest over a small trained "
+             "reader's score of each")
+
+    def describe(self, cfg: SearcherConfig | None = None) -> dict[str, Any]:
+        """The script's description, with what it reads with: the ranker, the reader (its model) and read_last; its
+        turns are the span turn and the read."""
+        s = self.cfg if cfg is None else cfg
         ranker = self._ranker(s)
         reader = ranker.reader_for(s.reading.reader)
-        out = super().describe()
-        out["settings"] |= {"read_last": s.reading.read_last}
-        return out | {"kind": READING, "model": Path(reader).name if reader else None, "ranker": ranker.name,
-                      "reader": Path(reader).name if reader else None}
+        name = Path(reader).name if reader else None
+        out = super().describe(s)
+        out["settings"] |= {"max_turns": 2 * min(s.max_turns, 1), "read_last": s.reading.read_last,
+                            "start": self.start(s), "pages": s.reading.pages, "min_score": s.reading.min_score,
+                            **({"reader_dtype": s.reading.dtype} if reader else {})}
+        return out | {"kind": READING, "model": name, "ranker": ranker.name, "reader": name}
+
+    def check_call(self, cfg: SearcherConfig) -> None:
+        """The script's rule, and a read_last that reads past the top-k0 (searcher/base.py `Searcher.check_call`)."""
+        super().check_call(cfg)
+        self._ranker(cfg)
 
     def follow(self, questions: Sequence[str], *, cfg: SearcherConfig | None = None,
                skip: Sequence[bool] | None = None) -> tuple[list[TitleFollowing], list[float]]:
@@ -127,21 +169,27 @@ class ReadingSearcher(TitleFollowingSearcher):
         the script searched for."""
         run = self.cfg if cfg is None else cfg
         ranker = self._ranker(run)
-        out, (d0_s, spans_s, _) = super().follow(questions, cfg=run, skip=skip)
-        t2 = time.perf_counter()
+        top_k = self.start(run) == "top_k"  # naive top-k is the start: the span turn is not taken
+        out, (d0_s, spans_s, _, _) = super().follow(questions, cfg=run,
+                                                    skip=[True] * len(questions) if top_k else skip)
+        stats = self.last_stats
+        retrieval_s, reader_s = stats.retrieval_seconds, stats.reader_seconds
         reads = [i for i in range(len(questions)) if run.begin_with_search and run.max_turns >= 1
                  and not (skip is not None and skip[i])]
         if reads:
             self.read_further([questions[i] for i in reads], [out[i] for i in reads], ranker, run.reading.read_last,
-                              self.last_stats, self._reader(run, ranker))
-        t3 = time.perf_counter()
-        return out, [d0_s, spans_s, (t3 - t2) / max(len(reads), 1)]
+                              stats, self._reader(run, ranker), pages=run.reading.pages,
+                              min_score=run.reading.min_score)
+        n = max(len(reads), 1)  # the read's seconds, each model's own: its retrieval call's, the reader's passes
+        return out, [d0_s, spans_s, (stats.retrieval_seconds - retrieval_s) / n, (stats.reader_seconds - reader_s) / n]
 
     def read_further(self, questions: Sequence[str], found: Sequence[TitleFollowing], ranker: Ranker,
-                     last: int, stats: LoopStats, reader: Reader | None = None) -> None:
-        """Per question, the pages of its own retrieval list at ranks k0+1..`last` that `found` lacks; the one `ranker`
-        scores highest (with `reader`'s score of each, for a ranker that reads) is added to `found` (in place; `read`,
-        `read_from`). One batched retrieval call; the reader reads each question's candidates in batched passes."""
+                     last: int, stats: LoopStats, reader: Reader | None = None, *, pages: int = 1,
+                     min_score: float | None = None) -> None:
+        """Per question, the pages of its own retrieval list at ranks k0+1..`last` that `found` lacks; the `pages`
+        `ranker` scores highest (with `reader`'s score of each, for a ranker that reads), each scoring at least
+        `min_score`, are added to `found` (in place; `read`, `read_from`). One batched retrieval call; the reader reads
+        each question's candidates in batched passes."""
         t0 = time.perf_counter()
         ranked = self.retriever.search(list(questions), last)
         stats.retrieval_calls += 1
@@ -161,8 +209,9 @@ class ReadingSearcher(TitleFollowingSearcher):
             stats.reader_calls += 1
         for i, (q, f, r) in enumerate(zip(questions, found, ranked, strict=True)):
             rank = {d.id: n for n, d in enumerate(r, 1)}
-            best = ranker.best(q, f.documents, cands[i], [rank[d.id] for d in cands[i]],
-                               scores[i] if scores is not None and cands[i] else None)
-            if best is not None:
-                f.read = cands[i][best].id
-                f.documents.append(cands[i][best])
+            picks = ranker.pick(q, f.documents, cands[i], [rank[d.id] for d in cands[i]],
+                                scores[i] if scores is not None and cands[i] else None, pages=pages,
+                                min_score=min_score)
+            for j in picks:
+                f.read.append(cands[i][j].id)
+            f.documents.extend(cands[i][j] for j in picks)

@@ -75,7 +75,7 @@ class TitleFollowing:
     queries: list[str] = field(default_factory=list)
     added_by: dict[str, str] = field(default_factory=dict)  # added document id -> the span whose search found it
     retrieved: list[str] = field(default_factory=list)  # every id the span searches returned, first seen first
-    read: str | None = None  # the page the reading searcher's ranker added after the spans, last in `documents`
+    read: list[str] = field(default_factory=list)  # the pages the reading searcher's ranker added, last in `documents`
     read_from: list[str] = field(default_factory=list)  # the candidates it chose among, best bm25 rank first
 
 
@@ -241,19 +241,28 @@ class TitleFollowingSearcher(SearcherBase):
             out["words"] = self.words
         return out
 
-    def describe(self) -> dict[str, Any]:
-        """What it is, for /health, MCP and `s3 search` (searcher/base.py `Searcher.describe`)."""
-        s = self.cfg
-        return {"kind": self.kind, "model": None,
-                "settings": {"k": s.k, "max_turns": self.max_turns, "context_cap": s.max_contexts,
+    about = ("a script, no model: naive RAG's top-k0, then the pages titled exactly as a name it read in the question "
+             "or those documents")
+    request_fields = {"k": "documents retrieved per name searched (a page titled as the name is added from them)"}
+
+    def describe(self, cfg: SearcherConfig | None = None) -> dict[str, Any]:
+        """What it is, for /health, /search, MCP and `s3 search` (searcher/base.py `Searcher.describe`): the settings
+        the script reads (its one span turn: max_turns is 0 or 1)."""
+        s = self.cfg if cfg is None else cfg
+        return {"kind": self.kind, "about": self.about, "model": None, "reader": None, "ranker": None,
+                "settings": {"k0": self.k0, "k": s.k, "max_turns": min(s.max_turns, 1), "context_cap": s.max_contexts,
                              "begin_with_search": s.begin_with_search, "words": self.words},
-                "request_fields": ["k", "max_turns"]}
+                "request_fields": dict(self.request_fields)}
+
+    def check_call(self, cfg: SearcherConfig) -> None:
+        """Its document cap holds naive RAG's top-k0 (searcher/base.py `Searcher.check_call`)."""
+        self._cap(cfg)
 
     def follow(self, questions: Sequence[str], *, cfg: SearcherConfig | None = None,
                skip: Sequence[bool] | None = None) -> tuple[list[TitleFollowing], list[float]]:
-        """The script for a batch: per question its `TitleFollowing` (`skip[i]`: stop at D0), and the retrieval seconds
-        of its steps (D0, the spans, and the read: 0 here), shared over the batch. One batched retrieval call per
-        step."""
+        """The script for a batch: per question its `TitleFollowing` (`skip[i]`: stop at D0), and the seconds of its
+        steps, shared over the batch: D0's retrieval, the spans' retrieval, the read's retrieval and the read's reader
+        (both 0 here: the reading searcher's). One batched retrieval call per step."""
         run = self.cfg if cfg is None else cfg
         cap = self._cap(run)
         stats = self.last_stats
@@ -287,7 +296,7 @@ class TitleFollowingSearcher(SearcherBase):
         t2 = time.perf_counter()
         stats.retrieval_seconds += t2 - t0
         n = max(len(questions), 1)
-        return out, [(t1 - t0) / n, (t2 - t1) / max(len(asks), 1), 0.0]
+        return out, [(t1 - t0) / n, (t2 - t1) / max(len(asks), 1), 0.0, 0.0]
 
     def search(
         self, questions: Sequence[str | QAExample], *, cfg: SearcherConfig | None = None,
@@ -303,12 +312,12 @@ class TitleFollowingSearcher(SearcherBase):
         self.last_stats = LoopStats(questions=len(items), batch_sizes=[len(items)])
         t0 = time.perf_counter()
         gone = [bool(c()) for c in cancelled] if cancelled is not None else [False] * len(items)
-        found, (d0_s, spans_s, read_s) = self.follow([q for q, _ in items], cfg=run, skip=gone)
+        found, (d0_s, spans_s, read_s, reader_s) = self.follow([q for q, _ in items], cfg=run, skip=gone)
         seconds = time.perf_counter() - t0
         self.last_stats.seconds = seconds
         results = []
         for (question, qid), f, left in zip(items, found, gone, strict=True):
-            d0 = f.documents[: len(f.documents) - len(f.added_by) - (f.read is not None)]
+            d0 = f.documents[: len(f.documents) - len(f.added_by) - len(f.read)]
             searched = bool(f.queries) and len(d0) < run.max_contexts and not left
             steps = [SearchStep(turn=0, query=question if run.begin_with_search else None,
                                 retrieved_ids=[d.id for d in d0], selected_ids=[d.id for d in d0],
@@ -320,7 +329,8 @@ class TitleFollowingSearcher(SearcherBase):
                     retrieved_ids=list(f.retrieved), selected_ids=list(f.added_by), retrieval_seconds=spans_s))
             if f.read_from:  # the question's own list read further: its candidates, the ranker's pick
                 steps.append(SearchStep(turn=len(steps), query=question, retrieved_ids=list(f.read_from),
-                                        selected_ids=[f.read] if f.read else [], retrieval_seconds=read_s))
+                                        selected_ids=list(f.read), retrieval_seconds=read_s,
+                                        reader_seconds=reader_s))
             if not left:
                 steps[-1] = steps[-1].model_copy(update={"search_complete": True})
             results.append(SearchResult(

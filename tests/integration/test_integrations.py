@@ -109,3 +109,18 @@ def test_http_client_errors_are_clear(live_server: Any) -> None:
         S3Retriever(url="http://127.0.0.1:9", timeout_s=2).invoke(QUESTION)
     with pytest.raises(S3Error, match=r"exactly one of searcher= .* or url="):
         S3Retriever()
+
+
+def test_importing_the_llamaindex_integration_prints_no_warning() -> None:
+    """`import searcher.integrations.llamaindex` in a fresh interpreter with Python's default warning filters (what a
+    user's script has; pytest's own filters hide this one) prints no pydantic UnsupportedFieldAttributeWarning from
+    llama-index-core 0.12's own models (issue 79 defect 7)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONWARNINGS": "default"}
+    proc = subprocess.run([sys.executable, "-c", "import searcher.integrations.llamaindex"], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "UnsupportedFieldAttributeWarning" not in proc.stderr and "validate_default" not in proc.stderr, proc.stderr

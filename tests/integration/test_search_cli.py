@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -35,6 +36,30 @@ def test_search_one_question_prints_the_trajectory(shared_data: Path, capsys: py
     assert f"Question: {QUESTION}" in out and "begin-with-search" in out and "Final documents" in out
     for d in load_retriever(RetrieverConfig(), index).search([QUESTION], 3)[0]:
         assert d.title in out  # every retrieved title is shown
+
+
+def test_search_on_an_untitled_index_shows_each_document_s_text(shared_data: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A corpus without titles (a manual, support tickets: ids like p-<hash>): each retrieved and each final document
+    is shown by the start of its text, not as a bare id beside an empty title (issue 79 defect 5)."""
+    from s3.cli import main
+    from searcher.retrieval import build_index
+
+    lines = (shared_data / "flashrag_sample" / "sample_data.jsonl").read_text(encoding="utf-8").splitlines()[:40]
+    rows = [json.loads(line) for line in lines]
+    corpus = tmp_path / "corpus.jsonl"  # the titles dropped: one line of text each, under an id of another shape
+    corpus.write_text("".join(json.dumps({"id": f"p-{r['id']}a7", "title": "", "text": " ".join(
+        r["contents"].split("\n", 1)[1].split())}) + "\n" for r in rows), encoding="utf-8")
+    index = build_index(corpus, "bm25", tmp_path / "index")
+    assert main(["search", "Which American city was he born in?", "--index", str(index), *SMALL]) == 0
+    out = capsys.readouterr().out
+    texts = {f"p-{r['id']}a7": " ".join(r["contents"].split("\n", 1)[1].split()) for r in rows}
+    shown = re.findall(r"^\s*(?:✓\s+)?(p-\d+a7)\s+(.*?)\s*$", out, flags=re.MULTILINE)
+    assert len(shown) == 3, out  # begin-with-search's window
+    for doc_id, label in shown:
+        assert label.startswith('"') and texts[doc_id].startswith(label.strip('"…')[:60]), (doc_id, label)
+    finals = re.findall(r"^\s+\d+\. \[(p-\d+a7)\] (\".*?…?\")", out, flags=re.MULTILINE)
+    assert finals and all(texts[i].startswith(label.strip('"…')[:60]) for i, label in finals), out
 
 
 def test_search_questions_file_writes_resumable_contexts(shared_data: Path, tmp_path: Path) -> None:
@@ -85,7 +110,10 @@ def test_serve_starts_and_answers_health(shared_data: Path) -> None:
                     raise
                 time.sleep(0.1)
         assert health["model"] == "local/smollm2-135m-instruct" and health["corpus_size"] == 1000
-        assert health["defaults"] == {"k": 3, "max_turns": 0}
+        assert health["defaults"] == {"k": 3, "max_turns": 0, "max_select": 3, "context_cap": 3, "start": "top_k",
+                                      "additive": False}
+        assert health["kind"] == "llm" and list(health["request_fields"]) == ["question", "k", "max_turns",
+                                                                             "max_documents"]
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -115,7 +115,9 @@ def test_search_endpoint_returns_selected_documents_and_trajectory(live_server: 
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["question"] == QUESTION
-    assert body["settings"] == {"k": 3, "max_turns": 0}
+    # the settings the LLM searcher runs with, as it describes them (GET /health: searcher.settings)
+    assert body["settings"] == {"k": 3, "max_turns": 0, "max_select": 3, "context_cap": 3, "start": "top_k",
+                                "additive": False}
     traj = body["trajectory"]
     assert traj["turns"] == 0 and traj["queries"] == [QUESTION] and traj["seconds"] > 0
     (step,) = traj["steps"]

@@ -118,7 +118,9 @@ def test_the_judge_is_asked_only_when_the_span_check_fails(generator_server: Fak
 
 
 def test_builder_makes_a_judge_only_where_the_metric_uses_one() -> None:
-    gen, judge = GeneratorConfig(model="openai/fake", cache_path=None), JudgeConfig(model="openai/fake", cache_path=None)
+    base = "http://127.0.0.1:9/v1"  # a server of one's own: no key needed (a provider's own endpoint needs one)
+    gen = GeneratorConfig(model="openai/fake", api_base=base, cache_path=None)
+    judge = JudgeConfig(model="openai/fake", api_base=base, cache_path=None)
     made = {
         (metric, use_judge, only): build_accuracy(gen, judge, EvalConfig(metric=metric, use_judge=use_judge), judge_only=only)
         for metric in ("genacc", "span", "em", "judge") for use_judge in (True, False) for only in (True, False)
@@ -137,7 +139,8 @@ def test_training_uses_the_same_accuracy() -> None:
     from s3.config import load_config
     from training.prep.data import make_accuracy
 
-    cfg = load_config(None, ["generator.model=openai/fake", "generator.cache_path=null", "eval.metric=em"])
+    cfg = load_config(None, ["generator.model=openai/fake", "generator.api_base=http://127.0.0.1:9/v1",
+                             "generator.cache_path=null", "eval.metric=em"])
     acc = make_accuracy(cfg)
     assert isinstance(acc, Accuracy) and acc.metric == "em" and acc.judge is None
     assert acc.generator is not None and acc.generator.cfg.model == "openai/fake"

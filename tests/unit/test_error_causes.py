@@ -45,7 +45,8 @@ def test_a_generator_name_litellm_cannot_route_is_refused_before_the_first_call(
 
     with pytest.raises(ConfigError, match=rf"generator\.model = '{model}': litellm knows no provider .*{hint}"):
         build_generator(GeneratorConfig(model=model, cache_path=None))
-    build_generator(GeneratorConfig(model="openai/gpt-9", cache_path=None))  # a provider litellm knows: accepted
+    # a provider litellm knows: accepted (at a server of one's own; its own endpoint also needs a key named)
+    build_generator(GeneratorConfig(model="openai/gpt-9", api_base="http://127.0.0.1:9/v1", cache_path=None))
 
 
 def test_a_run_where_nothing_was_scored_names_the_first_cause() -> None:

@@ -84,11 +84,20 @@ SCFG = SearcherConfig()  # paper profile: k=8, max_select=3, max_turns=3
 # ------------------------------------------------------------------------------------------ request validation
 
 
+def _loop(cfg: SearcherConfig = SCFG) -> Any:
+    """The real LLM searcher (a scripted policy): its kind's request fields and per-call rules."""
+    from searcher.agent import S3Searcher
+    from searcher.policy import ScriptedPolicy
+
+    return S3Searcher(ScriptedPolicy(lambda p, i: "<search_complete>True</search_complete>"), FakeRetriever(), cfg)
+
+
 def test_check_request_defaults_to_the_searcher_config() -> None:
-    assert check_request(SearchRequest(question="who?"), LIMITS, SCFG) == SearchSettings(k=8, max_turns=3)
+    assert check_request(SearchRequest(question="who?"), LIMITS, _loop()) == SearchSettings(k=8, max_turns=3)
     cpu = SearcherConfig(k=4, max_turns=1)
-    assert check_request(SearchRequest(question="who?"), LIMITS, cpu) == SearchSettings(k=4, max_turns=1)
-    assert check_request(SearchRequest(question="who?", k=5, max_turns=0), LIMITS, SCFG) == SearchSettings(k=5, max_turns=0)
+    assert check_request(SearchRequest(question="who?"), LIMITS, _loop(), cpu) == SearchSettings(k=4, max_turns=1)
+    assert check_request(SearchRequest(question="who?", k=5, max_turns=0), LIMITS, _loop()) == SearchSettings(
+        k=5, max_turns=0)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +114,7 @@ def test_check_request_defaults_to_the_searcher_config() -> None:
 )
 def test_check_request_names_the_broken_limit(req: dict[str, Any], needle: str) -> None:
     with pytest.raises(ValueError, match=needle.replace(".", r"\.")):
-        check_request(SearchRequest(**req), LIMITS, SCFG)
+        check_request(SearchRequest(**req), LIMITS, _loop())
 
 
 # -------------------------------------------------------------------------------------------- trajectory summary
@@ -129,7 +138,7 @@ def test_summarize_result_documents_and_trajectory() -> None:
     assert [s.search_complete for s in t.steps] == [None, False, True]
     assert [s.seconds for s in t.steps] == [0.5, 1.25, 2.0]
     assert t.seconds == 3.75
-    assert resp.settings == SearchSettings(k=3, max_turns=2)
+    assert resp.settings == {"k": 3, "max_turns": 2}
     # the wire form round-trips (the HTTP client parses it back)
     assert type(resp).model_validate_json(resp.model_dump_json()) == resp
 
@@ -500,7 +509,7 @@ def test_search_json_prints_the_search_record_and_one_turn_is_singular(
     # settings: what /search fills for a request without k / max_turns, never null (issue 61 item 8)
     with _client(fake, ServiceConfig(batch_window_ms=1)) as client:
         served = client.post("/search", json={"question": "who?"}).json()
-    assert record.settings == SearchSettings(k=fake.cfg.k, max_turns=1)
+    assert record.settings == {"k": fake.cfg.k, "max_turns": 1}
     assert record.model_dump(mode="json")["settings"] == served["settings"] == {"k": fake.cfg.k, "max_turns": 1}
     assert main(["search", "who?"]) == 0
     assert "1 turn," in capsys.readouterr().out
