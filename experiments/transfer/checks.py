@@ -30,7 +30,6 @@ from searcher.spans import MAX_TITLE_WORDS, TitleIndex, title_like_spans  # noqa
 from searcher.title_following import TitleFollowing, follow_titles
 from searcher.title_following.links import NO_READING, RANKER_FEATURES, ranker_rows, ranker_score  # noqa: F401  (re-exported)
 from searcher.title_following.script import SearchFn
-from training.reading.ranker_fit import fit_ranker  # noqa: F401  (re-exported: this module's API)
 
 # the copyable teacher's definitions, one for A1 here and the warm-up and training.data.keep_copyable there
 from training.prep.oracle import (  # noqa: F401  (re-exported: this module's API)
@@ -44,6 +43,7 @@ from training.prep.oracle import (  # noqa: F401  (re-exported: this module's AP
     title_variants,
 )
 from training.prep.oracle import document_segments as visible_segments
+from training.reading.ranker_fit import fit_ranker  # noqa: F401  (re-exported: this module's API)
 
 T = TypeVar("T")
 
