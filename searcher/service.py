@@ -92,8 +92,8 @@ class SearchRequest(BaseModel):
                           "of every served kind but Search-R1 (GET /health: searcher.request_fields).")
     max_turns: int | None = Field(default=None, description="Search turns after begin-with-search (default: the "
                                   "searcher's). A request field of the policy searchers only (GET /health).")
-    max_documents: int | None = Field(default=None, ge=1, description="Return at most this many of the documents "
-                                      "(default: all of them); MCP gather_context's max_documents.")
+    max_documents: int | None = Field(default=None, description="Return at most this many of the documents "
+                                      "(default: all of them; at least 1); MCP gather_context's max_documents.")
 
 
 class ServedDocument(BaseModel):
@@ -364,6 +364,10 @@ def check_request(req: SearchRequest, limits: ServiceConfig, searcher: ServedSea
             kind = getattr(searcher, "kind", None) or "served"
             takes = ", ".join([*QUESTION_FIELD, *fields, *MAX_DOCUMENTS_FIELD])
             raise ValueError(f"{name}: the {kind} searcher takes no {name} (its request fields: {takes})")
+    if req.max_documents is not None and req.max_documents < 1:  # checked here, as k is: the schema's integers are
+        # strict (a JSON schema minimum makes generators send 2.0, which strict validation refuses)
+        raise ValueError(f"max_documents: {req.max_documents} is outside 1..(all of them; at most service.max_topk "
+                         "a turn are retrieved)")
     settings = default_settings(cfg)
     k = settings.k if req.k is None else req.k
     max_turns = settings.max_turns if req.max_turns is None else req.max_turns
