@@ -1,138 +1,126 @@
-"""Peak memory of one learner update: the full-vocabulary log-softmax (before) vs policy-token chunks (after).
+"""Peak memory of one learner update of a real model, all its layers (issue 80): experiments/learner_memory.py.
 
-    .venv/bin/python benchmarks/learner_memory.py [--before-repo /tmp/s3-before] [--tokens 1024 2048 4096] \
-        [--out benchmarks/results/learner_memory]
+    .venv/bin/python benchmarks/learner_memory.py --model smollm2-135m-instruct --tokens 1024,2048,4096 \
+        [--mode full,lora] [--micro-batch 1,4] [--grad-ckpt on,off,auto] [--attn eager,sdpa,auto] [--budget 4096,none] \
+        [--repo /tmp/s3-before --label before] [--append] [--out benchmarks/results/learner_memory]
 
-One GRPO update (training.learner.masked_update through the project's Learner: AdamW, clipping, the KL reference off)
-of 4 rows x T tokens, of which 3 policy spans of 128 tokens per row are trained on (the rest: prompt and retrieved
-documents, as in an s3 trajectory), with a model of Qwen2.5-0.5B's shape where the logits live: its 151,936-token
-vocabulary and 896 hidden units, but 2 of its 24 layers (seeded random weights) — the logits' memory does not
-depend on depth, and 24 layers x 16k tokens would take many minutes a run on 2 CPU cores. Each (code, T) runs in a
-fresh process; the peak is VmHWM after the update minus VmRSS before it (the kernel's peak counter is reset first).
-
-`--before-repo` is a checkout of the parent commit (`git worktree add /tmp/s3-before <commit>`), run the same way; a
-`before` run whose projected peak would not fit in this machine's free memory is skipped and said so.
+A flag not given leaves the configuration's default in force (config.toml, as `s3 train` runs). Every row runs in a
+fresh process under --lock; DIR/results.json gets a `rows` list ({"tokens", "mode", "peak_gb", ...the settings the
+row ran with}), DIR/README.md the table, DIR/peak_gb.png the curves. --append keeps the rows already in results.json
+(a row measured again replaces its old one); --report-only re-renders them (estimates recomputed) without measuring.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import subprocess
+import platform
 import sys
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+from experiments.learner_memory import (
+    GB,
+    add_estimates,
+    expand,
+    fit_report,
+    plot,
+    readme,
+    run_row,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-
-CHILD = r'''
-import json, os, sys, tempfile
-from pathlib import Path
-from types import SimpleNamespace
-import torch
-torch.set_num_threads(2)
-torch.manual_seed(0)
-from transformers import Qwen2Config, Qwen2ForCausalLM
-T, model_dir = int(sys.argv[1]), sys.argv[2]
-from training.learn.api import Batch, MicroBatch
-from training.learn.learner import masked_update, optimizer_and_scheduler
-from s3.config import load_config
-tc = load_config(None, ["training.update.kl_coef=0", "training.rollout.temperature=1.0"]).training
-model = Qwen2ForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-model.train()
-opt, _ = optimizer_and_scheduler(tc, model, None)
-B = 4
-ids = torch.randint(0, model.config.vocab_size, (B, T))
-att = torch.ones(B, T, dtype=torch.long)
-start = 256  # the prompt
-mask = torch.zeros(B, T - 1 - start)
-for s in (200, 1200, 2600):  # three policy spans of 128 tokens (query / selection / stop turns)
-    if s + 128 <= mask.shape[1]:
-        mask[:, s : s + 128] = 1
-batch = Batch(ids=ids, attention=att, loss_mask=mask, start=start, rollout_lp=torch.zeros_like(mask))
-core = SimpleNamespace(tc=tc, model=model, value_head=None, ref_model=None, optimizer=opt)
-def status(key):
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key):
-            return int(line.split()[1]) * 1024
-# a first update on a short batch: AdamW's state and the allocator's steady state exist before the measurement
-small = Batch(ids=ids[:, :start + 64], attention=att[:, :start + 64], loss_mask=torch.ones(B, 63),
-              start=start, rollout_lp=torch.zeros(B, 63))
-masked_update(core, [MicroBatch(small, adv=[1.0, -1.0, 0.5, -0.5])], [1.0])
-Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
-before = status("VmRSS:")
-out = masked_update(core, [MicroBatch(batch, adv=[1.0, -1.0, 0.5, -0.5])], [1.0])
-peak = status("VmHWM:")
-print(json.dumps({"T": T, "policy_tokens": int(mask.sum()), "peak_delta_bytes": peak - before,
-                  "rss_before": before, "loss": out.stats.get("losses/total")}))
-'''
-
-
-def make_model(where: Path) -> None:
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=2,
-                      num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                      tie_word_embeddings=True)
-    Qwen2ForCausalLM(cfg).save_pretrained(str(where))
-
-
-def run(repo: Path, T: int, model_dir: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(repo), LITELLM_LOCAL_MODEL_COST_MAP="True", HF_HUB_OFFLINE="1")
-    p = subprocess.run([sys.executable, "-c", CHILD, str(T), str(model_dir)], cwd=str(repo), env=env,
-                       capture_output=True, text=True, timeout=3000)
-    if p.returncode != 0:
-        return {"T": T, "error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"rc {p.returncode}"}
-    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--before-repo", type=Path, default=None)
-    ap.add_argument("--tokens", type=int, nargs="+", default=[1024, 2048, 4096])
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="training.base_model of every row")
+    ap.add_argument("--tokens", default="1024,2048,4096", help="tokens a sequence (comma-separated)")
+    ap.add_argument("--mode", default=None, help="full,lora (default: training.learner.lora)")
+    ap.add_argument("--micro-batch", default=None, help="sequences in the update = training.learner.micro_batch_size "
+                    "(default: the configuration's)")
+    ap.add_argument("--grad-ckpt", default=None, help="on,off,auto (default: training.learner.gradient_checkpointing)")
+    ap.add_argument("--attn", default=None, help="eager,sdpa,auto (default: training.learner.attn_implementation)")
+    ap.add_argument("--budget", default=None, help="training.learner.max_tokens_per_micro_batch: N,none")
+    ap.add_argument("--env", default=None, help="KEY=VALUE set in each row's process (e.g. MALLOC_MMAP_THRESHOLD_=131072)")
+    ap.add_argument("--set", dest="extra", default=None, help="one more --set line for every row (KEY=VALUE)")
+    ap.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose code and config.toml run")
+    ap.add_argument("--label", default=None, help="the rows' code label (default: 'after', or 'before' with --repo)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "learner_memory")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cap-gb", type=float, default=16.0, help="a row above this RSS is killed (its estimate: skipped)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds a row may run")
+    ap.add_argument("--lock", type=Path, default=Path("/tmp/s3cpu.lock"), help="flock file ('none': no lock)")
+    ap.add_argument("--append", action="store_true", help="keep the rows already in DIR/results.json")
+    ap.add_argument("--report-only", action="store_true", help="re-render DIR/results.json, measure nothing")
+    ap.add_argument("--skip-done", action="store_true", help="with --append: rows measured (or skipped) already in "
+                    "DIR/results.json are not measured again (a killed run resumes)")
     args = ap.parse_args()
-    gib = 1024**3
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(tmp) / "qwen05-shape"
-        make_model(model_dir)
-        rows = []
-        for T in args.tokens:
-            for label, repo in (("after", ROOT), ("before", args.before_repo)):
-                if repo is None:
-                    continue
-                # the full-vocabulary path holds ~4 x T x 151,936 x 4 B three times over (bf16/fp32 logits, log-softmax, grad)
-                projected = 3 * 4 * T * 151936 * 4
-                free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-                if label == "before" and projected > 0.8 * free:
-                    rows.append({"code": label, "T": T, "skipped": f"projected {projected / gib:.1f} GiB > 80% of the "
-                                 f"{free / gib:.1f} GiB free here"})
-                    print(rows[-1], flush=True)
-                    continue
-                r = {"code": label, **run(repo, T, model_dir)}
-                rows.append(r)
-                print(r, flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
-    lines = ["# Learner peak memory, one GRPO update of 4 rows x T tokens (Qwen2.5-0.5B vocabulary and width, 2 layers)",
-             "", "`.venv/bin/python benchmarks/learner_memory.py --before-repo <parent checkout>`; peak = VmHWM after "
-             "the update - VmRSS before it, fresh process per cell, 2 CPU cores.", "",
-             "| T | policy tokens | before (full-vocabulary logits) | after (policy-token chunks) | ratio |",
-             "| ---: | ---: | ---: | ---: | ---: |"]
-    for T in args.tokens:
-        b = next((r for r in rows if r["T"] == T and r["code"] == "before"), {})
-        a = next((r for r in rows if r["T"] == T and r["code"] == "after"), {})
-        fmt = lambda r: (f"{r['peak_delta_bytes'] / gib:.2f} GiB" if "peak_delta_bytes" in r  # noqa: E731
-                         else r.get("skipped") or r.get("error") or "-")
-        ratio = (f"{b['peak_delta_bytes'] / a['peak_delta_bytes']:.1f}x" if "peak_delta_bytes" in a and
-                 "peak_delta_bytes" in b else "-")
-        lines.append(f"| {T} | {a.get('policy_tokens', '-')} | {fmt(b)} | {fmt(a)} | {ratio} |")
-    (args.out / "results.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+
+    from training.learn.memory import ModelShape
+
+    shape = ModelShape.of_model(args.model)
+    path = args.out / "results.json"
+    old = json.loads(path.read_text()) if (args.append or args.report_only) and path.is_file() else {"rows": []}
+    rows = list(old["rows"])
+    label = args.label or ("after" if args.repo.resolve() == ROOT else "before")
+    if not args.report_only:
+        specs = expand(args.tokens, args.mode, args.micro_batch, args.grad_ckpt, args.attn, args.budget, label,
+                       args.env, args.extra)
+        lock = None if str(args.lock) == "none" else args.lock
+        for i, spec in enumerate(specs, 1):
+            if args.skip_done and path.is_file() and spec.done(json.loads(path.read_text())["rows"]):
+                print(f"[{i}/{len(specs)}] measured already: {spec}", flush=True)
+                continue
+            row = run_row(spec, model=args.model, repo=args.repo.resolve(), threads=args.threads,
+                          cap_bytes=args.cap_gb * GB, timeout_s=args.timeout, lock=lock, shape=shape)
+            print(f"[{i}/{len(specs)}] {json.dumps({k: v for k, v in row.items() if k != 'ran_with'})}", flush=True)
+            with _locked(path):  # another invocation may have written rows since: merged, not overwritten
+                if args.append and path.is_file():
+                    old = json.loads(path.read_text())
+                    rows = list(old["rows"])
+                rows = [r for r in rows if not (r["label"] == row["label"] and r["tokens"] == row["tokens"]
+                                                and r.get("given") == row["given"])] + [row]
+                _write(args, old, rows, shape)  # after every row: a killed run keeps what it measured
+    with _locked(path):
+        if (args.append or args.report_only) and path.is_file():
+            old = json.loads(path.read_text())
+            rows = list(old["rows"])
+        _write(args, old, rows, shape)
     return 0
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on results.json (a file in the temporary folder) while it is read, merged and written."""
+    import fcntl
+    import hashlib
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"learner_memory-{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _write(args: argparse.Namespace, old: dict, rows: list[dict], shape: object) -> None:
+    add_estimates(rows, shape)
+    mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    command = " ".join([".venv/bin/python benchmarks/learner_memory.py", *sys.argv[1:]])
+    commands = [*old.get("commands", []), *([] if args.report_only or command in old.get("commands", []) else [command])]
+    old["commands"] = commands
+    result = {"model": args.model, "commands": commands,
+              "machine": f"{os.cpu_count()} CPUs, {mem / GB:.0f} GB RAM, {platform.machine()}",
+              "estimate_fit": fit_report(rows), "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    notes = args.out / "notes.md"  # the hand-written reading of the table (what grows, and why), kept on top
+    (args.out / "README.md").write_text(readme(result, notes.read_text() if notes.is_file() else None))
+    if any("peak_gb" in r for r in rows):
+        plot(result, args.out / "peak_gb.png")
 
 
 if __name__ == "__main__":

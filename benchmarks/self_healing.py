@@ -21,9 +21,10 @@ rollout of a stopped policy) is flat: GRPO has nothing to learn back from. ~30 m
 8 rollouts of ~2,000 tokens: ~2 minutes). configs/smoke.toml's untrained SmolLM2 cannot show it: it writes no valid
 action, so it has no search to stop.
 
-For each run: the held-out reward at the end and by step, the pre-collapse best (the best evaluation before the
-planted stretch) and the final evaluation's paired difference from it (per question, with its standard error:
-"within noise" = within 2 s.e.), the training reward of the last 3 steps, and the rollbacks.
+For each run: how far it got (`last_step` of `total_steps`, `finished`), the held-out reward at the end and by step,
+the pre-collapse best (the best evaluation before the planted stretch) and the final evaluation's paired difference
+from it (per question, with its standard error: "within noise" = within 2 s.e.), the training reward of the last 3
+steps, and the rollbacks.
 """
 
 from __future__ import annotations
@@ -37,12 +38,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from experiments.rss_sampler import RssSampler
 from training import rundir
 
 ROOT = Path(__file__).resolve().parents[1]
 
 RUNS = {"recovery off": "off", "recovery on": "on"}
 THREADS = min(2, os.cpu_count() or 1)  # the shipped world's update and engine threads
+MEMORY_FILE = "memory.jsonl"  # a shipped run's resident memory, sampled every second (experiments/rss_sampler.py)
 
 
 def run_toy(work: Path, plant: str) -> dict[str, int | None]:
@@ -104,8 +107,29 @@ def run_shipped(work: Path, plant: str, steps: int, every: int, lr: float, runs:
         cmd = [sys.executable, "-m", "s3.cli", "train", "--config", str(ROOT / "configs" / "smoke.toml"),
                *[x for s in sets for x in ("--set", s)]]
         print("$", " ".join(cmd), flush=True)
-        codes[name] = subprocess.run(cmd, env=env, cwd=ROOT).returncode
+        run = work / name
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
+        # the run's memory through it, every second: the s3 train process and its children (vLLM's engine core)
+        with RssSampler(proc.pid, out=run / MEMORY_FILE, every_s=1.0, step_of=lambda run=run: _current_step(run)):
+            codes[name] = proc.wait()
     return codes
+
+
+def _current_step(run: Path) -> int:
+    """The step the run is computing now: one past the last step in its metrics (0 before the first)."""
+    try:
+        rows = rundir.metrics_rows(run)
+    except (OSError, ValueError):
+        return 0
+    return int(rows[-1]["step"]) + 1 if rows else 1
+
+
+def memory_rows(run: Path) -> list[dict[str, Any]]:
+    """The run's memory samples (RssSampler's lines), every launch of it."""
+    path = run / MEMORY_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def paired(run: Path, a: int, b: int) -> dict[str, float]:
@@ -117,6 +141,14 @@ def paired(run: Path, a: int, b: int) -> dict[str, float]:
     return {"mean": mean, "se": se, "n": n}
 
 
+def _total_steps(run: Path) -> int | None:
+    """training.total_steps of the run, as its config.json (written by the trainer at every start) records it."""
+    path = run / rundir.CONFIG_FILE
+    if not path.is_file():
+        return None
+    return int(json.loads(path.read_text())["training"]["total_steps"])
+
+
 def summary(run: Path, plant_start: int, exit_code: int | None, world: str) -> dict[str, Any]:
     rows = rundir.metrics_rows(run)
     held = rundir.heldout_rows(run)
@@ -124,8 +156,12 @@ def summary(run: Path, plant_start: int, exit_code: int | None, world: str) -> d
     before = [h for h in held if int(h["step"]) < plant_start]
     best = max(before, key=lambda h: (h["heldout/reward"], h["step"])) if before else None
     last = held[-1] if held else None
+    last_step = int(rows[-1]["step"]) if rows else 0
+    total = _total_steps(run)
     out: dict[str, Any] = {
-        "exit_code": exit_code, "steps": rows[-1]["step"] if rows else 0,
+        "exit_code": exit_code, "steps": last_step,
+        # how far the run got of what it was asked: a run killed on the way (exit -9: out of memory) stops short
+        "last_step": last_step, "total_steps": total, "finished": total is not None and last_step >= total,
         "train_reward_last3": sum(r["reward/mean"] for r in rows[-3:]) / max(1, len(rows[-3:])),
         "heldout_reward_by_step": {int(h["step"]): round(float(h["heldout/reward"]), 4) for h in held},
         "heldout_reward_end": None if last is None else float(last["heldout/reward"]),
@@ -135,6 +171,14 @@ def summary(run: Path, plant_start: int, exit_code: int | None, world: str) -> d
                        "onset": e["recovery/onset"]} for e in rundir.rollback_events(run)],
         "changes": [r["summary"] for r in rundir.recovery_rows(run)],
     }
+    mem = memory_rows(run)
+    if mem:  # the shipped runs: the s3 train process tree's resident memory through the run
+        by_step: dict[int, float] = {}
+        for m in mem:
+            by_step[int(m["step"])] = max(by_step.get(int(m["step"]), 0.0), float(m["rss_gb"]))
+        out["peak_rss_gb"] = max(by_step.values())
+        out["peak_main_rss_gb"] = max(float(m["main_gb"]) for m in mem)
+        out["peak_rss_gb_by_step"] = {k: round(v, 2) for k, v in sorted(by_step.items())}
     if qpq and world == "shipped":  # the toy's rollouts never search
         out["queries_per_question_last3"] = sum(qpq[-3:]) / len(qpq[-3:])
     if best is not None and last is not None:
@@ -151,12 +195,19 @@ def plot(work: Path, out: Path, plant: tuple[int, int], world: str) -> None:
     import matplotlib.pyplot as plt
 
     key = "search/queries_per_question" if world == "shipped" else "reward/mean"
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    memory = world == "shipped" and any(memory_rows(work / name) for name in RUNS.values())
+    fig, axes = plt.subplots(1, 3 if memory else 2, figsize=(15 if memory else 10, 3.4))
     for (label, name), colour in zip(RUNS.items(), ("tab:red", "tab:green"), strict=True):
         run = work / name
         rows, held = rundir.metrics_rows(run), rundir.heldout_rows(run)
         axes[0].plot([r["step"] for r in rows], [r.get(key, math.nan) for r in rows], color=colour, label=label)
         axes[1].plot([h["step"] for h in held], [h["heldout/reward"] for h in held], "o-", color=colour, label=label)
+        if memory:  # each step's peak: the s3 train process and its children (vLLM's engine core)
+            by_step: dict[int, float] = {}
+            for m in memory_rows(run):
+                by_step[int(m["step"])] = max(by_step.get(int(m["step"]), 0.0), float(m["rss_gb"]))
+            steps = sorted(k for k in by_step if k > 0)
+            axes[2].plot(steps, [by_step[k] for k in steps], "s-", color=colour, label=label)
         for e in rundir.rollback_events(run):
             for ax in axes:
                 ax.annotate("", xy=(e["recovery/to_step"], 0.5), xytext=(e["step"], 0.5),
@@ -164,7 +215,8 @@ def plot(work: Path, out: Path, plant: tuple[int, int], world: str) -> None:
                 ax.axvline(e["step"], color=colour, ls=":", lw=1)
                 ax.annotate(f"rollback: {e['recovery/trigger']}", (e["step"], 0.55), xycoords=("data", "axes fraction"),
                             color=colour, fontsize=7)
-    for ax, title in zip(axes, (f"training {key} (its rollouts)", "held-out reward"), strict=True):
+    titles = (f"training {key} (its rollouts)", "held-out reward", "peak RSS in the step, GB (process + children)")
+    for ax, title in zip(axes, titles[: len(axes)], strict=True):
         ax.axvspan(plant[0] - 0.5, plant[1] + 0.5, color="grey", alpha=0.15, label="planted failure's batches")
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
@@ -188,7 +240,7 @@ def main() -> int:
     ap.add_argument("--runs", default="off,on", help="shipped: which runs (off, on; resumable one by one)")
     ap.add_argument("--plot-only", action="store_true", help="the PNG and JSON from finished runs")
     args = ap.parse_args()
-    work, out = Path(args.work), Path(args.out)
+    work, out = Path(args.work).resolve(), Path(args.out)  # absolute: --set paths resolve against configs/
     plant_arg = args.plant or "3-6"
     lo, _, hi = plant_arg.partition("-")
     plant = (int(lo), int(hi or lo))

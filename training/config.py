@@ -287,16 +287,48 @@ class TrainingLearner(Section):
     lora: bool = Field(False, description="Train LoRA adapters (peft) instead of all weights.")
     lora_r: int = Field(16, ge=1, description="LoRA rank: trainable parameters per adapted matrix = r x (rows + columns).")
     lora_alpha: int = Field(32, ge=1, description="LoRA scaling: the adapters' update is multiplied by lora_alpha / lora_r.")
-    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward pass (gradient accumulation over the batch).")
+    micro_batch_size: int = Field(
+        4, ge=1, description="Most sequences per forward/backward pass (gradient accumulation over the batch); "
+        "max_tokens_per_micro_batch may cut a micro-batch smaller.")
+    max_tokens_per_micro_batch: int | None = Field(
+        4096, ge=16,
+        description="Token budget of one forward/backward pass: an update's rows are cut, in order, into micro-batches "
+        "of at most micro_batch_size rows whose padded size (rows x the longest row's tokens) stays within it; a row "
+        "longer than the budget goes alone (logged). The loss and gradients are the same whatever the cut (each "
+        "micro-batch weighted by its share of the update's policy tokens). With gradient checkpointing the update's "
+        "memory grows linearly with it (benchmarks/results/learner_memory). None = micro_batch_size rows whatever "
+        "their length. `s3 train` and its --dry-run refuse a run whose step would not fit the memory (memory_gb).",
+    )
     logprob_chunk: int = Field(
-        1024, ge=1,
+        256, ge=1,
         description="Policy-token positions whose vocabulary logits the learner computes at once (training/learn/algorithms.py "
         "masked_logprobs; recomputed in the backward pass): its transient memory is ~logprob_chunk x vocabulary x 4 B "
-        "(1024 x 151,936 = 0.6 GB for Qwen2.5), whatever the sequence length.",
+        "x ~4 (logits, log-softmax, their gradients: 256 x 151,936 x 16 B = 0.6 GB for Qwen2.5), whatever the sequence "
+        "length. 256 took 0.3 GB less than 1024 on SmolLM2-135M at no measured cost in time "
+        "(benchmarks/results/learner_memory).",
     )
-    gradient_checkpointing: bool = Field(
-        False, description="Recompute activations in the backward pass (less memory, ~30% more compute). Turns off "
-        "share_prefix in the training forward (the shared prefix's KV cache cannot be checkpointed)."
+    gradient_checkpointing: Literal["auto"] | bool = Field(
+        "auto",
+        description="Recompute activations in the backward pass (less memory, ~30% more compute on the micro-batches "
+        "it runs on). A checkpointed micro-batch is computed without share_prefix (the shared prefix's KV cache cannot "
+        "be checkpointed). 'auto' = per micro-batch: checkpointed when its activations without it (estimated from the "
+        "model's shape: training/learn/memory.py) would exceed those of a checkpointed micro-batch of "
+        "max_tokens_per_micro_batch tokens, so the update's peak is bounded by the budget and short micro-batches "
+        "run at full speed.",
+    )
+    attn_implementation: Literal["auto", "sdpa", "eager"] = Field(
+        "auto",
+        description="The learner's attention (and its own rollouts'): 'sdpa' = torch's fused attention, which keeps no "
+        "(heads x T x T) probabilities for the backward pass (measured on CPU: benchmarks/results/learner_memory); "
+        "'eager' = transformers' reference attention, which keeps them in every layer; 'auto' = the model's own "
+        "choice (sdpa where transformers supports it).",
+    )
+    memory_gb: float | None = Field(
+        None, gt=0,
+        description="Memory a training step may take in GB: `s3 train` and `s3 train --dry-run` estimate the step's "
+        "peak from the model's shape, the token budget and the longest trajectory the searcher's settings allow "
+        "(training/learn/memory.py) and refuse a run that would not fit, before any rollout. None = the memory "
+        "available when the run starts (RAM, or the GPU's free memory when the learner runs on cuda).",
     )
     share_prefix: bool = Field(
         True,

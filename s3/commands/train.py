@@ -138,15 +138,17 @@ def _train_dry_run(cfg: S3Config) -> int:
     from s3core.errors import S3Error
     from training.prep.data import load_training_set, training_dir
     from training.report.dryrun import dry_run, dry_run_message
-    from training.run.build import Prepared, build_training
+    from training.run.build import Prepared, build_training, step_memory
     from training.rundir import checkpoint_step
 
+    memory = step_memory(cfg)  # a step that cannot fit is refused first, prepared data or not
     try:  # the naive-RAG baseline is paid for by prepare-training: a dry run never computes it
         data = load_training_set(cfg, training_dir(cfg))
     except S3Error as e:
         raise S3Error(f"--dry-run needs a prepared training directory with its baseline ({e}): run "
                       "`s3 prepare-training` first (it calls the generator once per question)") from None
-    parts = build_training(cfg, Prepared(data))  # the prepared set as it is: no preparation stage, no distillation
+    # the prepared set as it is: no preparation stage, no distillation
+    parts = build_training(cfg, Prepared(data, memory=memory))
     try:
         parts.executor.sync()  # a resumed run's weights into the rollout engines, as the trainer's start does
         d = dry_run(parts, checkpoint_step(parts.resume_dir) if parts.resume_dir is not None else 0)

@@ -8,20 +8,22 @@ so the loop never asks which one it has.
     learner.load_state(state)                   # on resume (every rank of a group)
 
 The loop picks the rows that enter an update and knows how to pad any run of them (`UpdateRows.micro`); how the rows
-are cut into micro-batches and weighted is the learner's: the single learner's micro-batches carry their share of the
-batch's policy tokens, a group splits the rows over its ranks (`split_for_ranks`) and merges the ranks' stats.
+are cut into micro-batches and weighted is the learner's: the single learner's micro-batches (`token_chunks`: at most
+micro_batch_size rows and max_tokens_per_micro_batch padded tokens each) carry their share of the batch's policy
+tokens, a group splits the rows over its ranks (`split_for_ranks`) and merges the ranks' stats.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from s3core.types import SearchResult
 
-__all__ = ["Batch", "MicroBatch", "PolicyLearner", "UpdateReport", "UpdateRows", "pad_rollouts"]
+__all__ = ["Batch", "MicroBatch", "PolicyLearner", "UpdateReport", "UpdateRows", "over_budget", "pad_rollouts",
+           "token_chunks"]
 
 
 @dataclass
@@ -92,20 +94,70 @@ def pad_rollouts(results: list[SearchResult], rows: list[int], pad_id: int | Non
                  prefix=prefix, rollout_lp=rl[:, start:].to(device))
 
 
+def token_chunks(items: Sequence[int], lengths: Sequence[int] | None, micro_batch_size: int,
+                 max_tokens: int | None) -> list[list[int]]:
+    """`items` cut, in order, into micro-batches of at most `micro_batch_size` whose padded size (items x the longest
+    one's length, `lengths[i]` the length of items[i]) stays within `max_tokens`; an item longer than `max_tokens`
+    goes alone. In order: a GRPO group's rows stay together where they fit (their shared prompt is computed once).
+    Without `max_tokens` (or `lengths`) the cut is by count alone.
+
+    >>> token_chunks([0, 1, 2, 3, 4], [100, 300, 100, 900, 50], 4, 600)
+    [[0, 1], [2], [3], [4]]
+    >>> token_chunks([0, 1, 2, 3, 4], [100, 300, 100, 900, 50], 2, None)
+    [[0, 1], [2, 3], [4]]
+    """
+    if micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    if max_tokens is None or lengths is None:
+        return [list(items[i : i + micro_batch_size]) for i in range(0, len(items), micro_batch_size)]
+    if len(lengths) != len(items):
+        raise ValueError(f"{len(items)} items but {len(lengths)} lengths")
+    out: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for item, n in zip(items, lengths, strict=True):
+        if cur and (len(cur) == micro_batch_size or (len(cur) + 1) * max(longest, n) > max_tokens):
+            out.append(cur)
+            cur, longest = [], 0
+        cur.append(item)
+        longest = max(longest, n)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def over_budget(lengths: Sequence[int], max_tokens: int | None) -> tuple[int, int]:
+    """(how many rows are longer than the token budget, the longest row): the rows that went alone.
+
+    >>> over_budget([100, 900, 700], 600), over_budget([100], None)
+    ((2, 900), (0, 100))
+    """
+    longest = max(lengths, default=0)
+    return (0 if max_tokens is None else sum(n > max_tokens for n in lengths)), longest
+
+
 @dataclass
 class UpdateRows:
     """The rows of one update: which rollouts enter it (`rows`), each one's policy tokens (`tokens`, same order), and
-    `micro(run_of_rows)` -> the padded MicroBatch of those rows with their advantages (GRPO) or rewards (PPO)."""
+    `micro(run_of_rows)` -> the padded MicroBatch of those rows with their advantages (GRPO) or rewards (PPO).
+    `lengths` (same order): each row's tokens, prompt included, so the rows can be cut by the token budget
+    (`max_tokens`: training.learner.max_tokens_per_micro_batch; None = by micro_batch_size alone)."""
 
     rows: list[int]
     tokens: list[float]
     micro: Callable[[list[int]], MicroBatch]
     micro_batch_size: int
+    lengths: list[int] | None = None
+    max_tokens: int | None = None
 
     def chunks(self) -> list[list[int]]:
-        """The rows cut into micro-batches of at most micro_batch_size, in order."""
-        b = self.micro_batch_size
-        return [self.rows[i : i + b] for i in range(0, len(self.rows), b)]
+        """The rows cut, in order, into micro-batches of at most micro_batch_size rows and, with a token budget, of
+        at most max_tokens padded tokens (`token_chunks`; a longer row alone)."""
+        return token_chunks(self.rows, self.lengths, self.micro_batch_size, self.max_tokens)
+
+    def over_budget(self) -> tuple[int, int]:
+        """(rows longer than max_tokens, each trained alone; the longest row's tokens)."""
+        return over_budget(self.lengths or [], self.max_tokens)
 
 
 @dataclass

@@ -34,8 +34,9 @@ from s3core.errors import S3Error
 from training.config import TrainingConfig
 from training.learn.api import Batch, MicroBatch, UpdateReport, UpdateRows
 
-__all__ = ["GapSums", "Learner", "UpdateCore", "UpdateOut", "decoder_and_head", "export_model",
-           "forward_logprobs", "load_policy", "load_tokenizer", "masked_update", "ref_logprobs"]
+__all__ = ["GapSums", "Learner", "UpdateCore", "UpdateOut", "checkpointing", "checkpointing_for", "decoder_and_head",
+           "export_model", "forward_logprobs", "load_policy", "load_tokenizer", "masked_update", "ref_logprobs",
+           "right_padded", "set_attention", "set_checkpointing"]
 
 
 @dataclass
@@ -98,16 +99,58 @@ def decoder_and_head(model: Any) -> tuple[Any, Callable[[Any], Any]]:
     return decoder, head
 
 
+def right_padded(attention: Any) -> bool:
+    """Whether every row of an attention mask (B, L) is ones, then zeros (pad_rollouts' padding)."""
+    return bool((attention[:, 1:] <= attention[:, :-1]).all())
+
+
+def checkpointing(model: Any) -> bool:
+    """Whether the model's decoder layers recompute their activations in this (training) forward."""
+    return bool(model.training and any(getattr(m, "gradient_checkpointing", False) for m in model.modules()))
+
+
+def set_checkpointing(model: Any, on: bool) -> None:
+    """Turn the decoder layers' gradient checkpointing on or off for the next forward (a flag on each layer: cheap
+    enough to set per micro-batch). The first time it is turned on, transformers sets the layers up
+    (`gradient_checkpointing_enable`, non-reentrant)."""
+    if on and not getattr(model, "_s3_checkpointing_ready", False):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model._s3_checkpointing_ready = True
+    for m in model.modules():
+        if isinstance(getattr(m, "gradient_checkpointing", None), bool):
+            m.gradient_checkpointing = on
+
+
+def checkpointing_for(tc: TrainingConfig, model: Any, batch: Batch) -> bool:
+    """Whether micro-batch `batch` is computed with gradient checkpointing: training.learner.gradient_checkpointing,
+    and for 'auto' the memory rule of training/learn/memory.py `auto_checkpointing` (its activations without
+    checkpointing against those of a checkpointed micro-batch of max_tokens_per_micro_batch tokens)."""
+    mode = tc.learner.gradient_checkpointing
+    if mode != "auto":
+        return bool(mode)
+    from training.learn.memory import ModelShape, auto_checkpointing
+
+    rows, length = (int(n) for n in batch.ids.shape)
+    return auto_checkpointing(ModelShape.of_config(model.config), tc, rows=rows, length=length,
+                              prefix=batch.prefix > 0)
+
+
 def forward_logprobs(tc: TrainingConfig, model: Any, batch: Batch, want_hidden: bool = False) -> tuple[Any, Any]:
     """Token logprobs (B, T') at the sampling temperature for positions batch.start .. L-2 (the response part),
     computed only where batch.loss_mask is 1 (the policy's tokens; 0 elsewhere), `training.learner.logprob_chunk` positions
     at a time (training/learn/algorithms.py `masked_logprobs`: no (B, T', V) logits), and the last hidden states (B, T', H)
-    if asked (PPO's critic)."""
+    if asked (PPO's critic).
+
+    A right-padded batch without a shared prefix runs with no attention mask: under the causal mask a real token
+    attends only to the positions before it, which are all real (the pads come after them), so its output is the
+    same, and SDPA gets its fused causal kernel instead of a (B, 1, L, L) mask kept in every layer for the backward
+    pass. The pads' own outputs change, but they are never read (every loss and log-prob is masked). A micro-batch
+    computed with gradient checkpointing ignores the shared prefix (its KV cache cannot be recomputed)."""
     from searcher.policy.prefix_kv import cache_arg, expand, prefix_cache
     from training.learn.algorithms import masked_logprobs
 
     decoder, head = decoder_and_head(model)
-    P = batch.prefix
+    P = 0 if checkpointing(model) else batch.prefix
     with autocast(tc.learner.autocast, model):
         if P:
             # the shared prefix once (batch 1, differentiated once), every row's remainder on top of its KV cache
@@ -115,7 +158,8 @@ def forward_logprobs(tc: TrainingConfig, model: Any, batch: Batch, want_hidden: 
             out = decoder(input_ids=batch.ids[:, P:], attention_mask=batch.attention, use_cache=True,
                           **{cache_arg(model): cache})
         else:
-            out = decoder(input_ids=batch.ids, attention_mask=batch.attention, use_cache=False)
+            mask = None if right_padded(batch.attention) else batch.attention
+            out = decoder(input_ids=batch.ids, attention_mask=mask, use_cache=False)
         hidden = out.last_hidden_state[:, batch.start - P : -1, :]  # (B, T', H): position t predicts ids[:, t+1]
         lp = masked_logprobs(hidden, head, batch.ids[:, batch.start + 1 :], batch.loss_mask,
                              temperature=tc.rollout.temperature or 1.0, chunk=tc.learner.logprob_chunk)  # (B, T')
@@ -189,6 +233,7 @@ def masked_update(core: UpdateCore, mbs: list[MicroBatch], weights: list[float],
         core.optimizer.zero_grad(set_to_none=True)
         for j, (mb, weight) in enumerate(zip(mbs, weights, strict=True)):
             p = mb.batch
+            set_checkpointing(core.model, checkpointing_for(tc, core.model, p))
             lp, hid = forward_logprobs(tc, core.model, p, want_hidden=ppo)
             # the ratio's old log-probs: the learner's own recomputation, never the rollout engine's
             old_lp = old[j] if old[j] is not None else lp.detach()
@@ -253,11 +298,20 @@ def load_policy(tc: TrainingConfig, device: str, resume_dir: Path | None) -> tup
         else:
             policy.enable_lora(r=tc.learner.lora_r, alpha=tc.learner.lora_alpha)
     model = policy.model
-    if tc.learner.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    set_attention(model, tc.learner.attn_implementation)
+    if tc.learner.gradient_checkpointing is True:
+        set_checkpointing(model, True)
         if tc.learner.lora and hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
     return policy, model, policy.tokenizer
+
+
+def set_attention(model: Any, impl: str) -> None:
+    """training.learner.attn_implementation on a loaded model ('auto': the model's own choice, left as it is)."""
+    if impl == "auto":
+        return
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base.set_attn_implementation(impl)
 
 
 def load_tokenizer(tc: TrainingConfig, resume_dir: Path | None) -> Any:
@@ -295,6 +349,7 @@ def reference_model(tc: TrainingConfig, device: str, run_dir: Path) -> Any:
     else:
         source = str(warmed) if (warmed / "config.json").is_file() else tc.base_model
         ref = TransformersPolicy.load(source, device=device, dtype=tc.learner.dtype, merge_adapter=True).model
+    set_attention(ref, tc.learner.attn_implementation)
     ref.eval()
     for p in ref.parameters():
         p.requires_grad_(False)
@@ -347,6 +402,13 @@ class Learner:
 
     def __init__(self, tc: TrainingConfig, device: str, run_dir: Path, resume_dir: Path | None = None) -> None:
         self.tc, self.device, self.run_dir = tc, device, Path(run_dir)
+        if device == "cpu":
+            # glibc's mmap threshold held fixed before the model loads: an update's freed activations and gradients
+            # go back to the system instead of staying in the heap (one update of SmolLM2-135M on 2,048 tokens
+            # peaked at 4.29 GB RSS without it, 3.64 GB with it; benchmarks/results/learner_memory)
+            from s3core.devices import steady_malloc
+
+            steady_malloc()
         self.policy, self.model, self.tokenizer = load_policy(tc, device, resume_dir)
         self.value_head = value_head(tc, self.model, device)
         self.ref_model = reference_model(tc, device, self.run_dir)
@@ -388,6 +450,7 @@ class Learner:
         nll = 0.0
         for b in batches:
             weight = b.loss_mask.sum().item() / max(total, 1.0)
+            set_checkpointing(self.model, checkpointing_for(self.tc, self.model, b))
             loss = -masked_mean(forward_logprobs(self.tc, self.model, b)[0], b.loss_mask)
             (loss * weight).backward()
             nll += float(loss.detach()) * weight

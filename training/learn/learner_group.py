@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from s3core.errors import ConfigError, S3Error
 from s3runtime.config import RayConfig
 from s3runtime.raycluster import RayWorker, WorkerPool, connect, require_ray, worker_threads
-from training.learn.api import UpdateReport, UpdateRows
+from training.learn.api import UpdateReport, UpdateRows, token_chunks
 
 if TYPE_CHECKING:
     from training.learn.api import Batch
@@ -67,11 +67,14 @@ class RankShard:
 
 
 def split_for_ranks(
-    rows: Sequence[int], tokens: Sequence[float], world_size: int, micro_batch_size: int
+    rows: Sequence[int], tokens: Sequence[float], world_size: int, micro_batch_size: int,
+    lengths: Sequence[int] | None = None, max_tokens: int | None = None,
 ) -> list[RankShard]:
     """Split the update's rows (`tokens[i]`: policy tokens of rows[i]) over `world_size` ranks: contiguous runs of
-    rows with about equal token counts, cut into micro-batches of at most `micro_batch_size` rows, each weighted
-    world_size * (its tokens) / (all tokens). Deterministic: every rank computes the same split.
+    rows with about equal token counts, cut into micro-batches of at most `micro_batch_size` rows (and, with
+    `lengths` and a token budget `max_tokens`, of at most max_tokens padded tokens: training/learn/api.py
+    `token_chunks`), each weighted world_size * (its tokens) / (all tokens). Deterministic: every rank computes the
+    same split.
 
     >>> [s.micro_batches for s in split_for_ranks([0, 1, 2, 3], [1, 1, 1, 1], 2, 1)]
     [[[0], [1]], [[2], [3]]]
@@ -102,7 +105,8 @@ def split_for_ranks(
         if not mine:
             shards.append(RankShard(micro_batches=[[rows[0]]], weights=[0.0]))
             continue
-        chunks = [mine[i : i + micro_batch_size] for i in range(0, len(mine), micro_batch_size)]
+        chunks = token_chunks(mine, None if lengths is None else [lengths[i] for i in mine], micro_batch_size,
+                              max_tokens)
         shards.append(RankShard(
             micro_batches=[[rows[i] for i in c] for c in chunks],
             weights=[world_size * sum(tokens[i] for i in c) / total for c in chunks],
@@ -311,7 +315,7 @@ class LearnerGroup:
     def update(self, rows: UpdateRows) -> UpdateReport:
         """One update of the loop's rows: split over the ranks by policy tokens, padded per micro-batch, run on every
         rank at once; the ranks' stats merged into the single learner's."""
-        shards = split_for_ranks(rows.rows, rows.tokens, len(self), rows.micro_batch_size)
+        shards = split_for_ranks(rows.rows, rows.tokens, len(self), rows.micro_batch_size, rows.lengths, rows.max_tokens)
         per_rank = [[rows.micro(b) for b in s.micro_batches] for s in shards]
         outs = self.update_shards(per_rank, [s.weights for s in shards])
         batches = [mb.batch for r, s in zip(per_rank, shards, strict=True) for mb, w in zip(r, s.weights, strict=True) if w]

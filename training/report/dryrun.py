@@ -7,6 +7,10 @@ contexts once (the second is the response cache's), answers already in the cache
 that price; the held-out evaluations are priced with naive RAG's top-k. Completions are counted at max_tokens, so a
 projection stays an upper estimate of the answers' length. A reward that calls no generator (training/rewards.py
 NO_GENERATOR_REWARDS; search_r1 mode) counts 0 generator calls and says why (`dry_run_message`).
+
+Before any of it, building the parts estimated a step's learner memory from the model's shape, the token budget and
+the longest trajectory the searcher allows, and refused a run that would not fit (training/learn/memory.py, through
+training/run/build.py `step_memory`); the estimate is reported with the projection.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 from eval.accuracy import Accuracy
 from s3core.types import QAExample
+from training.learn.memory import GB
 from training.rollouts.budget import BudgetedExecutor, no_generator_reason, projection_accuracy, spent_before
 from training.run.build import TrainingParts
 from training.run.rng import capture_rng, restore_rng
@@ -59,9 +64,12 @@ def dry_run(parts: TrainingParts, start: int) -> dict[str, Any]:
         if schedule.due(step + 1):
             total += price(list(parts.heldout))
             calls += per_rollout * len(parts.heldout)
+    memory = getattr(parts, "memory", None)  # training/learn/memory.py: estimated, checked when the parts were built
     return {"steps": len(rl_steps), "reward_calls": calls, "projected_usd": total, "spent_usd": spent, "basis": basis,
             "per_step_usd": per_step, "no_generator": no_generator,
-            "budget_usd": ex.budget.limit_usd if isinstance(ex, BudgetedExecutor) else None}
+            "budget_usd": ex.budget.limit_usd if isinstance(ex, BudgetedExecutor) else None,
+            "step_memory_gb": None if memory is None else memory.total / GB,
+            "step_memory": None if memory is None else memory.describe()}
 
 
 def dry_run_message(d: dict[str, Any]) -> str:
@@ -69,12 +77,13 @@ def dry_run_message(d: dict[str, Any]) -> str:
     reward makes none."""
     budget = d["budget_usd"]
     tail = f"${d['spent_usd']:.6f} already spent" + (f"; budget ${budget:.6f}" if budget is not None else "")
+    memory = f"\ndry run: a step's learner memory ~{d['step_memory']}" if d.get("step_memory") else ""
     if d.get("no_generator"):
         return (f"dry run: {d['steps']} RL steps to run, 0 generator calls: {d['no_generator']} (nothing to pay); "
-                f"{tail}; no paid API was called")
+                f"{tail}; no paid API was called{memory}")
     return (f"dry run: {d['steps']} RL steps to run, {d['reward_calls']} reward calls: projected "
             f"${d['projected_usd']:.6f} (from {d['basis']}; prompts measured, completions at max_tokens); "
-            f"{tail}; no paid API was called")
+            f"{tail}; no paid API was called{memory}")
 
 
 def _unique_contexts(parts: TrainingParts, step: int) -> tuple[list[QAExample], list[list[Any]]]:

@@ -1,6 +1,7 @@
 """Prepare a training run, then build its parts from the one configuration — the training twin of eval/build.py:
 
-    prepared = prepare_run(cfg)          # the preparation stage: the training set (prepared where it is not: the
+    prepared = prepare_run(cfg)          # the step's memory checked first (training/learn/memory.py), then the
+                                         # preparation stage: the training set (prepared where it is not: the
                                          # index, the naive-RAG baseline's paid calls) and the warm-up's distillation
     parts = build_training(cfg, prepared)  # held-out split, retriever, learner(s), executor, oracle, resume point
     trainer = S3Trainer(parts)           # the loop: rollout -> reward -> update -> log -> checkpoint (training/run/trainer.py)
@@ -48,8 +49,9 @@ if TYPE_CHECKING:
     from training.learn.api import PolicyLearner
     from training.learn.learner import Learner
     from training.learn.learner_group import LearnerGroup
+    from training.learn.memory import StepMemory
 
-__all__ = ["Prepared", "TrainingParts", "build_training", "loop_config", "new_learner", "prepare_run"]
+__all__ = ["Prepared", "TrainingParts", "build_training", "loop_config", "new_learner", "prepare_run", "step_memory"]
 
 Log = Callable[[str], None]
 
@@ -75,6 +77,7 @@ class TrainingParts:
     sft_pool: list[int] | None = None  # the questions the warm-up draws from (training.sft.keep); None = all
     resume_dir: Path | None = None  # the checkpoint the learner(s) were built from (None: a fresh run)
     agent_kind: AgentKind = "s3"
+    memory: StepMemory | None = None  # the step's memory estimate (training/learn/memory.py), None when not made
 
     @property
     def end_to_end(self) -> bool:
@@ -93,6 +96,21 @@ class Prepared:
 
     data: TrainingSet
     sft_pool: list[int] | None = None
+    memory: StepMemory | None = None  # the step's memory estimate, checked before the preparation (`step_memory`)
+
+
+def step_memory(cfg: TrainSettings, log: Log = print) -> StepMemory | None:
+    """The learner's step, estimated from the model's shape and checked against the memory it may take
+    (training/learn/memory.py `check_step_memory`: a ConfigError naming the settings to change when it would not fit),
+    before any data is prepared or any rollout runs. A LearnerGroup on GPUs (ray.learner_gpus) is not checked here:
+    its ranks' GPUs are not this process's."""
+    from s3core.devices import resolve_device
+    from training.learn.memory import check_step_memory
+
+    if cfg.ray.learners > 1 and cfg.ray.learner_gpus > 0:
+        log("train: step memory: not estimated for learners on Ray GPUs")
+        return None
+    return check_step_memory(cfg, resolve_device(cfg.training.learner.device), log)
 
 
 def prepare_run(cfg: TrainSettings, log: Log = print) -> Prepared:
@@ -104,14 +122,15 @@ def prepare_run(cfg: TrainSettings, log: Log = print) -> Prepared:
 
     tc = cfg.training
     _agent_kind(cfg)  # a configuration the builder refuses pays for nothing first
+    memory = step_memory(cfg, log)  # and a step that cannot fit neither
     prep = Preparation(cfg, log=log)
     data = prep.prepared()
     run_dir = _run_dir(cfg)
     resume_dir = latest_checkpoint(run_dir)
     done = checkpoint_step(resume_dir) if resume_dir is not None else 0
     if not tc.sft.steps or tc.sft.keep == "all" or done >= tc.sft.steps:
-        return Prepared(data)
-    return Prepared(data, _distill(cfg, data, prep.retriever(data.index_dir), run_dir, resume_dir, log))
+        return Prepared(data, memory=memory)
+    return Prepared(data, _distill(cfg, data, prep.retriever(data.index_dir), run_dir, resume_dir, log), memory)
 
 
 class _StudentTokens(ChatTokenizerMixin):
@@ -260,6 +279,7 @@ def build_training(cfg: TrainSettings, prepared: Prepared, log: Log = print) -> 
     from training.rollouts.budget import BudgetedExecutor
 
     tc = cfg.training
+    memory = prepared.memory if prepared.memory is not None else step_memory(cfg, log)  # before any model loads
     device = resolve_device(tc.learner.device)
     if device == "cpu":
         torch.set_num_threads(tc.learner.torch_threads or auto_cpu_threads())
@@ -306,4 +326,4 @@ def build_training(cfg: TrainSettings, prepared: Prepared, log: Log = print) -> 
     return TrainingParts(cfg=cfg, run_dir=run_dir, device=device, data=data, examples=examples, heldout=heldout,
                          retriever=retriever, loop_cfg=loop_cfg, learner=chosen,
                          tokenizer=tokenizer, executor=executor, oracle=oracle, sft_pool=prepared.sft_pool, resume_dir=resume_dir,
-                         agent_kind=agent_kind)
+                         agent_kind=agent_kind, memory=memory)

@@ -20,7 +20,7 @@ from typing import Any
 from eval.behavior import rollout_row
 from s3core.types import QAExample, SearchResult
 from training.config import TrainingConfig
-from training.learn.api import Batch, MicroBatch, UpdateRows
+from training.learn.api import Batch, MicroBatch, UpdateRows, token_chunks
 from training.rewards import RewardBatch
 
 __all__ = [
@@ -28,7 +28,9 @@ __all__ = [
     "ScoredBatch",
     "confidence_logprobs",
     "measured_batch",
+    "micro_chunks",
     "rl_row",
+    "row_lengths",
     "sync_row",
     "timeline_row",
     "update_rows",
@@ -77,9 +79,7 @@ def confidence_logprobs(tc: TrainingConfig, results: list[SearchResult], pad: Pa
     the learner's) feeds the confidence C(T) the learner's log-probs instead (written into its trajectory)."""
     rows = [i for i, r in enumerate(results) if r.trajectory is not None and any(r.trajectory.mask)]
     replaced = 0
-    mb = tc.learner.micro_batch_size
-    for lo in range(0, len(rows), mb):
-        chunk = rows[lo : lo + mb]
+    for chunk in micro_chunks(tc, results, rows):
         batch = pad(results, chunk)
         lp = logprobs(batch).float()  # (B, T) over the shifted positions from batch.start
         for j, i in enumerate(chunk):
@@ -128,7 +128,25 @@ def update_rows(tc: TrainingConfig, results: list[SearchResult], rewards: list[f
             return MicroBatch(batch, adv=[float(adv[i] or 0.0) for i in b], turn_adv=turn_adv)
         return MicroBatch(pad(results, b), rewards=[float(rewards[i] or 0.0) for i in b])
 
-    return UpdateRows(rows, [tokens[i] for i in rows], micro, tc.learner.micro_batch_size), stats
+    lengths = row_lengths(results, rows)
+    return UpdateRows(rows, [tokens[i] for i in rows], micro, tc.learner.micro_batch_size, lengths=lengths,
+                      max_tokens=tc.learner.max_tokens_per_micro_batch), stats
+
+
+def row_lengths(results: list[SearchResult], rows: list[int]) -> list[int]:
+    """Each row's tokens, prompt included (what a padded micro-batch holds of it): the token budget's measure."""
+    out = []
+    for i in rows:
+        tr = results[i].trajectory
+        out.append(0 if tr is None else len(tr.prompt_ids) + len(tr.response_ids))
+    return out
+
+
+def micro_chunks(tc: TrainingConfig, results: list[SearchResult], rows: list[int]) -> list[list[int]]:
+    """`rows` cut into the learner's micro-batches (training.learner.micro_batch_size rows and
+    max_tokens_per_micro_batch padded tokens at most; training/learn/api.py `token_chunks`)."""
+    return token_chunks(rows, row_lengths(results, rows), tc.learner.micro_batch_size,
+                        tc.learner.max_tokens_per_micro_batch)
 
 
 def turn_rows(results: list[SearchResult], credits: list[list[float] | None],

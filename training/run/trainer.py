@@ -56,6 +56,7 @@ from training.run.step import (
     RolloutBatch,
     ScoredBatch,
     measured_batch,
+    micro_chunks,
     rl_row,
     sync_row,
     timeline_row,
@@ -118,8 +119,10 @@ class S3Trainer:
 
     def _pad(self, results: list[SearchResult], rows: list[int]) -> Batch:
         lc = self.tc.learner
+        # a micro-batch the learner checkpoints is computed without its prefix (gradient_checkpointing 'auto' decides
+        # per micro-batch: training/learn/learner.py `checkpointing_for`)
         return pad_rollouts(results, rows, self.tokenizer.pad_token_id, device=self.learner.batch_device,
-                            share_prefix=lc.share_prefix and not lc.gradient_checkpointing)
+                            share_prefix=lc.share_prefix and lc.gradient_checkpointing is not True)
 
     # ------------------------------------------------------------------ the batches in flight
     def _pipeline(self) -> RolloutPipeline:
@@ -206,7 +209,6 @@ class S3Trainer:
         """One supervised warm-up step on the oracle's trajectories (the learner's sft_update; training.sft)."""
         import torch
 
-        mb = self.tc.learner.micro_batch_size
         t0 = time.perf_counter()
         idx = self.order.batch_indices(self.step)
         examples = [self.examples[i] for i in idx]
@@ -215,7 +217,7 @@ class S3Trainer:
             results = self.oracle_agent.search([e.question for e in examples])
         t1 = time.perf_counter()
         rows = [i for i, r in enumerate(results) if r.trajectory is not None and any(r.trajectory.mask)]
-        stats = self.learner.sft_update([self._pad(results, rows[i : i + mb]) for i in range(0, len(rows), mb)])
+        stats = self.learner.sft_update([self._pad(results, c) for c in micro_chunks(self.tc, results, rows)])
         sync_s = self.executor.sync()
         t2 = time.perf_counter()
         n_sel = [sum(len(s.selected_ids) for s in r.steps) for r in results]
@@ -274,6 +276,10 @@ class S3Trainer:
         rows, stats = update_rows(self.tc, results, rewards, self._pad, credits)
         if rows is None:
             return stats, [], 0.0
+        alone, longest = rows.over_budget()
+        if alone:
+            self.log(f"train: {alone} row(s) longer than training.learner.max_tokens_per_micro_batch = "
+                     f"{rows.max_tokens} went alone into their micro-batches (the longest: {longest} tokens)")
         report = self.learner.update(rows)
         self.last_batches = report.batches
         return {**stats, **report.stats}, rows.rows, report.tokens
