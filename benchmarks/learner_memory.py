@@ -109,7 +109,10 @@ def _locked(path: Path) -> Iterator[None]:
 def _write(args: argparse.Namespace, old: dict, rows: list[dict], shape: object) -> None:
     add_estimates(rows, shape)
     mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    command = " ".join([".venv/bin/python benchmarks/learner_memory.py", *sys.argv[1:]])
+    argv = list(sys.argv[1:])
+    if "--repo" in argv[:-1]:  # another checkout's path is this machine's: the results name it BEFORE
+        argv[argv.index("--repo") + 1] = "BEFORE"
+    command = " ".join([".venv/bin/python benchmarks/learner_memory.py", *argv])
     commands = [*old.get("commands", []), *([] if args.report_only or command in old.get("commands", []) else [command])]
     old["commands"] = commands
     result = {"model": args.model, "commands": commands,

@@ -225,6 +225,16 @@ def document_turns(result: SearchResult) -> dict[str, int]:
     for step in result.steps:
         for doc_id in step.retrieved_ids:
             turns.setdefault(doc_id, step.turn)
+    # D_s3 is in admission order, so no document was admitted after one that follows it: an additive search's
+    # naive top-k (admitted at turn 0 unselected) that the policy selects again later keeps its turn 0
+    later = None
+    for d in reversed(result.documents):
+        t = turns.get(d.id)
+        if t is None:
+            continue
+        if later is not None and t > later:
+            turns[d.id] = later
+        later = turns[d.id]
     return turns
 
 

@@ -124,6 +124,17 @@ def test_document_turns_prefers_selection_then_fallback_window() -> None:
     assert document_turns(_result()) == {"b": 0, "d": 1, "e": 1, "f": 2, "a": 0, "c": 0}
 
 
+def test_an_additive_searchs_top_k_selected_again_later_keeps_its_admission_turn() -> None:
+    """Additive (the shipped searcher): naive RAG's top-3 [a, b, c] is D_s3 from turn 0, unselected; the policy's
+    turn 1 selects b again (it is in its window) and adds d. b was admitted at turn 0, not 1: the turns follow D_s3's
+    order (seen in the README's RAG flow re-run, benchmarks/results/rag_flow)."""
+    steps = [SearchStep(turn=0, query="q", retrieved_ids=["a", "b", "c"]),
+             SearchStep(turn=1, query="second", retrieved_ids=["b", "d"], selected_ids=["b", "d"])]
+    docs = [_doc("a", 3.0), _doc("b", 2.0), _doc("c", 1.5), _doc("d", 1.0)]
+    turns = document_turns(SearchResult(question="q", documents=docs, steps=steps))
+    assert [turns[d.id] for d in docs] == [0, 0, 0, 1]
+
+
 def test_summarize_result_documents_and_trajectory() -> None:
     resp = summarize_result(_result("who?"), SearchSettings(k=3, max_turns=2))
     assert [(d.id, d.title, d.text, d.score, d.turn) for d in resp.documents] == [
