@@ -33,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -149,7 +150,29 @@ def _total_steps(run: Path) -> int | None:
     return int(json.loads(path.read_text())["training"]["total_steps"])
 
 
-def summary(run: Path, plant_start: int, exit_code: int | None, world: str) -> dict[str, Any]:
+# what a shipped run keeps in the results folder (shipped_runs/<run>/): its curves, never its checkpoints or config
+KEPT = (rundir.METRICS_FILE, rundir.HELDOUT_FILE, rundir.HELDOUT_QUESTIONS_FILE, rundir.TIMELINE_FILE,
+        rundir.RECOVERY_FILE, MEMORY_FILE)
+
+
+def keep(run: Path, dest: Path) -> None:
+    """Copy a run's KEPT files into the results folder (a later session's machine has no runs/ folder: the summary
+    and the plot of a run finished earlier are made from these)."""
+    if not (run / rundir.METRICS_FILE).is_file():
+        return
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in KEPT:
+        if (run / name).is_file():
+            shutil.copyfile(run / name, dest / name)
+
+
+def run_source(work: Path, out: Path, name: str) -> Path:
+    """Where a run's curves are: its work folder when it is there, else the copy kept in the results folder."""
+    return work / name if (work / name / rundir.METRICS_FILE).is_file() else out / "shipped_runs" / name
+
+
+def summary(run: Path, plant_start: int, exit_code: int | None, world: str, total_steps: int | None = None
+            ) -> dict[str, Any]:
     rows = rundir.metrics_rows(run)
     held = rundir.heldout_rows(run)
     qpq = [r["search/queries_per_question"] for r in rows if "search/queries_per_question" in r]
@@ -157,7 +180,7 @@ def summary(run: Path, plant_start: int, exit_code: int | None, world: str) -> d
     best = max(before, key=lambda h: (h["heldout/reward"], h["step"])) if before else None
     last = held[-1] if held else None
     last_step = int(rows[-1]["step"]) if rows else 0
-    total = _total_steps(run)
+    total = _total_steps(run) or total_steps
     out: dict[str, Any] = {
         "exit_code": exit_code, "steps": last_step,
         # how far the run got of what it was asked: a run killed on the way (exit -9: out of memory) stops short
@@ -188,17 +211,18 @@ def summary(run: Path, plant_start: int, exit_code: int | None, world: str) -> d
     return out
 
 
-def plot(work: Path, out: Path, plant: tuple[int, int], world: str) -> None:
+def plot(where: dict[str, Path], out: Path, plant: tuple[int, int], world: str) -> None:
+    """`where`: each run's folder (RUNS' names; run_source)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     key = "search/queries_per_question" if world == "shipped" else "reward/mean"
-    memory = world == "shipped" and any(memory_rows(work / name) for name in RUNS.values())
+    memory = world == "shipped" and any(memory_rows(where[name]) for name in RUNS.values())
     fig, axes = plt.subplots(1, 3 if memory else 2, figsize=(15 if memory else 10, 3.4))
     for (label, name), colour in zip(RUNS.items(), ("tab:red", "tab:green"), strict=True):
-        run = work / name
+        run = where[name]
         rows, held = rundir.metrics_rows(run), rundir.heldout_rows(run)
         axes[0].plot([r["step"] for r in rows], [r.get(key, math.nan) for r in rows], color=colour, label=label)
         axes[1].plot([h["step"] for h in held], [h["heldout/reward"] for h in held], "o-", color=colour, label=label)
@@ -208,6 +232,7 @@ def plot(work: Path, out: Path, plant: tuple[int, int], world: str) -> None:
                 by_step[int(m["step"])] = max(by_step.get(int(m["step"]), 0.0), float(m["rss_gb"]))
             steps = sorted(k for k in by_step if k > 0)
             axes[2].plot(steps, [by_step[k] for k in steps], "s-", color=colour, label=label)
+            axes[2].set_ylim(bottom=0)
         for e in rundir.rollback_events(run):
             for ax in axes:
                 ax.annotate("", xy=(e["recovery/to_step"], 0.5), xytext=(e["step"], 0.5),
@@ -249,15 +274,25 @@ def main() -> int:
         codes = run_toy(work, plant_arg) if args.world == "toy" else run_shipped(
             work, plant_arg, args.steps, args.every, args.lr, args.runs.split(","))
     failure = "flip" if args.world == "toy" else "stop_pays"
+    stem = "self_healing" if args.world == "toy" else f"self_healing_{args.world}"
+    where = {name: work / name for name in RUNS.values()}
+    if args.world == "shipped":  # each run's curves kept beside the results; a run not made now: its kept copy
+        for name in RUNS.values():
+            keep(work / name, out / "shipped_runs" / name)
+        where = {name: run_source(work, out, name) for name in RUNS.values()}
+        earlier = json.loads((out / f"{stem}.json").read_text()) if (out / f"{stem}.json").is_file() else {}
+        for label, name in RUNS.items():  # the exit code of a run made in an earlier launch
+            if codes[name] is None and where[name] != work / name:
+                codes[name] = earlier.get("runs", {}).get(label, {}).get("exit_code")
     result = {"world": args.world, "planted": f"S3_PLANTED_FAILURE={failure}@{plant_arg}",
               "command": f"benchmarks/self_healing.py --world {args.world} --work DIR"
                          + ("" if args.world == "toy" else f" --plant {plant_arg} --steps {args.steps} --every "
                             f"{args.every} --lr {args.lr:g}"),
-              "runs": {label: summary(work / name, plant[0], codes[name], args.world) for label, name in RUNS.items()}}
+              "runs": {label: summary(where[name], plant[0], codes[name], args.world, args.steps)
+                       for label, name in RUNS.items()}}
     out.mkdir(parents=True, exist_ok=True)
-    stem = "self_healing" if args.world == "toy" else f"self_healing_{args.world}"
     (out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(work, out / f"{stem}.png", plant, args.world)
+    plot(where, out / f"{stem}.png", plant, args.world)
     print(json.dumps(result["runs"], indent=2))
     return 0
 

@@ -59,8 +59,10 @@ def load_policy(cfg: SearcherConfig, *, threads: int | None = None) -> Policy:
                     "searcher.api_base (e.g. `vllm serve PATH`); or load it in-process with searcher.policy='transformers'"
                 )
             model = f"hosted_vllm/{cfg.policy_path}"
-        from s3core.credentials import llm_api_key
+        from s3core.credentials import llm_api_key, require_llm_key
 
+        # a provider that needs a key, with none configured: one error now, not a failed call per question later
+        require_llm_key(model, cfg.api_key_env, cfg.api_base, setting="searcher.api_key_env")
         key = llm_api_key(model, cfg.api_key_env, cfg.api_base, setting="searcher.api_key_env")
         return LiteLLMPolicy(model, api_base=cfg.api_base, api_key=key, concurrency=cfg.concurrency,
                              timeout_s=cfg.timeout_s, num_retries=cfg.max_retries)

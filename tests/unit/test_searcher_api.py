@@ -118,3 +118,16 @@ def test_trained_settings_apply_the_record_and_load_the_policy_in_process(tmp_pa
             trained_settings(policy, SearcherConfig(), RetrieverConfig())
     with pytest.raises(S3Error, match="no such checkpoint"):
         trained_settings(tmp_path / "nothing", SearcherConfig(), RetrieverConfig())
+
+
+def test_an_api_policy_whose_provider_needs_a_key_that_is_not_configured_is_refused_at_load() -> None:
+    """Issue 79, for the searcher as for the generator: `searcher.model = "openai/..."` with no searcher.api_key_env
+    is refused when the policy loads, naming the setting and the provider's variable, before any call."""
+    from s3core.errors import ConfigError
+    from searcher.config import SearcherConfig
+    from searcher.policy import load_policy
+
+    with pytest.raises(ConfigError, match=r"searcher\.api_key_env.*OPENAI_API_KEY|OPENAI_API_KEY.*searcher\.api_key_env"):
+        load_policy(SearcherConfig(policy="litellm", model="openai/gpt-4o-mini"))
+    served = load_policy(SearcherConfig(policy="litellm", model="hosted_vllm/x", api_base="http://127.0.0.1:9"))
+    assert served is not None  # a server of the user's own needs no key
