@@ -9,9 +9,10 @@ own prompt).
 Every prompt is the generator's (`Generator.messages`: its answer template, its context rendering, the document
 appended last, as a searcher's added page is). For an offline model (`local/<name>`) the answer's log-probability is
 read from llama.cpp with the start's prompt prefix computed once a question (s3runtime/llm_score.py); a question of
-~13 candidates costs the prefix once plus each candidate's own tokens. A served model that returns no prompt
-log-probabilities is refused, naming what can be done instead (prompt log-probabilities from served models, and the
-gain in GenAcc of sampled answers where a provider returns none, are not built yet).
+~13 candidates costs the prefix once plus each candidate's own tokens. A served or API model is refused here, naming
+what can be done instead: training.reading.credit = 'genacc' (training/reading/trainer.py), the gain in the accuracy
+of the generator's own answers, works with any generator. (Prompt log-probabilities from servers that return them,
+e.g. vLLM's, are not read yet.)
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class AnswerLikelihood:
         if not supports_logprobs(cfg.model):
             raise ConfigError(
                 f"generator.model = {cfg.model!r}: answer log-probabilities are read from offline models "
-                "('local/<name>', llama.cpp) only, so far; train with the offline generator closest to yours, or with "
+                "('local/<name>', llama.cpp) only, so far; use training.reading.credit = 'genacc' (the gain in the "
+                "accuracy of its own answers: any generator), the offline generator closest to yours, or "
                 "training.reading.credit = 'gold' where the data labels gold paragraphs")
         from s3runtime.llm_score import LocalScorer
 

@@ -354,10 +354,13 @@ class TrainingReading(Section):
     start's documents), a LoRA pointwise reader learns that credit, a ranker is fitted over it, and how many pages to
     add is chosen on the held-out questions (training.heldout.questions)."""
 
-    credit: Literal["logprob", "gold"] = Field(
+    credit: Literal["logprob", "genacc", "gold"] = Field(
         "logprob",
         description="What teaches the reader: 'logprob' = the frozen generator's gain in log p(gold answer) per page, "
-        "teacher-forced (offline generators: llama.cpp); 'gold' = the data's gold supporting-paragraph labels.",
+        "teacher-forced (offline generators: llama.cpp); 'genacc' = the gain in Acc(G(Q, D)) (eval.metric, the "
+        "generator's own answers, as the GBR reward scores them) when the page is added: any generator, served or "
+        "API, one answer a page plus one for the start (costlier, coarser: -1, 0 or +1 a page with greedy "
+        "decoding; the dry run says how many calls); 'gold' = the data's gold supporting-paragraph labels.",
     )
     questions: int | None = Field(None, ge=1, description="Training questions scored (None = all of the prepared set).")
     credit_path: str | None = Field(
@@ -365,10 +368,12 @@ class TrainingReading(Section):
         "None = output_dir/credit.jsonl. Set it to keep the scoring (the slow stage) apart from the run directory, "
         "e.g. in a folder that is committed while a multi-session run goes on.")
     temperature: float = Field(
-        1.0, gt=0, description="The credit's softmax temperature (nats): the reader's target over a question's pages "
+        1.0, gt=0, description="The credit's softmax temperature, in the credit's units (nats for 'logprob', "
+        "accuracy for 'genacc': e.g. 0.25 to sharpen a -1 / 0 / +1 gain): the reader's target over a question's pages "
         "is softmax(gain / temperature).")
     positive_gain: float = Field(
-        0.5, description="A page whose credit is at least this many nats counts as helping, for the ranker's labels.")
+        0.5, description="A page whose credit is at least this much (nats for 'logprob', accuracy for 'genacc': 0.5 "
+        "= the page turns a wrong answer right) counts as helping, for the ranker's labels.")
     reader_base: str = Field("smollm2-135m-instruct", description="The reader's base model (offline name or HF dir).")
     lora_r: int = Field(16, ge=1, description="The reader's LoRA rank.")
     lora_alpha: int = Field(32, ge=1, description="The reader's LoRA alpha.")

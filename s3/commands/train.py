@@ -125,11 +125,18 @@ def _train_reading(args: argparse.Namespace, cfg: S3Config) -> int:
     from training.reading.trainer import ReadingRun
 
     budget = args.max_minutes * 60 if args.max_minutes is not None else None
-    run = ReadingRun(cfg, max_seconds=budget, log=lambda m: print(m, file=sys.stderr, flush=True))
+    run = ReadingRun(cfg, max_seconds=budget, log=lambda m: print(m, file=sys.stderr, flush=True),
+                     max_cost_usd=args.max_cost_usd)
     if args.dry_run:
         print(run.dry_run())
         return 0
-    out = run.run()
+    from generator_adapters.budget import BUDGET_EXIT_CODE, BudgetReached
+
+    try:
+        out = run.run()
+    except BudgetReached as e:  # the credit scored so far is kept: the same command with a higher cap resumes
+        print(f"s3 train: {e}", file=sys.stderr)
+        return BUDGET_EXIT_CODE
     print(json.dumps(out))
     return 0
 

@@ -4,6 +4,8 @@ credit prefers the page that holds the answer."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from s3core.types import Document
@@ -59,3 +61,27 @@ def test_a_served_generator_without_logprobs_is_refused_with_the_alternative() -
 
     with pytest.raises(ConfigError, match="local/"):
         AnswerLikelihood(GeneratorConfig(model="openai/gpt-4o-mini"))
+
+
+def test_genacc_credit_from_the_real_generators_answers(tmp_path: Path) -> None:
+    """training.reading.credit = 'genacc' through `s3 train`'s credit stage with the offline 0.5B answering for
+    real (greedy, as the GBR reward asks it): the page with the answer turns its answer right, a page without does
+    not, and the row lands in the store."""
+    from s3.config import load_config
+    from s3core.types import QAExample
+    from training.reading.candidates import Candidates
+    from training.reading.trainer import ReadingRun
+
+    cfg = load_config(None, ["searcher.kind=reading", "training.reading.credit=genacc",
+                             "generator.model=local/qwen2.5-coder-0.5b-instruct", "generator.cache_path=none",
+                             "eval.use_judge=false", f"training.output_dir={tmp_path / 'run'}"])
+    run = ReadingRun(cfg, log=lambda m: None)
+    q = QAExample(id="q1", question="Where was Ann Lee born?", golden_answers=["Bergen"])
+    cands = {"q1": Candidates(
+        question=q.question, start=[Document(id="a", title="Ann Lee", text="Ann Lee is a Norwegian painter of coastal scenes.")],
+        candidates=[Document(id="r", title="Rome", text="Rome is the capital of Italy."),
+                    Document(id="b", title="Ann Lee (painter)", text="Ann Lee was born in Bergen in 1950.")],
+        ranks=[4, 5], titled=True)}
+    store = run.credit([q], cands)
+    row = store["q1"]
+    assert row["base"] == 0.0 and row["gains"] == [0.0, 1.0], row

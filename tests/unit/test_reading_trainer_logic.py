@@ -150,3 +150,96 @@ def test_the_probe_table_counts_first_picks_that_are_gold() -> None:
     assert t["bm25 order"]["best_is_gold"] == 0.0  # rank 4 is never the gold one here
     assert t["gold-trained reader (shipped)"]["best_is_gold"] == 0.5
     assert s["gain_gold"]["n"] == 2 and s["gain_gold"]["positive"] == 1.0
+
+
+# ------------------------------------------------------------------------------------------- 'genacc' credit
+
+
+class _FakeAccuracy:
+    """Acc(G(Q, D)) on a script: 1.0 where the documents hold a page named in `right`, a failed call (None) for the
+    questions in `fail`; every answer projected at `usd` and spending it."""
+
+    def __init__(self, right: set[str], fail: set[str] = frozenset(), usd: float = 0.0) -> None:  # type: ignore[assignment]
+        self.right, self.fail, self.usd = right, fail, usd
+        self.asked: list[int] = []
+        self.spent = 0.0
+        self.closed = False
+
+    async def __call__(self, questions: list[str], documents: list[list[Document]],
+                       golden: list[list[str]]) -> list[float | None]:
+        self.asked.append(len(questions))
+        self.spent += self.usd * len(questions)
+        return [None if q in self.fail else float(any(d.id in self.right for d in docs))
+                for q, docs in zip(questions, documents, strict=True)]
+
+    def project(self, questions: list[str], documents: object, golden: object) -> list[float]:
+        return [self.usd] * len(questions)
+
+    def usage(self) -> dict[str, float]:
+        return {"cost_usd": self.spent}
+
+    def clients(self) -> dict[str, object]:
+        return {}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _genacc_run(tmp_path: Path, *sets: str, max_cost_usd: float | None = None) -> object:
+    from s3.config import load_config
+    from training.reading.trainer import ReadingRun
+
+    cfg = load_config(None, ["searcher.kind=reading", "training.reading.credit=genacc",
+                             "generator.model=hosted_vllm/my-generator", "generator.api_base=http://127.0.0.1:9/v1",
+                             f"training.output_dir={tmp_path / 'run'}", *sets])
+    return ReadingRun(cfg, log=lambda m: None, max_cost_usd=max_cost_usd)
+
+
+def test_genacc_credit_is_each_pages_gain_in_accuracy_and_a_failed_call_is_missing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import eval.build
+
+    fake = _FakeAccuracy(right={"c"}, fail={"question q2?"})
+    monkeypatch.setattr(eval.build, "build_accuracy", lambda *a, **k: fake)
+    run = _genacc_run(tmp_path)
+    qs = [_q("q1"), _q("q2"), _q("q3")]
+    cands = {q.id: _cands() for q in qs}
+    store = run.credit(qs, cands)  # type: ignore[attr-defined]
+    assert "q2" not in store and len(store) == 2  # missing, not 0: asked again on the next run
+    assert store["q1"]["base"] == 0.0 and store["q1"]["gains"] == [0.0, 1.0]  # c turns the answer right
+    assert fake.closed and sum(fake.asked) == 3 * 3  # the start and each of the 2 pages, per question
+    fake.fail = set()
+    again = run.credit(qs, cands)  # type: ignore[attr-defined]
+    assert "q2" in again and fake.asked[-1] == 3  # only the missing question is asked
+
+
+def test_genacc_credit_stops_before_a_batch_that_would_pass_the_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import eval.build
+    from generator_adapters.budget import BudgetReached
+
+    fake = _FakeAccuracy(right={"b"}, usd=0.001)
+    monkeypatch.setattr(eval.build, "build_accuracy", lambda *a, **k: fake)
+    qs = [_q(f"q{i}") for i in range(6)]  # 2 batches of 4 and 2 questions, 3 answers each: $0.012 then $0.006
+    cands = {q.id: _cands() for q in qs}
+    run = _genacc_run(tmp_path, max_cost_usd=0.015)
+    with pytest.raises(BudgetReached, match=r"--max-cost-usd"):
+        run.credit(qs, cands)  # type: ignore[attr-defined]
+    assert fake.asked == [12]  # the first batch ran, the second was never started
+    spend = json.loads((tmp_path / "run" / "credit.spend.json").read_text())
+    assert spend["spent_usd"] == pytest.approx(0.012)
+    resumed = _genacc_run(tmp_path, max_cost_usd=0.02)  # a higher cap resumes, counting what was spent
+    store = resumed.credit(qs, cands)  # type: ignore[attr-defined]
+    assert len(store) == 6 and fake.asked == [12, 6]
+
+
+def test_genacc_credit_refuses_a_paid_generator_without_its_key_before_anything(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"generator\.api_key_env"):
+        _genacc_run(tmp_path, "generator.model=openai/gpt-4o-mini", "generator.api_base=")
+
+
+def test_logprob_credit_on_a_served_generator_points_to_genacc(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"training\.reading\.credit = 'genacc'"):
+        _genacc_run(tmp_path, "training.reading.credit=logprob")

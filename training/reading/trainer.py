@@ -7,8 +7,9 @@ generator's own gain, on the user's own questions and corpus.
 Stages (the run directory, training.output_dir, keeps each one's output; a stage that is done is not redone):
 
     credit    per training question, the start's documents and the candidate pages (candidates.py), and each page's
-              credit: the gain in log p(gold answer) when the generator sees it added to the start (credit.py); one
-              line a question in credit.jsonl, resumable (the slow stage: one generator pass a page)
+              credit: the gain in log p(gold answer) when the generator sees it added to the start (credit.py), or
+              with training.reading.credit = 'genacc' (any generator: served, API) the gain in the accuracy of its
+              own answer; one line a question in credit.jsonl, resumable (the slow stage: one generator pass a page)
     reader    a LoRA pointwise reader learns the credit (reader_fit.py: KL to softmax(gain / temperature)), one
               optimizer step a few questions; checkpoints/reader-step-N every training.checkpoint.every steps (adapter and
               optimizer state), resumed from the newest; metrics.jsonl has the loss of every step
@@ -43,6 +44,7 @@ __all__ = ["ReadingRun", "train_reading"]
 
 Log = Callable[[str], None]
 CHUNK = 32  # questions whose candidates are built in one batched retrieval
+GENACC_QUESTIONS = 4  # 'genacc' credit: questions whose answers (1 + candidates each) are asked in one batch
 
 
 def _first(scores: list[float]) -> int:
@@ -57,7 +59,8 @@ class Stopped(Exception):
 class ReadingRun:
     """One `s3 train` of the reading searcher over its run directory."""
 
-    def __init__(self, cfg: TrainSettings, *, max_seconds: float | None = None, log: Log = print) -> None:
+    def __init__(self, cfg: TrainSettings, *, max_seconds: float | None = None, log: Log = print,
+                 max_cost_usd: float | None = None) -> None:
         if cfg.searcher.kind != "reading":
             raise ConfigError(f"ReadingRun trains searcher.kind = 'reading', got {cfg.searcher.kind!r}")
         self.cfg, self.t, self.r = cfg, cfg.training, cfg.training.reading
@@ -65,6 +68,7 @@ class ReadingRun:
         self.credit_path = (cfg.resolve(self.r.credit_path).resolve() if self.r.credit_path
                             else self.out / "credit.jsonl")
         self.log = log
+        self.max_cost_usd = max_cost_usd  # 'genacc' credit's paid calls (s3 train --max-cost-usd), else budget_usd
         self.deadline = None if max_seconds is None else time.monotonic() + max_seconds
         self.k0 = cfg.retriever.k
         self.read_last = cfg.searcher.reading.read_last
@@ -74,8 +78,15 @@ class ReadingRun:
         gen = cfg.generator_resolved
         if self.r.credit == "logprob" and not gen.model.startswith("local/"):
             raise ConfigError(f"training.reading.credit = 'logprob' reads the answer's log-probability from the "
-                              f"generator; generator.model = {gen.model!r} is not an offline model (local/<name>): use an "
+                              f"generator; generator.model = {gen.model!r} is not an offline model (local/<name>): use "
+                              "training.reading.credit = 'genacc' (the gain in its answers' accuracy, any generator), an "
                               "offline generator, or training.reading.credit = 'gold' where the data has gold paragraphs")
+        if self.r.credit == "genacc":  # a key that is not configured: one error now, before any data or model
+            from generator_adapters.build import check_key
+
+            check_key(gen, "generator")
+            if cfg.eval.metric == "judge" or (cfg.eval.metric == "genacc" and cfg.eval.use_judge):
+                check_key(cfg.judge_resolved, "judge")
 
     # ------------------------------------------------------------------------------------------------------ helpers
 
@@ -128,6 +139,13 @@ class ReadingRun:
         gen = self.cfg.generator_resolved
         if self.r.credit == "gold":
             return {"credit": "gold"}
+        if self.r.credit == "genacc":
+            ev = self.cfg.eval
+            judged = ev.metric == "judge" or (ev.metric == "genacc" and ev.use_judge)
+            return {"credit": "genacc", "generator": model_fingerprint(gen.model, gen.api_base), "prompt": gen.prompt,
+                    "temperature": gen.temperature, "max_tokens": gen.max_tokens, "metric": ev.metric,
+                    "judge": model_fingerprint(self.cfg.judge_resolved.model) if judged else None, "k0": self.k0,
+                    "read_last": self.read_last}
         return {"credit": "logprob", "generator": model_fingerprint(gen.model, gen.api_base), "prompt": gen.prompt,
                 "answer": "the first gold answer, teacher-forced, sum of token log-probs", "k0": self.k0,
                 "read_last": self.read_last}
@@ -148,6 +166,8 @@ class ReadingRun:
                 c = cands[q.id]
                 store.add(q, c, Credit(0.0, [float(g) for g in c.gold], 0, 0, 0), 0.0)
             return store
+        if self.r.credit == "genacc":
+            return self._genacc_credit(store, todo, cands)
         from generator_adapters.likelihood import AnswerLikelihood
 
         lik = AnswerLikelihood(self.cfg.generator_resolved, threads=self.r.threads)
@@ -165,6 +185,84 @@ class ReadingRun:
         finally:
             lik.close()
         return store
+
+    def _genacc_credit(self, store: CreditStore, todo: list[QAExample], cands: dict[str, Candidates]) -> CreditStore:
+        """'genacc': each page's credit is Acc(G(Q, start + page)) - Acc(G(Q, start)), the generator's own answers
+        scored by eval.metric (eval/accuracy.py, the GBR reward's Acc), GENACC_QUESTIONS questions a batch (their
+        calls concurrent, generator.concurrency at a time). A question with a failed call (no answer, no verdict) is
+        missing, not scored: it is asked again on the next run."""
+        import asyncio
+
+        from eval.build import build_accuracy
+        from generator_adapters.likelihood import Credit
+
+        acc = build_accuracy(self.cfg.generator_resolved, self.cfg.judge_resolved, self.cfg.eval)
+        budget = self._budget(acc)
+        t0 = time.perf_counter()
+        done = missing = 0
+        try:
+            for lo in range(0, len(todo), GENACC_QUESTIONS):
+                self._check_time()
+                part = todo[lo:lo + GENACC_QUESTIONS]
+                asks = [(q, [*cands[q.id].start, *([] if d is None else [d])])
+                        for q in part for d in [None, *cands[q.id].candidates]]
+                questions, docs, golden = ([q.question for q, _ in asks], [d for _, d in asks],
+                                           [q.golden_answers for q, _ in asks])
+                if budget is not None:  # every paid call of the batch bounded before any of it is made
+                    budget.check(sum(acc.project(questions, docs, golden)),
+                                 f"the credit of questions {lo + 1}-{lo + len(part)} ({len(asks)} answers)")
+                before = acc.usage()
+                t = time.perf_counter()
+                scores = asyncio.run(acc(questions, docs, golden))
+                each = (time.perf_counter() - t) / len(part)
+                if budget is not None:
+                    budget.spend(acc.usage().get("cost_usd", 0.0) - before.get("cost_usd", 0.0))
+                    write_json_atomic(self._spend_path, {"spent_usd": budget.spent_usd})
+                i = 0
+                for q in part:
+                    c = cands[q.id]
+                    got = scores[i:i + 1 + len(c.candidates)]
+                    i += len(got)
+                    if any(s is None for s in got):
+                        missing += 1  # a failed call is missing, not wrong: scored again next run
+                        continue
+                    base = float(got[0])  # type: ignore[arg-type]
+                    store.add(q, c, Credit(base=base, gains=[float(s) - base for s in got[1:]],  # type: ignore[arg-type]
+                                           answer_tokens=0, computed_tokens=0, prompt_tokens=0), each)
+                    done += 1
+                n = lo + len(part)
+                per = (time.perf_counter() - t0) / n
+                self.log(f"train: credit (genacc): {n}/{len(todo)} questions ({missing} missing: a failed call), "
+                         f"{per:.1f} s each, ~{per * (len(todo) - n) / 60:.0f} min left")
+        finally:
+            acc.close()
+        if missing:
+            self.log(f"train: credit (genacc): {missing} question(s) missing a generator or judge answer; run again "
+                     "to ask them again")
+        return store
+
+    @property
+    def _spend_path(self) -> Path:
+        """What the paid credit calls of this credit store have cost, over every invocation (beside the store)."""
+        return self.credit_path.with_name(self.credit_path.stem + ".spend.json")
+
+    def _budget(self, acc: Any) -> Any:
+        """The cap on the 'genacc' credit's paid calls: `s3 train --max-cost-usd`, else training.budget_usd (None =
+        no cap); cumulative over invocations (the spend file beside the store). A paid model of unknown price is
+        refused before the first call."""
+        from generator_adapters.budget import Budget, require_known_prices
+
+        limit = self.max_cost_usd if self.max_cost_usd is not None else self.t.budget_usd
+        if limit is None:
+            return None
+        setting = "--max-cost-usd" if self.max_cost_usd is not None else "training.budget_usd"
+        require_known_prices(acc.clients(), setting)
+        spent = 0.0
+        if self._spend_path.is_file():
+            import json
+
+            spent = float(json.loads(self._spend_path.read_text()).get("spent_usd", 0.0))
+        return Budget(limit, spent_usd=spent, setting=setting)
 
     def _targets(self, rows: list[dict[str, Any]]) -> list[tuple[str, list[float]]]:
         from training.reading.reader_fit import credit_target, gold_target
@@ -378,6 +476,18 @@ class ReadingRun:
                          f"{self.cfg.generator_resolved.model} a question (the start's prefix once); "
                          f"~{each * left / 1e6:.2f}M tokens for the {left} questions left: ~{each * left / 55 / 3600:.1f} h "
                          "at 55 tokens/s (the offline 1.5B on this 2-core CPU; the 0.5B ~3x faster)")
+        if self.r.credit == "genacc" and cands:
+            left = max(len(qs) - done, 0)
+            calls = (1 + per_q) * left
+            gcfg = self.cfg.generator_resolved
+            ev = self.cfg.eval
+            judged = ev.metric == "judge" or (ev.metric == "genacc" and ev.use_judge)
+            lines.append(f"credit (genacc): {1 + per_q:.1f} answers a question from {gcfg.model} (the start, then each "
+                         f"page added), up to {gcfg.max_tokens} tokens each: ~{calls:.0f} generator calls for the {left} "
+                         "questions left" + (f", plus a judge call ({self.cfg.judge_resolved.model}) for each answer "
+                                             "whose span check fails" if judged else "")
+                         + "; answers already in the generator's response cache are free (`s3 train --max-cost-usd` "
+                         "caps a paid run)")
         lines.append(f"reader: LoRA r={self.r.lora_r} on {self.r.reader_base}, {self.r.epochs} epoch(s), "
                      f"{self.r.batch_questions} questions a step; ranker and stop (0..{self.r.max_pages} pages) chosen "
                      f"on the {len(held)} held-out questions; output: {self.out / 'searcher'}")
