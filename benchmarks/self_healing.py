@@ -117,7 +117,8 @@ def run_shipped(work: Path, plant: str, steps: int, every: int, lr: float, runs:
 
 
 def _current_step(run: Path) -> int:
-    """The step the run is computing now: one past the last step in its metrics (0 before the first)."""
+    """The step the run is computing now: one past the last step in its metrics (1 before the first; 0 when the
+    metrics cannot be read)."""
     try:
         rows = rundir.metrics_rows(run)
     except (OSError, ValueError):
@@ -271,8 +272,8 @@ def main() -> int:
     plant = (int(lo), int(hi or lo))
     codes: dict[str, int | None] = {name: None for name in RUNS.values()}
     if not args.plot_only:
-        codes = run_toy(work, plant_arg) if args.world == "toy" else run_shipped(
-            work, plant_arg, args.steps, args.every, args.lr, args.runs.split(","))
+        codes.update(run_toy(work, plant_arg) if args.world == "toy" else run_shipped(
+            work, plant_arg, args.steps, args.every, args.lr, args.runs.split(",")))
     failure = "flip" if args.world == "toy" else "stop_pays"
     stem = "self_healing" if args.world == "toy" else f"self_healing_{args.world}"
     where = {name: work / name for name in RUNS.values()}
@@ -282,7 +283,7 @@ def main() -> int:
         where = {name: run_source(work, out, name) for name in RUNS.values()}
         earlier = json.loads((out / f"{stem}.json").read_text()) if (out / f"{stem}.json").is_file() else {}
         for label, name in RUNS.items():  # the exit code of a run made in an earlier launch
-            if codes[name] is None and where[name] != work / name:
+            if codes[name] is None:
                 codes[name] = earlier.get("runs", {}).get(label, {}).get("exit_code")
     result = {"world": args.world, "planted": f"S3_PLANTED_FAILURE={failure}@{plant_arg}",
               "command": f"benchmarks/self_healing.py --world {args.world} --work DIR"

@@ -264,7 +264,7 @@ def estimate_for(ran_with: dict[str, Any], tokens: int, rows: int, shape: Any) -
                           tc.learner.max_tokens_per_micro_batch)
     c = max(len(ch) for ch in chunks)
     return estimate_step(shape, tc, tokens=c * tokens, longest=tokens, policy_tokens=c * policy_per_row(tokens),
-                         accumulating=len(chunks) > 1).total
+                         accumulating=len(chunks) > 1, any_micro_batch=False).total
 
 
 def run_row(spec: RowSpec, *, model: str, repo: Path, threads: int, cap_bytes: float, timeout_s: float,

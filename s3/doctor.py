@@ -602,6 +602,7 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
     from training.learn.api import MicroBatch, pad_rollouts
     from training.learn.learner import Learner
     from training.rollouts.executors import rollout_policy, self_sampling
+    from training.run.step import micro_chunks
 
     t0 = time.perf_counter()
     sampler = rollout_policy(cfg, device) if engine == "vllm" else None
@@ -649,9 +650,10 @@ def measure_shape(name: str, device: str, work: Path, rows: int, new_tokens: int
                                                               logprobs=list(o.logprobs or [])))
                for q, ids, o in zip(questions, prompt_ids, outs, strict=True)]
     lc = tc.learner
-    chunks = [list(range(lo, min(lo + lc.micro_batch_size, rows))) for lo in range(0, rows, lc.micro_batch_size)]
+    # cut as the trainer cuts them: micro_batch_size rows and the token budget (training/run/step.py micro_chunks)
+    chunks = micro_chunks(tc, results, list(range(rows)))
     mbs = [MicroBatch(pad_rollouts(results, c, learner.tokenizer.pad_token_id, device=learner.batch_device,
-                                   share_prefix=lc.share_prefix and not lc.gradient_checkpointing),
+                                   share_prefix=lc.share_prefix and lc.gradient_checkpointing is not True),
                       adv=[1.0 if j % 2 == 0 else -1.0 for j in c]) for c in chunks]
     tokens = [float(mb.batch.loss_mask.sum()) for mb in mbs]
     base = _reset_peak(device)

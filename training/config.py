@@ -314,7 +314,7 @@ class TrainingLearner(Section):
         "be checkpointed). 'auto' = per micro-batch: checkpointed when its activations without it (estimated from the "
         "model's shape: training/learn/memory.py) would exceed those of a checkpointed micro-batch of "
         "max_tokens_per_micro_batch tokens, so the update's peak is bounded by the budget and short micro-batches "
-        "run at full speed.",
+        "run at full speed ('auto' without a budget, max_tokens_per_micro_batch = None, never checkpoints).",
     )
     attn_implementation: Literal["auto", "sdpa", "eager"] = Field(
         "auto",

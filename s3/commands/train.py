@@ -138,7 +138,7 @@ def _train_reading(args: argparse.Namespace, cfg: S3Config) -> int:
         print(f"s3 train: {e}", file=sys.stderr)
         return BUDGET_EXIT_CODE
     print(json.dumps(out))
-    return 0
+    return 1 if out.get("stopped") == "credit missing" else 0  # failed calls: not trained yet, run it again
 
 
 def _train_dry_run(cfg: S3Config) -> int:

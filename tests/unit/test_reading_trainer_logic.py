@@ -243,3 +243,20 @@ def test_genacc_credit_refuses_a_paid_generator_without_its_key_before_anything(
 def test_logprob_credit_on_a_served_generator_points_to_genacc(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"training\.reading\.credit = 'genacc'"):
         _genacc_run(tmp_path, "training.reading.credit=logprob")
+
+
+def test_a_run_with_questions_missing_their_credit_stops_before_the_reader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader is trained once on the credit: a question left unscored by a failed call stops the run before it
+    (asked again by the next run), instead of a reader that never sees it."""
+    import eval.build
+
+    fake = _FakeAccuracy(right={"c"}, fail={"question q2?"})
+    monkeypatch.setattr(eval.build, "build_accuracy", lambda *a, **k: fake)
+    run = _genacc_run(tmp_path)
+    qs = [_q("q1"), _q("q2")]
+    monkeypatch.setattr(run, "_data", lambda: (qs, [], None, False))
+    monkeypatch.setattr(run, "_candidates", lambda r, q, t: {x.id: _cands() for x in q})
+    monkeypatch.setattr(run, "reader", lambda *a: pytest.fail("the reader ran on incomplete credit"))
+    out = run.run()  # type: ignore[attr-defined]
+    assert out["stopped"] == "credit missing" and out["missing"] == 1

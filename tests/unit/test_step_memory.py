@@ -161,3 +161,19 @@ def test_the_dry_run_says_the_steps_memory() -> None:
          "no_generator": "the reward calls no generator", "budget_usd": None, "step_memory_gb": 3.2,
          "step_memory": "3.20 GB (base 0.45, weights 0.54)"}
     assert "a step's learner memory ~3.20 GB (base 0.45" in dry_run_message(d)
+
+
+def test_under_auto_the_checks_bound_covers_a_smaller_micro_batch_left_uncheckpointed() -> None:
+    """'auto' lets a micro-batch run uncheckpointed while its activations stay under the budget's allowance, so the
+    check's estimate is never below that, even where its largest micro-batch is checkpointed; the benchmark's rows
+    (any_micro_batch=False) price their own micro-batch."""
+    from training.learn.memory import activation_bytes, estimate_step
+
+    shape = ModelShape.of_config(SMOLLM2)
+    tc = _tc(max_tokens_per_micro_batch=4096)
+    short = activation_bytes(shape, tc, tokens=480, longest=480, checkpointed=False)
+    assert not auto_checkpointing(shape, tc, rows=1, length=480)  # it runs uncheckpointed
+    # rows of up to 500 tokens: the largest micro-batch (4 x 500) is checkpointed, and prices below the short one
+    bound = estimate_step(shape, tc, tokens=2000, longest=500, policy_tokens=640)
+    exact = estimate_step(shape, tc, tokens=2000, longest=500, policy_tokens=640, any_micro_batch=False)
+    assert exact.checkpointed and exact.parts["activations"] < short <= bound.parts["activations"]

@@ -205,6 +205,9 @@ def masked_update(core: UpdateCore, mbs: list[MicroBatch], weights: list[float],
     tc = core.tc
     ppo = tc.algorithm == "ppo"
     core.model.train()
+    # the no-grad passes (reference, old log-probs) recompute nothing: no checkpointing there, so they keep the shared
+    # prefix and compute exactly as an unchecked first epoch's forward does (set per micro-batch below)
+    set_checkpointing(core.model, False)
     refs = [ref_logprobs(core, mb.batch) for mb in mbs]
     old: list[Any] = [None] * len(mbs)
     old_values: list[Any] = [None] * len(mbs)
@@ -421,8 +424,9 @@ class Learner:
         return self.device
 
     def update(self, rows: UpdateRows) -> UpdateReport:
-        """One update from the loop's rows: micro-batches of training.learner.micro_batch_size rows, each weighted by its
-        share of the batch's policy tokens (the global token mean)."""
+        """One update from the loop's rows: micro-batches of at most training.learner.micro_batch_size rows and
+        max_tokens_per_micro_batch padded tokens (`UpdateRows.chunks`), each weighted by its share of the batch's
+        policy tokens (the global token mean: the same loss and gradients whatever the cut)."""
         mbs = [rows.micro(c) for c in rows.chunks()]
         total = float(sum(mb.batch.loss_mask.sum().item() for mb in mbs))
         out = self.update_shard(mbs, [mb.batch.loss_mask.sum().item() / max(total, 1.0) for mb in mbs])

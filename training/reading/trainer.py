@@ -44,6 +44,9 @@ __all__ = ["ReadingRun", "train_reading"]
 
 Log = Callable[[str], None]
 CHUNK = 32  # questions whose candidates are built in one batched retrieval
+TAUGHT = {"logprob": "{model}'s credit (the gain in log p(gold answer) a page brings)",
+          "genacc": "{model}'s credit (the gain in its answers' accuracy a page brings)",
+          "gold": "gold paragraph labels"}
 GENACC_QUESTIONS = 4  # 'genacc' credit: questions whose answers (1 + candidates each) are asked in one batch
 
 
@@ -69,6 +72,7 @@ class ReadingRun:
                             else self.out / "credit.jsonl")
         self.log = log
         self.max_cost_usd = max_cost_usd  # 'genacc' credit's paid calls (s3 train --max-cost-usd), else budget_usd
+        self.missing = 0  # questions the last credit stage could not score (a failed call): asked again next run
         self.deadline = None if max_seconds is None else time.monotonic() + max_seconds
         self.k0 = cfg.retriever.k
         self.read_last = cfg.searcher.reading.read_last
@@ -191,9 +195,8 @@ class ReadingRun:
         scored by eval.metric (eval/accuracy.py, the GBR reward's Acc), GENACC_QUESTIONS questions a batch (their
         calls concurrent, generator.concurrency at a time). A question with a failed call (no answer, no verdict) is
         missing, not scored: it is asked again on the next run."""
-        import asyncio
-
         from eval.build import build_accuracy
+        from generator_adapters.client import run_sync
         from generator_adapters.likelihood import Credit
 
         acc = build_accuracy(self.cfg.generator_resolved, self.cfg.judge_resolved, self.cfg.eval)
@@ -208,16 +211,17 @@ class ReadingRun:
                         for q in part for d in [None, *cands[q.id].candidates]]
                 questions, docs, golden = ([q.question for q, _ in asks], [d for _, d in asks],
                                            [q.golden_answers for q, _ in asks])
-                if budget is not None:  # every paid call of the batch bounded before any of it is made
+                if budget.limit_usd is not None:  # every paid call of the batch bounded before any of it is made
                     budget.check(sum(acc.project(questions, docs, golden)),
                                  f"the credit of questions {lo + 1}-{lo + len(part)} ({len(asks)} answers)")
                 before = acc.usage()
                 t = time.perf_counter()
-                scores = asyncio.run(acc(questions, docs, golden))
-                each = (time.perf_counter() - t) / len(part)
-                if budget is not None:
+                try:  # run_sync: litellm's HTTP clients of the batch's event loop closed with it
+                    scores = run_sync(acc(questions, docs, golden))
+                finally:  # what the batch's calls cost, recorded whether or not they all came back
                     budget.spend(acc.usage().get("cost_usd", 0.0) - before.get("cost_usd", 0.0))
                     write_json_atomic(self._spend_path, {"spent_usd": budget.spent_usd})
+                each = (time.perf_counter() - t) / len(part)
                 i = 0
                 for q in part:
                     c = cands[q.id]
@@ -236,9 +240,7 @@ class ReadingRun:
                          f"{per:.1f} s each, ~{per * (len(todo) - n) / 60:.0f} min left")
         finally:
             acc.close()
-        if missing:
-            self.log(f"train: credit (genacc): {missing} question(s) missing a generator or judge answer; run again "
-                     "to ask them again")
+        self.missing = missing
         return store
 
     @property
@@ -247,16 +249,15 @@ class ReadingRun:
         return self.credit_path.with_name(self.credit_path.stem + ".spend.json")
 
     def _budget(self, acc: Any) -> Any:
-        """The cap on the 'genacc' credit's paid calls: `s3 train --max-cost-usd`, else training.budget_usd (None =
-        no cap); cumulative over invocations (the spend file beside the store). A paid model of unknown price is
-        refused before the first call."""
+        """The 'genacc' credit's spend, kept beside the store over every invocation, and its cap: `s3 train
+        --max-cost-usd`, else training.budget_usd (limit None = no cap, the spend still kept). A paid model of unknown
+        price is refused before the first call of a capped run."""
         from generator_adapters.budget import Budget, require_known_prices
 
         limit = self.max_cost_usd if self.max_cost_usd is not None else self.t.budget_usd
-        if limit is None:
-            return None
         setting = "--max-cost-usd" if self.max_cost_usd is not None else "training.budget_usd"
-        require_known_prices(acc.clients(), setting)
+        if limit is not None:
+            require_known_prices(acc.clients(), setting)
         spent = 0.0
         if self._spend_path.is_file():
             import json
@@ -428,8 +429,7 @@ class ReadingRun:
                      "about": f"a reading searcher trained by `s3 train` on {n_train} questions: "
                               f"{'the title-following script' if titled else f'naive top-{self.k0}'} plus up to "
                               f"{fitted['pages']} page(s) of ranks {self.k0 + 1}-{self.read_last}, picked by a ranker over "
-                              f"a LoRA reader taught by {gen.model}'s credit" if self.r.credit == "logprob" else
-                              "gold paragraph labels",
+                              f"a LoRA reader taught by {TAUGHT[self.r.credit].format(model=gen.model)}",
                      "measured": []},
             "trained": {"credit": self._fingerprint(), "reader_base": self.r.reader_base,
                         "reader_sha256": file_sha256(where / "reader" / "adapter_model.safetensors"),
@@ -501,6 +501,11 @@ class ReadingRun:
             train, held, retriever, titled = self._data()
             cands = self._candidates(retriever, [*train, *held], titled)
             store = self.credit([*train, *held], cands)
+            if self.missing:  # the reader is trained once on the credit: not before every question has its credit
+                self.log(f"train: reading: {self.missing} question(s) have no credit (a failed generator or judge "
+                         "call); the same command asks them again, then trains")
+                return {"stopped": "credit missing", "missing": self.missing,
+                        "seconds": round(time.perf_counter() - t0, 1)}
             reader_dir = self.reader(train, cands, store)
             fitted = self.ranker(train, held, cands, store, reader_dir)
         except Stopped:
