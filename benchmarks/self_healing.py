@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNS = {"recovery off": "off", "recovery on": "on"}
 THREADS = min(2, os.cpu_count() or 1)  # the shipped world's update and engine threads
 MEMORY_FILE = "memory.jsonl"  # a shipped run's resident memory, sampled every second (experiments/rss_sampler.py)
+EXIT_FILE = "exit.json"  # a shipped run's exit status, as its `s3 train` process ended
 
 
 def run_toy(work: Path, plant: str) -> dict[str, int | None]:
@@ -113,6 +114,7 @@ def run_shipped(work: Path, plant: str, steps: int, every: int, lr: float, runs:
         # the run's memory through it, every second: the s3 train process and its children (vLLM's engine core)
         with RssSampler(proc.pid, out=run / MEMORY_FILE, every_s=1.0, step_of=lambda run=run: _current_step(run)):
             codes[name] = proc.wait()
+        (run / EXIT_FILE).write_text(json.dumps({"exit_code": codes[name]}) + "\n")
     return codes
 
 
@@ -153,7 +155,7 @@ def _total_steps(run: Path) -> int | None:
 
 # what a shipped run keeps in the results folder (shipped_runs/<run>/): its curves, never its checkpoints or config
 KEPT = (rundir.METRICS_FILE, rundir.HELDOUT_FILE, rundir.HELDOUT_QUESTIONS_FILE, rundir.TIMELINE_FILE,
-        rundir.RECOVERY_FILE, MEMORY_FILE)
+        rundir.RECOVERY_FILE, MEMORY_FILE, EXIT_FILE)
 
 
 def keep(run: Path, dest: Path) -> None:
@@ -186,6 +188,7 @@ def summary(run: Path, plant_start: int, exit_code: int | None, world: str, tota
         "exit_code": exit_code, "steps": last_step,
         # how far the run got of what it was asked: a run killed on the way (exit -9: out of memory) stops short
         "last_step": last_step, "total_steps": total, "finished": total is not None and last_step >= total,
+        "rows": len(rows),  # metrics rows (steps run, rollbacks' repeats included): with last_step, which run it was
         "train_reward_last3": sum(r["reward/mean"] for r in rows[-3:]) / max(1, len(rows[-3:])),
         "heldout_reward_by_step": {int(h["step"]): round(float(h["heldout/reward"]), 4) for h in held},
         "heldout_reward_end": None if last is None else float(last["heldout/reward"]),
@@ -202,7 +205,9 @@ def summary(run: Path, plant_start: int, exit_code: int | None, world: str, tota
             by_step[int(m["step"])] = max(by_step.get(int(m["step"]), 0.0), float(m["rss_gb"]))
         out["peak_rss_gb"] = max(by_step.values())
         out["peak_main_rss_gb"] = max(float(m["main_gb"]) for m in mem)
-        out["peak_rss_gb_by_step"] = {k: round(v, 2) for k, v in sorted(by_step.items())}
+        # the sampler's step is the one being computed: past the last, the final evaluation and the exit
+        out["peak_rss_gb_by_step"] = {(k if total is None or k <= total else "after the last step"): round(v, 2)
+                                      for k, v in sorted(by_step.items())}
     if qpq and world == "shipped":  # the toy's rollouts never search
         out["queries_per_question_last3"] = sum(qpq[-3:]) / len(qpq[-3:])
     if best is not None and last is not None:
@@ -282,9 +287,16 @@ def main() -> int:
             keep(work / name, out / "shipped_runs" / name)
         where = {name: run_source(work, out, name) for name in RUNS.values()}
         earlier = json.loads((out / f"{stem}.json").read_text()) if (out / f"{stem}.json").is_file() else {}
-        for label, name in RUNS.items():  # the exit code of a run made in an earlier launch
-            if codes[name] is None:
-                codes[name] = earlier.get("runs", {}).get(label, {}).get("exit_code")
+        for label, name in RUNS.items():  # the exit code of a run made in an earlier launch: its exit file, else
+            if codes[name] is not None:   # the earlier results' when they describe the same run (as far as it got)
+                continue
+            if (where[name] / EXIT_FILE).is_file():
+                codes[name] = json.loads((where[name] / EXIT_FILE).read_text())["exit_code"]
+                continue
+            was = earlier.get("runs", {}).get(label, {})
+            rows = rundir.metrics_rows(where[name]) if (where[name] / rundir.METRICS_FILE).is_file() else []
+            if rows and was.get("last_step", was.get("steps")) == int(rows[-1]["step"]) and len(rows) == was.get("rows", len(rows)):
+                codes[name] = was.get("exit_code")
     result = {"world": args.world, "planted": f"S3_PLANTED_FAILURE={failure}@{plant_arg}",
               "command": f"benchmarks/self_healing.py --world {args.world} --work DIR"
                          + ("" if args.world == "toy" else f" --plant {plant_arg} --steps {args.steps} --every "
