@@ -213,8 +213,9 @@ def test_vllm_missing_is_a_clear_config_error(monkeypatch: pytest.MonkeyPatch) -
         VLLMPolicy("x")
 
 
-def test_load_policy_factory(fake_vllm: types.ModuleType, tmp_path: Any) -> None:
-    p = load_policy(SearcherConfig(policy="litellm", model="openai/gpt-4o-mini"))
+def test_load_policy_factory(fake_vllm: types.ModuleType, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("S3_TEST_SEARCHER_KEY", "sk-test")  # a provider that needs a key gets it from the one named
+    p = load_policy(SearcherConfig(policy="litellm", model="openai/gpt-4o-mini", api_key_env="S3_TEST_SEARCHER_KEY"))
     assert isinstance(p, LiteLLMPolicy) and p.model == "openai/gpt-4o-mini"
     with pytest.raises(ConfigError, match="api_base"):
         load_policy(SearcherConfig(policy="litellm", policy_path="runs/ckpt"))
