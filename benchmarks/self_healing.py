@@ -160,12 +160,20 @@ KEPT = (rundir.METRICS_FILE, rundir.HELDOUT_FILE, rundir.HELDOUT_QUESTIONS_FILE,
 
 def keep(run: Path, dest: Path) -> None:
     """Copy a run's KEPT files into the results folder (a later session's machine has no runs/ folder: the summary
-    and the plot of a run finished earlier are made from these)."""
+    and the plot of a run finished earlier are made from these); its memory samples as their peak per step."""
     if not (run / rundir.METRICS_FILE).is_file():
         return
     dest.mkdir(parents=True, exist_ok=True)
     for name in KEPT:
-        if (run / name).is_file():
+        if name == MEMORY_FILE and (run / name).is_file():  # the samples' peaks per step are what is read back
+            peaks: dict[int, dict[str, Any]] = {}
+            for m in memory_rows(run):
+                k = int(m["step"])
+                was = peaks.setdefault(k, {"step": k, "rss_gb": 0.0, "main_gb": 0.0})
+                was["rss_gb"] = max(was["rss_gb"], float(m["rss_gb"]))
+                was["main_gb"] = max(was["main_gb"], float(m["main_gb"]))
+            (dest / name).write_text("".join(json.dumps(r) + "\n" for _, r in sorted(peaks.items())))
+        elif (run / name).is_file():
             shutil.copyfile(run / name, dest / name)
 
 
