@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from experiments.rss_sampler import tree_rss
+
 __all__ = ["CHILD", "RowSpec", "add_estimates", "child_sets", "estimate_for", "expand", "fit_report", "planned",
            "plot", "readme", "run_row"]
 
@@ -192,17 +194,6 @@ def child_sets(spec: RowSpec, model: str, knows: set[str]) -> list[str]:
     return sets
 
 
-def _rss(pid: int) -> int:
-    """A process's resident memory now (bytes; 0 once it is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 KNOWN = ("micro_batch_size", "gradient_checkpointing", "attn_implementation", "max_tokens_per_micro_batch")
 
 
@@ -304,7 +295,7 @@ def run_row(spec: RowSpec, *, model: str, repo: Path, threads: int, cap_bytes: f
                 pid, status, usage = os.wait4(p.pid, os.WNOHANG)
                 if pid:
                     break
-                seen = max(seen, _rss(p.pid))
+                seen = max(seen, tree_rss(p.pid)[1])  # the row's process (it starts none)
                 if killed is None and seen > cap_bytes:
                     killed = f"killed: RSS {seen / GB:.1f} GB above the cap {cap_bytes / GB:.0f} GB"
                 elif killed is None and time.monotonic() - t0 > timeout_s:
