@@ -29,6 +29,7 @@ __all__ = [
     "confidence_logprobs",
     "measured_batch",
     "micro_chunks",
+    "over_budget_note",
     "rl_row",
     "row_lengths",
     "sync_row",
@@ -147,6 +148,16 @@ def micro_chunks(tc: TrainingConfig, results: list[SearchResult], rows: list[int
     max_tokens_per_micro_batch padded tokens at most; training/learn/api.py `token_chunks`)."""
     return token_chunks(rows, row_lengths(results, rows), tc.learner.micro_batch_size,
                         tc.learner.max_tokens_per_micro_batch)
+
+
+def over_budget_note(rows: UpdateRows) -> str | None:
+    """The log line for an update whose rows longer than the token budget went alone into their micro-batches, None
+    when none did."""
+    alone, longest = rows.over_budget()
+    if not alone:
+        return None
+    return (f"train: {alone} row(s) longer than training.learner.max_tokens_per_micro_batch = {rows.max_tokens} went "
+            f"alone into their micro-batches (the longest: {longest} tokens)")
 
 
 def turn_rows(results: list[SearchResult], credits: list[list[float] | None],

@@ -57,6 +57,7 @@ from training.run.step import (
     ScoredBatch,
     measured_batch,
     micro_chunks,
+    over_budget_note,
     rl_row,
     sync_row,
     timeline_row,
@@ -119,8 +120,6 @@ class S3Trainer:
 
     def _pad(self, results: list[SearchResult], rows: list[int]) -> Batch:
         lc = self.tc.learner
-        # a micro-batch the learner checkpoints is computed without its prefix (gradient_checkpointing 'auto' decides
-        # per micro-batch: training/learn/learner.py `checkpointing_for`)
         return pad_rollouts(results, rows, self.tokenizer.pad_token_id, device=self.learner.batch_device,
                             share_prefix=lc.share_prefix and lc.gradient_checkpointing is not True)
 
@@ -276,10 +275,8 @@ class S3Trainer:
         rows, stats = update_rows(self.tc, results, rewards, self._pad, credits)
         if rows is None:
             return stats, [], 0.0
-        alone, longest = rows.over_budget()
-        if alone:
-            self.log(f"train: {alone} row(s) longer than training.learner.max_tokens_per_micro_batch = "
-                     f"{rows.max_tokens} went alone into their micro-batches (the longest: {longest} tokens)")
+        if note := over_budget_note(rows):
+            self.log(note)
         report = self.learner.update(rows)
         self.last_batches = report.batches
         return {**stats, **report.stats}, rows.rows, report.tokens
